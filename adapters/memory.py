@@ -1,0 +1,220 @@
+"""In-memory log backend with fault injection, for tests and demos.
+
+``memory://NAME`` opens a store shared by every broker of this process that uses the same
+name, so a test can drop a broker (``Broker.abandon()``, a simulated crash) and open a new
+one over the same log to exercise recovery. ``memory://`` alone gets a fresh private store.
+
+Faults (``backend.faults``) act on appends, the only write that carries client data:
+
+* ``drop``: the batch is not stored and the append fails (a lost request);
+* ``lose_ack``: the batch is stored but the append fails (a lost acknowledgement);
+* ``delay``: the batch is stored at once, its acknowledgement arrives ``delay`` seconds later;
+* ``crash``: the store refuses everything until ``faults.crash = False`` (the backend is down).
+
+Not durable: everything is gone when the process exits.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from urllib.parse import urlsplit
+
+import attrs
+
+from idempotent._records import Snapshot, StoredBatch, StoredRecord
+from idempotent._registry import ProducerRecord
+from idempotent._types import NO_PRODUCER_ID, Epoch, Sequence
+from idempotent.backend import AppendBatch
+from idempotent.errors import BackendUnavailableError, InvalidTopicError
+
+
+@attrs.define
+class Faults:
+    """Fault-injection switches. Counters are consumed one per append."""
+
+    drop: int = 0
+    lose_ack: int = 0
+    delay: float = 0.0
+    crash: bool = False
+    appends: int = 0
+
+
+class _Store:
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.topics: dict[str, int] = {}
+        self.logs: dict[tuple[str, int], list[StoredRecord]] = {}
+        self.batches: dict[tuple[str, int], list[StoredBatch]] = {}
+        self.snapshots: dict[tuple[str, int], Snapshot] = {}
+        self.producers: dict[int, ProducerRecord] = {}
+        self.settings: dict[str, str] = {}
+        self.next_id = 0
+        self.faults = Faults()
+
+
+_STORES: dict[str, _Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def reset_store(name: str) -> None:
+    """Forget a named in-memory store (tests)."""
+    with _STORES_LOCK:
+        _STORES.pop(name, None)
+
+
+class MemoryBackend:
+    """A process-local log; see the module docstring."""
+
+    durable = False
+
+    def __init__(self, url: str = "memory://") -> None:
+        self.url = url
+        name = urlsplit(url).netloc + urlsplit(url).path
+        with _STORES_LOCK:
+            if not name:
+                self._store = _Store()
+            else:
+                self._store = _STORES.setdefault(name, _Store())
+
+    @property
+    def faults(self) -> Faults:
+        """The fault switches of this store (shared by every backend over it)."""
+        return self._store.faults
+
+    def _up(self) -> _Store:
+        if self._store.faults.crash:
+            raise BackendUnavailableError(f"{self.url} is down (injected crash)")
+        return self._store
+
+    def list_topics(self) -> dict[str, int]:
+        store = self._up()
+        with store.lock:
+            return dict(store.topics)
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        store = self._up()
+        with store.lock:
+            store.topics.setdefault(topic, partitions)
+
+    def _log(self, store: _Store, topic: str, partition: int) -> list[StoredRecord]:
+        if not 0 <= partition < store.topics.get(topic, 0):
+            raise InvalidTopicError(f"no partition {topic}[{partition}]")
+        return store.logs.setdefault((topic, partition), [])
+
+    def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
+        store = self._up()
+        future: Future[int] = Future()
+        with store.lock:
+            faults = store.faults
+            faults.appends += 1
+            if faults.drop > 0:
+                faults.drop -= 1
+                future.set_exception(BackendUnavailableError(f"append to {topic}[{partition}] dropped (injected)"))
+                return future
+            log = self._log(store, topic, partition)
+            base = len(log)
+            if snapshot is not None:
+                store.snapshots[(topic, partition)] = snapshot
+            header = batch.header
+            for i, record in enumerate(batch.records):
+                log.append(
+                    StoredRecord(
+                        base + i,
+                        header.producer_id if header else NO_PRODUCER_ID,
+                        header.producer_epoch if header else -1,
+                        (header.base_sequence + i) % 2**31 if header else -1,
+                        record.key,
+                        record.value,
+                        record.headers,
+                        batch.timestamp,
+                    )
+                )
+            store.batches.setdefault((topic, partition), []).append(
+                StoredBatch(
+                    base,
+                    header.producer_id if header else NO_PRODUCER_ID,
+                    header.producer_epoch if header else Epoch(-1),
+                    header.base_sequence if header else Sequence(-1),
+                    len(batch.records),
+                    batch.timestamp,
+                )
+            )
+            if faults.lose_ack > 0:
+                faults.lose_ack -= 1
+                future.set_exception(BackendUnavailableError(f"acknowledgement of {topic}[{partition}] lost (injected)"))
+                return future
+            delay = faults.delay
+        if delay > 0:
+            timer = threading.Timer(delay, future.set_result, (base,))
+            timer.daemon = True
+            timer.start()
+        else:
+            future.set_result(base)
+        return future
+
+    def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
+        store = self._up()
+        with store.lock:
+            return list(self._log(store, topic, partition)[offset : offset + max_records])
+
+    def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
+        store = self._up()
+        with store.lock:
+            batches = [b for b in store.batches.get((topic, partition), []) if b.base_offset >= from_offset]
+        return iter(batches)
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        store = self._up()
+        with store.lock:
+            return len(self._log(store, topic, partition))
+
+    def latest_snapshot(self, topic: str, partition: int) -> Snapshot | None:
+        store = self._up()
+        with store.lock:
+            return store.snapshots.get((topic, partition))
+
+    def write_snapshot(self, topic: str, partition: int, snapshot: Snapshot) -> None:
+        store = self._up()
+        with store.lock:
+            current = store.snapshots.get((topic, partition))
+            if current is None or current.position <= snapshot.position:
+                store.snapshots[(topic, partition)] = snapshot
+
+    def allocate_producer_ids(self, count: int) -> int:
+        store = self._up()
+        with store.lock:
+            start = store.next_id
+            store.next_id += count
+            return start
+
+    def load_producers(self) -> list[ProducerRecord]:
+        store = self._up()
+        with store.lock:
+            return list(store.producers.values())
+
+    def save_producer(self, record: ProducerRecord) -> None:
+        store = self._up()
+        with store.lock:
+            if record.producer_name is not None:
+                for pid, old in list(store.producers.items()):
+                    if old.producer_name == record.producer_name and pid != record.producer_id:
+                        del store.producers[pid]
+            store.producers[record.producer_id] = record
+
+    def load_settings(self) -> dict[str, str]:
+        store = self._up()
+        with store.lock:
+            return dict(store.settings)
+
+    def save_setting(self, key: str, value: str | None) -> None:
+        store = self._up()
+        with store.lock:
+            if value is None:
+                store.settings.pop(key, None)
+            else:
+                store.settings[key] = value
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,101 @@
+"""idempotent: exactly-once publishing with a broker-side sequence checker.
+
+The broker assigns each producer an id and an epoch; the producer numbers its records per
+partition; the broker's checker stores a batch only when its first sequence follows the last
+one stored, answers resends as duplicates with their original offsets, and refuses gaps.
+SQLite (embedded default), Kafka and Pulsar serve as the durable log underneath.
+
+    >>> import idempotent
+    >>> with idempotent.Producer("memory://") as producer:
+    ...     producer.send("events", b"hello").result().offset
+    0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._checker import CheckerConfig, Policy
+from ._outcomes import DeliveryStatus, Outcome, ProduceResult, RecordMetadata
+from ._records import Record, StoredRecord
+from ._types import TopicPartition
+from .aio import AsyncProducer
+from .broker import Broker, BrokerConfig, PartitionStats, ProducerSession
+from .errors import (
+    BackendUnavailableError,
+    BrokerError,
+    ConfigError,
+    DeliveryFailed,
+    DeliveryTimeoutError,
+    InvalidBatchError,
+    InvalidTopicError,
+    PartitionRecoveringError,
+    ProducerClosedError,
+    ProducerError,
+    ProducerFencedError,
+    QueueFullError,
+    Recovery,
+    RequestTimeoutError,
+    SequenceDesyncError,
+    TransportError,
+    UnknownProducerError,
+    UsageError,
+)
+from .producer import Producer
+
+__version__ = "0.1.0"
+
+
+def connect(url: str, config: BrokerConfig | None = None, **options: Any) -> Broker:
+    """Open a broker over the backend a URL names.
+
+    URLs: ``memory://[name]`` (in-process, with fault injection), ``sqlite:///file.db`` (the
+    embedded durable default), ``kafka://host:port`` and ``pulsar://host:port``.
+    ``options`` go to the backend adapter.
+
+    Raises:
+        ConfigError: unknown scheme, bad URL, or the backend's client library is missing.
+        BackendUnavailableError: the backend could not be opened.
+    """
+    from adapters import open_backend
+
+    return Broker(open_backend(url, **options), config)
+
+
+__all__ = [
+    "AsyncProducer",
+    "BackendUnavailableError",
+    "Broker",
+    "BrokerConfig",
+    "BrokerError",
+    "CheckerConfig",
+    "ConfigError",
+    "DeliveryFailed",
+    "DeliveryStatus",
+    "DeliveryTimeoutError",
+    "InvalidBatchError",
+    "InvalidTopicError",
+    "Outcome",
+    "PartitionRecoveringError",
+    "PartitionStats",
+    "Policy",
+    "ProduceResult",
+    "Producer",
+    "ProducerClosedError",
+    "ProducerError",
+    "ProducerFencedError",
+    "ProducerSession",
+    "QueueFullError",
+    "Record",
+    "RecordMetadata",
+    "Recovery",
+    "RequestTimeoutError",
+    "SequenceDesyncError",
+    "StoredRecord",
+    "TopicPartition",
+    "TransportError",
+    "UnknownProducerError",
+    "UsageError",
+    "__version__",
+    "connect",
+]

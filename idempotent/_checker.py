@@ -1,0 +1,532 @@
+"""The broker-side sequence checker: a pure state machine, one instance per topic-partition.
+
+Theory of operation
+-------------------
+For every producer that wrote to the partition the checker keeps two views:
+
+* the *persisted* view: epoch, highest stored sequence H(P), offset and time of the last
+  stored record, and a window of the most recent stored batches (first sequence, last
+  sequence, base offset). Snapshots contain exactly this view.
+* the *pushed* view: the highest sequence accepted but not yet durable. Between
+  :meth:`PartitionChecker.push` and :meth:`PartitionChecker.commit` a batch is "in flight".
+
+A batch (producer P, epoch e, first sequence S, n records) is classified by :meth:`check`:
+
+==============================================  ==========================================
+condition                                       outcome
+==============================================  ==========================================
+malformed (negative, oversized, empty, or       :class:`~idempotent.errors.InvalidBatchError`
+straddling H or the pushed sequence)            raised; state unchanged
+no state for P and P not admitted by the        UNKNOWN_PRODUCER
+broker (never initialised, or state evicted)
+e lower than P's epoch                          FENCED
+the batch lies at or below H(P)                 DUPLICATE (+ original offset if in window)
+above H(P), at or below the pushed sequence     IN_FLIGHT
+S == pushed + 1 (int32, wrapping to 0)          ACCEPTED
+S beyond that                                   OUT_OF_ORDER_SEQUENCE (+ expected sequence)
+==============================================  ==========================================
+
+Under the ``monotonic`` policy (Pulsar PIP-6) any S beyond the pushed sequence is accepted,
+holes allowed. With deduplication disabled every well-formed batch is accepted, but the
+state still follows the log so that enabling it again is consistent.
+
+Accepted batches are applied to the persisted view strictly in the order they were pushed
+(the order of the log), however their commits arrive. That makes the persisted view a pure
+function of the log prefix below :attr:`PartitionChecker.position`, which is what snapshots
+and recovery rely on: ``restore(snapshot)`` plus :meth:`apply` of every batch written after
+``snapshot.position`` rebuilds the exact state.
+
+The checker reads no clock: every method that needs the time takes ``now``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+
+import attrs
+import msgpack
+
+from ._outcomes import Outcome, ProduceResult
+from ._records import BatchHeader, Snapshot, StoredBatch
+from ._sequence import at_or_before, distance, last_sequence_of, next_sequence
+from ._types import (
+    DEFAULT_WINDOW,
+    MAX_BATCH_RECORDS,
+    MAX_EPOCH,
+    MAX_PRODUCER_ID,
+    MAX_SEQUENCE,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    Epoch,
+    ProducerId,
+    Sequence,
+)
+from .errors import ConfigError, InvalidBatchError
+
+_SNAPSHOT_FORMAT = 1
+
+
+class Policy(enum.Enum):
+    """How strictly sequences are checked on a topic."""
+
+    #: Accept only S == H(P)+1 (Kafka's rule). The default.
+    STRICT = "strict"
+    #: Accept any S above H(P); holes allowed (Pulsar PIP-6).
+    MONOTONIC = "monotonic"
+
+
+@attrs.frozen
+class CheckerConfig:
+    """Bounds and snapshot cadence of a partition checker.
+
+    Attributes:
+        window: recent batches kept per producer to answer duplicates with their offset.
+        max_producers: producers tracked per partition; the least recently active idle one
+            is evicted beyond it.
+        producer_expiry: seconds of inactivity after which a producer's state is evicted.
+        snapshot_entries: take a snapshot after this many stored batches.
+        snapshot_seconds: take a snapshot when the last one is older than this and new
+            batches were stored since.
+    """
+
+    window: int = DEFAULT_WINDOW
+    max_producers: int = 10_000
+    producer_expiry: float = 7 * 24 * 3600.0
+    snapshot_entries: int = 1000
+    snapshot_seconds: float = 120.0
+
+    def __attrs_post_init__(self) -> None:
+        if self.window < 5:
+            raise ConfigError(f"checker window must be at least 5 batches, got {self.window}")
+        if self.max_producers < 1:
+            raise ConfigError(f"max_producers must be positive, got {self.max_producers}")
+        if self.producer_expiry <= 0:
+            raise ConfigError(f"producer_expiry must be positive, got {self.producer_expiry}")
+        if self.snapshot_entries < 1 or self.snapshot_seconds <= 0:
+            raise ConfigError("snapshot intervals must be positive")
+
+
+@attrs.frozen
+class WindowEntry:
+    """A stored batch remembered for duplicate answers."""
+
+    first_sequence: int
+    last_sequence: int
+    base_offset: int
+
+
+@attrs.define(eq=False)
+class ProducerState:
+    """What the checker knows about one producer on one partition."""
+
+    producer_epoch: int
+    last_sequence: int = NO_SEQUENCE
+    last_offset: int = -1
+    last_timestamp: float = 0.0
+    window: deque[WindowEntry] = attrs.field(factory=deque)
+    pushed_epoch: int = 0
+    pushed_sequence: int = NO_SEQUENCE
+    pending: int = 0
+
+    def persisted_view(self) -> tuple[object, ...]:
+        """The part of the state that snapshots carry, as a comparable tuple."""
+        return (
+            self.producer_epoch,
+            self.last_sequence,
+            self.last_offset,
+            self.last_timestamp,
+            tuple((w.first_sequence, w.last_sequence, w.base_offset) for w in self.window),
+        )
+
+
+@attrs.frozen
+class Ticket:
+    """Handle for one pushed batch, passed back to :meth:`PartitionChecker.commit`."""
+
+    generation: int
+    number: int
+
+
+@attrs.define(eq=False)
+class _Pending:
+    header: BatchHeader | None
+    timestamp: float
+    base_offset: int = -1
+    done: bool = False
+
+
+def validate_header(header: BatchHeader) -> None:
+    """Raise :class:`InvalidBatchError` unless every field of ``header`` is in range."""
+    if not 0 <= header.producer_id <= MAX_PRODUCER_ID:
+        raise InvalidBatchError(f"producer_id {header.producer_id} out of range")
+    if not 0 <= header.producer_epoch <= MAX_EPOCH:
+        raise InvalidBatchError(f"producer_epoch {header.producer_epoch} out of range")
+    if not 0 <= header.base_sequence <= MAX_SEQUENCE:
+        raise InvalidBatchError(f"base_sequence {header.base_sequence} out of range")
+    if not 1 <= header.record_count <= MAX_BATCH_RECORDS:
+        raise InvalidBatchError(
+            f"record_count {header.record_count} out of range (1..{MAX_BATCH_RECORDS})"
+        )
+
+
+class PartitionChecker:
+    """Sequence checker for one topic-partition. See the module docstring."""
+
+    def __init__(self, config: CheckerConfig | None = None) -> None:
+        self.config = config or CheckerConfig()
+        self._producers: OrderedDict[int, ProducerState] = OrderedDict()
+        self._fifo: deque[_Pending] = deque()
+        self._first_number = 0
+        self._generation = 0
+        #: offset right after the last applied batch; replay resumes here.
+        self.position = 0
+        #: batches applied since the last snapshot.
+        self.entries_since_snapshot = 0
+        self.last_snapshot_at = 0.0
+        self.last_snapshot_position = -1
+
+    # -- queries ---------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Number of pushed batches not yet applied."""
+        return len(self._fifo)
+
+    @property
+    def generation(self) -> int:
+        """Incremented by :meth:`discard_pending`; older tickets are ignored."""
+        return self._generation
+
+    def producer(self, producer_id: int) -> ProducerState | None:
+        """The state of one producer, or None."""
+        return self._producers.get(producer_id)
+
+    def producers(self) -> dict[int, ProducerState]:
+        """All tracked producers (a copy of the mapping; states are live objects)."""
+        return dict(self._producers)
+
+    def last_sequence(self, producer_id: int) -> int:
+        """The highest persisted sequence of a producer, or -1."""
+        state = self._producers.get(producer_id)
+        return NO_SEQUENCE if state is None else state.last_sequence
+
+    def state(self) -> dict[int, tuple[object, ...]]:
+        """The persisted state as plain values (what a snapshot holds), for comparisons."""
+        return {pid: s.persisted_view() for pid, s in self._producers.items()}
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def check(
+        self,
+        header: BatchHeader,
+        *,
+        admitted: bool = True,
+        policy: Policy = Policy.STRICT,
+        enabled: bool = True,
+    ) -> ProduceResult:
+        """Classify a batch. Pure: the state is not changed.
+
+        Args:
+            header: the batch's producer identity and sequences.
+            admitted: whether the broker knows this producer and it may start on a partition
+                where it has no state (False for unknown or evicted producers).
+            policy: STRICT or MONOTONIC.
+            enabled: False when deduplication is switched off for the topic.
+
+        Raises:
+            InvalidBatchError: the header is malformed or straddles a stored boundary.
+        """
+        validate_header(header)
+        state = self._producers.get(header.producer_id)
+        if state is None:
+            if not admitted:
+                return ProduceResult(Outcome.UNKNOWN_PRODUCER)
+            if not enabled or policy is Policy.MONOTONIC or header.base_sequence == 0:
+                return ProduceResult(Outcome.ACCEPTED)
+            return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0)
+        if header.producer_epoch < state.pushed_epoch:
+            return ProduceResult(Outcome.FENCED, producer_epoch=state.pushed_epoch)
+        if not enabled:
+            return ProduceResult(Outcome.ACCEPTED)
+        base = header.base_sequence
+        last = last_sequence_of(base, header.record_count)
+        if at_or_before(base, state.last_sequence):
+            if not at_or_before(last, state.last_sequence):
+                raise InvalidBatchError(
+                    f"batch {base}..{last} straddles the stored sequence {state.last_sequence}"
+                )
+            return ProduceResult(Outcome.DUPLICATE, base_offset=self._original_offset(state, base, last))
+        if at_or_before(base, state.pushed_sequence):
+            if not at_or_before(last, state.pushed_sequence):
+                raise InvalidBatchError(
+                    f"batch {base}..{last} straddles the in-flight sequence {state.pushed_sequence}"
+                )
+            return ProduceResult(Outcome.IN_FLIGHT)
+        expected = next_sequence(state.pushed_sequence)
+        if base == expected or policy is Policy.MONOTONIC:
+            return ProduceResult(Outcome.ACCEPTED)
+        return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=expected)
+
+    @staticmethod
+    def _original_offset(state: ProducerState, base: int, last: int) -> int | None:
+        for entry in reversed(state.window):
+            span = distance(entry.first_sequence, entry.last_sequence)
+            into = distance(entry.first_sequence, base)
+            if into <= span and distance(entry.first_sequence, last) <= span:
+                return entry.base_offset + into
+        return None
+
+    # -- transitions -----------------------------------------------------------------------
+
+    def push(self, header: BatchHeader | None, now: float) -> Ticket:
+        """Record that an accepted batch is being written. Returns its ticket.
+
+        ``header`` is None for a batch written without producer identity.
+        """
+        if header is not None:
+            state = self._producers.get(header.producer_id)
+            if state is None:
+                state = ProducerState(producer_epoch=header.producer_epoch)
+                state.pushed_epoch = header.producer_epoch
+                self._producers[header.producer_id] = state
+            last = last_sequence_of(header.base_sequence, header.record_count)
+            state.pushed_epoch = max(state.pushed_epoch, header.producer_epoch)
+            if state.pushed_sequence == NO_SEQUENCE or not at_or_before(last, state.pushed_sequence):
+                state.pushed_sequence = last
+            state.pending += 1
+        self._fifo.append(_Pending(header, now))
+        return Ticket(self._generation, self._first_number + len(self._fifo) - 1)
+
+    def commit(self, ticket: Ticket, base_offset: int) -> list[ProducerId]:
+        """Record that a pushed batch is durable at ``base_offset``.
+
+        Batches are applied in push order; a commit that arrives early waits for its
+        predecessors. A ticket from before :meth:`discard_pending` is ignored.
+
+        Returns:
+            Producer ids evicted because the partition exceeded ``max_producers``.
+        """
+        if ticket.generation != self._generation:
+            return []
+        index = ticket.number - self._first_number
+        if not 0 <= index < len(self._fifo):
+            return []
+        item = self._fifo[index]
+        item.base_offset = base_offset
+        item.done = True
+        evicted: list[ProducerId] = []
+        while self._fifo and self._fifo[0].done:
+            head = self._fifo.popleft()
+            self._first_number += 1
+            if head.header is None:
+                self.position = max(self.position, head.base_offset + 1)
+                continue
+            evicted.extend(
+                self._apply(
+                    head.header.producer_id,
+                    head.header.producer_epoch,
+                    head.header.base_sequence,
+                    head.header.record_count,
+                    head.base_offset,
+                    head.timestamp,
+                    pushed=True,
+                )
+            )
+        return evicted
+
+    def discard_pending(self) -> None:
+        """Forget every pushed, uncommitted batch (their outcome is unknown).
+
+        The caller must then rebuild the state from the log (``restore`` + ``apply``),
+        because a discarded batch may or may not have been written.
+        """
+        self._fifo.clear()
+        self._first_number = 0
+        self._generation += 1
+        for state in self._producers.values():
+            state.pending = 0
+            state.pushed_sequence = state.last_sequence
+            state.pushed_epoch = state.producer_epoch
+
+    def apply(self, batch: StoredBatch) -> list[ProducerId]:
+        """Apply a batch replayed from the log (no validation, as in Kafka's recovery)."""
+        if batch.producer_id == NO_PRODUCER_ID:
+            self.position = max(self.position, batch.end_offset)
+            return []
+        return self._apply(
+            batch.producer_id,
+            batch.producer_epoch,
+            batch.base_sequence,
+            batch.record_count,
+            batch.base_offset,
+            batch.timestamp,
+            pushed=False,
+        )
+
+    def _apply(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        record_count: int,
+        base_offset: int,
+        timestamp: float,
+        *,
+        pushed: bool,
+    ) -> list[ProducerId]:
+        state = self._producers.get(producer_id)
+        if state is None:
+            state = ProducerState(producer_epoch=producer_epoch, pushed_epoch=producer_epoch)
+            self._producers[producer_id] = state
+        else:
+            self._producers.move_to_end(producer_id)
+        last = last_sequence_of(base_sequence, record_count)
+        state.producer_epoch = max(state.producer_epoch, producer_epoch)
+        if state.last_sequence == NO_SEQUENCE or not at_or_before(last, state.last_sequence):
+            state.last_sequence = last
+        state.last_offset = base_offset + record_count - 1
+        state.last_timestamp = max(state.last_timestamp, timestamp)
+        state.window.append(WindowEntry(base_sequence, last, base_offset))
+        while len(state.window) > self.config.window:
+            state.window.popleft()
+        if pushed:
+            state.pending -= 1
+        else:
+            state.pushed_epoch = max(state.pushed_epoch, state.producer_epoch)
+            if state.pushed_sequence == NO_SEQUENCE or not at_or_before(last, state.pushed_sequence):
+                state.pushed_sequence = state.last_sequence
+        self.position = max(self.position, base_offset + record_count)
+        self.entries_since_snapshot += 1
+        return self._evict_over_capacity(keep=producer_id)
+
+    def _evict_over_capacity(self, keep: int) -> list[ProducerId]:
+        evicted: list[ProducerId] = []
+        if len(self._producers) <= self.config.max_producers:
+            return evicted
+        for producer_id in list(self._producers):
+            if len(self._producers) <= self.config.max_producers:
+                break
+            state = self._producers[producer_id]
+            if producer_id == keep or state.pending:
+                continue
+            del self._producers[producer_id]
+            evicted.append(ProducerId(producer_id))
+        return evicted
+
+    def expire(self, now: float) -> list[ProducerId]:
+        """Evict producers idle for longer than ``producer_expiry``. Returns their ids."""
+        limit = now - self.config.producer_expiry
+        expired = [
+            pid
+            for pid, s in self._producers.items()
+            if s.last_timestamp < limit and not s.pending and s.pushed_sequence == s.last_sequence
+        ]
+        for pid in expired:
+            del self._producers[pid]
+        return [ProducerId(p) for p in expired]
+
+    def forget(self, producer_id: int) -> bool:
+        """Drop one producer's state (administrative). Returns whether it was tracked."""
+        state = self._producers.get(producer_id)
+        if state is None or state.pending:
+            return False
+        del self._producers[producer_id]
+        return True
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def snapshot_due(self, now: float) -> bool:
+        """True when the entry count or the age of the last snapshot calls for a new one."""
+        if self.entries_since_snapshot >= self.config.snapshot_entries:
+            return True
+        return self.entries_since_snapshot > 0 and (
+            now - self.last_snapshot_at >= self.config.snapshot_seconds
+        )
+
+    def snapshot(self, now: float) -> Snapshot:
+        """Serialize the persisted view and reset the snapshot counters.
+
+        The snapshot is valid for every batch below :attr:`position`.
+        """
+        producers = [
+            [
+                pid,
+                s.producer_epoch,
+                s.last_sequence,
+                s.last_offset,
+                s.last_timestamp,
+                [[w.first_sequence, w.last_sequence, w.base_offset] for w in s.window],
+            ]
+            for pid, s in self._producers.items()
+            if s.last_sequence != NO_SEQUENCE
+        ]
+        data = msgpack.packb([_SNAPSHOT_FORMAT, self.position, producers])
+        snap = Snapshot(self.position, self.entries_since_snapshot, now, data)
+        self.mark_snapshot(snap)
+        return snap
+
+    def mark_snapshot(self, snapshot: Snapshot) -> None:
+        """Reset the snapshot counters as if ``snapshot`` had just been taken."""
+        self.entries_since_snapshot = 0
+        self.last_snapshot_at = snapshot.taken_at
+        self.last_snapshot_position = snapshot.position
+
+    @classmethod
+    def restore(cls, snapshot: Snapshot | None, config: CheckerConfig | None = None) -> PartitionChecker:
+        """Build a checker from a snapshot (or an empty one from None).
+
+        Raises:
+            ValueError: the snapshot bytes are not a snapshot of a known format.
+        """
+        checker = cls(config)
+        if snapshot is None:
+            return checker
+        try:
+            fmt, position, producers = msgpack.unpackb(snapshot.data)
+        except Exception as exc:
+            raise ValueError(f"corrupt checker snapshot: {exc}") from exc
+        if fmt != _SNAPSHOT_FORMAT:
+            raise ValueError(f"unknown checker snapshot format {fmt!r}")
+        for pid, epoch, last_seq, last_off, ts, window in producers:
+            state = ProducerState(
+                producer_epoch=epoch,
+                last_sequence=last_seq,
+                last_offset=last_off,
+                last_timestamp=ts,
+                window=deque(WindowEntry(f, lst, o) for f, lst, o in window),
+                pushed_epoch=epoch,
+                pushed_sequence=last_seq,
+            )
+            checker._producers[pid] = state
+        checker.position = position
+        checker.mark_snapshot(snapshot)
+        return checker
+
+    @classmethod
+    def recover(
+        cls,
+        snapshot: Snapshot | None,
+        batches: Iterable[StoredBatch],
+        config: CheckerConfig | None = None,
+    ) -> tuple[PartitionChecker, int, list[ProducerId]]:
+        """Restore from ``snapshot`` and apply the batches written after it.
+
+        Returns:
+            The checker, how many batches were replayed, and producers evicted while doing so.
+        """
+        checker = cls.restore(snapshot, config)
+        replayed = 0
+        evicted: list[ProducerId] = []
+        for batch in batches:
+            if batch.base_offset < checker.position:
+                continue
+            evicted.extend(checker.apply(batch))
+            replayed += 1
+        return checker, replayed, evicted
+
+
+def make_header(producer_id: int, producer_epoch: int, base_sequence: int, record_count: int) -> BatchHeader:
+    """Build a :class:`BatchHeader` from plain ints."""
+    return BatchHeader(ProducerId(producer_id), Epoch(producer_epoch), Sequence(base_sequence), record_count)

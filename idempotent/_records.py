@@ -1,0 +1,122 @@
+"""Record and batch value types shared by the client, the broker and the storage adapters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from ._types import Epoch, ProducerId, Sequence
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+def _headers(value: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None) -> Headers:
+    if value is None:
+        return ()
+    items = value.items() if isinstance(value, Mapping) else value
+    out = []
+    for name, data in items:
+        if not isinstance(name, str):
+            raise TypeError(f"header names must be str, not {type(name).__name__}")
+        if isinstance(data, str):
+            data = data.encode()
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"header {name!r} must be bytes or str, not {type(data).__name__}")
+        out.append((name, bytes(data)))
+    return tuple(out)
+
+
+def _optional_bytes(value: object) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"record keys and values must be bytes, str or None, not {type(value).__name__}")
+
+
+@attrs.frozen
+class Record:
+    """One record as a producer sends it: optional key, value and ordered headers.
+
+    ``str`` keys, values and header values are encoded as UTF-8.
+    """
+
+    value: bytes | None = attrs.field(converter=_optional_bytes)
+    key: bytes | None = attrs.field(default=None, converter=_optional_bytes)
+    headers: Headers = attrs.field(default=(), converter=_headers)
+
+    @property
+    def size(self) -> int:
+        """Approximate encoded size in bytes, used for batching decisions."""
+        total = 16 + len(self.value or b"") + len(self.key or b"")
+        for name, data in self.headers:
+            total += len(name) + len(data) + 4
+        return total
+
+
+def as_record(item: Record | bytes | str | None) -> Record:
+    """Coerce a bytes/str/None value or a :class:`Record` to a :class:`Record`."""
+    if isinstance(item, Record):
+        return item
+    return Record(item)
+
+
+@attrs.frozen
+class BatchHeader:
+    """What the checker needs to know about a batch: who sent it and which sequences it holds."""
+
+    producer_id: ProducerId
+    producer_epoch: Epoch
+    base_sequence: Sequence
+    record_count: int
+
+
+@attrs.frozen
+class StoredRecord:
+    """A record as read back from a partition, with the producer identity it was written under.
+
+    ``producer_id`` is -1 and ``sequence`` -1 for records written with deduplication disabled
+    and no producer identity.
+    """
+
+    offset: int
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp: float = 0.0
+
+
+@attrs.frozen
+class StoredBatch:
+    """A batch boundary as replayed from a partition's log during recovery."""
+
+    base_offset: int
+    producer_id: ProducerId
+    producer_epoch: Epoch
+    base_sequence: Sequence
+    record_count: int
+    timestamp: float
+
+    @property
+    def end_offset(self) -> int:
+        """The offset right after the batch's last record."""
+        return self.base_offset + self.record_count
+
+
+@attrs.frozen
+class Snapshot:
+    """Serialized checker state of one partition, valid for every batch below ``position``.
+
+    Recovery loads it and replays the log from ``position`` on.
+    """
+
+    position: int
+    entries: int
+    taken_at: float
+    data: bytes

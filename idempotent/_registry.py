@@ -1,0 +1,149 @@
+"""Producer ids and epochs: a pure registry the broker persists through its backend.
+
+Ids are allocated from blocks that the backend hands out atomically, so two brokers (or two
+lives of one broker) never give out the same id. Every initialised producer has a record:
+
+* an anonymous producer gets a fresh id at epoch 0;
+* a named producer keeps its id across restarts; each ``init`` bumps its epoch, which
+  fences every older instance; past ``MAX_EPOCH`` the name moves to a fresh id.
+
+``state_lost`` is set when a partition evicted the producer's state: from then on the
+producer may not start on a partition where it has no state, because it cannot prove that
+its next sequence is new there. Re-initialising clears the flag.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ._types import MAX_EPOCH, Epoch, ProducerId
+from .errors import ConfigError
+
+
+@attrs.frozen
+class ProducerRecord:
+    """The broker's durable record of one producer."""
+
+    producer_id: ProducerId
+    producer_epoch: Epoch
+    producer_name: str | None = None
+    state_lost: bool = False
+
+
+class Admission:
+    """Result of :meth:`ProducerRegistry.admit` (an enum-like set of constants)."""
+
+    ADMITTED = "admitted"
+    STATE_LOST = "state_lost"
+    FENCED = "fenced"
+    UNKNOWN = "unknown"
+
+
+MAX_NAME_LENGTH = 1024
+
+
+def validate_name(name: str) -> str:
+    """Return ``name`` if it is usable as a producer name, else raise ConfigError."""
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
+        raise ConfigError(f"producer_name must be a non-empty str of at most {MAX_NAME_LENGTH} characters")
+    if any(ord(c) < 32 for c in name):
+        raise ConfigError("producer_name must not contain control characters")
+    return name
+
+
+class ProducerRegistry:
+    """Ids, names and epochs of all producers the broker has initialised."""
+
+    def __init__(self, records: list[ProducerRecord] | None = None) -> None:
+        self._by_id: dict[int, ProducerRecord] = {}
+        self._by_name: dict[str, ProducerRecord] = {}
+        self._next_id = 0
+        self._block_end = 0
+        for record in records or []:
+            self._store(record)
+
+    def _store(self, record: ProducerRecord) -> None:
+        self._by_id[record.producer_id] = record
+        if record.producer_name is not None:
+            old = self._by_name.get(record.producer_name)
+            if old is not None and old.producer_id != record.producer_id:
+                self._by_id.pop(old.producer_id, None)
+            self._by_name[record.producer_name] = record
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def lookup(self, producer_id: int) -> ProducerRecord | None:
+        """The record of a producer id, or None."""
+        return self._by_id.get(producer_id)
+
+    def by_name(self, name: str) -> ProducerRecord | None:
+        """The record of a named producer, or None."""
+        return self._by_name.get(name)
+
+    def records(self) -> list[ProducerRecord]:
+        """Every record, in id order."""
+        return sorted(self._by_id.values(), key=lambda r: r.producer_id)
+
+    # -- ids -------------------------------------------------------------------------------
+
+    def needs_id_block(self) -> bool:
+        """True when the next allocation needs a new block from the backend."""
+        return self._next_id >= self._block_end
+
+    def add_id_block(self, start: int, size: int) -> None:
+        """Use ids ``start .. start+size-1`` for the next allocations."""
+        self._next_id, self._block_end = start, start + size
+
+    def _take_id(self) -> ProducerId:
+        if self.needs_id_block():
+            raise RuntimeError("no producer id left in the current block")
+        pid = self._next_id
+        self._next_id += 1
+        return ProducerId(pid)
+
+    # -- transitions (the caller persists the returned record) -----------------------------
+
+    def init(self, name: str | None) -> ProducerRecord:
+        """Initialise a producer and return its new record.
+
+        Raises:
+            RuntimeError: an id is needed and ``needs_id_block()`` was not served first.
+        """
+        if name is None:
+            record = ProducerRecord(self._take_id(), Epoch(0))
+        else:
+            old = self._by_name.get(validate_name(name))
+            if old is None:
+                record = ProducerRecord(self._take_id(), Epoch(0), name)
+            elif old.producer_epoch >= MAX_EPOCH:
+                record = ProducerRecord(self._take_id(), Epoch(0), name)
+            else:
+                record = ProducerRecord(old.producer_id, Epoch(old.producer_epoch + 1), name)
+        self._store(record)
+        return record
+
+    def will_need_id(self, name: str | None) -> bool:
+        """True when ``init(name)`` will take a fresh id."""
+        if name is None:
+            return True
+        old = self._by_name.get(name)
+        return old is None or old.producer_epoch >= MAX_EPOCH
+
+    def mark_state_lost(self, producer_id: int) -> ProducerRecord | None:
+        """Flag a producer whose state a partition evicted. Returns the changed record."""
+        record = self._by_id.get(producer_id)
+        if record is None or record.state_lost:
+            return None
+        record = attrs.evolve(record, state_lost=True)
+        self._store(record)
+        return record
+
+    def admit(self, producer_id: int, producer_epoch: int) -> str:
+        """Decide whether a producer may write, before sequences are looked at."""
+        record = self._by_id.get(producer_id)
+        if record is None or producer_epoch > record.producer_epoch:
+            return Admission.UNKNOWN
+        if producer_epoch < record.producer_epoch:
+            return Admission.FENCED
+        return Admission.STATE_LOST if record.state_lost else Admission.ADMITTED

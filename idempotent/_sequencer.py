@@ -1,0 +1,423 @@
+"""The client-side sequencer: a pure state machine that batches, numbers and retries.
+
+Theory of operation
+-------------------
+Records are added per topic-partition into an *open* batch. A batch is sealed when it is
+full (``batch_size`` bytes or ``max_batch_records``), when ``linger`` has passed since its
+first record, or on :meth:`ProducerSequencer.flush`. Sealed batches wait in a queue without a
+sequence. A batch gets its ``base_sequence`` when it is first sent (*drain time*) and keeps it
+across every retry, so a resend is always recognisable by the broker.
+
+Per partition at most ``max_in_flight`` stamped batches are in flight, kept in sequence
+order. Each is either AWAITING an answer or waiting to be RESENT. The answers:
+
+==========================  ===============================================================
+ACCEPTED / DUPLICATE        the batch is done (persisted, with its offset when known)
+OUT_OF_ORDER_SEQUENCE       an earlier batch has not arrived yet: resend in order; if the
+                            expected sequence is none of ours, fail: SequenceDesyncError
+IN_FLIGHT, RETRY errors     resend the same batch after the backoff the shell chose
+FENCED, UNKNOWN_PRODUCER,   the producer fails: every unfinished message ends NOT_PERSISTED
+other fatal errors          (never sent) or POSSIBLY_PERSISTED (sent at least once)
+==========================  ===============================================================
+
+While any batch of a partition waits to be resent, the partition sends nothing new and
+resends only once no answer is outstanding, then all pending resends in sequence order.
+Every message ends in exactly one event: :class:`BatchDelivered` or :class:`BatchFailed`.
+
+The sequencer reads no clock and does no I/O; the shell (``producer.py``) passes ``now``,
+sends what :meth:`batches_to_send` returns, feeds answers back and sleeps until
+:meth:`next_deadline`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Mapping
+
+import attrs
+
+from ._outcomes import DeliveryStatus, Outcome, ProduceResult
+from ._records import Record
+from ._sequence import at_or_before, last_sequence_of, next_sequence
+from ._types import DEFAULT_MAX_IN_FLIGHT, NO_SEQUENCE, TopicPartition
+from .errors import (
+    ConfigError,
+    DeliveryTimeoutError,
+    ProducerClosedError,
+    ProducerError,
+    ProducerFencedError,
+    Recovery,
+    SequenceDesyncError,
+    UnknownProducerError,
+)
+
+
+class BatchState(enum.Enum):
+    """Life cycle of an outgoing batch."""
+
+    OPEN = "open"
+    QUEUED = "queued"
+    AWAITING = "awaiting"
+    RESEND = "resend"
+    DONE = "done"
+
+
+@attrs.define(eq=False)
+class OutgoingBatch:
+    """A batch as the shell sends it; ``attempt`` identifies the current transmission."""
+
+    batch_id: int
+    topic: str
+    partition: int
+    records: list[Record]
+    handles: list[int]
+    created_at: float
+    size: int = 0
+    base_sequence: int = NO_SEQUENCE
+    attempt: int = 0
+    state: BatchState = BatchState.OPEN
+    not_before: float = 0.0
+    sent_at: float = 0.0
+    #: the broker definitely refused the latest attempt (nothing of it was stored by it).
+    refused: bool = False
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@attrs.frozen
+class BatchDelivered:
+    """Every record of ``batch`` is persisted; record i is at ``base_offset + i`` when known."""
+
+    batch: OutgoingBatch
+    base_offset: int | None
+    duplicate: bool
+
+
+@attrs.frozen
+class BatchFailed:
+    """Every record of ``batch`` ended unpersisted or possibly persisted."""
+
+    batch: OutgoingBatch
+    error: ProducerError
+    status: DeliveryStatus
+
+
+Event = BatchDelivered | BatchFailed
+
+
+@attrs.define(eq=False)
+class _Partition:
+    next_sequence: int
+    open: OutgoingBatch | None = None
+    queued: deque[OutgoingBatch] = attrs.field(factory=deque)
+    inflight: list[OutgoingBatch] = attrs.field(factory=list)
+
+
+class ProducerSequencer:
+    """Client-side batching, sequencing and retry logic. See the module docstring.
+
+    Args:
+        producer_id, producer_epoch: the identity from ``init_producer``.
+        last_sequences: last persisted sequence per partition (a resumed named producer).
+        max_in_flight: pipelined batches per partition.
+        batch_size: seal a batch at this many bytes.
+        max_batch_records: seal a batch at this many records.
+        linger: seconds a non-full batch waits for more records.
+        request_timeout: seconds without an answer before a batch is resent.
+        delivery_timeout: seconds after which an unfinished message fails.
+
+    Raises:
+        ConfigError: an option is out of range.
+    """
+
+    def __init__(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        last_sequences: Mapping[TopicPartition, int] | None = None,
+        *,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        batch_size: int = 64 * 1024,
+        max_batch_records: int = 10_000,
+        linger: float = 0.005,
+        request_timeout: float = 30.0,
+        delivery_timeout: float = 120.0,
+    ) -> None:
+        if not 1 <= max_in_flight <= 1000:
+            raise ConfigError(f"max_in_flight must be 1..1000, got {max_in_flight}")
+        if batch_size < 1 or not 1 <= max_batch_records <= 1_000_000:
+            raise ConfigError("batch_size and max_batch_records must be positive (records at most 1,000,000)")
+        if linger < 0 or request_timeout <= 0 or delivery_timeout <= 0:
+            raise ConfigError("linger must be >= 0 and the timeouts positive")
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.max_in_flight = max_in_flight
+        self.batch_size = batch_size
+        self.max_batch_records = max_batch_records
+        self.linger = linger
+        self.request_timeout = request_timeout
+        self.delivery_timeout = delivery_timeout
+        self._last = {TopicPartition(*k): v for k, v in (last_sequences or {}).items()}
+        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._batches: dict[int, OutgoingBatch] = {}
+        self._events: deque[Event] = deque()
+        self._next_batch_id = 0
+        self._next_handle = 0
+        self._flushing = False
+        self._acked: dict[TopicPartition, int] = dict(self._last)
+        self.failure: ProducerError | None = None
+        self.unfinished = 0
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def next_sequence(self, topic: str, partition: int) -> int:
+        """The sequence the next new batch of the partition will start at."""
+        ps = self._partitions.get(TopicPartition(topic, partition))
+        if ps is not None:
+            return ps.next_sequence
+        return next_sequence(self._last.get(TopicPartition(topic, partition), NO_SEQUENCE))
+
+    def last_acknowledged(self, topic: str, partition: int) -> int:
+        """Highest sequence known persisted on the partition (from init or answers), or -1."""
+        return self._acked.get(TopicPartition(topic, partition), NO_SEQUENCE)
+
+    def in_flight(self, topic: str, partition: int) -> int:
+        """Stamped batches of the partition not yet answered for good."""
+        ps = self._partitions.get(TopicPartition(topic, partition))
+        return 0 if ps is None else len(ps.inflight)
+
+    # -- input -----------------------------------------------------------------------------
+
+    def add(self, topic: str, partition: int, record: Record, now: float) -> int:
+        """Queue a record and return its handle (reported back in the batch's ``handles``).
+
+        Raises:
+            ProducerError: the producer has failed (the error that failed it).
+        """
+        if self.failure is not None:
+            raise self.failure
+        tp = TopicPartition(topic, partition)
+        ps = self._partitions.get(tp)
+        if ps is None:
+            ps = self._partitions[tp] = _Partition(next_sequence(self._last.get(tp, NO_SEQUENCE)))
+        batch = ps.open
+        size = record.size
+        if batch is not None and (
+            len(batch.records) >= self.max_batch_records or batch.size + size > self.batch_size
+        ):
+            self._seal(ps)
+            batch = None
+        if batch is None:
+            batch = OutgoingBatch(self._next_batch_id, topic, partition, [], [], now)
+            self._next_batch_id += 1
+            self._batches[batch.batch_id] = batch
+            ps.open = batch
+        handle = self._next_handle
+        self._next_handle += 1
+        batch.records.append(record)
+        batch.handles.append(handle)
+        batch.size += size
+        self.unfinished += 1
+        return handle
+
+    def flush(self) -> None:
+        """Seal every open batch now, and keep sealing at once until :meth:`end_flush`."""
+        self._flushing = True
+
+    def end_flush(self) -> None:
+        """Return to lingering."""
+        self._flushing = False
+
+    @staticmethod
+    def _seal(ps: _Partition) -> None:
+        if ps.open is not None:
+            ps.open.state = BatchState.QUEUED
+            ps.queued.append(ps.open)
+            ps.open = None
+
+    # -- output ----------------------------------------------------------------------------
+
+    def batches_to_send(self, now: float) -> list[OutgoingBatch]:
+        """Batches to transmit now, in order; each is marked AWAITING under a new attempt."""
+        if self.failure is not None:
+            return []
+        out: list[OutgoingBatch] = []
+        for ps in self._partitions.values():
+            if ps.open is not None and (self._flushing or now >= ps.open.created_at + self.linger):
+                self._seal(ps)
+            if any(b.state is BatchState.RESEND for b in ps.inflight):
+                if any(b.state is BatchState.AWAITING for b in ps.inflight):
+                    continue
+                for batch in ps.inflight:
+                    if batch.not_before > now:
+                        break
+                    out.append(self._transmit(batch, now))
+                continue
+            while ps.queued and len(ps.inflight) < self.max_in_flight:
+                batch = ps.queued.popleft()
+                batch.base_sequence = ps.next_sequence
+                ps.next_sequence = next_sequence(ps.next_sequence, len(batch.records))
+                ps.inflight.append(batch)
+                out.append(self._transmit(batch, now))
+        return out
+
+    @staticmethod
+    def _transmit(batch: OutgoingBatch, now: float) -> OutgoingBatch:
+        batch.attempt += 1
+        batch.state = BatchState.AWAITING
+        batch.sent_at = now
+        batch.refused = False
+        return batch
+
+    def next_event(self) -> Event | None:
+        """The next delivery or failure event, or None."""
+        return self._events.popleft() if self._events else None
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`handle_timeout` or :meth:`batches_to_send` next has work, or None."""
+        deadlines: list[float] = []
+        for ps in self._partitions.values():
+            if ps.open is not None:
+                deadlines.append(ps.open.created_at + (0.0 if self._flushing else self.linger))
+                deadlines.append(ps.open.created_at + self.delivery_timeout)
+            if ps.queued:
+                deadlines.append(ps.queued[0].created_at + self.delivery_timeout)
+            for b in ps.inflight:
+                if b.state is BatchState.AWAITING:
+                    deadlines.append(b.sent_at + self.request_timeout)
+                else:
+                    deadlines.append(b.not_before)
+                deadlines.append(b.created_at + self.delivery_timeout)
+        return min(deadlines) if deadlines else None
+
+    # -- answers ---------------------------------------------------------------------------
+
+    def _current(self, batch_id: int, attempt: int) -> OutgoingBatch | None:
+        batch = self._batches.get(batch_id)
+        if batch is None or batch.attempt != attempt or batch.state is not BatchState.AWAITING:
+            return None
+        return batch
+
+    def handle_result(self, batch_id: int, attempt: int, result: ProduceResult, now: float, retry_at: float) -> None:
+        """Feed the broker's answer to one transmission. Stale answers are ignored.
+
+        ``retry_at`` is when a retriable outcome (IN_FLIGHT) may be resent (the shell's backoff).
+        """
+        batch = self._current(batch_id, attempt)
+        if batch is None:
+            return
+        outcome = result.outcome
+        if outcome.stored:
+            tp = batch.topic_partition
+            last = last_sequence_of(batch.base_sequence, len(batch.records))
+            previous = self._acked.get(tp, NO_SEQUENCE)
+            if previous == NO_SEQUENCE or not at_or_before(last, previous):
+                self._acked[tp] = last
+            self._finish(batch)
+            self._events.append(BatchDelivered(batch, result.base_offset, outcome is Outcome.DUPLICATE))
+        elif outcome is Outcome.OUT_OF_ORDER_SEQUENCE:
+            batch.refused = True
+            ps = self._partitions[batch.topic_partition]
+            earlier = {b.base_sequence for b in ps.inflight if b is not batch}
+            if result.expected_sequence in earlier:
+                batch.state, batch.not_before = BatchState.RESEND, now
+            else:
+                self._fail_all(
+                    SequenceDesyncError(
+                        f"{batch.topic_partition}: broker expects sequence {result.expected_sequence}, "
+                        f"which this producer never sent or already saw acknowledged",
+                        result.expected_sequence if result.expected_sequence is not None else -1,
+                    )
+                )
+        elif outcome is Outcome.IN_FLIGHT:
+            batch.state, batch.not_before = BatchState.RESEND, retry_at
+        elif outcome is Outcome.FENCED:
+            batch.refused = True
+            self._fail_all(
+                ProducerFencedError(
+                    f"producer {self.producer_id} epoch {self.producer_epoch} was fenced by epoch {result.producer_epoch}",
+                    self.producer_id,
+                    self.producer_epoch,
+                )
+            )
+        else:
+            batch.refused = True
+            self._fail_all(
+                UnknownProducerError(
+                    f"broker has no state for producer {self.producer_id} on {batch.topic_partition}; "
+                    "initialise a new producer",
+                    self.producer_id,
+                )
+            )
+
+    def handle_error(self, batch_id: int, attempt: int, error: ProducerError, now: float, retry_at: float) -> None:
+        """Feed a failed transmission: retriable errors resend at ``retry_at``, others fail all."""
+        batch = self._current(batch_id, attempt)
+        if batch is None:
+            return
+        if error.recovery is Recovery.RETRY:
+            batch.state, batch.not_before = BatchState.RESEND, retry_at
+        else:
+            self._fail_all(error)
+
+    def handle_timeout(self, now: float) -> None:
+        """Resend transmissions unanswered for ``request_timeout``; fail messages past
+        ``delivery_timeout`` (a batch not yet sent fails alone, a sent one fails the producer)."""
+        if self.failure is not None:
+            return
+        for ps in self._partitions.values():
+            for b in ps.inflight:
+                if b.created_at + self.delivery_timeout <= now:
+                    self._fail_all(
+                        DeliveryTimeoutError(
+                            f"{b.topic_partition}: batch at sequence {b.base_sequence} not acknowledged "
+                            f"within {self.delivery_timeout} s"
+                        )
+                    )
+                    return
+                if b.state is BatchState.AWAITING and b.sent_at + self.request_timeout <= now:
+                    b.state, b.not_before = BatchState.RESEND, now
+            expired = [b for b in ps.queued if b.created_at + self.delivery_timeout <= now]
+            if ps.open is not None and ps.open.created_at + self.delivery_timeout <= now:
+                expired.append(ps.open)
+                ps.open = None
+            for b in expired:
+                if b in ps.queued:
+                    ps.queued.remove(b)
+                self._finish(b)
+                self._events.append(
+                    BatchFailed(
+                        b,
+                        DeliveryTimeoutError(f"{b.topic_partition}: not sent within {self.delivery_timeout} s"),
+                        DeliveryStatus.NOT_PERSISTED,
+                    )
+                )
+
+    def close(self) -> None:
+        """Fail every unfinished message (closing without flush)."""
+        if self.failure is None:
+            self._fail_all(ProducerClosedError("producer closed before the message was delivered"))
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _finish(self, batch: OutgoingBatch) -> None:
+        batch.state = BatchState.DONE
+        self._batches.pop(batch.batch_id, None)
+        ps = self._partitions.get(batch.topic_partition)
+        if ps is not None and batch in ps.inflight:
+            ps.inflight.remove(batch)
+        self.unfinished -= len(batch.records)
+
+    def _fail_all(self, error: ProducerError) -> None:
+        self.failure = error
+        for ps in self._partitions.values():
+            batches = [*ps.inflight, *ps.queued] + ([ps.open] if ps.open is not None else [])
+            ps.inflight, ps.queued, ps.open = [], deque(), None
+            for b in batches:
+                sent_before = b.attempt > 1 or (b.attempt == 1 and not b.refused)
+                status = DeliveryStatus.POSSIBLY_PERSISTED if sent_before else DeliveryStatus.NOT_PERSISTED
+                self._finish(b)
+                self._events.append(BatchFailed(b, error, status))

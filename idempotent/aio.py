@@ -1,0 +1,110 @@
+"""asyncio producer with the same semantics as :class:`idempotent.Producer`.
+
+``await producer.send(...)`` queues the record (waiting while the local buffer is full) and
+returns an :class:`asyncio.Future` of its :class:`RecordMetadata`; ``await
+producer.send_and_wait(...)`` waits for delivery. Blocking work runs in the default executor,
+so the event loop is never blocked by the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._outcomes import RecordMetadata
+from .broker import Broker
+from .errors import QueueFullError
+from .producer import Producer
+
+
+class AsyncProducer:
+    """Exactly-once producer for asyncio. Use ``async with AsyncProducer(url) as p:``.
+
+    Accepts the same arguments as :class:`idempotent.Producer`.
+    """
+
+    def __init__(self, url_or_broker: str | Broker, producer_name: str | None = None, **options: Any) -> None:
+        self._args = (url_or_broker, producer_name)
+        self._options = options
+        self._producer: Producer | None = None
+
+    async def start(self) -> None:
+        """Initialise the producer (``init_producer`` runs in an executor thread)."""
+        if self._producer is None:
+            loop = asyncio.get_running_loop()
+            self._producer = await loop.run_in_executor(
+                None, functools.partial(Producer, *self._args, **self._options)
+            )
+
+    @property
+    def producer(self) -> Producer:
+        """The underlying synchronous producer (after :meth:`start`)."""
+        if self._producer is None:
+            raise RuntimeError("call 'await start()' or use 'async with' first")
+        return self._producer
+
+    @property
+    def producer_id(self) -> int:
+        return self.producer.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self.producer.producer_epoch
+
+    def last_sequence(self, topic: str, partition: int) -> int:
+        return self.producer.last_sequence(topic, partition)
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue a record; return a future of its metadata. Waits while the buffer is full.
+
+        Raises:
+            The same errors as :meth:`idempotent.Producer.send`, except QueueFullError.
+        """
+        producer = self.producer
+        delay = 0.001
+        while True:
+            try:
+                future = producer.send(topic, value, key, partition, headers)
+                break
+            except QueueFullError:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.1)
+        return asyncio.wrap_future(future)
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+    ) -> RecordMetadata:
+        """Send one record and wait until it is delivered (or raise DeliveryFailed)."""
+        return await (await self.send(topic, value, key, partition, headers))
+
+    async def flush(self, timeout: float | None = None) -> int:
+        """Wait until every queued message has ended; return how many are unfinished."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self.producer.flush, timeout)
+
+    async def aclose(self, timeout: float | None = None) -> None:
+        """Flush and close."""
+        if self._producer is not None:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self._producer.close, timeout)
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,111 @@
+"""The storage contract: what a log backend (``adapters/``) provides to the broker.
+
+A backend is a durable, ordered log per topic-partition plus a little metadata. It does no
+sequence checking: the broker's own checker decides what is written, and the backend only
+stores it, keeps each partition in append order and assigns offsets. Adapters translate their
+client's errors into :mod:`idempotent.errors` in one place, at their edge.
+
+Offsets are integers that grow with every append; the records of one batch get consecutive
+offsets ``base_offset .. base_offset + len(records) - 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from typing import Protocol
+
+import attrs
+
+from ._records import BatchHeader, Record, Snapshot, StoredBatch, StoredRecord
+from ._registry import ProducerRecord
+
+
+@attrs.frozen
+class AppendBatch:
+    """A batch the checker accepted, ready to be stored.
+
+    ``header`` is None for records written without producer identity.
+    """
+
+    header: BatchHeader | None
+    records: Sequence[Record]
+    timestamp: float
+
+
+class LogBackend(Protocol):
+    """One small interface per backend; ``idempotent.testing.conformance`` checks it.
+
+    Every method may raise :class:`~idempotent.errors.BackendUnavailableError` (the backend
+    failed; for ``append`` the batch may or may not be stored) and nothing else from the
+    backend's own client library.
+    """
+
+    #: The URL this backend was opened with.
+    url: str
+    #: True when an acknowledged append survives a crash of this process.
+    durable: bool
+
+    def list_topics(self) -> dict[str, int]:
+        """Every topic and its partition count."""
+        ...
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        """Create a topic with ``partitions`` partitions (the caller checks it is new)."""
+        ...
+
+    def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
+        """Store a batch after everything appended to the partition before it.
+
+        ``snapshot``, when given, is the checker state as of just before this batch; a
+        backend that can store it atomically with the batch does so, others store it after.
+
+        Returns:
+            A future of the batch's base offset. Futures of one partition complete in append
+            order. A failed future means the batch may or may not be stored.
+        """
+        ...
+
+    def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
+        """Up to ``max_records`` records with offsets at or after ``offset``, in order."""
+        ...
+
+    def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
+        """Batch boundaries of every batch whose base offset is at or after ``from_offset``."""
+        ...
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        """The offset the next append will get (or higher)."""
+        ...
+
+    def latest_snapshot(self, topic: str, partition: int) -> Snapshot | None:
+        """The newest snapshot stored for the partition, or None."""
+        ...
+
+    def write_snapshot(self, topic: str, partition: int, snapshot: Snapshot) -> None:
+        """Store a snapshot of the checker state."""
+        ...
+
+    def allocate_producer_ids(self, count: int) -> int:
+        """Atomically reserve ``count`` producer ids and return the first one."""
+        ...
+
+    def load_producers(self) -> list[ProducerRecord]:
+        """Every stored producer record."""
+        ...
+
+    def save_producer(self, record: ProducerRecord) -> None:
+        """Store (insert or replace) a producer record, durably before returning."""
+        ...
+
+    def load_settings(self) -> dict[str, str]:
+        """Stored broker settings (deduplication switches and policies)."""
+        ...
+
+    def save_setting(self, key: str, value: str | None) -> None:
+        """Store a setting; None deletes it."""
+        ...
+
+    def close(self) -> None:
+        """Release resources. Appends already acknowledged stay stored."""
+        ...

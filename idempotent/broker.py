@@ -1,0 +1,652 @@
+"""The broker: the sequence checker in front of a log backend, in this process.
+
+This is an I/O shell around the pure core (``_checker``, ``_registry``). It owns the
+clock, the locks and the backend calls; every decision is made by the core.
+
+A produce request flows like this (see ``docs/architecture.md``)::
+
+    admit (registry: fenced? unknown?) -> check (checker) -> push -> backend.append
+        -> commit (checker, in log order) -> ProduceResult
+
+Each partition has its own lock and checker. A partition's checker is built lazily, from the
+newest snapshot plus a replay of the log written after it. When an append fails, its outcome
+is unknown, so the partition discards its in-flight state and rebuilds it from the log once
+the outstanding appends have drained; until then requests get a retriable
+:class:`~idempotent.errors.PartitionRecoveringError`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import attrs
+
+from ._checker import CheckerConfig, PartitionChecker, Policy, make_header, validate_header
+from ._outcomes import Outcome, ProduceResult
+from ._records import Record, StoredRecord, as_record
+from ._registry import Admission, ProducerRecord, ProducerRegistry
+from ._types import TopicPartition, namespace_of
+from .backend import AppendBatch, LogBackend
+from .errors import (
+    BackendUnavailableError,
+    ConfigError,
+    InvalidBatchError,
+    InvalidTopicError,
+    PartitionRecoveringError,
+    ProducerClosedError,
+    ProducerError,
+    RequestTimeoutError,
+)
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-/]{1,249}$")
+MAX_PARTITIONS = 10_000
+
+
+def validate_topic(topic: str) -> str:
+    """Return ``topic`` if it is a valid name, else raise :class:`InvalidTopicError`."""
+    if not isinstance(topic, str) or not _TOPIC_RE.match(topic) or topic.startswith("/") or "//" in topic:
+        raise InvalidTopicError(
+            f"invalid topic name {topic!r}: use 1-249 characters from letters, digits, '.', '_', '-', '/'"
+        )
+    return topic
+
+
+@attrs.frozen
+class BrokerConfig:
+    """Broker-wide options.
+
+    Attributes:
+        checker: window, producer bounds and snapshot cadence of every partition.
+        default_partitions: partition count of topics created on first produce.
+        auto_create_topics: create unknown topics on first produce (else InvalidTopicError).
+        deduplication: broker-wide default; topics and namespaces can override it.
+        policy: broker-wide default sequence policy; topics and namespaces can override it.
+        id_block_size: producer ids reserved from the backend at a time.
+        append_timeout: seconds ``produce`` waits for the backend to acknowledge.
+        maintenance_interval: seconds between expiry/snapshot sweeps (0 disables the thread).
+    """
+
+    checker: CheckerConfig = attrs.field(factory=CheckerConfig)
+    default_partitions: int = 1
+    auto_create_topics: bool = True
+    deduplication: bool = True
+    policy: Policy = Policy.STRICT
+    id_block_size: int = 1000
+    append_timeout: float = 30.0
+    maintenance_interval: float = 10.0
+
+    def __attrs_post_init__(self) -> None:
+        if not 1 <= self.default_partitions <= MAX_PARTITIONS:
+            raise ConfigError(f"default_partitions must be 1..{MAX_PARTITIONS}")
+        if self.id_block_size < 1:
+            raise ConfigError("id_block_size must be positive")
+
+
+class LastSequences(Mapping[TopicPartition, int]):
+    """Read-only mapping ``(topic, partition) -> last persisted sequence``; -1 when none."""
+
+    def __init__(self, values: Mapping[TopicPartition, int]) -> None:
+        self._values = dict(values)
+
+    def __getitem__(self, key: tuple[str, int]) -> int:
+        return self._values.get(TopicPartition(*key), -1)
+
+    def __iter__(self) -> Iterator[TopicPartition]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def __repr__(self) -> str:
+        return f"LastSequences({self._values!r})"
+
+
+@attrs.frozen
+class ProducerSession:
+    """What ``init_producer`` returns: the identity to stamp on batches."""
+
+    producer_id: int
+    producer_epoch: int
+    producer_name: str | None
+    last_sequences: LastSequences
+
+
+@attrs.frozen
+class ProducerStats:
+    """One producer's state on one partition, as ``stats`` reports it."""
+
+    producer_id: int
+    producer_epoch: int
+    producer_name: str | None
+    last_sequence: int
+    last_offset: int
+    last_timestamp: float
+
+
+@attrs.frozen
+class PartitionStats:
+    """State of one partition's checker."""
+
+    topic: str
+    partition: int
+    status: str
+    deduplication: bool
+    policy: str
+    position: int
+    pending: int
+    snapshot_position: int
+    snapshot_age: float | None
+    entries_since_snapshot: int
+    recovery_seconds: float
+    replayed_batches: int
+    producers: tuple[ProducerStats, ...]
+
+
+class _Partition:
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.checker: PartitionChecker | None = None
+        self.failed = False
+        self.outstanding = 0
+        self.recovery_seconds = 0.0
+        self.replayed = 0
+
+
+class Broker:
+    """The sequence checker in front of a log backend. Thread-safe.
+
+    Use :func:`idempotent.connect` to open one from a URL.
+    """
+
+    def __init__(self, backend: LogBackend, config: BrokerConfig | None = None) -> None:
+        self.backend = backend
+        self.config = config or BrokerConfig()
+        self._closed = False
+        self._lock = threading.RLock()
+        self._registry = ProducerRegistry(backend.load_producers())
+        self._settings = dict(backend.load_settings())
+        self._topics = dict(backend.list_topics())
+        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._stop = threading.Event()
+        self._maintainer: threading.Thread | None = None
+        if self.config.maintenance_interval > 0:
+            self._maintainer = threading.Thread(target=self._maintain_loop, name="idempotent-maintenance", daemon=True)
+            self._maintainer.start()
+
+    @property
+    def url(self) -> str:
+        """The backend URL this broker stores into."""
+        return self.backend.url
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        """Create a topic. Idempotent when it already exists with the same partition count.
+
+        Raises:
+            InvalidTopicError: bad name, bad count, or the topic exists with another count.
+        """
+        self._check_open()
+        validate_topic(name)
+        if not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidTopicError(f"partitions must be an int in 1..{MAX_PARTITIONS}, got {partitions!r}")
+        with self._lock:
+            existing = self._topics.get(name)
+            if existing is not None:
+                if existing != partitions:
+                    raise InvalidTopicError(f"topic {name!r} exists with {existing} partitions, not {partitions}")
+                return
+            self.backend.create_topic(name, partitions)
+            self._topics[name] = partitions
+
+    def topics(self) -> dict[str, int]:
+        """Every topic and its partition count."""
+        with self._lock:
+            return dict(self._topics)
+
+    def partitions_for(self, topic: str, *, create: bool = True) -> int:
+        """The partition count of ``topic``, creating it first if allowed and needed.
+
+        Raises:
+            InvalidTopicError: unknown topic (with ``create`` False or auto-creation off).
+        """
+        with self._lock:
+            count = self._topics.get(topic)
+            if count is not None:
+                return count
+        if not (create and self.config.auto_create_topics):
+            raise InvalidTopicError(f"unknown topic {topic!r}")
+        try:
+            self.create_topic(topic, self.config.default_partitions)
+        except InvalidTopicError:
+            with self._lock:
+                if topic in self._topics:
+                    return self._topics[topic]
+            raise
+        return self._topics[topic]
+
+    def _partition(self, topic: str, partition: int, *, create: bool = True) -> _Partition:
+        validate_topic(topic)
+        count = self.partitions_for(topic, create=create)
+        if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < count:
+            raise InvalidTopicError(f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")
+        tp = TopicPartition(topic, partition)
+        with self._lock:
+            part = self._partitions.get(tp)
+            if part is None:
+                part = self._partitions[tp] = _Partition(tp)
+            return part
+
+    # -- settings --------------------------------------------------------------------------
+
+    def set_deduplication(self, enabled: bool | None, *, topic: str | None = None, namespace: str | None = None) -> None:
+        """Switch deduplication on or off for a topic, a namespace, or (neither) the broker.
+
+        ``None`` removes the override so the next level applies (topic, namespace, broker).
+        """
+        self._set("dedup", None if enabled is None else ("1" if enabled else "0"), topic, namespace)
+
+    def set_policy(self, policy: Policy | str | None, *, topic: str | None = None, namespace: str | None = None) -> None:
+        """Set the sequence policy (``strict`` or ``monotonic``) at one level, or clear it.
+
+        Raises:
+            ConfigError: unknown policy.
+        """
+        value = None
+        if policy is not None:
+            try:
+                value = Policy(policy).value
+            except ValueError:
+                raise ConfigError(f"unknown policy {policy!r}: use 'strict' or 'monotonic'") from None
+        self._set("policy", value, topic, namespace)
+
+    def _set(self, kind: str, value: str | None, topic: str | None, namespace: str | None) -> None:
+        self._check_open()
+        if topic is not None and namespace is not None:
+            raise ConfigError("give a topic or a namespace, not both")
+        if topic is not None:
+            key = f"{kind}:topic:{validate_topic(topic)}"
+        elif namespace is not None:
+            key = f"{kind}:ns:{namespace}"
+        else:
+            key = f"{kind}:broker"
+        with self._lock:
+            self.backend.save_setting(key, value)
+            if value is None:
+                self._settings.pop(key, None)
+            else:
+                self._settings[key] = value
+
+    def _resolve(self, kind: str, topic: str) -> str | None:
+        settings = self._settings
+        for key in (f"{kind}:topic:{topic}", f"{kind}:ns:{namespace_of(topic)}", f"{kind}:broker"):
+            value = settings.get(key)
+            if value is not None:
+                return value
+        return None
+
+    def deduplication_enabled(self, topic: str) -> bool:
+        """Whether the checker rejects duplicates and gaps on ``topic``."""
+        value = self._resolve("dedup", topic)
+        return self.config.deduplication if value is None else value == "1"
+
+    def policy_for(self, topic: str) -> Policy:
+        """The sequence policy in force on ``topic``."""
+        value = self._resolve("policy", topic)
+        return self.config.policy if value is None else Policy(value)
+
+    # -- producers -------------------------------------------------------------------------
+
+    def init_producer(self, producer_name: str | None = None, *, timeout: float = 30.0) -> ProducerSession:
+        """Allocate a producer id, or re-initialise a named producer.
+
+        A named producer keeps its id, gets its epoch bumped (fencing every older instance)
+        and learns its last persisted sequence on every partition, so it can continue its
+        sequences. Batches the old instance still has in flight are waited for (up to
+        ``timeout``) so that the sequences returned are final.
+
+        Raises:
+            ConfigError: bad name.
+            BackendUnavailableError: the registry could not be stored; nothing changed.
+            RequestTimeoutError: in-flight batches of the old instance did not drain.
+        """
+        self._check_open()
+        with self._lock:
+            if self._registry.will_need_id(producer_name) and self._registry.needs_id_block():
+                start = self.backend.allocate_producer_ids(self.config.id_block_size)
+                self._registry.add_id_block(start, self.config.id_block_size)
+            previous = self._registry.by_name(producer_name) if producer_name is not None else None
+            record = self._registry.init(producer_name)
+            try:
+                self.backend.save_producer(record)
+            except BaseException:
+                self._registry = ProducerRegistry(
+                    [r for r in self._registry.records() if r.producer_id != record.producer_id]
+                    + ([previous] if previous is not None else [])
+                )
+                raise
+        last: dict[TopicPartition, int] = {}
+        if producer_name is not None and (previous is None or previous.producer_id == record.producer_id):
+            deadline = time.monotonic() + timeout
+            for part in self._all_partitions():
+                with part.lock:
+                    checker = self._ready(part)
+                    ok = part.cond.wait_for(
+                        lambda: self._drained(part, record.producer_id), max(0.0, deadline - time.monotonic())
+                    )
+                    if not ok:
+                        raise RequestTimeoutError(f"in-flight batches of {producer_name!r} on {part.tp} did not drain")
+                    checker = self._ready(part)
+                    seq = checker.last_sequence(record.producer_id)
+                    if seq >= 0:
+                        last[part.tp] = seq
+        return ProducerSession(record.producer_id, record.producer_epoch, record.producer_name, LastSequences(last))
+
+    @staticmethod
+    def _drained(part: _Partition, producer_id: int) -> bool:
+        if part.failed and part.outstanding == 0:
+            return True
+        checker = part.checker
+        state = checker.producer(producer_id) if checker is not None else None
+        return state is None or state.pending == 0
+
+    def _all_partitions(self) -> list[_Partition]:
+        return [self._partition(t, p) for t, n in sorted(self.topics().items()) for p in range(n)]
+
+    def producer_record(self, producer_id: int) -> ProducerRecord | None:
+        """The registry record of a producer id, or None."""
+        with self._lock:
+            return self._registry.lookup(producer_id)
+
+    # -- produce ---------------------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+    ) -> ProduceResult:
+        """Check a batch and store it if accepted. Blocks until it is durable.
+
+        Args:
+            records: bytes values, or :class:`Record` objects with key, value and headers.
+
+        Returns:
+            The outcome; see :class:`idempotent.Outcome`.
+
+        Raises:
+            InvalidBatchError, InvalidTopicError: bad input; nothing changed.
+            BackendUnavailableError, RequestTimeoutError: the append's outcome is unknown;
+                retrying the same batch is safe.
+            PartitionRecoveringError: retry shortly.
+        """
+        future = self.submit_produce(topic, partition, producer_id, producer_epoch, base_sequence, records)
+        try:
+            return future.result(self.config.append_timeout)
+        except TimeoutError:
+            raise RequestTimeoutError(f"no acknowledgement from {self.url} within {self.config.append_timeout} s") from None
+
+    def submit_produce(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+    ) -> Future[ProduceResult]:
+        """Like :meth:`produce`, but return at once with a future of the result.
+
+        Batches submitted for one partition are written in submission order, so a client may
+        pipeline several. Input errors are raised here; backend errors end up on the future.
+        """
+        self._check_open()
+        header = make_header(producer_id, producer_epoch, base_sequence, len(records) if hasattr(records, "__len__") else 0)
+        for value in (producer_id, producer_epoch, base_sequence):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidBatchError(f"producer_id, producer_epoch and base_sequence must be ints, got {value!r}")
+        if isinstance(records, bytes | str) or not isinstance(records, Sequence):
+            raise InvalidBatchError("records must be a list of bytes values or Record objects")
+        if not records:
+            raise InvalidBatchError("empty batch: a batch needs at least one record")
+        try:
+            batch_records = [as_record(r) for r in records]
+        except TypeError as exc:
+            raise InvalidBatchError(str(exc)) from None
+        validate_header(header)
+        part = self._partition(topic, partition)
+        now = time.time()
+        with part.lock:
+            checker = self._ready(part)
+            admission = self._registry.admit(producer_id, producer_epoch)
+            if admission == Admission.UNKNOWN:
+                return _done(ProduceResult(Outcome.UNKNOWN_PRODUCER))
+            if admission == Admission.FENCED:
+                record = self._registry.lookup(producer_id)
+                return _done(ProduceResult(Outcome.FENCED, producer_epoch=record.producer_epoch if record else None))
+            result = checker.check(
+                header,
+                admitted=admission == Admission.ADMITTED,
+                policy=self.policy_for(topic),
+                enabled=self.deduplication_enabled(topic),
+            )
+            if result.outcome is not Outcome.ACCEPTED:
+                return _done(result)
+            snapshot = checker.snapshot(now) if checker.pending == 0 and checker.snapshot_due(now) else None
+            ticket = checker.push(header, now)
+            part.outstanding += 1
+            try:
+                appended = self.backend.append(topic, partition, AppendBatch(header, batch_records, now), snapshot)
+            except ProducerError as exc:
+                appended = Future()
+                appended.set_exception(exc)
+        out: Future[ProduceResult] = Future()
+        appended.add_done_callback(lambda f: self._appended(part, ticket, f, out))
+        return out
+
+    def _appended(self, part: _Partition, ticket: Any, appended: Future[int], out: Future[ProduceResult]) -> None:
+        exc = appended.exception()
+        evicted = []
+        with part.lock:
+            part.outstanding -= 1
+            checker = part.checker
+            if exc is not None:
+                if checker is not None and checker.generation == ticket.generation:
+                    checker.discard_pending()
+                part.failed = True
+            elif checker is not None:
+                evicted = checker.commit(ticket, appended.result())
+                now = time.time()
+                if checker.snapshot_due(now) and checker.entries_since_snapshot >= 2 * checker.config.snapshot_entries:
+                    self._write_snapshot(part, checker, now)
+            part.cond.notify_all()
+        self._evicted(evicted)
+        if exc is not None:
+            if not isinstance(exc, ProducerError):
+                exc = BackendUnavailableError(f"append to {part.tp} failed: {exc!r}")
+            out.set_exception(exc)
+        else:
+            out.set_result(ProduceResult(Outcome.ACCEPTED, base_offset=appended.result()))
+
+    def _write_snapshot(self, part: _Partition, checker: PartitionChecker, now: float) -> None:
+        try:
+            self.backend.write_snapshot(part.tp.topic, part.tp.partition, checker.snapshot(now))
+        except ProducerError:
+            checker.entries_since_snapshot = max(checker.entries_since_snapshot, 1)
+
+    def _evicted(self, producer_ids: list[int]) -> None:
+        if not producer_ids:
+            return
+        with self._lock:
+            for pid in producer_ids:
+                record = self._registry.mark_state_lost(pid)
+                if record is not None:
+                    self.backend.save_producer(record)
+
+    def _ready(self, part: _Partition) -> PartitionChecker:
+        """Return the partition's checker, recovering it first if needed. Needs part.lock."""
+        if part.checker is not None and not part.failed:
+            return part.checker
+        if part.outstanding:
+            raise PartitionRecoveringError(f"{part.tp} is recovering: {part.outstanding} appends still outstanding")
+        started = time.monotonic()
+        topic, partition = part.tp
+        snapshot = self.backend.latest_snapshot(topic, partition)
+        start = snapshot.position if snapshot is not None else 0
+        checker, replayed, evicted = PartitionChecker.recover(
+            snapshot, self.backend.replay(topic, partition, start), self.config.checker
+        )
+        evicted += checker.expire(time.time())
+        part.checker, part.failed = checker, False
+        part.recovery_seconds = time.monotonic() - started
+        part.replayed = replayed
+        self._evicted(evicted)
+        return checker
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[StoredRecord]:
+        """Read up to ``max_records`` stored records from ``offset`` on.
+
+        Raises:
+            InvalidTopicError: unknown topic or partition.
+            ConfigError: negative offset or non-positive max_records.
+        """
+        self._check_open()
+        if not isinstance(offset, int) or offset < 0:
+            raise ConfigError(f"offset must be a non-negative int, got {offset!r}")
+        if not isinstance(max_records, int) or max_records < 1:
+            raise ConfigError(f"max_records must be a positive int, got {max_records!r}")
+        self._partition(topic, partition, create=False)
+        return self.backend.read(topic, partition, offset, max_records)
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        """The offset the next stored record of the partition will get."""
+        self._partition(topic, partition, create=False)
+        return self.backend.end_offset(topic, partition)
+
+    # -- observability and maintenance -------------------------------------------------------
+
+    def stats(self, topic: str | None = None) -> list[PartitionStats]:
+        """Checker state of every partition (of one topic), recovering partitions as needed."""
+        self._check_open()
+        names = [topic] if topic is not None else sorted(self.topics())
+        out = []
+        now = time.time()
+        for name in names:
+            for p in range(self.partitions_for(name, create=False)):
+                part = self._partition(name, p, create=False)
+                with part.lock:
+                    checker = self._ready(part)
+                    producers = tuple(
+                        ProducerStats(
+                            pid,
+                            s.producer_epoch,
+                            (r.producer_name if (r := self._registry.lookup(pid)) else None),
+                            s.last_sequence,
+                            s.last_offset,
+                            s.last_timestamp,
+                        )
+                        for pid, s in sorted(checker.producers().items())
+                    )
+                    out.append(
+                        PartitionStats(
+                            name,
+                            p,
+                            "recovering" if part.failed else "ready",
+                            self.deduplication_enabled(name),
+                            self.policy_for(name).value,
+                            checker.position,
+                            checker.pending,
+                            checker.last_snapshot_position,
+                            (now - checker.last_snapshot_at) if checker.last_snapshot_position >= 0 else None,
+                            checker.entries_since_snapshot,
+                            part.recovery_seconds,
+                            part.replayed,
+                            producers,
+                        )
+                    )
+        return out
+
+    def checker_state(self, topic: str, partition: int) -> dict[int, tuple[object, ...]]:
+        """The persisted checker state of one partition as plain values (for tests and tools)."""
+        part = self._partition(topic, partition, create=False)
+        with part.lock:
+            return self._ready(part).state()
+
+    def maintain(self, now: float | None = None) -> None:
+        """Expire idle producers and write snapshots that are due (time-based trigger)."""
+        now = time.time() if now is None else now
+        with self._lock:
+            parts = list(self._partitions.values())
+        for part in parts:
+            evicted: list[int] = []
+            with part.lock:
+                checker = part.checker
+                if checker is None or part.failed:
+                    continue
+                evicted = checker.expire(now)
+                if checker.snapshot_due(now):
+                    self._write_snapshot(part, checker, now)
+            self._evicted(evicted)
+
+    def _maintain_loop(self) -> None:
+        while not self._stop.wait(self.config.maintenance_interval):
+            try:
+                self.maintain()
+            except Exception:  # the sweep is retried next interval; never kill the thread
+                continue
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ProducerClosedError(f"broker for {self.url} is closed")
+
+    def close(self) -> None:
+        """Snapshot every partition with new entries and close the backend.
+
+        Appends already acknowledged stay stored; pending ones are waited for briefly.
+        """
+        if self._closed:
+            return
+        self._stop.set()
+        with self._lock:
+            parts = list(self._partitions.values())
+        now = time.time()
+        for part in parts:
+            with part.lock:
+                part.cond.wait_for(lambda p=part: p.outstanding == 0, 5.0)  # type: ignore[misc]
+                checker = part.checker
+                if checker is not None and not part.failed and checker.pending == 0 and checker.entries_since_snapshot:
+                    self._write_snapshot(part, checker, now)
+        self._closed = True
+        self.backend.close()
+
+    def abandon(self) -> None:
+        """Drop this broker without snapshots or a clean close, as a crash would (tests)."""
+        self._stop.set()
+        self._closed = True
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _done(result: ProduceResult) -> Future[ProduceResult]:
+    future: Future[ProduceResult] = Future()
+    future.set_result(result)
+    return future

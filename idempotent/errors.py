@@ -1,0 +1,227 @@
+"""The exception tree of idempotent, and how to recover from each error.
+
+Outcomes such as DUPLICATE or OUT_OF_ORDER_SEQUENCE are values (:class:`idempotent.Outcome`);
+exceptions are reserved for terminal failures of a call, a batch or a producer.
+
+Every error has two coordinates: *who* is at fault (the branch of the tree) and *what to do*
+(``error.recovery``, a :class:`Recovery`)::
+
+    ProducerError                         root of everything raised by idempotent
+    ├── UsageError                        local misuse; the object stays usable       FATAL
+    │   ├── ConfigError                   bad option or URL                           FATAL
+    │   ├── InvalidBatchError             malformed batch; broker state unchanged     FATAL
+    │   ├── InvalidTopicError             bad topic name or partition                 FATAL
+    │   ├── QueueFullError                local buffer full; poll or flush first      RETRY
+    │   └── ProducerClosedError           the producer or broker is closed            FATAL
+    ├── BrokerError                       the broker refused                           (varies)
+    │   ├── ProducerFencedError           a newer instance took the name over         FATAL
+    │   ├── UnknownProducerError          broker lost or never had this producer      RESET_PRODUCER
+    │   ├── SequenceDesyncError           broker and producer disagree on sequences   BUMP_EPOCH
+    │   └── PartitionRecoveringError      partition is rebuilding its state           RETRY
+    ├── TransportError                    I/O failed; outcome unknown                 RETRY
+    │   ├── BackendUnavailableError       the storage backend failed or timed out     RETRY
+    │   ├── RequestTimeoutError           no answer in time                           RETRY
+    │   └── DeliveryTimeoutError          a sent batch outlived delivery_timeout      BUMP_EPOCH
+    └── DeliveryFailed                    a message's terminal failure, set on its future;
+                                          ``status`` says NOT_PERSISTED or POSSIBLY_PERSISTED,
+                                          ``__cause__`` holds the error above that caused it
+
+Recovery classes:
+
+* ``RETRY``: send again with the same producer id, epoch and sequences; safe, the broker
+  deduplicates. The producer does this itself until its delivery timeout.
+* ``BUMP_EPOCH``: re-initialise the same named producer (new epoch, sequences continued from
+  the broker's last stored sequence), then resend what was not persisted.
+* ``RESET_PRODUCER``: initialise again; an anonymous producer gets a new id, so messages that
+  were possibly persisted can no longer be deduplicated.
+* ``FATAL``: do not retry; fix the cause (or, for a fenced producer, let the newer instance
+  carry on).
+
+All exceptions pickle and unpickle with their fields (they cross Spark's driver/executor
+boundary), because their attrs fields are positional.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar
+
+import attrs
+
+from ._outcomes import DeliveryStatus
+
+
+class Recovery(enum.Enum):
+    """What a caller should do after an error."""
+
+    RETRY = "retry"
+    BUMP_EPOCH = "bump_epoch"
+    RESET_PRODUCER = "reset_producer"
+    FATAL = "fatal"
+
+
+@attrs.frozen(str=False)
+class ProducerError(Exception):
+    """Root of the tree. ``message`` says what happened in words."""
+
+    message: str
+    recovery: ClassVar[Recovery] = Recovery.FATAL
+    code: ClassVar[int] = 1
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def retriable(self) -> bool:
+        """True when retrying the same request is safe and may succeed."""
+        return self.recovery is Recovery.RETRY
+
+    @classmethod
+    def for_code(cls, code: int) -> type[ProducerError]:
+        """Return the error class registered for a numeric ``code`` (the root if unknown)."""
+        return _BY_CODE.get(code, ProducerError)
+
+
+@attrs.frozen(str=False)
+class UsageError(ProducerError):
+    """The caller used the API wrongly. Nothing changed; the object stays usable."""
+
+    code: ClassVar[int] = 10
+
+
+@attrs.frozen(str=False)
+class ConfigError(UsageError):
+    """An option, URL or argument has a bad value."""
+
+    code: ClassVar[int] = 11
+
+
+@attrs.frozen(str=False)
+class InvalidBatchError(UsageError):
+    """The broker refused a malformed batch (bad sequence, size or shape). State unchanged."""
+
+    code: ClassVar[int] = 12
+
+
+@attrs.frozen(str=False)
+class InvalidTopicError(UsageError):
+    """A topic name is invalid or a partition does not exist."""
+
+    code: ClassVar[int] = 13
+
+
+@attrs.frozen(str=False)
+class QueueFullError(UsageError):
+    """The producer's local buffer is full; flush or wait, then send again."""
+
+    recovery: ClassVar[Recovery] = Recovery.RETRY
+    code: ClassVar[int] = 14
+
+
+@attrs.frozen(str=False)
+class ProducerClosedError(UsageError):
+    """The producer or broker was closed."""
+
+    code: ClassVar[int] = 15
+
+
+@attrs.frozen(str=False)
+class BrokerError(ProducerError):
+    """The broker refused a request for a reason on its side."""
+
+    code: ClassVar[int] = 20
+
+
+@attrs.frozen(str=False)
+class ProducerFencedError(BrokerError):
+    """A newer instance of this producer (a higher epoch) exists; this instance must stop."""
+
+    producer_id: int = -1
+    producer_epoch: int = -1
+    code: ClassVar[int] = 21
+
+
+@attrs.frozen(str=False)
+class UnknownProducerError(BrokerError):
+    """The broker has no state for this producer (never initialised, or evicted)."""
+
+    producer_id: int = -1
+    recovery: ClassVar[Recovery] = Recovery.RESET_PRODUCER
+    code: ClassVar[int] = 22
+
+
+@attrs.frozen(str=False)
+class SequenceDesyncError(BrokerError):
+    """The broker expects a sequence the producer cannot supply (its acknowledged data is
+    not where it should be). Re-initialise to continue from the broker's truth."""
+
+    expected_sequence: int = -1
+    recovery: ClassVar[Recovery] = Recovery.BUMP_EPOCH
+    code: ClassVar[int] = 23
+
+
+@attrs.frozen(str=False)
+class PartitionRecoveringError(BrokerError):
+    """The partition is rebuilding its checker state after a failure; retry shortly."""
+
+    recovery: ClassVar[Recovery] = Recovery.RETRY
+    code: ClassVar[int] = 24
+
+
+@attrs.frozen(str=False)
+class TransportError(ProducerError):
+    """An I/O failure: the request may or may not have been carried out."""
+
+    recovery: ClassVar[Recovery] = Recovery.RETRY
+    code: ClassVar[int] = 30
+
+
+@attrs.frozen(str=False)
+class BackendUnavailableError(TransportError):
+    """The storage backend (SQLite, Kafka, Pulsar) failed or timed out."""
+
+    code: ClassVar[int] = 31
+
+
+@attrs.frozen(str=False)
+class RequestTimeoutError(TransportError):
+    """No answer arrived in time."""
+
+    code: ClassVar[int] = 32
+
+
+@attrs.frozen(str=False)
+class DeliveryTimeoutError(TransportError):
+    """A batch that was already sent outlived the delivery timeout. Its sequences cannot be
+    skipped, so the producer stops; a named producer re-initialises to learn what was stored."""
+
+    recovery: ClassVar[Recovery] = Recovery.BUMP_EPOCH
+    code: ClassVar[int] = 33
+
+
+@attrs.frozen(str=False)
+class DeliveryFailed(ProducerError):
+    """A message's terminal failure, set as the exception of its future.
+
+    ``status`` is NOT_PERSISTED (safe to send again as new data) or POSSIBLY_PERSISTED
+    (may be in the log; sending again may duplicate unless the same producer name resumes).
+    ``__cause__`` is the error that ended the batch, and ``recovery`` is copied from it.
+    """
+
+    status: DeliveryStatus = DeliveryStatus.NOT_PERSISTED
+    cause_recovery: Recovery = Recovery.FATAL
+    code: ClassVar[int] = 40
+
+    @property
+    def recovery(self) -> Recovery:  # type: ignore[override]
+        return self.cause_recovery
+
+
+def _subclasses(cls: type[ProducerError]) -> list[type[ProducerError]]:
+    out = [cls]
+    for sub in cls.__subclasses__():
+        out.extend(_subclasses(sub))
+    return out
+
+
+_BY_CODE: dict[int, type[ProducerError]] = {c.code: c for c in _subclasses(ProducerError)}

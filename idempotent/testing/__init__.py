@@ -1,0 +1,1 @@
+"""Test helpers: conformance suite, fault injection and real broker services."""
