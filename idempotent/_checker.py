@@ -474,13 +474,18 @@ class PartitionChecker:
         self.last_snapshot_position = snapshot.position
 
     @classmethod
-    def restore(cls, snapshot: Snapshot | None, config: CheckerConfig | None = None) -> PartitionChecker:
+    def restore(
+        cls, snapshot: Snapshot | None, config: CheckerConfig | None = None, *, now: float = 0.0
+    ) -> PartitionChecker:
         """Build a checker from a snapshot (or an empty one from None).
+
+        ``now`` starts the snapshot clock when there is no snapshot.
 
         Raises:
             ValueError: the snapshot bytes are not a snapshot of a known format.
         """
         checker = cls(config)
+        checker.last_snapshot_at = now
         if snapshot is None:
             return checker
         try:
@@ -510,13 +515,15 @@ class PartitionChecker:
         snapshot: Snapshot | None,
         batches: Iterable[StoredBatch],
         config: CheckerConfig | None = None,
+        *,
+        now: float = 0.0,
     ) -> tuple[PartitionChecker, int, list[ProducerId]]:
         """Restore from ``snapshot`` and apply the batches written after it.
 
         Returns:
             The checker, how many batches were replayed, and producers evicted while doing so.
         """
-        checker = cls.restore(snapshot, config)
+        checker = cls.restore(snapshot, config, now=now)
         replayed = 0
         evicted: list[ProducerId] = []
         for batch in batches:

@@ -507,7 +507,7 @@ class Broker:
         snapshot = self.backend.latest_snapshot(topic, partition)
         start = snapshot.position if snapshot is not None else 0
         checker, replayed, evicted = PartitionChecker.recover(
-            snapshot, self.backend.replay(topic, partition, start), self.config.checker
+            snapshot, self.backend.replay(topic, partition, start), self.config.checker, now=time.time()
         )
         evicted += checker.expire(time.time())
         part.checker, part.failed = checker, False

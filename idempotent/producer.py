@@ -114,14 +114,14 @@ class Producer:
         self._counter = itertools.count()
         self._closing = False
         self._closed = False
-        self._wait = tenacity.wait_exponential_jitter(initial=0.005, max=1.0, jitter=0.005)
+        self._wait = tenacity.wait_exponential_jitter(multiplier=0.005, max=1.0, jitter=0.005)
         self._thread = threading.Thread(target=self._run, name="idempotent-sender", daemon=True)
         self._thread.start()
 
     def _init(self, producer_name: str | None, timeout: float) -> ProducerSession:
         for attempt in tenacity.Retrying(
             retry=tenacity.retry_if_exception(_retriable),
-            wait=tenacity.wait_exponential_jitter(initial=0.05, max=2.0),
+            wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
             stop=tenacity.stop_after_delay(timeout),
             reraise=True,
         ):
