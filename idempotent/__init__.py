@@ -11,9 +11,7 @@ SQLite (embedded default), Kafka and Pulsar serve as the durable log underneath.
     0
 """
 
-from __future__ import annotations
-
-from typing import Any
+from typing import Any as _Any
 
 from ._checker import CheckerConfig, Policy
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult, RecordMetadata
@@ -46,7 +44,7 @@ from .producer import Producer
 __version__ = "0.1.0"
 
 
-def connect(url: str, config: BrokerConfig | None = None, **options: Any) -> Broker:
+def connect(url: str, config: BrokerConfig | None = None, **options: _Any) -> Broker:
     """Open a broker over the backend a URL names.
 
     URLs: ``memory://[name]`` (in-process, with fault injection), ``sqlite:///file.db`` (the

@@ -214,7 +214,9 @@ class PartitionChecker:
 
     def state(self) -> dict[int, tuple[object, ...]]:
         """The persisted state as plain values (what a snapshot holds), for comparisons."""
-        return {pid: s.persisted_view() for pid, s in self._producers.items()}
+        return {
+            pid: s.persisted_view() for pid, s in self._producers.items() if s.last_sequence != NO_SEQUENCE
+        }
 
     # -- decisions -------------------------------------------------------------------------
 

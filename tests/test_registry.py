@@ -1,0 +1,65 @@
+"""Producer ids, names and epochs (idempotent/_registry.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from idempotent._registry import Admission, ProducerRegistry
+from idempotent._types import MAX_EPOCH
+from idempotent.errors import ConfigError
+
+
+def registry() -> ProducerRegistry:
+    r = ProducerRegistry()
+    r.add_id_block(100, 10)
+    return r
+
+
+def test_anonymous_ids_are_unique_and_blocks_run_out() -> None:
+    r = registry()
+    ids = [r.init(None).producer_id for _ in range(10)]
+    assert ids == list(range(100, 110))
+    assert r.needs_id_block()
+    with pytest.raises(RuntimeError):
+        r.init(None)
+
+
+def test_named_producer_bumps_epoch_and_fences() -> None:
+    r = registry()
+    a = r.init("job")
+    b = r.init("job")
+    assert (b.producer_id, b.producer_epoch) == (a.producer_id, a.producer_epoch + 1)
+    assert r.admit(a.producer_id, a.producer_epoch) == Admission.FENCED
+    assert r.admit(b.producer_id, b.producer_epoch) == Admission.ADMITTED
+    assert r.admit(b.producer_id, b.producer_epoch + 1) == Admission.UNKNOWN
+    assert r.admit(999, 0) == Admission.UNKNOWN
+
+
+def test_epoch_exhaustion_moves_the_name_to_a_new_id() -> None:
+    r = registry()
+    first = r.init("job")
+    from idempotent._registry import ProducerRecord
+
+    r = ProducerRegistry([ProducerRecord(first.producer_id, MAX_EPOCH, "job")])  # type: ignore[arg-type]
+    r.add_id_block(200, 5)
+    assert r.will_need_id("job")
+    moved = r.init("job")
+    assert moved.producer_id == 200 and moved.producer_epoch == 0
+    assert r.admit(first.producer_id, MAX_EPOCH) == Admission.UNKNOWN
+
+
+def test_state_lost_until_reinit() -> None:
+    r = registry()
+    a = r.init("job")
+    lost = r.mark_state_lost(a.producer_id)
+    assert lost is not None and lost.state_lost
+    assert r.mark_state_lost(a.producer_id) is None
+    assert r.admit(a.producer_id, a.producer_epoch) == Admission.STATE_LOST
+    b = r.init("job")
+    assert r.admit(b.producer_id, b.producer_epoch) == Admission.ADMITTED
+
+
+@pytest.mark.parametrize("name", ["", "x" * 1025, "bad\nname"])
+def test_bad_names(name: str) -> None:
+    with pytest.raises(ConfigError):
+        registry().init(name)
