@@ -1,0 +1,152 @@
+"""The broker shell: pipelining, failed appends and recovery, settings, stats."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import idempotent
+from adapters.memory import MemoryBackend
+from idempotent import Outcome
+from idempotent.errors import BackendUnavailableError, ConfigError, ProducerClosedError
+
+from .conftest import memory_harness
+
+
+def test_pipelined_batches_and_in_flight_resend() -> None:
+    harness = memory_harness()
+    broker = harness.open()
+    backend = broker.backend
+    assert isinstance(backend, MemoryBackend)
+    s = broker.init_producer()
+    backend.faults.delay = 0.3
+    first = broker.submit_produce("t", 0, s.producer_id, s.producer_epoch, 0, [b"a"])
+    second = broker.submit_produce("t", 0, s.producer_id, s.producer_epoch, 1, [b"b"])
+    # the first copy is still unacknowledged: a resend is IN_FLIGHT, not a duplicate
+    assert broker.produce("t", 0, s.producer_id, s.producer_epoch, 0, [b"a"]).outcome is Outcome.IN_FLIGHT
+    backend.faults.delay = 0.0
+    assert first.result(5).base_offset == 0 and second.result(5).base_offset == 1
+    assert broker.produce("t", 0, s.producer_id, s.producer_epoch, 0, [b"a"]).base_offset == 0
+    broker.close()
+
+
+def test_lost_ack_triggers_recovery_and_resend_is_duplicate() -> None:
+    broker = memory_harness().open()
+    backend = broker.backend
+    assert isinstance(backend, MemoryBackend)
+    s = broker.init_producer()
+    backend.faults.lose_ack = 1
+    with pytest.raises(BackendUnavailableError):
+        broker.produce("t", 0, s.producer_id, s.producer_epoch, 0, [b"a"])
+    assert broker.stats("t")[0].replayed_batches == 1  # rebuilt from the log after the failed append
+    again = broker.produce("t", 0, s.producer_id, s.producer_epoch, 0, [b"a"])
+    assert again.outcome is Outcome.DUPLICATE and again.base_offset == 0
+    backend.faults.drop = 1
+    with pytest.raises(BackendUnavailableError):
+        broker.produce("t", 0, s.producer_id, s.producer_epoch, 1, [b"b"])
+    assert broker.produce("t", 0, s.producer_id, s.producer_epoch, 1, [b"b"]).outcome is Outcome.ACCEPTED
+    assert [r.value for r in broker.read("t", 0)] == [b"a", b"b"]
+    broker.close()
+
+
+def test_backend_down_then_up() -> None:
+    broker = memory_harness().open()
+    backend = broker.backend
+    assert isinstance(backend, MemoryBackend)
+    s = broker.init_producer()
+    broker.produce("t", 0, s.producer_id, s.producer_epoch, 0, [b"a"])
+    backend.faults.crash = True
+    with pytest.raises(BackendUnavailableError):
+        broker.produce("t", 0, s.producer_id, s.producer_epoch, 1, [b"b"])
+    with pytest.raises(BackendUnavailableError):
+        broker.init_producer("named")
+    backend.faults.crash = False
+    assert broker.produce("t", 0, s.producer_id, s.producer_epoch, 1, [b"b"]).outcome is Outcome.ACCEPTED
+    assert broker.init_producer("named").producer_epoch == 0
+    broker.close()
+
+
+def test_init_waits_for_old_instance_in_flight_batches() -> None:
+    broker = memory_harness().open()
+    backend = broker.backend
+    assert isinstance(backend, MemoryBackend)
+    old = broker.init_producer("job")
+    backend.faults.delay = 0.4
+    pending = broker.submit_produce("t", 0, old.producer_id, old.producer_epoch, 0, [b"a", b"b"])
+    started = time.monotonic()
+    new = broker.init_producer("job")
+    assert time.monotonic() - started >= 0.2, "init must wait for the old instance's batch"
+    assert pending.result(5).outcome is Outcome.ACCEPTED
+    assert new.last_sequences[("t", 0)] == 1
+    backend.faults.delay = 0.0
+    broker.close()
+
+
+def test_concurrent_producers_keep_per_partition_order() -> None:
+    broker = memory_harness().open()
+    broker.create_topic("t", 2)
+    sessions = [broker.init_producer() for _ in range(4)]
+
+    def run(s: idempotent.ProducerSession) -> None:
+        for i in range(200):
+            r = broker.produce("t", i % 2, s.producer_id, s.producer_epoch, i // 2, [f"{s.producer_id}:{i}".encode()])
+            assert r.outcome is Outcome.ACCEPTED
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in sessions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for p in (0, 1):
+        log = broker.read("t", p, 0, 10_000)
+        assert [r.offset for r in log] == list(range(400))
+        for s in sessions:
+            mine = [r.sequence for r in log if r.producer_id == s.producer_id]
+            assert mine == list(range(100))
+    broker.close()
+
+
+def test_closed_broker_refuses() -> None:
+    broker = memory_harness().open()
+    broker.close()
+    with pytest.raises(ProducerClosedError):
+        broker.init_producer()
+
+
+def test_settings_persist_and_bad_values() -> None:
+    harness = memory_harness()
+    b1 = harness.open()
+    b1.set_policy("monotonic", namespace="tenant/ns")
+    b1.set_deduplication(False)
+    b1.close()
+    b2 = harness.open()
+    assert b2.policy_for("tenant/ns/x").value == "monotonic" and b2.policy_for("other").value == "strict"
+    assert not b2.deduplication_enabled("anything")
+    with pytest.raises(ConfigError):
+        b2.set_deduplication(True, topic="a", namespace="b")
+    b2.close()
+
+
+def test_stats_report_producers_and_snapshots() -> None:
+    broker = memory_harness().open()
+    s = broker.init_producer("named")
+    for i in range(3):
+        broker.produce("t", 0, s.producer_id, s.producer_epoch, i, [b"x"])
+    (stats,) = broker.stats("t")
+    assert stats.position == 3 and stats.status == "ready" and stats.deduplication
+    (producer,) = stats.producers
+    assert (producer.producer_id, producer.producer_name, producer.last_sequence, producer.last_offset) == (
+        s.producer_id,
+        "named",
+        2,
+        2,
+    )
+
+
+def test_unknown_scheme_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="scheme"):
+        idempotent.connect("redis://localhost")
+    with pytest.raises(ConfigError):
+        idempotent.connect("sqlite://")

@@ -1,0 +1,116 @@
+"""The threaded Producer shell and the asyncio producer."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import idempotent
+from adapters.memory import MemoryBackend
+from idempotent import DeliveryFailed, DeliveryStatus, Producer, Recovery
+from idempotent.errors import ProducerClosedError, ProducerFencedError, QueueFullError, UsageError
+
+from .conftest import memory_harness
+
+
+def test_send_flush_and_metadata(tmp_path: Path) -> None:
+    with Producer(f"sqlite:///{tmp_path / 'p.db'}", linger_ms=1) as producer:
+        futures = [producer.send("events", f"v{i}", key=f"k{i % 3}") for i in range(50)]
+        assert producer.flush(10) == 0
+        metas = [f.result() for f in futures]
+        assert all(not m.duplicate for m in metas)
+        by_partition: dict[int, list[int]] = {}
+        for m in metas:
+            by_partition.setdefault(m.partition, []).append(m.sequence)
+        for seqs in by_partition.values():
+            assert seqs == list(range(len(seqs)))
+        assert producer.last_sequence("events", 0) == 49
+        record = producer.broker.read("events", 0, metas[7].offset, 1)[0]
+        assert record.value == b"v7" and record.key == b"k1"
+
+
+def test_key_hash_partitioning_is_stable() -> None:
+    broker = memory_harness().open()
+    broker.create_topic("t", 4)
+    with Producer(broker) as producer:
+        parts = {producer.send("t", b"x", key=b"user-1").result().partition for _ in range(10)}
+        assert len(parts) == 1
+        spread = {producer.send("t", b"x").result().partition for _ in range(8)}
+        assert spread == {0, 1, 2, 3}
+        with pytest.raises(UsageError):
+            producer.send("t", b"x", partition=4)
+        with pytest.raises(UsageError):
+            producer.send("t", 12345)  # type: ignore[arg-type]
+
+
+def test_named_producer_resumes_sequences(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    with Producer(url, "copy-job") as first:
+        for i in range(10):
+            first.send("t", f"{i}")
+    with Producer(url, "copy-job") as second:
+        assert second.producer_epoch == 1 and second.last_sequence("t", 0) == 9
+        assert second.send("t", "10").result().sequence == 10
+
+
+def test_fenced_producer_fails_with_clear_error() -> None:
+    broker = memory_harness().open()
+    old = Producer(broker, "job")
+    old.send("t", b"a").result()
+    new = Producer(broker, "job")
+    future = old.send("t", b"zombie")
+    with pytest.raises(DeliveryFailed) as info:
+        future.result(5)
+    failure = info.value
+    assert failure.status is DeliveryStatus.NOT_PERSISTED and failure.recovery is Recovery.FATAL
+    assert isinstance(failure.__cause__, ProducerFencedError)
+    with pytest.raises(ProducerFencedError):
+        old.send("t", b"more")
+    assert new.send("t", b"b").result().offset == 1
+    old.close()
+    new.close()
+
+
+def test_queue_full_and_closed() -> None:
+    broker = memory_harness().open()
+    backend = broker.backend
+    assert isinstance(backend, MemoryBackend)
+    backend.faults.delay = 0.5
+    producer = Producer(broker, max_buffered_records=3, linger_ms=0)
+    for _ in range(3):
+        producer.send("t", b"x")
+    with pytest.raises(QueueFullError):
+        producer.send("t", b"x")
+    backend.faults.delay = 0.0
+    producer.close()
+    with pytest.raises(ProducerClosedError):
+        producer.send("t", b"x")
+
+
+def test_retries_through_backend_outage() -> None:
+    broker = memory_harness().open()
+    backend = broker.backend
+    assert isinstance(backend, MemoryBackend)
+    with Producer(broker, linger_ms=0) as producer:
+        producer.send("t", b"a").result()
+        backend.faults.lose_ack = 2
+        backend.faults.drop = 2
+        futures = [producer.send("t", f"{i}".encode()) for i in range(20)]
+        metas = [f.result(10) for f in futures]
+    values = [r.value for r in broker.read("t", 0, 0, 100)]
+    assert values == [b"a"] + [f"{i}".encode() for i in range(20)]
+    assert [m.offset for m in metas] == list(range(1, 21))
+
+
+def test_asyncio_producer(tmp_path: Path) -> None:
+    async def main() -> list[int | None]:
+        async with idempotent.AsyncProducer(f"sqlite:///{tmp_path / 'a.db'}", "async-job") as producer:
+            futures = [await producer.send("t", f"{i}".encode()) for i in range(100)]
+            one = await producer.send_and_wait("t", b"last")
+            results = await asyncio.gather(*futures)
+            assert one.offset == 100 and producer.last_sequence("t", 0) == 100
+            return [r.offset for r in results]
+
+    assert asyncio.run(main()) == list(range(100))
