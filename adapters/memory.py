@@ -143,7 +143,9 @@ class MemoryBackend:
             )
             if faults.lose_ack > 0:
                 faults.lose_ack -= 1
-                future.set_exception(BackendUnavailableError(f"acknowledgement of {topic}[{partition}] lost (injected)"))
+                future.set_exception(
+                    BackendUnavailableError(f"acknowledgement of {topic}[{partition}] lost (injected)")
+                )
                 return future
             delay = faults.delay
         if delay > 0:

@@ -14,6 +14,7 @@ first write, enforces it); others may read it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sqlite3
@@ -127,9 +128,7 @@ class SQLiteBackend:
         key = (topic, partition)
         end = self._ends.get(key)
         if end is None:
-            row = self._db.execute(
-                "SELECT MAX(offset) FROM records WHERE topic=? AND partition=?", key
-            ).fetchone()
+            row = self._db.execute("SELECT MAX(offset) FROM records WHERE topic=? AND partition=?", key).fetchone()
             end = self._ends[key] = 0 if row[0] is None else row[0] + 1
         return end
 
@@ -309,13 +308,11 @@ class _Transaction:
         if exc_type is None:
             self._db.execute("COMMIT")
         else:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 self._db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
 
 
-class _mapped:  # noqa: N801 - used as a context manager like contextlib helpers
+class _mapped:
     """Translate sqlite3 errors into BackendUnavailableError, once, at the adapter edge."""
 
     def __init__(self, url: str) -> None:

@@ -166,9 +166,7 @@ def validate_header(header: BatchHeader) -> None:
     if not 0 <= header.base_sequence <= MAX_SEQUENCE:
         raise InvalidBatchError(f"base_sequence {header.base_sequence} out of range")
     if not 1 <= header.record_count <= MAX_BATCH_RECORDS:
-        raise InvalidBatchError(
-            f"record_count {header.record_count} out of range (1..{MAX_BATCH_RECORDS})"
-        )
+        raise InvalidBatchError(f"record_count {header.record_count} out of range (1..{MAX_BATCH_RECORDS})")
 
 
 class PartitionChecker:
@@ -214,9 +212,7 @@ class PartitionChecker:
 
     def state(self) -> dict[int, tuple[object, ...]]:
         """The persisted state as plain values (what a snapshot holds), for comparisons."""
-        return {
-            pid: s.persisted_view() for pid, s in self._producers.items() if s.last_sequence != NO_SEQUENCE
-        }
+        return {pid: s.persisted_view() for pid, s in self._producers.items() if s.last_sequence != NO_SEQUENCE}
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -256,9 +252,7 @@ class PartitionChecker:
         last = last_sequence_of(base, header.record_count)
         if at_or_before(base, state.last_sequence):
             if not at_or_before(last, state.last_sequence):
-                raise InvalidBatchError(
-                    f"batch {base}..{last} straddles the stored sequence {state.last_sequence}"
-                )
+                raise InvalidBatchError(f"batch {base}..{last} straddles the stored sequence {state.last_sequence}")
             return ProduceResult(Outcome.DUPLICATE, base_offset=self._original_offset(state, base, last))
         if at_or_before(base, state.pushed_sequence):
             if not at_or_before(last, state.pushed_sequence):
@@ -443,9 +437,7 @@ class PartitionChecker:
         """True when the entry count or the age of the last snapshot calls for a new one."""
         if self.entries_since_snapshot >= self.config.snapshot_entries:
             return True
-        return self.entries_since_snapshot > 0 and (
-            now - self.last_snapshot_at >= self.config.snapshot_seconds
-        )
+        return self.entries_since_snapshot > 0 and (now - self.last_snapshot_at >= self.config.snapshot_seconds)
 
     def snapshot(self, now: float) -> Snapshot:
         """Serialize the persisted view and reset the snapshot counters.

@@ -114,9 +114,7 @@ class ProducerRegistry:
             record = ProducerRecord(self._take_id(), Epoch(0))
         else:
             old = self._by_name.get(validate_name(name))
-            if old is None:
-                record = ProducerRecord(self._take_id(), Epoch(0), name)
-            elif old.producer_epoch >= MAX_EPOCH:
+            if old is None or old.producer_epoch >= MAX_EPOCH:
                 record = ProducerRecord(self._take_id(), Epoch(0), name)
             else:
                 record = ProducerRecord(old.producer_id, Epoch(old.producer_epoch + 1), name)

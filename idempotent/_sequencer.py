@@ -338,7 +338,8 @@ class ProducerSequencer:
             batch.refused = True
             self._fail_all(
                 ProducerFencedError(
-                    f"producer {self.producer_id} epoch {self.producer_epoch} was fenced by epoch {result.producer_epoch}",
+                    f"producer {self.producer_id} epoch {self.producer_epoch} "
+                    f"was fenced by epoch {result.producer_epoch}",
                     self.producer_id,
                     self.producer_epoch,
                 )

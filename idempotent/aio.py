@@ -34,9 +34,7 @@ class AsyncProducer:
         """Initialise the producer (``init_producer`` runs in an executor thread)."""
         if self._producer is None:
             loop = asyncio.get_running_loop()
-            self._producer = await loop.run_in_executor(
-                None, functools.partial(Producer, *self._args, **self._options)
-            )
+            self._producer = await loop.run_in_executor(None, functools.partial(Producer, *self._args, **self._options))
 
     @property
     def producer(self) -> Producer:

@@ -17,6 +17,7 @@ the outstanding appends have drained; until then requests get a retriable
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
@@ -30,7 +31,7 @@ from ._checker import CheckerConfig, PartitionChecker, Policy, make_header, vali
 from ._outcomes import Outcome, ProduceResult
 from ._records import Record, StoredRecord, as_record
 from ._registry import Admission, ProducerRecord, ProducerRegistry
-from ._types import TopicPartition, namespace_of
+from ._types import ProducerId, TopicPartition, namespace_of
 from .backend import AppendBatch, LogBackend
 from .errors import (
     BackendUnavailableError,
@@ -249,14 +250,18 @@ class Broker:
 
     # -- settings --------------------------------------------------------------------------
 
-    def set_deduplication(self, enabled: bool | None, *, topic: str | None = None, namespace: str | None = None) -> None:
+    def set_deduplication(
+        self, enabled: bool | None, *, topic: str | None = None, namespace: str | None = None
+    ) -> None:
         """Switch deduplication on or off for a topic, a namespace, or (neither) the broker.
 
         ``None`` removes the override so the next level applies (topic, namespace, broker).
         """
         self._set("dedup", None if enabled is None else ("1" if enabled else "0"), topic, namespace)
 
-    def set_policy(self, policy: Policy | str | None, *, topic: str | None = None, namespace: str | None = None) -> None:
+    def set_policy(
+        self, policy: Policy | str | None, *, topic: str | None = None, namespace: str | None = None
+    ) -> None:
         """Set the sequence policy (``strict`` or ``monotonic``) at one level, or clear it.
 
         Raises:
@@ -340,10 +345,9 @@ class Broker:
             deadline = time.monotonic() + timeout
             for part in self._all_partitions():
                 with part.lock:
-                    checker = self._ready(part)
-                    ok = part.cond.wait_for(
-                        lambda: self._drained(part, record.producer_id), max(0.0, deadline - time.monotonic())
-                    )
+                    self._ready(part)
+                    drained = functools.partial(self._drained, part, record.producer_id)
+                    ok = part.cond.wait_for(drained, max(0.0, deadline - time.monotonic()))
                     if not ok:
                         raise RequestTimeoutError(f"in-flight batches of {producer_name!r} on {part.tp} did not drain")
                     checker = self._ready(part)
@@ -397,7 +401,9 @@ class Broker:
         try:
             return future.result(self.config.append_timeout)
         except TimeoutError:
-            raise RequestTimeoutError(f"no acknowledgement from {self.url} within {self.config.append_timeout} s") from None
+            raise RequestTimeoutError(
+                f"no acknowledgement from {self.url} within {self.config.append_timeout} s"
+            ) from None
 
     def submit_produce(
         self,
@@ -414,7 +420,9 @@ class Broker:
         pipeline several. Input errors are raised here; backend errors end up on the future.
         """
         self._check_open()
-        header = make_header(producer_id, producer_epoch, base_sequence, len(records) if hasattr(records, "__len__") else 0)
+        header = make_header(
+            producer_id, producer_epoch, base_sequence, len(records) if hasattr(records, "__len__") else 0
+        )
         for value in (producer_id, producer_epoch, base_sequence):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise InvalidBatchError(f"producer_id, producer_epoch and base_sequence must be ints, got {value!r}")
@@ -459,7 +467,7 @@ class Broker:
 
     def _appended(self, part: _Partition, ticket: Any, appended: Future[int], out: Future[ProduceResult]) -> None:
         exc = appended.exception()
-        evicted = []
+        evicted: list[ProducerId] = []
         with part.lock:
             part.outstanding -= 1
             checker = part.checker
@@ -487,7 +495,7 @@ class Broker:
         except ProducerError:
             checker.entries_since_snapshot = max(checker.entries_since_snapshot, 1)
 
-    def _evicted(self, producer_ids: list[int]) -> None:
+    def _evicted(self, producer_ids: Sequence[int]) -> None:
         if not producer_ids:
             return
         with self._lock:
@@ -593,7 +601,7 @@ class Broker:
         with self._lock:
             parts = list(self._partitions.values())
         for part in parts:
-            evicted: list[int] = []
+            evicted: list[ProducerId] = []
             with part.lock:
                 checker = part.checker
                 if checker is None or part.failed:

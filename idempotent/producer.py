@@ -114,6 +114,7 @@ class Producer:
         self._counter = itertools.count()
         self._closing = False
         self._closed = False
+        self._retrying = tenacity.Retrying()
         self._wait = tenacity.wait_exponential_jitter(multiplier=0.005, max=1.0, jitter=0.005)
         self._thread = threading.Thread(target=self._run, name="idempotent-sender", daemon=True)
         self._thread.start()
@@ -331,7 +332,7 @@ class Producer:
             if exc is not None:
                 error = exc if isinstance(exc, ProducerError) else BackendUnavailableError(repr(exc))
         now = time.monotonic()
-        state = tenacity.RetryCallState(None, None, (), {})
+        state = tenacity.RetryCallState(self._retrying, None, (), {})
         state.attempt_number = attempt
         retry_at = now + self._wait(state)
         with self._cond:

@@ -13,7 +13,9 @@ from idempotent.errors import ConfigError, InvalidBatchError
 P = 7
 
 
-def stored(checker: PartitionChecker, base: int, count: int, epoch: int = 0, producer: int = P, offset: int | None = None) -> int:
+def stored(
+    checker: PartitionChecker, base: int, count: int, epoch: int = 0, producer: int = P, offset: int | None = None
+) -> int:
     """Push and commit a batch; return its base offset."""
     offset = checker.position if offset is None else offset
     ticket = checker.push(make_header(producer, epoch, base, count), now=1.0)
@@ -21,7 +23,9 @@ def stored(checker: PartitionChecker, base: int, count: int, epoch: int = 0, pro
     return offset
 
 
-def check(checker: PartitionChecker, base: int, count: int = 1, epoch: int = 0, **kw: object) -> tuple[Outcome, int | None, int | None]:
+def check(
+    checker: PartitionChecker, base: int, count: int = 1, epoch: int = 0, **kw: object
+) -> tuple[Outcome, int | None, int | None]:
     r = checker.check(make_header(P, epoch, base, count), **kw)  # type: ignore[arg-type]
     return r.outcome, r.base_offset, r.expected_sequence
 

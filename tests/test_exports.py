@@ -17,5 +17,10 @@ def test_contract_names() -> None:
     for name in ("connect", "Producer", "AsyncProducer", "Outcome", "Broker", "ProduceResult", "RecordMetadata"):
         assert name in idempotent.__all__
     assert [o.name for o in idempotent.Outcome] == [
-        "ACCEPTED", "DUPLICATE", "OUT_OF_ORDER_SEQUENCE", "IN_FLIGHT", "FENCED", "UNKNOWN_PRODUCER",
+        "ACCEPTED",
+        "DUPLICATE",
+        "OUT_OF_ORDER_SEQUENCE",
+        "IN_FLIGHT",
+        "FENCED",
+        "UNKNOWN_PRODUCER",
     ]

@@ -35,7 +35,9 @@ class LinkFaults:
 class FaultyBroker(Broker):
     """A broker that misbehaves like a lossy link on produce requests (see module docstring)."""
 
-    def __init__(self, backend: LogBackend, config: BrokerConfig | None = None, faults: LinkFaults | None = None) -> None:
+    def __init__(
+        self, backend: LogBackend, config: BrokerConfig | None = None, faults: LinkFaults | None = None
+    ) -> None:
         super().__init__(backend, config)
         self.faults = faults or LinkFaults()
         self._rng = random.Random(self.faults.seed)

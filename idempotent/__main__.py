@@ -1,0 +1,3 @@
+from idempotent.cli import main
+
+raise SystemExit(main())
