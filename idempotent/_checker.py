@@ -31,7 +31,9 @@ holes allowed. With deduplication disabled every well-formed batch is accepted, 
 state still follows the log so that enabling it again is consistent.
 
 Accepted batches are applied to the persisted view strictly in the order they were pushed
-(the order of the log), however their commits arrive. That makes the persisted view a pure
+(the order of the log), however their commits arrive. Applying never evicts: evictions
+(:meth:`expire`, :meth:`evict_over_capacity`) are separate steps the broker follows with a
+snapshot, so a replay cannot resurrect an evicted producer. That makes the persisted view a pure
 function of the log prefix below :attr:`PartitionChecker.position`, which is what snapshots
 and recovery rely on: ``restore(snapshot)`` plus :meth:`apply` of every batch written after
 ``snapshot.position`` rebuilds the exact state.
@@ -295,42 +297,35 @@ class PartitionChecker:
         self._fifo.append(_Pending(header, now))
         return Ticket(self._generation, self._first_number + len(self._fifo) - 1)
 
-    def commit(self, ticket: Ticket, base_offset: int) -> list[ProducerId]:
+    def commit(self, ticket: Ticket, base_offset: int) -> None:
         """Record that a pushed batch is durable at ``base_offset``.
 
         Batches are applied in push order; a commit that arrives early waits for its
         predecessors. A ticket from before :meth:`discard_pending` is ignored.
-
-        Returns:
-            Producer ids evicted because the partition exceeded ``max_producers``.
         """
         if ticket.generation != self._generation:
-            return []
+            return
         index = ticket.number - self._first_number
         if not 0 <= index < len(self._fifo):
-            return []
+            return
         item = self._fifo[index]
         item.base_offset = base_offset
         item.done = True
-        evicted: list[ProducerId] = []
         while self._fifo and self._fifo[0].done:
             head = self._fifo.popleft()
             self._first_number += 1
             if head.header is None:
                 self.position = max(self.position, head.base_offset + 1)
                 continue
-            evicted.extend(
-                self._apply(
-                    head.header.producer_id,
-                    head.header.producer_epoch,
-                    head.header.base_sequence,
-                    head.header.record_count,
-                    head.base_offset,
-                    head.timestamp,
-                    pushed=True,
-                )
+            self._apply(
+                head.header.producer_id,
+                head.header.producer_epoch,
+                head.header.base_sequence,
+                head.header.record_count,
+                head.base_offset,
+                head.timestamp,
+                pushed=True,
             )
-        return evicted
 
     def discard_pending(self) -> None:
         """Forget every pushed, uncommitted batch (their outcome is unknown).
@@ -346,12 +341,12 @@ class PartitionChecker:
             state.pushed_sequence = state.last_sequence
             state.pushed_epoch = state.producer_epoch
 
-    def apply(self, batch: StoredBatch) -> list[ProducerId]:
+    def apply(self, batch: StoredBatch) -> None:
         """Apply a batch replayed from the log (no validation, as in Kafka's recovery)."""
         if batch.producer_id == NO_PRODUCER_ID:
             self.position = max(self.position, batch.end_offset)
-            return []
-        return self._apply(
+            return
+        self._apply(
             batch.producer_id,
             batch.producer_epoch,
             batch.base_sequence,
@@ -371,7 +366,7 @@ class PartitionChecker:
         timestamp: float,
         *,
         pushed: bool,
-    ) -> list[ProducerId]:
+    ) -> None:
         state = self._producers.get(producer_id)
         if state is None:
             state = ProducerState(producer_epoch=producer_epoch, pushed_epoch=producer_epoch)
@@ -395,17 +390,21 @@ class PartitionChecker:
                 state.pushed_sequence = state.last_sequence
         self.position = max(self.position, base_offset + record_count)
         self.entries_since_snapshot += 1
-        return self._evict_over_capacity(keep=producer_id)
 
-    def _evict_over_capacity(self, keep: int) -> list[ProducerId]:
+    def evict_over_capacity(self, room_for: int = 0) -> list[ProducerId]:
+        """Evict least recently active idle producers until ``room_for`` more fit.
+
+        Never called while applying batches, so replay and live operation build the same
+        state; the broker snapshots right after an eviction so that recovery never brings
+        an evicted producer back. Producers with batches in flight are never evicted.
+        """
         evicted: list[ProducerId] = []
-        if len(self._producers) <= self.config.max_producers:
-            return evicted
+        limit = self.config.max_producers - room_for
         for producer_id in list(self._producers):
-            if len(self._producers) <= self.config.max_producers:
+            if len(self._producers) <= limit:
                 break
             state = self._producers[producer_id]
-            if producer_id == keep or state.pending:
+            if state.pending or state.pushed_sequence != state.last_sequence:
                 continue
             del self._producers[producer_id]
             evicted.append(ProducerId(producer_id))
@@ -511,21 +510,23 @@ class PartitionChecker:
         config: CheckerConfig | None = None,
         *,
         now: float = 0.0,
-    ) -> tuple[PartitionChecker, int, list[ProducerId]]:
+    ) -> tuple[PartitionChecker, int]:
         """Restore from ``snapshot`` and apply the batches written after it.
 
         Returns:
-            The checker, how many batches were replayed, and producers evicted while doing so.
+            The checker and how many batches were replayed.
+
+        Raises:
+            ValueError: the snapshot is corrupt.
         """
         checker = cls.restore(snapshot, config, now=now)
         replayed = 0
-        evicted: list[ProducerId] = []
         for batch in batches:
             if batch.base_offset < checker.position:
                 continue
-            evicted.extend(checker.apply(batch))
+            checker.apply(batch)
             replayed += 1
-        return checker, replayed, evicted
+        return checker, replayed
 
 
 def make_header(producer_id: int, producer_epoch: int, base_sequence: int, record_count: int) -> BatchHeader:

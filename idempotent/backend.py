@@ -63,6 +63,12 @@ class LogBackend(Protocol):
         Returns:
             A future of the batch's base offset. Futures of one partition complete in append
             order. A failed future means the batch may or may not be stored.
+
+        Ordering contract: once an append of a partition fails, no append of that partition
+        submitted after it may be stored until the broker has rebuilt the partition (the
+        broker stops appending to it at the first failure it sees). Otherwise a later batch
+        could land behind a hole, and a resend of the missing batch would wrongly look like
+        a duplicate.
         """
         ...
 

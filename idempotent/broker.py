@@ -70,6 +70,8 @@ class BrokerConfig:
         id_block_size: producer ids reserved from the backend at a time.
         append_timeout: seconds ``produce`` waits for the backend to acknowledge.
         maintenance_interval: seconds between expiry/snapshot sweeps (0 disables the thread).
+        max_record_bytes: largest key + value + headers of one record.
+        max_batch_bytes: largest total size of one batch.
     """
 
     checker: CheckerConfig = attrs.field(factory=CheckerConfig)
@@ -80,6 +82,8 @@ class BrokerConfig:
     id_block_size: int = 1000
     append_timeout: float = 30.0
     maintenance_interval: float = 10.0
+    max_record_bytes: int = 8 * 1024 * 1024
+    max_batch_bytes: int = 64 * 1024 * 1024
 
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.default_partitions <= MAX_PARTITIONS:
@@ -435,8 +439,19 @@ class Broker:
         except TypeError as exc:
             raise InvalidBatchError(str(exc)) from None
         validate_header(header)
+        total = 0
+        for item in batch_records:
+            size = item.size
+            if size > self.config.max_record_bytes:
+                raise InvalidBatchError(
+                    f"a record of {size} bytes exceeds max_record_bytes={self.config.max_record_bytes}"
+                )
+            total += size
+        if total > self.config.max_batch_bytes:
+            raise InvalidBatchError(f"a batch of {total} bytes exceeds max_batch_bytes={self.config.max_batch_bytes}")
         part = self._partition(topic, partition)
         now = time.time()
+        out: Future[ProduceResult] = Future()
         with part.lock:
             checker = self._ready(part)
             admission = self._registry.admit(producer_id, producer_epoch)
@@ -453,21 +468,24 @@ class Broker:
             )
             if result.outcome is not Outcome.ACCEPTED:
                 return _done(result)
+            if checker.producer(producer_id) is None and len(checker.producers()) >= self.config.checker.max_producers:
+                self._evict(part, checker, checker.evict_over_capacity(room_for=1), now)
+                checker = self._ready(part)
             snapshot = checker.snapshot(now) if checker.pending == 0 and checker.snapshot_due(now) else None
             ticket = checker.push(header, now)
             part.outstanding += 1
             try:
                 appended = self.backend.append(topic, partition, AppendBatch(header, batch_records, now), snapshot)
-            except ProducerError as exc:
+            except BaseException as exc:
                 appended = Future()
                 appended.set_exception(exc)
-        out: Future[ProduceResult] = Future()
-        appended.add_done_callback(lambda f: self._appended(part, ticket, f, out))
+            # Registered under the partition lock: an append that already failed marks the
+            # partition failed before any later batch of it can be appended.
+            appended.add_done_callback(lambda f: self._appended(part, ticket, f, out))
         return out
 
     def _appended(self, part: _Partition, ticket: Any, appended: Future[int], out: Future[ProduceResult]) -> None:
         exc = appended.exception()
-        evicted: list[ProducerId] = []
         with part.lock:
             part.outstanding -= 1
             checker = part.checker
@@ -476,12 +494,11 @@ class Broker:
                     checker.discard_pending()
                 part.failed = True
             elif checker is not None:
-                evicted = checker.commit(ticket, appended.result())
+                checker.commit(ticket, appended.result())
                 now = time.time()
                 if checker.snapshot_due(now) and checker.entries_since_snapshot >= 2 * checker.config.snapshot_entries:
                     self._write_snapshot(part, checker, now)
             part.cond.notify_all()
-        self._evicted(evicted)
         if exc is not None:
             if not isinstance(exc, ProducerError):
                 exc = BackendUnavailableError(f"append to {part.tp} failed: {exc!r}")
@@ -489,11 +506,26 @@ class Broker:
         else:
             out.set_result(ProduceResult(Outcome.ACCEPTED, base_offset=appended.result()))
 
-    def _write_snapshot(self, part: _Partition, checker: PartitionChecker, now: float) -> None:
+    def _write_snapshot(self, part: _Partition, checker: PartitionChecker, now: float) -> bool:
         try:
             self.backend.write_snapshot(part.tp.topic, part.tp.partition, checker.snapshot(now))
         except ProducerError:
             checker.entries_since_snapshot = max(checker.entries_since_snapshot, 1)
+            return False
+        return True
+
+    def _evict(self, part: _Partition, checker: PartitionChecker, evicted: list[ProducerId], now: float) -> None:
+        """Make evictions durable (snapshot) before flagging the producers. Needs part.lock.
+
+        If the snapshot cannot be written, the partition is rebuilt from the log instead,
+        which brings the evicted producers back: an eviction is never half done.
+        """
+        if not evicted:
+            return
+        if self._write_snapshot(part, checker, now):
+            self._evicted(evicted)
+        else:
+            part.checker = None
 
     def _evicted(self, producer_ids: Sequence[int]) -> None:
         if not producer_ids:
@@ -512,17 +544,30 @@ class Broker:
             raise PartitionRecoveringError(f"{part.tp} is recovering: {part.outstanding} appends still outstanding")
         started = time.monotonic()
         topic, partition = part.tp
+        now = time.time()
         snapshot = self.backend.latest_snapshot(topic, partition)
-        start = snapshot.position if snapshot is not None else 0
-        checker, replayed, evicted = PartitionChecker.recover(
-            snapshot, self.backend.replay(topic, partition, start), self.config.checker, now=time.time()
-        )
-        evicted += checker.expire(time.time())
+        try:
+            checker, replayed = PartitionChecker.recover(
+                snapshot,
+                self.backend.replay(topic, partition, snapshot.position if snapshot is not None else 0),
+                self.config.checker,
+                now=now,
+            )
+        except ValueError:  # a corrupt snapshot: the log alone still has every batch boundary
+            checker, replayed = PartitionChecker.recover(
+                None, self.backend.replay(topic, partition, 0), self.config.checker, now=now
+            )
         part.checker, part.failed = checker, False
         part.recovery_seconds = time.monotonic() - started
         part.replayed = replayed
-        self._evicted(evicted)
+        self._sweep(part, checker, now)
+        if part.checker is None:
+            raise PartitionRecoveringError(f"{part.tp}: could not store the snapshot after evictions; retry")
         return checker
+
+    def _sweep(self, part: _Partition, checker: PartitionChecker, now: float) -> None:
+        """Expire idle producers and enforce max_producers. Needs part.lock."""
+        self._evict(part, checker, checker.expire(now) + checker.evict_over_capacity(), now)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -558,7 +603,12 @@ class Broker:
             for p in range(self.partitions_for(name, create=False)):
                 part = self._partition(name, p, create=False)
                 with part.lock:
-                    checker = self._ready(part)
+                    try:
+                        checker = self._ready(part)
+                    except PartitionRecoveringError:
+                        if part.checker is None:
+                            raise
+                        checker = part.checker
                     producers = tuple(
                         ProducerStats(
                             pid,
@@ -601,15 +651,13 @@ class Broker:
         with self._lock:
             parts = list(self._partitions.values())
         for part in parts:
-            evicted: list[ProducerId] = []
             with part.lock:
                 checker = part.checker
                 if checker is None or part.failed:
                     continue
-                evicted = checker.expire(now)
-                if checker.snapshot_due(now):
+                self._sweep(part, checker, now)
+                if part.checker is not None and checker.snapshot_due(now):
                     self._write_snapshot(part, checker, now)
-            self._evicted(evicted)
 
     def _maintain_loop(self) -> None:
         while not self._stop.wait(self.config.maintenance_interval):
@@ -643,9 +691,11 @@ class Broker:
         self.backend.close()
 
     def abandon(self) -> None:
-        """Drop this broker without snapshots or a clean close, as a crash would (tests)."""
+        """Drop this broker as a crash would (tests): no final snapshots, nothing flushed;
+        the backend's handles are released as the operating system would on process death."""
         self._stop.set()
         self._closed = True
+        self.backend.close()
 
     def __enter__(self) -> Broker:
         return self

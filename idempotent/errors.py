@@ -206,10 +206,16 @@ class DeliveryFailed(ProducerError):
     ``status`` is NOT_PERSISTED (safe to send again as new data) or POSSIBLY_PERSISTED
     (may be in the log; sending again may duplicate unless the same producer name resumes).
     ``__cause__`` is the error that ended the batch, and ``recovery`` is copied from it.
+    ``topic``, ``partition`` and ``sequence`` say which record it was, so a caller can
+    resolve a POSSIBLY_PERSISTED record by reading the partition.
     """
 
     status: DeliveryStatus = DeliveryStatus.NOT_PERSISTED
     cause_recovery: Recovery = Recovery.FATAL
+    topic: str = ""
+    partition: int = -1
+    #: the record's sequence, or -1 when it was never assigned one (never sent)
+    sequence: int = -1
     code: ClassVar[int] = 40
 
     @property

@@ -296,11 +296,15 @@ class Producer:
                     )
             else:
                 assert isinstance(event, BatchFailed)
-                for future in futures:
+                for i, future in enumerate(futures):
+                    sequence = (batch.base_sequence + i) % 2**31 if batch.base_sequence >= 0 else -1
                     failure = DeliveryFailed(
                         f"{batch.topic}[{batch.partition}]: {event.status.value}: {event.error}",
                         event.status,
                         event.error.recovery,
+                        batch.topic,
+                        batch.partition,
+                        sequence,
                     )
                     failure.__cause__ = event.error
                     future.set_exception(failure)

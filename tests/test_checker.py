@@ -109,7 +109,8 @@ def test_discard_pending_ignores_stale_tickets() -> None:
     t = c.push(make_header(P, 0, 1, 1), now=1.0)
     c.discard_pending()
     assert check(c, 1)[0] is Outcome.ACCEPTED
-    assert c.commit(t, 1) == [] and c.last_sequence(P) == 0
+    c.commit(t, 1)
+    assert c.last_sequence(P) == 0
 
 
 def test_epochs() -> None:
@@ -160,19 +161,19 @@ def test_disabled_accepts_everything_but_follows_state() -> None:
     assert check(c, 5, enabled=True)[0] is Outcome.ACCEPTED
 
 
-def test_capacity_eviction_is_lru_and_skips_pending() -> None:
-    c = PartitionChecker(CheckerConfig(max_producers=2))
+def test_capacity_eviction_is_lru_and_skips_in_flight_producers() -> None:
+    c = PartitionChecker(CheckerConfig(max_producers=3))
     stored(c, 0, 1, producer=1)
     stored(c, 0, 1, producer=2)
-    stored(c, 1, 1, producer=1)  # 1 becomes most recent
-    pending = c.push(make_header(2, 0, 1, 1), now=1.0)
-    assert c.commit(c.push(make_header(3, 0, 0, 1), now=1.0), c.position) == []  # 2 pending: not evicted yet
-    evicted = c.commit(pending, c.position)
-    assert set(c.producers()) | set(evicted) == {1, 2, 3} and len(c.producers()) <= 3
-    before = dict(c.producers())
-    stored(c, 0, 1, producer=4)
-    assert len(c.producers()) == 2 and 4 in c.producers()
-    assert set(before) - set(c.producers())
+    stored(c, 0, 1, producer=3)
+    stored(c, 1, 1, producer=1)  # 1 becomes the most recently active
+    stored(c, 0, 1, producer=4)  # applying never evicts (replay must equal live operation)
+    assert set(c.producers()) == {1, 2, 3, 4}
+    pending = c.push(make_header(2, 0, 1, 1), now=1.0)  # 2 is the oldest, but has a batch in flight
+    assert c.evict_over_capacity() == [ProducerId(3)]
+    assert c.evict_over_capacity(room_for=1) == [ProducerId(1)]
+    c.commit(pending, c.position)
+    assert set(c.producers()) == {2, 4}
 
 
 def test_expiry() -> None:
@@ -194,9 +195,9 @@ def test_snapshot_round_trip_and_replay_equals_live_state() -> None:
         if i == 17:
             snap = live.snapshot(5.0)
     assert snap is not None and snap.position == 36
-    rebuilt, replayed, _ = PartitionChecker.recover(snap, log, CheckerConfig(window=5))
+    rebuilt, replayed = PartitionChecker.recover(snap, log, CheckerConfig(window=5))
     assert replayed == 12 and rebuilt.state() == live.state() and rebuilt.position == live.position
-    full, replayed_all, _ = PartitionChecker.recover(None, log, CheckerConfig(window=5))
+    full, replayed_all = PartitionChecker.recover(None, log, CheckerConfig(window=5))
     assert replayed_all == 30 and full.state() == live.state()
     with pytest.raises(ValueError):
         PartitionChecker.restore(type(snap)(0, 0, 0.0, b"\x00garbage"))

@@ -340,6 +340,36 @@ class BackendConformance:
         finally:
             broker.close()
 
+    def test_eviction_survives_crash(self, harness: Harness) -> None:
+        """An expired producer that restarts at 0 must not be shadowed by its old state on
+        recovery (the eviction is snapshotted before the producer may start again)."""
+        b1 = harness.open(small_config(producer_expiry=60.0))
+        topic = self._topic(b1)
+        name = "evicted-" + uuid.uuid4().hex[:6]
+        s = b1.init_producer(name)
+        for i in range(5):
+            b1.produce(topic, 0, s.producer_id, s.producer_epoch, i, [f"old{i}".encode()])
+        b1.maintain(now=time.time() + 3600)
+        again = b1.init_producer(name)
+        assert again.last_sequences[(topic, 0)] == -1
+        for i in range(2):
+            assert (
+                b1.produce(topic, 0, again.producer_id, again.producer_epoch, i, [f"new{i}".encode()]).outcome
+                is Outcome.ACCEPTED
+            )
+        b1.abandon()
+        b2 = harness.open(small_config(producer_expiry=60.0))
+        try:
+            resumed = b2.init_producer(name)
+            assert resumed.last_sequences[(topic, 0)] == 1
+            assert (
+                b2.produce(topic, 0, resumed.producer_id, resumed.producer_epoch, 2, [b"new2"]).outcome
+                is Outcome.ACCEPTED
+            )
+            assert [r.value for r in b2.read(topic, 0, 5, 10)] == [b"new0", b"new1", b"new2"]
+        finally:
+            b2.close()
+
     # -- recovery --------------------------------------------------------------------------
 
     def _fill(self, broker: Broker, topic: str, producers: int = 3, batches: int = 7) -> None:
