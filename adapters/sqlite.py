@@ -129,7 +129,9 @@ class SQLiteBackend:
         end = self._ends.get(key)
         if end is None:
             row = self._db.execute("SELECT MAX(offset) FROM records WHERE topic=? AND partition=?", key).fetchone()
-            end = self._ends[key] = 0 if row[0] is None else row[0] + 1
+            end = 0 if row[0] is None else row[0] + 1
+            if self._lockfile is not None:  # only the single writer may cache: readers must see growth
+                self._ends[key] = end
         return end
 
     def _check(self, topic: str, partition: int) -> None:

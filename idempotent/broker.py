@@ -122,6 +122,9 @@ class ProducerSession:
     producer_epoch: int
     producer_name: str | None
     last_sequences: LastSequences
+    #: True when the broker had evicted this named producer's state on some partition
+    #: before this init: ``last_sequences`` no longer covers data stored there earlier.
+    state_lost: bool = False
 
 
 @attrs.frozen
@@ -358,7 +361,13 @@ class Broker:
                     seq = checker.last_sequence(record.producer_id)
                     if seq >= 0:
                         last[part.tp] = seq
-        return ProducerSession(record.producer_id, record.producer_epoch, record.producer_name, LastSequences(last))
+        return ProducerSession(
+            record.producer_id,
+            record.producer_epoch,
+            record.producer_name,
+            LastSequences(last),
+            previous is not None and previous.state_lost,
+        )
 
     @staticmethod
     def _drained(part: _Partition, producer_id: int) -> bool:

@@ -332,8 +332,9 @@ class BackendConformance:
             assert (
                 broker.produce(topic, 0, s.producer_id, s.producer_epoch, 1, [b"y"]).outcome is Outcome.UNKNOWN_PRODUCER
             )
+            assert not s.state_lost
             again = broker.init_producer(s.producer_name)
-            assert again.last_sequences[(topic, 0)] == -1
+            assert again.last_sequences[(topic, 0)] == -1 and again.state_lost
             assert (
                 broker.produce(topic, 0, again.producer_id, again.producer_epoch, 0, [b"z"]).outcome is Outcome.ACCEPTED
             )
