@@ -15,13 +15,16 @@ order. Each is either AWAITING an answer or waiting to be RESENT. The answers:
 ACCEPTED / DUPLICATE        the batch is done (persisted, with its offset when known)
 OUT_OF_ORDER_SEQUENCE       an earlier batch has not arrived yet: resend in order; if the
                             expected sequence is none of ours, fail: SequenceDesyncError
+                            (unless it was acknowledged after the attempt was sent: the
+                            answer is older than that acknowledgement, so resend)
 IN_FLIGHT, RETRY errors     resend the same batch after the backoff the shell chose
 FENCED, UNKNOWN_PRODUCER,   the producer fails: every unfinished message ends NOT_PERSISTED
 other fatal errors          (never sent) or POSSIBLY_PERSISTED (sent at least once)
 ==========================  ===============================================================
 
 While any batch of a partition waits to be resent, the partition sends nothing new and
-resends only once no answer is outstanding, then all pending resends in sequence order.
+resends only once no answer is outstanding, then all pending resends in sequence order
+(followed by new batches once every resend is out).
 Every message ends in exactly one event: :class:`BatchDelivered` or :class:`BatchFailed`.
 
 The sequencer reads no clock and does no I/O; the shell (``producer.py``) passes ``now``,
@@ -79,8 +82,8 @@ class OutgoingBatch:
     state: BatchState = BatchState.OPEN
     not_before: float = 0.0
     sent_at: float = 0.0
-    #: the broker definitely refused the latest attempt (nothing of it was stored by it).
-    refused: bool = False
+    #: the partition's last acknowledged sequence when the latest attempt was sent.
+    acked_at_send: int = NO_SEQUENCE
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -205,9 +208,7 @@ class ProducerSequencer:
             ps = self._partitions[tp] = _Partition(next_sequence(self._last.get(tp, NO_SEQUENCE)))
         batch = ps.open
         size = record.size
-        if batch is not None and (
-            len(batch.records) >= self.max_batch_records or batch.size + size > self.batch_size
-        ):
+        if batch is not None and (len(batch.records) >= self.max_batch_records or batch.size + size > self.batch_size):
             self._seal(ps)
             batch = None
         if batch is None:
@@ -221,6 +222,8 @@ class ProducerSequencer:
         batch.handles.append(handle)
         batch.size += size
         self.unfinished += 1
+        if len(batch.records) >= self.max_batch_records or batch.size >= self.batch_size:
+            self._seal(ps)  # full: do not wait for linger
         return handle
 
     def flush(self) -> None:
@@ -255,7 +258,8 @@ class ProducerSequencer:
                     if batch.not_before > now:
                         break
                     out.append(self._transmit(batch, now))
-                continue
+                if any(b.state is BatchState.RESEND for b in ps.inflight):
+                    continue  # new batches follow once every resend is out
             while ps.queued and len(ps.inflight) < self.max_in_flight:
                 batch = ps.queued.popleft()
                 batch.base_sequence = ps.next_sequence
@@ -264,12 +268,11 @@ class ProducerSequencer:
                 out.append(self._transmit(batch, now))
         return out
 
-    @staticmethod
-    def _transmit(batch: OutgoingBatch, now: float) -> OutgoingBatch:
+    def _transmit(self, batch: OutgoingBatch, now: float) -> OutgoingBatch:
         batch.attempt += 1
         batch.state = BatchState.AWAITING
         batch.sent_at = now
-        batch.refused = False
+        batch.acked_at_send = self._acked.get(batch.topic_partition, NO_SEQUENCE)
         return batch
 
     def next_event(self) -> Event | None:
@@ -285,28 +288,37 @@ class ProducerSequencer:
                 deadlines.append(ps.open.created_at + self.delivery_timeout)
             if ps.queued:
                 deadlines.append(ps.queued[0].created_at + self.delivery_timeout)
+            awaiting = False
             for b in ps.inflight:
                 if b.state is BatchState.AWAITING:
+                    awaiting = True
                     deadlines.append(b.sent_at + self.request_timeout)
-                else:
-                    deadlines.append(b.not_before)
                 deadlines.append(b.created_at + self.delivery_timeout)
+            if ps.inflight and not awaiting:
+                # resends wait for every answer, then go out in order from the first one
+                deadlines.append(ps.inflight[0].not_before)
         return min(deadlines) if deadlines else None
 
     # -- answers ---------------------------------------------------------------------------
 
-    def _current(self, batch_id: int, attempt: int) -> OutgoingBatch | None:
+    def _current(self, batch_id: int, attempt: int, stored: bool = False) -> OutgoingBatch | None:
         batch = self._batches.get(batch_id)
-        if batch is None or batch.attempt != attempt or batch.state is not BatchState.AWAITING:
+        if batch is None or attempt > batch.attempt:
             return None
-        return batch
+        if batch.attempt == attempt and batch.state is BatchState.AWAITING:
+            return batch
+        # An answer to an older attempt that says the batch is stored is still true: take it,
+        # or a request timeout shorter than the round trip would resend forever.
+        if stored and batch.state in (BatchState.AWAITING, BatchState.RESEND):
+            return batch
+        return None
 
     def handle_result(self, batch_id: int, attempt: int, result: ProduceResult, now: float, retry_at: float) -> None:
         """Feed the broker's answer to one transmission. Stale answers are ignored.
 
         ``retry_at`` is when a retriable outcome (IN_FLIGHT) may be resent (the shell's backoff).
         """
-        batch = self._current(batch_id, attempt)
+        batch = self._current(batch_id, attempt, result.outcome.stored)
         if batch is None:
             return
         outcome = result.outcome
@@ -319,10 +331,18 @@ class ProducerSequencer:
             self._finish(batch)
             self._events.append(BatchDelivered(batch, result.base_offset, outcome is Outcome.DUPLICATE))
         elif outcome is Outcome.OUT_OF_ORDER_SEQUENCE:
-            batch.refused = True
-            ps = self._partitions[batch.topic_partition]
+            tp = batch.topic_partition
+            ps = self._partitions[tp]
             earlier = {b.base_sequence for b in ps.inflight if b is not batch}
-            if result.expected_sequence in earlier:
+            expected = result.expected_sequence
+            # an answer overtaken by the acknowledgement of the sequence it asks for (it was
+            # acknowledged after this attempt was sent): the gap is filled, just resend
+            stale = (
+                expected is not None
+                and at_or_before(expected, self._acked.get(tp, NO_SEQUENCE))
+                and not at_or_before(expected, batch.acked_at_send)
+            )
+            if expected in earlier or stale:
                 batch.state, batch.not_before = BatchState.RESEND, now
             else:
                 self._fail_all(
@@ -335,7 +355,6 @@ class ProducerSequencer:
         elif outcome is Outcome.IN_FLIGHT:
             batch.state, batch.not_before = BatchState.RESEND, retry_at
         elif outcome is Outcome.FENCED:
-            batch.refused = True
             self._fail_all(
                 ProducerFencedError(
                     f"producer {self.producer_id} epoch {self.producer_epoch} "
@@ -345,7 +364,6 @@ class ProducerSequencer:
                 )
             )
         else:
-            batch.refused = True
             self._fail_all(
                 UnknownProducerError(
                     f"broker has no state for producer {self.producer_id} on {batch.topic_partition}; "
@@ -418,7 +436,8 @@ class ProducerSequencer:
             batches = [*ps.inflight, *ps.queued] + ([ps.open] if ps.open is not None else [])
             ps.inflight, ps.queued, ps.open = [], deque(), None
             for b in batches:
-                sent_before = b.attempt > 1 or (b.attempt == 1 and not b.refused)
-                status = DeliveryStatus.POSSIBLY_PERSISTED if sent_before else DeliveryStatus.NOT_PERSISTED
+                # Sent at least once: a copy may be stored even if an answer refused it (a
+                # link can deliver one request twice), so never claim NOT_PERSISTED then.
+                status = DeliveryStatus.POSSIBLY_PERSISTED if b.attempt > 0 else DeliveryStatus.NOT_PERSISTED
                 self._finish(b)
                 self._events.append(BatchFailed(b, error, status))

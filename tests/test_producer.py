@@ -64,7 +64,7 @@ def test_fenced_producer_fails_with_clear_error() -> None:
     with pytest.raises(DeliveryFailed) as info:
         future.result(5)
     failure = info.value
-    assert failure.status is DeliveryStatus.NOT_PERSISTED and failure.recovery is Recovery.FATAL
+    assert failure.status is DeliveryStatus.POSSIBLY_PERSISTED and failure.recovery is Recovery.FATAL
     assert isinstance(failure.__cause__, ProducerFencedError)
     with pytest.raises(ProducerFencedError):
         old.send("t", b"more")

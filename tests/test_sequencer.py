@@ -1,0 +1,954 @@
+"""Adversarial unit tests of the client-side :class:`ProducerSequencer`.
+
+One test (or a small table) per rule of the module docstring's table, driven where it
+matters through the real broker-side :class:`PartitionChecker`, so that "the checker must
+accept it" is checked and not assumed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from idempotent._checker import PartitionChecker, Ticket, make_header
+from idempotent._outcomes import DeliveryStatus, Outcome, ProduceResult
+from idempotent._records import BatchHeader, Record, StoredBatch
+from idempotent._sequencer import (
+    BatchDelivered,
+    BatchFailed,
+    Event,
+    OutgoingBatch,
+    ProducerSequencer,
+)
+from idempotent._types import MAX_SEQUENCE, NO_SEQUENCE, Epoch, ProducerId, Sequence, TopicPartition
+from idempotent.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    DeliveryTimeoutError,
+    InvalidBatchError,
+    ProducerClosedError,
+    ProducerError,
+    ProducerFencedError,
+    SequenceDesyncError,
+    UnknownProducerError,
+)
+
+PID = 7
+STEPS = 10_000  # the random walk below stops as soon as everything has ended
+TP = TopicPartition("t", 0)
+TP1 = TopicPartition("t", 1)
+
+
+def rec(i: int | str) -> Record:
+    return Record(f"v{i}".encode())
+
+
+def make(**options: object) -> ProducerSequencer:
+    defaults: dict[str, object] = {
+        "linger": 0.0,
+        "request_timeout": 1.0,
+        "delivery_timeout": 100.0,
+        "max_in_flight": 5,
+    }
+    defaults.update(options)
+    last = defaults.pop("last_sequences", None)
+    return ProducerSequencer(PID, 0, last, **defaults)  # type: ignore[arg-type]
+
+
+def drain(seq: ProducerSequencer) -> list[Event]:
+    out: list[Event] = []
+    while (event := seq.next_event()) is not None:
+        out.append(event)
+    return out
+
+
+def add_batches(seq: ProducerSequencer, count: int, *, tp: TopicPartition = TP, now: float = 0.0) -> None:
+    """Add ``count`` one-record batches (``max_batch_records=1`` makes every record a batch)."""
+    for i in range(count):
+        seq.add(tp.topic, tp.partition, rec(i), now)
+
+
+class Handles:
+    """Checks that every handle gets exactly one event."""
+
+    def __init__(self) -> None:
+        self.handles: set[int] = set()
+        self.seen: dict[int, Event] = {}
+
+    def add(self, seq: ProducerSequencer, tp: TopicPartition, record: Record, now: float) -> int:
+        handle = seq.add(tp.topic, tp.partition, record, now)
+        assert handle not in self.handles
+        self.handles.add(handle)
+        return handle
+
+    def take(self, events: Iterable[Event]) -> list[Event]:
+        events = list(events)
+        for event in events:
+            for handle in event.batch.handles:
+                assert handle in self.handles, f"event for unknown handle {handle}"
+                assert handle not in self.seen, f"second event for handle {handle}: {event}"
+                self.seen[handle] = event
+        return events
+
+    def all_ended(self) -> bool:
+        return set(self.seen) == self.handles
+
+
+class Partition:
+    """The broker side of one partition: a real checker and a log of (sequence, value)."""
+
+    def __init__(self, producer_id: int = PID, epoch: int = 0) -> None:
+        self.checker = PartitionChecker()
+        self.log: list[tuple[int, bytes | None]] = []
+        self.producer_id = producer_id
+        self.epoch = epoch
+
+    def preload(self, last_sequence: int) -> None:
+        """As if an earlier instance had stored one record with ``last_sequence``."""
+        self.checker.apply(
+            StoredBatch(0, ProducerId(self.producer_id), Epoch(self.epoch), Sequence(last_sequence), 1, 0.0)
+        )
+        self.log.append((last_sequence, None))
+
+    def header(self, batch: OutgoingBatch, epoch: int | None = None) -> BatchHeader:
+        return make_header(
+            self.producer_id, self.epoch if epoch is None else epoch, batch.base_sequence, len(batch.records)
+        )
+
+    def push(self, batch: OutgoingBatch) -> tuple[ProduceResult, Ticket | None]:
+        """Check and, if accepted, push without committing. Returns (result, ticket or None)."""
+        header = self.header(batch)
+        result = self.checker.check(header)
+        if result.outcome is not Outcome.ACCEPTED:
+            return result, None
+        return result, self.checker.push(header, 0.0)
+
+    def commit(self, batch: OutgoingBatch, ticket: Ticket | None) -> ProduceResult:
+        assert ticket is not None
+        offset = len(self.log)
+        for i, record in enumerate(batch.records):
+            self.log.append(((batch.base_sequence + i) % 2**31, record.value))
+        self.checker.commit(ticket, offset)
+        return ProduceResult(Outcome.ACCEPTED, base_offset=offset)
+
+    def produce(self, batch: OutgoingBatch) -> ProduceResult:
+        """Check, push and commit at once (the normal case)."""
+        result, ticket = self.push(batch)
+        if ticket is None:
+            return result
+        return self.commit(batch, ticket)
+
+
+def answer(
+    seq: ProducerSequencer, batch: OutgoingBatch, result: ProduceResult, now: float = 0.0, retry_at: float | None = None
+) -> None:
+    seq.handle_result(batch.batch_id, batch.attempt, result, now, now + 0.5 if retry_at is None else retry_at)
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_in_flight": 0},
+        {"max_in_flight": 1001},
+        {"batch_size": 0},
+        {"max_batch_records": 0},
+        {"max_batch_records": 1_000_001},
+        {"linger": -0.1},
+        {"request_timeout": 0},
+        {"delivery_timeout": 0},
+    ],
+)
+def test_bad_options_are_config_errors(options: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        make(**options)
+
+
+# -- ACCEPTED / DUPLICATE ----------------------------------------------------------------------
+
+
+def test_accepted_completes_with_offset_and_advances_acknowledged() -> None:
+    seq = make()
+    for i in range(3):
+        seq.add("t", 0, rec(i), 0.0)
+    [batch] = seq.batches_to_send(0.0)
+    assert (batch.base_sequence, batch.attempt, len(batch.records)) == (0, 1, 3)
+    assert seq.in_flight("t", 0) == 1
+    answer(seq, batch, ProduceResult(Outcome.ACCEPTED, base_offset=10))
+    [event] = drain(seq)
+    assert isinstance(event, BatchDelivered)
+    assert (event.base_offset, event.duplicate, event.batch) == (10, False, batch)
+    assert seq.last_acknowledged("t", 0) == 2
+    assert seq.next_sequence("t", 0) == 3
+    assert seq.in_flight("t", 0) == 0
+    assert seq.unfinished == 0
+    assert seq.next_deadline() is None
+
+
+@pytest.mark.parametrize("offset", [42, None])
+def test_duplicate_completes_with_the_original_offset_or_none(offset: int | None) -> None:
+    seq = make()
+    seq.add("t", 0, rec(0), 0.0)
+    [batch] = seq.batches_to_send(0.0)
+    answer(seq, batch, ProduceResult(Outcome.DUPLICATE, base_offset=offset))
+    [event] = drain(seq)
+    assert isinstance(event, BatchDelivered)
+    assert (event.base_offset, event.duplicate) == (offset, True)
+    assert seq.last_acknowledged("t", 0) == 0
+
+
+def test_acknowledgements_out_of_order_keep_the_highest() -> None:
+    seq = make(max_batch_records=1)
+    add_batches(seq, 3)
+    a, b, c = seq.batches_to_send(0.0)
+    answer(seq, c, ProduceResult(Outcome.DUPLICATE, base_offset=2))
+    answer(seq, a, ProduceResult(Outcome.ACCEPTED, base_offset=0))
+    assert seq.last_acknowledged("t", 0) == 2
+    answer(seq, b, ProduceResult(Outcome.ACCEPTED, base_offset=1))
+    assert seq.last_acknowledged("t", 0) == 2
+    assert [e.batch for e in drain(seq)] == [c, a, b]
+
+
+# -- OUT_OF_ORDER_SEQUENCE ---------------------------------------------------------------------
+
+
+def test_out_of_order_resends_the_gap_and_later_batches_in_order_with_same_sequences() -> None:
+    """A is lost; B and C are refused with expected = A: after A's request times out, A, B
+    and C are resent in sequence order with their sequences unchanged, and all land."""
+    seq = make(max_batch_records=1, request_timeout=1.0)
+    part = Partition()
+    add_batches(seq, 3)
+    a, b, c = seq.batches_to_send(0.0)
+    assert [x.base_sequence for x in (a, b, c)] == [0, 1, 2]
+    # A's request is lost; B and C reach the broker.
+    rb, rc = part.produce(b), part.produce(c)
+    assert rb == rc == ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0)
+    answer(seq, b, rb, now=0.1)
+    answer(seq, c, rc, now=0.1)
+    assert drain(seq) == []
+    # nothing is resent while A's answer is outstanding, and nothing new is sent either
+    seq.add("t", 0, rec("new"), 0.1)
+    assert seq.batches_to_send(0.5) == []
+    assert seq.next_deadline() == pytest.approx(1.0)  # A's request timeout
+    seq.handle_timeout(0.99)
+    assert seq.batches_to_send(0.99) == []
+    seq.handle_timeout(1.0)
+    resent = seq.batches_to_send(1.0)
+    # the resends first, in sequence order and unchanged; then the new batch, behind them
+    assert resent[:3] == [a, b, c]
+    assert [(x.base_sequence, x.attempt) for x in resent] == [(0, 2), (1, 2), (2, 2), (3, 1)]
+    for x in resent:
+        answer(seq, x, part.produce(x), now=1.1)
+    assert [e.batch for e in drain(seq)] == resent
+    assert [s for s, _ in part.log] == [0, 1, 2, 3]
+    assert seq.unfinished == 0
+
+
+def test_out_of_order_waits_for_the_earlier_answer_then_resends() -> None:
+    """A arrives late but is accepted: B, refused before, is resent once A is answered."""
+    seq = make(max_batch_records=1)
+    part = Partition()
+    add_batches(seq, 2)
+    a, b = seq.batches_to_send(0.0)
+    answer(seq, b, part.produce(b), now=0.01)  # OOO, expected 0
+    assert seq.batches_to_send(0.02) == []
+    answer(seq, a, part.produce(a), now=0.03)
+    [b2] = seq.batches_to_send(0.03)
+    assert b2 is b and (b.base_sequence, b.attempt) == (1, 2)
+    answer(seq, b, part.produce(b), now=0.04)
+    assert [type(e) for e in drain(seq)] == [BatchDelivered, BatchDelivered]
+    assert [s for s, _ in part.log] == [0, 1]
+
+
+def test_out_of_order_answer_overtaken_by_the_earlier_acknowledgement_is_not_a_desync() -> None:
+    """Reordered answers: B is refused (expected A) while A is still on its way; A arrives,
+    is accepted, and A's acknowledgement reaches the producer *before* B's refusal. B's
+    refusal is stale (the gap it reports is already filled), so B must be resent, not fail
+    the producer with SequenceDesyncError."""
+    seq = make(max_batch_records=1)
+    part = Partition()
+    add_batches(seq, 2)
+    a, b = seq.batches_to_send(0.0)
+    refusal = part.produce(b)  # B overtook A on the way to the broker
+    assert refusal == ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0)
+    answer(seq, a, part.produce(a), now=0.01)  # A's ACK overtakes B's refusal on the way back
+    answer(seq, b, refusal, now=0.02)
+    assert seq.failure is None, seq.failure
+    [b2] = seq.batches_to_send(0.02)
+    assert b2 is b and b.base_sequence == 1
+    answer(seq, b, part.produce(b), now=0.03)
+    assert [type(e) for e in drain(seq)] == [BatchDelivered, BatchDelivered]
+    assert seq.unfinished == 0
+
+
+def test_out_of_order_for_a_sequence_acknowledged_before_sending_is_a_desync() -> None:
+    """The broker lost acknowledged data: after A's ACK, B (sent after it) is refused with
+    expected = A. That is a real desync (the stale-answer allowance must not hide it)."""
+    seq = make(max_batch_records=1)
+    add_batches(seq, 1)
+    [a] = seq.batches_to_send(0.0)
+    answer(seq, a, ProduceResult(Outcome.ACCEPTED, base_offset=0))
+    seq.add("t", 0, rec(1), 0.0)
+    [b] = seq.batches_to_send(0.1)
+    answer(seq, b, ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0), now=0.2)
+    assert isinstance(seq.failure, SequenceDesyncError)
+    assert seq.failure.expected_sequence == 0
+
+
+@pytest.mark.parametrize("expected", [None, 5, 1_000, MAX_SEQUENCE])
+def test_out_of_order_with_an_unknown_expected_sequence_fails_everything(expected: int | None) -> None:
+    seq = make(max_batch_records=1, max_in_flight=2)
+    handles = Handles()
+    for i in range(3):
+        handles.add(seq, TP, rec(i), 0.0)
+    handles.add(seq, TP1, rec("other"), 0.0)
+    sent = seq.batches_to_send(0.0)
+    assert [(x.partition, x.base_sequence) for x in sent] == [(0, 0), (0, 1), (1, 0)]
+    first = sent[1]
+    answer(seq, first, ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=expected))
+    assert isinstance(seq.failure, SequenceDesyncError)
+    assert seq.failure.expected_sequence == (-1 if expected is None else expected)
+    events = handles.take(drain(seq))
+    assert handles.all_ended()
+    assert all(isinstance(e, BatchFailed) and e.error is seq.failure for e in events)
+    status = {e.batch.batch_id: e.status for e in events if isinstance(e, BatchFailed)}
+    # sent and not answered: possibly persisted; never sent (queued): not persisted
+    assert status[sent[0].batch_id] is DeliveryStatus.POSSIBLY_PERSISTED
+    assert status[sent[2].batch_id] is DeliveryStatus.POSSIBLY_PERSISTED
+    queued = [e for e in events if e.batch.attempt == 0]
+    assert len(queued) == 1 and queued[0].status is DeliveryStatus.NOT_PERSISTED  # type: ignore[union-attr]
+    assert seq.unfinished == 0 and seq.next_deadline() is None
+    assert seq.batches_to_send(10.0) == []
+    with pytest.raises(SequenceDesyncError):
+        seq.add("t", 0, rec("late"), 1.0)
+
+
+# -- IN_FLIGHT and retriable errors ------------------------------------------------------------
+
+
+def test_in_flight_resends_at_retry_at_and_not_before() -> None:
+    seq = make()
+    part = Partition()
+    seq.add("t", 0, rec(0), 0.0)
+    [a] = seq.batches_to_send(0.0)
+    first, ticket = part.push(a)  # accepted, not yet durable
+    assert first.outcome is Outcome.ACCEPTED
+    # the first answer is lost; the request times out and the resend finds the batch in flight
+    seq.handle_timeout(1.0)
+    [again] = seq.batches_to_send(1.0)
+    assert again is a and a.attempt == 2
+    in_flight = part.produce(a)
+    assert in_flight.outcome is Outcome.IN_FLIGHT
+    answer(seq, a, in_flight, now=1.1, retry_at=1.6)
+    assert seq.next_deadline() == pytest.approx(1.6)
+    for t in (1.1, 1.3, 1.5999):
+        seq.handle_timeout(t)
+        assert seq.batches_to_send(t) == []
+    part.commit(a, ticket)
+    seq.handle_timeout(1.6)
+    [third] = seq.batches_to_send(1.6)
+    assert third is a and a.attempt == 3 and a.base_sequence == 0
+    dup = part.produce(a)
+    assert dup == ProduceResult(Outcome.DUPLICATE, base_offset=0)
+    answer(seq, a, dup, now=1.7)
+    [event] = drain(seq)
+    assert isinstance(event, BatchDelivered) and event.duplicate and event.base_offset == 0
+    assert len(part.log) == 1
+
+
+def test_retriable_error_resends_at_retry_at() -> None:
+    seq = make()
+    seq.add("t", 0, rec(0), 0.0)
+    [a] = seq.batches_to_send(0.0)
+    seq.handle_error(a.batch_id, 1, BackendUnavailableError("down"), 0.1, 0.3)
+    assert seq.batches_to_send(0.2) == []
+    assert seq.next_deadline() == pytest.approx(0.3)
+    assert seq.batches_to_send(0.3) == [a]
+    assert a.attempt == 2 and seq.failure is None
+
+
+def test_fatal_error_fails_everything_possibly_persisted() -> None:
+    seq = make()
+    seq.add("t", 0, rec(0), 0.0)
+    [a] = seq.batches_to_send(0.0)
+    error = InvalidBatchError("bad")
+    seq.handle_error(a.batch_id, 1, error, 0.1, 0.3)
+    [event] = drain(seq)
+    assert isinstance(event, BatchFailed) and event.error is error
+    assert event.status is DeliveryStatus.POSSIBLY_PERSISTED
+    assert seq.failure is error
+
+
+# -- FENCED / UNKNOWN_PRODUCER -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("resent", [False, True])
+@pytest.mark.parametrize(
+    ("result", "error_type"),
+    [
+        (ProduceResult(Outcome.FENCED, producer_epoch=3), ProducerFencedError),
+        (ProduceResult(Outcome.UNKNOWN_PRODUCER), UnknownProducerError),
+    ],
+)
+def test_fatal_outcomes_fail_every_unfinished_message_with_the_right_status(
+    result: ProduceResult, error_type: type[ProducerError], resent: bool
+) -> None:
+    """Never sent: NOT_PERSISTED. Sent at least once: POSSIBLY_PERSISTED, even a batch whose
+    only attempt the broker just refused (a link may have delivered that attempt twice)."""
+    seq = make(max_batch_records=1, max_in_flight=2, linger=10.0)
+    handles = Handles()
+    hs = [handles.add(seq, TP, rec(i), 0.0) for i in range(3)]  # a, b in flight, e queued
+    handles.add(seq, TP1, rec("p1"), 0.0)
+    seq.flush()
+    sent = seq.batches_to_send(0.0)
+    seq.end_flush()
+    hs.append(handles.add(seq, TP, rec("open"), 0.0))  # f: open, lingering
+    assert [(x.partition, x.base_sequence) for x in sent] == [(0, 0), (0, 1), (1, 0)]
+    a, b, c = sent
+    answer(seq, c, ProduceResult(Outcome.ACCEPTED, base_offset=0))  # done before the failure
+    if resent:
+        seq.handle_timeout(1.0)
+        assert seq.batches_to_send(1.0) == [a, b] and a.attempt == b.attempt == 2
+    else:
+        answer(seq, b, ProduceResult(Outcome.IN_FLIGHT), now=0.5, retry_at=5.0)  # b: RESEND
+    answer(seq, a, result, now=1.1)
+    assert isinstance(seq.failure, error_type)
+    if error_type is ProducerFencedError:
+        assert seq.failure.producer_epoch == 0  # type: ignore[attr-defined]
+        assert "epoch 3" in str(seq.failure)
+    events = handles.take(drain(seq))
+    assert handles.all_ended() and seq.unfinished == 0
+    status = {h: e.status for e in events if isinstance(e, BatchFailed) for h in e.batch.handles}
+    delivered = [h for e in events if isinstance(e, BatchDelivered) for h in e.batch.handles]
+    assert delivered == c.handles
+    assert status[a.handles[0]] is DeliveryStatus.POSSIBLY_PERSISTED
+    assert status[b.handles[0]] is DeliveryStatus.POSSIBLY_PERSISTED
+    assert status[hs[2]] is DeliveryStatus.NOT_PERSISTED  # queued
+    assert status[hs[3]] is DeliveryStatus.NOT_PERSISTED  # open
+    assert all(e.error is seq.failure for e in events if isinstance(e, BatchFailed))
+    with pytest.raises(error_type):
+        seq.add("t", 0, rec("x"), 2.0)
+    assert seq.batches_to_send(2.0) == [] and seq.next_deadline() is None
+
+
+def test_refusal_of_a_duplicated_request_does_not_claim_not_persisted() -> None:
+    """The network delivers A's only request twice. The first copy is stored (its answer is
+    lost), then the producer is fenced and the second copy is refused with FENCED. A is in
+    the log, so it must not be reported NOT_PERSISTED ("safe to send again as new data")."""
+    seq = make()
+    part = Partition()
+    seq.add("t", 0, rec(0), 0.0)
+    [a] = seq.batches_to_send(0.0)
+    assert part.produce(a).outcome is Outcome.ACCEPTED  # copy 1: stored, answer lost
+    assert len(part.log) == 1
+    answer(seq, a, ProduceResult(Outcome.FENCED, producer_epoch=1), now=0.1)  # copy 2's answer
+    [event] = drain(seq)
+    assert isinstance(event, BatchFailed)
+    assert event.status is DeliveryStatus.POSSIBLY_PERSISTED
+
+
+def test_close_fails_every_unfinished_message_once() -> None:
+    seq = make(max_batch_records=1, max_in_flight=1, linger=5.0)
+    handles = Handles()
+    for i in range(3):
+        handles.add(seq, TP, rec(i), 0.0)
+    [a] = seq.batches_to_send(6.0)
+    handles.add(seq, TP, rec("open"), 6.0)
+    seq.close()
+    events = handles.take(drain(seq))
+    assert handles.all_ended()
+    assert all(isinstance(e, BatchFailed) and isinstance(e.error, ProducerClosedError) for e in events)
+    by_batch = {e.batch.batch_id: e.status for e in events if isinstance(e, BatchFailed)}
+    assert by_batch.pop(a.batch_id) is DeliveryStatus.POSSIBLY_PERSISTED
+    assert set(by_batch.values()) == {DeliveryStatus.NOT_PERSISTED}
+    seq.close()  # idempotent
+    assert drain(seq) == []
+
+
+# -- timeouts ----------------------------------------------------------------------------------
+
+
+def test_request_timeout_resends_with_the_same_sequence() -> None:
+    seq = make(request_timeout=2.0)
+    part = Partition()
+    seq.add("t", 0, rec(0), 0.0)
+    [a] = seq.batches_to_send(0.5)
+    assert seq.next_deadline() == pytest.approx(2.5)
+    seq.handle_timeout(2.49)
+    assert seq.batches_to_send(2.49) == []
+    seq.handle_timeout(2.5)
+    [again] = seq.batches_to_send(2.5)
+    assert again is a and (a.attempt, a.base_sequence) == (2, 0)
+    answer(seq, a, part.produce(a), now=2.6)
+    [event] = drain(seq)
+    assert isinstance(event, BatchDelivered) and event.base_offset == 0
+
+
+def test_delivery_timeout_of_a_batch_never_sent_fails_only_it() -> None:
+    seq = make(delivery_timeout=10.0, linger=0.0)
+    handles = Handles()
+    queued = handles.add(seq, TP, rec(0), 0.0)
+    seq.flush()
+    handles.add(seq, TP1, rec(1), 5.0)
+    seq.handle_timeout(9.99)
+    assert drain(seq) == []
+    seq.handle_timeout(10.0)  # only the batch of TP is older than the delivery timeout
+    [event] = handles.take(drain(seq))
+    assert isinstance(event, BatchFailed)
+    assert event.batch.handles == [queued]
+    assert isinstance(event.error, DeliveryTimeoutError)
+    assert event.status is DeliveryStatus.NOT_PERSISTED
+    assert seq.failure is None and seq.unfinished == 1
+    [b] = seq.batches_to_send(10.0)
+    assert b.partition == 1 and b.base_sequence == 0
+    # the expired batch used no sequence: the next batch of TP starts at 0
+    seq.add("t", 0, rec(2), 10.0)
+    [c] = seq.batches_to_send(10.0)
+    assert c.partition == 0 and c.base_sequence == 0
+
+
+def test_delivery_timeout_of_an_open_batch_fails_only_it() -> None:
+    seq = make(delivery_timeout=1.0, linger=5.0)
+    seq.add("t", 0, rec(0), 0.0)
+    assert seq.next_deadline() == pytest.approx(1.0)
+    seq.handle_timeout(1.0)
+    [event] = drain(seq)
+    assert isinstance(event, BatchFailed) and event.status is DeliveryStatus.NOT_PERSISTED
+    assert seq.failure is None and seq.unfinished == 0 and seq.next_deadline() is None
+
+
+def test_delivery_timeout_of_a_sent_batch_fails_the_producer() -> None:
+    seq = make(max_batch_records=1, max_in_flight=1, delivery_timeout=10.0, request_timeout=3.0)
+    handles = Handles()
+    for i in range(2):
+        handles.add(seq, TP, rec(i), 0.0)
+    [a] = seq.batches_to_send(0.0)
+    for t in (3.0, 6.0, 9.0):  # keeps timing out and being resent
+        seq.handle_timeout(t)
+        assert seq.batches_to_send(t) == [a]
+    assert seq.next_deadline() == pytest.approx(10.0)
+    seq.handle_timeout(10.0)
+    assert isinstance(seq.failure, DeliveryTimeoutError)
+    events = handles.take(drain(seq))
+    assert handles.all_ended()
+    status = {e.batch.batch_id: e.status for e in events if isinstance(e, BatchFailed)}
+    assert status.pop(a.batch_id) is DeliveryStatus.POSSIBLY_PERSISTED
+    assert list(status.values()) == [DeliveryStatus.NOT_PERSISTED]
+
+
+# -- stale answers -----------------------------------------------------------------------------
+
+
+def test_stale_answers_are_ignored() -> None:
+    seq = make(request_timeout=1.0)
+    handles = Handles()
+    handles.add(seq, TP, rec(0), 0.0)
+    [a] = seq.batches_to_send(0.0)
+    seq.handle_timeout(1.0)
+    assert seq.batches_to_send(1.0) == [a] and a.attempt == 2
+    # answers to attempt 1 that do not say "stored" are stale now
+    for result in (
+        ProduceResult(Outcome.IN_FLIGHT),
+        ProduceResult(Outcome.FENCED, producer_epoch=1),
+        ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=99),
+        ProduceResult(Outcome.UNKNOWN_PRODUCER),
+    ):
+        seq.handle_result(a.batch_id, 1, result, 1.1, 1.2)
+    seq.handle_error(a.batch_id, 1, InvalidBatchError("x"), 1.1, 1.2)
+    seq.handle_result(12345, 1, ProduceResult(Outcome.FENCED), 1.1, 1.2)  # unknown batch
+    assert drain(seq) == [] and seq.failure is None
+    seq.handle_result(a.batch_id, 2, ProduceResult(Outcome.DUPLICATE, base_offset=0), 1.2, 1.3)
+    handles.take(drain(seq))
+    # the answer to a finished batch, again (a duplicated response), is ignored too
+    seq.handle_result(a.batch_id, 2, ProduceResult(Outcome.ACCEPTED, base_offset=0), 1.3, 1.4)
+    seq.handle_result(a.batch_id, 2, ProduceResult(Outcome.FENCED), 1.3, 1.4)
+    assert handles.take(drain(seq)) == [] and seq.failure is None and handles.all_ended()
+
+
+def test_stale_stored_answer_is_taken() -> None:
+    """An old attempt's ACCEPTED is still true: the batch completes instead of being resent
+    forever when request_timeout is shorter than the round trip."""
+    seq = make(request_timeout=1.0)
+    handles = Handles()
+    handles.add(seq, TP, rec(0), 0.0)
+    [a] = seq.batches_to_send(0.0)
+    seq.handle_timeout(1.0)
+    assert seq.batches_to_send(1.0) == [a] and a.attempt == 2
+    seq.handle_result(a.batch_id, 1, ProduceResult(Outcome.ACCEPTED, base_offset=7), 1.1, 1.2)
+    [event] = handles.take(drain(seq))
+    assert isinstance(event, BatchDelivered) and event.base_offset == 7 and handles.all_ended()
+    seq.handle_result(a.batch_id, 2, ProduceResult(Outcome.DUPLICATE, base_offset=7), 1.2, 1.3)
+    assert drain(seq) == [] and seq.failure is None
+
+
+def test_answer_to_an_attempt_being_resent_is_ignored() -> None:
+    """Once an attempt timed out (RESEND) its late answer is ignored; the resend decides."""
+    seq = make(max_batch_records=1, request_timeout=1.0)
+    add_batches(seq, 2)
+    a, _ = seq.batches_to_send(0.0)
+    seq.handle_timeout(1.0)  # both RESEND now
+    answer(seq, a, ProduceResult(Outcome.FENCED, producer_epoch=1), now=1.0)
+    assert seq.failure is None and drain(seq) == []
+
+
+# -- batching ----------------------------------------------------------------------------------
+
+
+def test_linger_holds_a_batch_until_it_expires() -> None:
+    seq = make(linger=0.5)
+    seq.add("t", 0, rec(0), 1.0)
+    seq.add("t", 0, rec(1), 1.2)
+    assert seq.next_deadline() == pytest.approx(1.5)
+    assert seq.batches_to_send(1.49) == []
+    [a] = seq.batches_to_send(1.5)
+    assert len(a.records) == 2
+
+
+def test_flush_seals_at_once_until_end_flush() -> None:
+    seq = make(linger=10.0)
+    seq.add("t", 0, rec(0), 0.0)
+    seq.flush()
+    assert seq.next_deadline() == pytest.approx(0.0)
+    [a] = seq.batches_to_send(0.0)
+    seq.add("t", 0, rec(1), 0.1)
+    [b] = seq.batches_to_send(0.1)
+    assert b.base_sequence == 1
+    seq.end_flush()
+    seq.add("t", 0, rec(2), 0.2)
+    assert seq.batches_to_send(0.3) == []
+    assert a.records == [rec(0)]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7, 10])
+def test_max_batch_records_splits_batches(count: int) -> None:
+    seq = make(max_batch_records=3, linger=1.0)
+    for i in range(count):
+        seq.add("t", 0, rec(i), 0.0)
+    seq.flush()
+    batches = seq.batches_to_send(0.0)
+    sizes = [len(b.records) for b in batches]
+    # at most max_in_flight (5) batches leave at once
+    assert sum(sizes) == count and all(s <= 3 for s in sizes)
+    assert [b.base_sequence for b in batches] == [sum(sizes[:i]) for i in range(len(sizes))]
+    assert [r for b in batches for r in b.records] == [rec(i) for i in range(count)]
+
+
+def test_batch_size_seals_before_overflowing() -> None:
+    one = rec(0).size
+    seq = make(batch_size=2 * one + 1, linger=1.0)
+    for i in range(5):
+        seq.add("t", 0, rec(i), 0.0)
+    seq.flush()
+    batches = seq.batches_to_send(0.0)
+    assert [len(b.records) for b in batches] == [2, 2, 1]
+    assert all(b.size <= 2 * one + 1 for b in batches)
+
+
+def test_oversized_record_gets_its_own_batch() -> None:
+    big = Record(b"x" * 1000)
+    seq = make(batch_size=100, linger=1.0)
+    seq.add("t", 0, rec(0), 0.0)
+    seq.add("t", 0, big, 0.0)
+    seq.add("t", 0, rec(1), 0.0)
+    seq.flush()
+    assert [b.records for b in seq.batches_to_send(0.0)] == [[rec(0)], [big], [rec(1)]]
+
+
+@pytest.mark.parametrize(
+    ("options", "records"),
+    [
+        ({"max_batch_records": 3}, [rec(i) for i in range(3)]),
+        ({"batch_size": 3 * rec(0).size}, [rec(i) for i in range(3)]),
+    ],
+)
+def test_a_full_batch_is_sent_without_waiting_for_linger(options: dict[str, object], records: list[Record]) -> None:
+    """The docstring: a batch is sealed when it is full (bytes or records) *or* when linger
+    has passed. A full batch must not wait out the linger."""
+    seq = make(linger=5.0, **options)
+    for r in records:
+        seq.add("t", 0, r, 0.0)
+    [a] = seq.batches_to_send(0.0)
+    assert a.records == records
+    assert seq.next_deadline() == pytest.approx(1.0)  # its request timeout
+
+
+# -- next_deadline -----------------------------------------------------------------------------
+
+
+def test_next_deadline_is_none_when_idle_and_tracks_the_earliest() -> None:
+    seq = make(linger=0.2, request_timeout=1.0, delivery_timeout=3.0)
+    assert seq.next_deadline() is None
+    seq.add("t", 0, rec(0), 0.0)
+    assert seq.next_deadline() == pytest.approx(0.2)
+    [a] = seq.batches_to_send(0.2)
+    assert seq.next_deadline() == pytest.approx(1.2)
+    seq.add("t", 1, rec(1), 0.5)
+    assert seq.next_deadline() == pytest.approx(0.7)
+    seq.handle_timeout(1.2)
+    [a2, b] = seq.batches_to_send(1.2)
+    assert a2 is a and b.partition == 1
+    assert seq.next_deadline() == pytest.approx(2.2)  # both request timeouts (sent at 1.2)
+
+
+def test_next_deadline_is_in_the_future_while_resends_wait_for_an_earlier_answer() -> None:
+    """B is refused (OOO, expected A) while A's answer is outstanding. Nothing can be sent
+    until A is answered or times out, so the next deadline must be A's request timeout, not
+    B's (past) ``not_before``: a shell sleeping until next_deadline() would otherwise spin."""
+    seq = make(max_batch_records=1, request_timeout=30.0)
+    add_batches(seq, 2)
+    _, b = seq.batches_to_send(0.0)
+    answer(seq, b, ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0), now=0.01)
+    seq.handle_timeout(0.02)
+    assert seq.batches_to_send(0.02) == []
+    deadline = seq.next_deadline()
+    assert deadline is not None and deadline > 0.02
+    assert deadline == pytest.approx(30.0)
+
+
+def test_next_deadline_waits_for_the_first_resend_in_sequence_order() -> None:
+    """Resends go out in sequence order from the first one; a later batch's earlier
+    ``not_before`` cannot make anything happen sooner."""
+    seq = make(max_batch_records=1)
+    add_batches(seq, 2)
+    a, b = seq.batches_to_send(0.0)
+    answer(seq, a, ProduceResult(Outcome.IN_FLIGHT), now=0.1, retry_at=2.0)
+    answer(seq, b, ProduceResult(Outcome.IN_FLIGHT), now=0.1, retry_at=0.5)
+    seq.handle_timeout(0.5)
+    assert seq.batches_to_send(0.5) == []
+    deadline = seq.next_deadline()
+    assert deadline is not None and deadline > 0.5
+    assert seq.batches_to_send(2.0) == [a, b]
+
+
+def test_new_batches_follow_the_resends_in_the_same_call() -> None:
+    """Once every resend of a partition is out, its queued batches may go too (behind them):
+    otherwise they wait for the next call, which ``next_deadline`` does not announce."""
+    seq = make(max_batch_records=1, max_in_flight=2)
+    add_batches(seq, 1)
+    [a] = seq.batches_to_send(0.0)
+    answer(seq, a, ProduceResult(Outcome.IN_FLIGHT), now=0.1, retry_at=0.2)
+    seq.add("t", 0, rec("b"), 0.1)
+    assert seq.batches_to_send(0.1) == []  # queued behind the pending resend
+    sent = seq.batches_to_send(0.2)
+    assert [(x.base_sequence, x.attempt) for x in sent] == [(0, 2), (1, 1)]
+    assert sent[0] is a
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_next_deadline_never_lies(data: st.DataObject) -> None:
+    """Random interleavings: after a poll at ``now`` the next deadline is in the future,
+    and polling strictly before it changes nothing."""
+    seq = make(
+        max_batch_records=data.draw(st.integers(1, 3)),
+        max_in_flight=data.draw(st.integers(1, 3)),
+        linger=data.draw(st.sampled_from([0.0, 0.05, 0.3])),
+        request_timeout=0.5,
+        delivery_timeout=data.draw(st.sampled_from([2.0, 50.0])),
+    )
+    part = {TP: Partition(), TP1: Partition()}
+    now = 0.0
+    awaiting: list[tuple[OutgoingBatch, int]] = []
+    for _ in range(data.draw(st.integers(1, 40))):
+        action = data.draw(st.sampled_from(["add", "answer", "lose", "advance", "in_flight"]))
+        if action == "add" and seq.failure is None:
+            tp = data.draw(st.sampled_from([TP, TP1]))
+            seq.add(tp.topic, tp.partition, rec(str(now)), now)
+        elif action in ("answer", "lose", "in_flight") and awaiting:
+            batch, attempt = awaiting.pop(data.draw(st.integers(0, len(awaiting) - 1)))
+            if action == "answer" and batch.attempt == attempt:
+                seq.handle_result(batch.batch_id, attempt, part[batch.topic_partition].produce(batch), now, now + 0.1)
+            elif action == "in_flight":
+                seq.handle_result(batch.batch_id, attempt, ProduceResult(Outcome.IN_FLIGHT), now, now + 0.2)
+        elif action == "advance":
+            now += data.draw(st.sampled_from([0.01, 0.1, 0.5, 1.0]))
+        seq.handle_timeout(now)
+        awaiting += [(b, b.attempt) for b in seq.batches_to_send(now)]
+        drain(seq)
+        deadline = seq.next_deadline()
+        assert deadline is None or deadline > now, (deadline, now)
+        probe = now if deadline is None else now + (deadline - now) / 2
+        if deadline is not None and probe < deadline:  # (floats: the midpoint may round up)
+            before = [(b.batch_id, b.attempt, b.state) for b in seq._batches.values()]
+            seq.handle_timeout(probe)
+            assert seq.batches_to_send(probe) == []
+            assert drain(seq) == []
+            assert [(b.batch_id, b.attempt, b.state) for b in seq._batches.values()] == before
+
+
+# -- max_in_flight -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 2, 5])
+def test_max_in_flight_is_respected_per_partition(max_in_flight: int) -> None:
+    seq = make(max_batch_records=1, max_in_flight=max_in_flight)
+    part = Partition()
+    add_batches(seq, 8)
+    add_batches(seq, 3, tp=TP1)
+    sent = seq.batches_to_send(0.0)
+    assert sum(b.partition == 0 for b in sent) == max_in_flight
+    assert sum(b.partition == 1 for b in sent) == min(3, max_in_flight)
+    assert seq.in_flight("t", 0) == max_in_flight
+    assert seq.batches_to_send(0.1) == []
+    done = 0
+    t0 = [b for b in sent if b.partition == 0]
+    while t0:
+        answer(seq, t0[0], part.produce(t0[0]))
+        done += 1
+        t0 = t0[1:] + [b for b in seq.batches_to_send(0.2) if b.partition == 0]
+        assert seq.in_flight("t", 0) <= max_in_flight
+    assert done == 8 and [s for s, _ in part.log] == list(range(8))
+
+
+# -- sequences ---------------------------------------------------------------------------------
+
+
+def test_resumed_named_producer_continues_after_the_last_sequence() -> None:
+    seq = make(last_sequences={TP: 41}, max_batch_records=2)
+    part = Partition(epoch=0)
+    part.preload(41)
+    assert seq.next_sequence("t", 0) == 42
+    assert seq.last_acknowledged("t", 0) == 41
+    assert seq.next_sequence("t", 1) == 0 and seq.last_acknowledged("t", 1) == NO_SEQUENCE
+    for i in range(3):
+        seq.add("t", 0, rec(i), 0.0)
+    a, b = seq.batches_to_send(0.0)
+    assert (a.base_sequence, b.base_sequence) == (42, 44)
+    for x in (a, b):
+        assert part.produce(x).outcome is Outcome.ACCEPTED
+    assert [s for s, _ in part.log] == [41, 42, 43, 44]
+
+
+def test_last_sequences_accepts_plain_tuples() -> None:
+    seq = make(last_sequences={("t", 0): 9})
+    assert seq.next_sequence("t", 0) == 10
+
+
+@pytest.mark.parametrize("batch_records", [1, 2, 3, 5])
+def test_sequences_wrap_from_max_to_zero_and_the_checker_accepts(batch_records: int) -> None:
+    start = 2**31 - 3
+    seq = make(last_sequences={TP: start}, max_batch_records=batch_records, max_in_flight=2)
+    part = Partition()
+    part.preload(start)
+    assert seq.next_sequence("t", 0) == 2**31 - 2
+    for i in range(12):
+        seq.add("t", 0, rec(i), 0.0)
+    delivered = 0
+    while delivered < 12:
+        for batch in seq.batches_to_send(0.0):
+            result = part.produce(batch)
+            assert result.outcome is Outcome.ACCEPTED, (batch.base_sequence, result)
+            answer(seq, batch, result)
+        delivered = sum(len(e.batch.records) for e in drain(seq) if isinstance(e, BatchDelivered)) + delivered
+    sequences = [s for s, _ in part.log]
+    assert sequences == [start, 2**31 - 2, 2**31 - 1, *range(10)]
+    assert seq.last_acknowledged("t", 0) == 9
+    assert seq.next_sequence("t", 0) == 10
+
+
+def test_resends_across_the_wrap_keep_their_sequences() -> None:
+    start = 2**31 - 2
+    seq = make(last_sequences={TP: start}, max_batch_records=2, request_timeout=1.0)
+    part = Partition()
+    part.preload(start)
+    for i in range(4):
+        seq.add("t", 0, rec(i), 0.0)
+    a, b = seq.batches_to_send(0.0)
+    assert (a.base_sequence, b.base_sequence) == (2**31 - 1, 1)
+    rb = part.produce(b)  # a is lost
+    assert rb == ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=2**31 - 1)
+    answer(seq, b, rb)
+    seq.handle_timeout(1.0)
+    assert seq.batches_to_send(1.0) == [a, b]
+    for x in (a, b):
+        answer(seq, x, part.produce(x), now=1.0)
+    assert [type(e) for e in drain(seq)] == [BatchDelivered, BatchDelivered]
+    assert [s for s, _ in part.log] == [start, 2**31 - 1, 0, 1, 2]
+    assert seq.last_acknowledged("t", 0) == 2
+
+
+# -- random adversarial schedules against the real checker --------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_schedules_every_handle_gets_exactly_one_event(seed: int) -> None:
+    """Random add / send / lose / duplicate / reorder / delay-commit schedules on two
+    partitions against real checkers; each handle ends exactly once and logs hold every
+    delivered record exactly once, in order, at the reported offset."""
+    rng = random.Random(seed)
+    seq = make(
+        max_batch_records=rng.choice([1, 2, 4]),
+        max_in_flight=rng.choice([1, 2, 5]),
+        linger=rng.choice([0.0, 0.01]),
+        request_timeout=0.2,
+        delivery_timeout=1000.0,
+    )
+    parts = {TP: Partition(), TP1: Partition()}
+    handles = Handles()
+    values: dict[int, bytes] = {}
+    wire: list[tuple[OutgoingBatch, int, tuple[Record, ...], int]] = []  # requests in transit
+    replies: list[tuple[OutgoingBatch, int, ProduceResult]] = []
+    pending: list[tuple[TopicPartition, OutgoingBatch, tuple[Record, ...], int, object]] = []
+    now = 0.0
+    for step in range(STEPS):
+        if step < 60 and rng.random() < 0.5:
+            tp = rng.choice([TP, TP1])
+            value = f"s{step}".encode()
+            h = handles.add(seq, tp, Record(value), now)
+            values[h] = value
+        choice = rng.random()
+        if wire and choice < 0.4:
+            batch, attempt, records, base = wire.pop(rng.randrange(len(wire)))
+            if rng.random() < 0.15:
+                wire.append((batch, attempt, records, base))  # duplicated on the way
+            part = parts[batch.topic_partition]
+            header = make_header(PID, 0, base, len(records))
+            result = part.checker.check(header)
+            if result.outcome is Outcome.ACCEPTED:
+                pending.append((batch.topic_partition, batch, records, attempt, part.checker.push(header, now)))
+            elif rng.random() > 0.15:  # else the answer is lost
+                replies.append((batch, attempt, result))
+        elif pending and choice < 0.55:
+            # commit the oldest pushed write of a random partition (writes are FIFO)
+            tp = rng.choice([p[0] for p in pending])
+            i = next(k for k, p in enumerate(pending) if p[0] == tp)
+            tp, batch, records, attempt, ticket = pending.pop(i)
+            part = parts[tp]
+            offset = len(part.log)
+            part.log.extend(((batch.base_sequence + j) % 2**31, r.value) for j, r in enumerate(records))
+            part.checker.commit(ticket, offset)  # type: ignore[arg-type]
+            if rng.random() > 0.15:
+                replies.append((batch, attempt, ProduceResult(Outcome.ACCEPTED, base_offset=offset)))
+        elif replies and choice < 0.8:
+            batch, attempt, result = replies.pop(rng.randrange(len(replies)))
+            seq.handle_result(batch.batch_id, attempt, result, now, now + 0.05)
+        else:
+            now += rng.choice([0.001, 0.01, 0.1])
+        seq.handle_timeout(now)
+        for batch in seq.batches_to_send(now):
+            if rng.random() > 0.15:  # else the request is lost
+                wire.append((batch, batch.attempt, tuple(batch.records), batch.base_sequence))
+        handles.take(drain(seq))
+        if step > 60 and seq.unfinished == 0 and not wire and not pending:
+            break
+    assert seq.failure is None, seq.failure
+    assert handles.all_ended(), (seq.unfinished, len(wire), len(pending))
+    logged: dict[bytes, int] = {}
+    for part in parts.values():
+        for offset, (_, stored) in enumerate(part.log):
+            assert stored is not None and stored not in logged, f"{stored!r} logged twice"
+            logged[stored] = offset
+        sequences = [s for s, _ in part.log]
+        assert sequences == list(range(len(sequences)))
+    for h, event in handles.seen.items():
+        assert isinstance(event, BatchDelivered)
+        i = event.batch.handles.index(h)
+        assert values[h] in logged
+        if event.base_offset is not None:
+            assert logged[values[h]] == event.base_offset + i
