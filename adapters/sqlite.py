@@ -50,7 +50,7 @@ CREATE TABLE IF NOT EXISTS snapshots (
     PRIMARY KEY (topic, partition, position));
 CREATE TABLE IF NOT EXISTS producers (
     producer_id INTEGER PRIMARY KEY, name TEXT UNIQUE, producer_epoch INTEGER NOT NULL,
-    state_lost INTEGER NOT NULL DEFAULT 0);
+    state_lost INTEGER NOT NULL DEFAULT 0, partitions BLOB);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
@@ -260,8 +260,15 @@ class SQLiteBackend:
 
     def load_producers(self) -> list[ProducerRecord]:
         with self._lock, _mapped(self.url):
-            rows = self._db.execute("SELECT producer_id, producer_epoch, name, state_lost FROM producers").fetchall()
-        return [ProducerRecord(ProducerId(p), Epoch(e), n, bool(s)) for p, e, n, s in rows]
+            rows = self._db.execute(
+                "SELECT producer_id, producer_epoch, name, state_lost, partitions FROM producers"
+            ).fetchall()
+        return [
+            ProducerRecord(
+                ProducerId(p), Epoch(e), n, bool(s), tuple((t, q) for t, q in msgpack.unpackb(parts or b"\x90"))
+            )
+            for p, e, n, s, parts in rows
+        ]
 
     def save_producer(self, record: ProducerRecord) -> None:
         with self._lock, _mapped(self.url), self._tx() as db:
@@ -270,8 +277,14 @@ class SQLiteBackend:
                     "DELETE FROM producers WHERE name=? AND producer_id<>?", (record.producer_name, record.producer_id)
                 )
             db.execute(
-                "INSERT OR REPLACE INTO producers VALUES (?,?,?,?)",
-                (record.producer_id, record.producer_name, record.producer_epoch, int(record.state_lost)),
+                "INSERT OR REPLACE INTO producers VALUES (?,?,?,?,?)",
+                (
+                    record.producer_id,
+                    record.producer_name,
+                    record.producer_epoch,
+                    int(record.state_lost),
+                    msgpack.packb([list(tp) for tp in record.partitions]),
+                ),
             )
 
     def load_settings(self) -> dict[str, str]:

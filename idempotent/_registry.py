@@ -28,6 +28,9 @@ class ProducerRecord:
     producer_epoch: Epoch
     producer_name: str | None = None
     state_lost: bool = False
+    #: partitions a named producer has written to (sorted), so that re-initialising it
+    #: only has to look at those; empty for anonymous producers
+    partitions: tuple[tuple[str, int], ...] = ()
 
 
 class Admission:
@@ -117,7 +120,7 @@ class ProducerRegistry:
             if old is None or old.producer_epoch >= MAX_EPOCH:
                 record = ProducerRecord(self._take_id(), Epoch(0), name)
             else:
-                record = ProducerRecord(old.producer_id, Epoch(old.producer_epoch + 1), name)
+                record = ProducerRecord(old.producer_id, Epoch(old.producer_epoch + 1), name, False, old.partitions)
         self._store(record)
         return record
 
@@ -127,6 +130,16 @@ class ProducerRegistry:
             return True
         old = self._by_name.get(name)
         return old is None or old.producer_epoch >= MAX_EPOCH
+
+    def add_partition(self, producer_id: int, topic: str, partition: int) -> ProducerRecord | None:
+        """Note that a named producer writes to a partition. Returns the changed record, or
+        None when nothing changed (anonymous producer, or partition already noted)."""
+        record = self._by_id.get(producer_id)
+        if record is None or record.producer_name is None or (topic, partition) in record.partitions:
+            return None
+        record = attrs.evolve(record, partitions=tuple(sorted({*record.partitions, (topic, partition)})))
+        self._store(record)
+        return record
 
     def mark_state_lost(self, producer_id: int) -> ProducerRecord | None:
         """Flag a producer whose state a partition evicted. Returns the changed record."""

@@ -18,6 +18,7 @@ the outstanding appends have drained; until then requests get a retriable
 from __future__ import annotations
 
 import functools
+import queue
 import re
 import threading
 import time
@@ -186,6 +187,11 @@ class Broker:
         self._topics = dict(backend.list_topics())
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._stop = threading.Event()
+        self._completions: queue.SimpleQueue[tuple[_Partition, Any, Future[int], Future[ProduceResult]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._completer = threading.Thread(target=self._complete_loop, name="idempotent-completions", daemon=True)
+        self._completer.start()
         self._maintainer: threading.Thread | None = None
         if self.config.maintenance_interval > 0:
             self._maintainer = threading.Thread(target=self._maintain_loop, name="idempotent-maintenance", daemon=True)
@@ -350,7 +356,9 @@ class Broker:
         last: dict[TopicPartition, int] = {}
         if producer_name is not None and (previous is None or previous.producer_id == record.producer_id):
             deadline = time.monotonic() + timeout
-            for part in self._all_partitions():
+            topics = self.topics()
+            noted = [(t, p) for t, p in (previous.partitions if previous is not None else ()) if p < topics.get(t, 0)]
+            for part in [self._partition(t, p, create=False) for t, p in noted]:
                 with part.lock:
                     self._ready(part)
                     drained = functools.partial(self._drained, part, record.producer_id)
@@ -376,9 +384,6 @@ class Broker:
         checker = part.checker
         state = checker.producer(producer_id) if checker is not None else None
         return state is None or state.pending == 0
-
-    def _all_partitions(self) -> list[_Partition]:
-        return [self._partition(t, p) for t, n in sorted(self.topics().items()) for p in range(n)]
 
     def producer_record(self, producer_id: int) -> ProducerRecord | None:
         """The registry record of a producer id, or None."""
@@ -459,7 +464,7 @@ class Broker:
         if total > self.config.max_batch_bytes:
             raise InvalidBatchError(f"a batch of {total} bytes exceeds max_batch_bytes={self.config.max_batch_bytes}")
         part = self._partition(topic, partition)
-        now = time.time()
+        now = _now_ms()
         out: Future[ProduceResult] = Future()
         with part.lock:
             checker = self._ready(part)
@@ -477,9 +482,11 @@ class Broker:
             )
             if result.outcome is not Outcome.ACCEPTED:
                 return _done(result)
-            if checker.producer(producer_id) is None and len(checker.producers()) >= self.config.checker.max_producers:
-                self._evict(part, checker, checker.evict_over_capacity(room_for=1), now)
-                checker = self._ready(part)
+            if checker.producer(producer_id) is None:
+                if len(checker.producers()) >= self.config.checker.max_producers:
+                    self._evict(part, checker, checker.evict_over_capacity(room_for=1), now)
+                    checker = self._ready(part)
+                self._note_partition(producer_id, part.tp)
             snapshot = checker.snapshot(now) if checker.pending == 0 and checker.snapshot_due(now) else None
             ticket = checker.push(header, now)
             part.outstanding += 1
@@ -488,10 +495,28 @@ class Broker:
             except BaseException as exc:
                 appended = Future()
                 appended.set_exception(exc)
-            # Registered under the partition lock: an append that already failed marks the
-            # partition failed before any later batch of it can be appended.
-            appended.add_done_callback(lambda f: self._appended(part, ticket, f, out))
+            if appended.done():
+                # A synchronous backend: complete it here, under the partition lock, so that a
+                # failed append marks the partition failed before any later batch of it is
+                # appended (the ordering contract of LogBackend.append).
+                self._appended(part, ticket, appended, out)
+            else:
+                # An asynchronous backend: its thread only queues the completion, so it never
+                # waits for a broker lock (it may be needed to finish a snapshot write).
+                appended.add_done_callback(lambda f: self._completions.put((part, ticket, f, out)))
         return out
+
+    def _complete_loop(self) -> None:
+        while True:
+            item = self._completions.get()
+            if item is None:
+                return
+            try:
+                self._appended(*item)
+            except Exception as exc:  # keep completing the others; the future reports it
+                future = item[3]
+                if not future.done():
+                    future.set_exception(BackendUnavailableError(f"completing an append failed: {exc!r}"))
 
     def _appended(self, part: _Partition, ticket: Any, appended: Future[int], out: Future[ProduceResult]) -> None:
         exc = appended.exception()
@@ -535,6 +560,23 @@ class Broker:
             self._evicted(evicted)
         else:
             part.checker = None
+
+    def _note_partition(self, producer_id: int, tp: TopicPartition) -> None:
+        """Store that a named producer writes to ``tp`` before its first batch there is
+        appended, so that ``init_producer`` finds every partition holding its sequences."""
+        with self._lock:
+            record = self._registry.lookup(producer_id)
+            changed = self._registry.add_partition(producer_id, tp.topic, tp.partition)
+            if changed is None:
+                return
+            try:
+                self.backend.save_producer(changed)
+            except BaseException:
+                if record is not None:
+                    self._registry = ProducerRegistry(
+                        [r for r in self._registry.records() if r.producer_id != producer_id] + [record]
+                    )
+                raise
 
     def _evicted(self, producer_ids: Sequence[int]) -> None:
         if not producer_ids:
@@ -697,6 +739,7 @@ class Broker:
                 if checker is not None and not part.failed and checker.pending == 0 and checker.entries_since_snapshot:
                     self._write_snapshot(part, checker, now)
         self._closed = True
+        self._completions.put(None)
         self.backend.close()
 
     def abandon(self) -> None:
@@ -704,6 +747,7 @@ class Broker:
         the backend's handles are released as the operating system would on process death."""
         self._stop.set()
         self._closed = True
+        self._completions.put(None)
         self.backend.close()
 
     def __enter__(self) -> Broker:
@@ -711,6 +755,12 @@ class Broker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _now_ms() -> float:
+    """Wall-clock time in seconds, at millisecond precision: what every backend can store
+    (Kafka and Pulsar keep milliseconds), so a replay sees the same timestamps as live."""
+    return int(time.time() * 1000) / 1000
 
 
 def _done(result: ProduceResult) -> Future[ProduceResult]:
