@@ -341,7 +341,9 @@ def open_read_only(url: str) -> Broker:
         path, _ = parse_sqlite_url(url)
         if not os.path.exists(path):
             raise CliError(f"no database file {path!r} (from {url})")
-    backend = ReadOnlyBackend(open_backend(url))
+    scheme = urlsplit(url).scheme
+    options: dict[str, object] = {"read_only": True} if scheme in ("kafka", "pulsar") else {}
+    backend = ReadOnlyBackend(open_backend(url, **options))
     try:
         return Broker(backend, BrokerConfig(auto_create_topics=False, maintenance_interval=0))
     except BaseException:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
+import pytest
 
 import idempotent
 from adapters import open_backend
@@ -38,3 +40,47 @@ def memory_harness() -> LocalHarness:
 
 def sqlite_harness(tmp_path: Path) -> LocalHarness:
     return LocalHarness(f"sqlite:///{tmp_path / 'log.db'}", durable=True)
+
+
+@attrs.define
+class ServiceHarness:
+    """Harness for a backend served by a real broker process (Kafka, Pulsar)."""
+
+    url: str
+    service: str
+    options: dict[str, object] = attrs.field(factory=dict)
+    durable: bool = True
+
+    def open(self, config: BrokerConfig | None = None, faults: LinkFaults | None = None) -> Broker:
+        if faults is not None:
+            return FaultyBroker(open_backend(self.url, **self.options), config, faults)
+        return idempotent.connect(self.url, config, **self.options)
+
+    def restart_backend(self) -> None:
+        from idempotent.testing import services
+
+        services.restart(self.service)
+
+
+@pytest.fixture(scope="session")
+def kafka_service() -> Iterator[object]:
+    """A real single-node Kafka (KRaft) for the whole session, started by the project itself."""
+    from idempotent.testing import services
+
+    already_running = services.status("kafka") is not None
+    info = services.up("kafka")
+    yield info
+    if not already_running:  # leave a broker someone started by hand alone
+        services.down("kafka")
+
+
+@pytest.fixture(scope="session")
+def pulsar_service() -> Iterator[object]:
+    """A real Pulsar standalone broker for the whole session, started by the project itself."""
+    from idempotent.testing import services
+
+    already_running = services.status("pulsar") is not None
+    info = services.up("pulsar")
+    yield info
+    if not already_running:  # leave a broker someone started by hand alone
+        services.down("pulsar")

@@ -1,0 +1,630 @@
+"""Apache Kafka log backend (confluent-kafka).
+
+``kafka://host:port[,host:port...]`` with options passed as keyword arguments to
+:func:`idempotent.connect` (or :class:`KafkaBackend`):
+
+* ``client_config``: extra librdkafka settings for every client (security, timeouts,
+  ``security.protocol``, ``sasl.*``, ``ssl.*``, ...);
+* ``replication_factor`` (default 1) and ``topic_config`` for topics this backend creates;
+* ``prefix`` (default ``""``): prepended to every Kafka topic name this backend uses;
+* ``timeout`` (default 30 s): for admin calls, flushes and transaction commits;
+* ``read_only`` (default False): never take a partition over (for ``tail`` and ``stats``
+  next to a running broker); reads see committed data only.
+
+How the model maps onto Kafka (see ``docs/backends.md``):
+
+* A topic ``a/b`` is the Kafka topic ``a.b`` (``/`` is not allowed in Kafka names); every
+  record is an ordinary Kafka message with its key, value, timestamp and user headers, plus
+  headers ``idem.pid``, ``idem.epoch`` and ``idem.seq`` (ASCII decimal) and, on the first
+  record of each batch, ``idem.count``. Plain consumers read them unchanged.
+* Appends to a partition go through one **transactional producer per partition** whose
+  ``transactional.id`` names the partition. Its ``init_transactions`` fences every earlier
+  owner (another broker, or this one before a restart) and aborts its open transaction, so
+  a stale owner can no longer write. Queued appends are committed together (group commit);
+  the records of one batch get consecutive offsets.
+* Snapshots go to the compacted topic ``__idempotent_snapshots`` inside the same transaction
+  as the batch they accompany. Topics, producer records, settings and producer-id blocks go to
+  the compacted topic ``__idempotent_meta``; an id block's start is the sum of the sizes of
+  the blocks before it in that topic's log order, so concurrent brokers never overlap.
+* Readers use ``isolation.level=read_committed``: aborted writes of a fenced owner are never
+  read or replayed.
+
+Every confluent-kafka error is translated in :func:`_map_errors`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Any
+from urllib.parse import urlsplit
+
+import msgpack
+
+from idempotent._records import Snapshot, StoredBatch, StoredRecord
+from idempotent._registry import ProducerRecord
+from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
+from idempotent.backend import AppendBatch
+from idempotent.errors import BackendUnavailableError, ConfigError, InvalidTopicError, ProducerError
+
+try:
+    import confluent_kafka
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the kafka backend needs confluent-kafka: pip install 'idempotent[kafka]'") from exc
+
+_LOG = logging.getLogger("idempotent.adapters.kafka")
+META_TOPIC = "__idempotent_meta"
+SNAPSHOT_TOPIC = "__idempotent_snapshots"
+_HEADER_PREFIX = "idem."
+
+
+class OwnershipLostError(BackendUnavailableError):
+    """Another broker took this partition over (its transactional producer fenced ours)."""
+
+
+@contextlib.contextmanager
+def _map_errors(what: str) -> Iterator[None]:
+    """Translate confluent-kafka errors into the project's tree, once, at the adapter edge."""
+    try:
+        yield
+    except ProducerError:
+        raise
+    except KafkaException as exc:
+        raise _translate(exc.args[0] if exc.args else None, what) from exc
+    except (BufferError, RuntimeError, ValueError, TypeError) as exc:
+        raise BackendUnavailableError(f"kafka: {what}: {exc}") from exc
+
+
+def _translate(error: Any, what: str) -> ProducerError:
+    if isinstance(error, KafkaError):
+        if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
+            return OwnershipLostError(f"kafka: {what}: fenced by a newer owner ({error.str()})")
+        if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return InvalidTopicError(f"kafka: {what}: {error.str()}")
+        return BackendUnavailableError(f"kafka: {what}: {error.name()}: {error.str()}")
+    return BackendUnavailableError(f"kafka: {what}: {error!r}")
+
+
+def kafka_topic_name(topic: str, prefix: str = "") -> str:
+    """The Kafka topic a project topic is stored in (``/`` becomes ``.``)."""
+    return prefix + topic.replace("/", ".")
+
+
+def _decimal(headers: dict[str, bytes], name: str, default: int = -1) -> int:
+    value = headers.get(name)
+    return default if value is None else int(value)
+
+
+class _PartitionWriter:
+    """The transactional producer that owns one partition, with a group-commit thread."""
+
+    def __init__(self, backend: KafkaBackend, topic: str, partition: int) -> None:
+        self.backend = backend
+        self.topic = topic
+        self.partition = partition
+        self.kafka_topic = kafka_topic_name(topic, backend.prefix)
+        self.lost: ProducerError | None = None
+        self._cond = threading.Condition()
+        self._queue: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]] = []
+        self._closed = False
+        config = dict(backend.client_config)
+        config.update(
+            {
+                "transactional.id": f"{backend.prefix}idempotent-{self.kafka_topic}-{partition}",
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 0,
+                "transaction.timeout.ms": 60_000,
+            }
+        )
+        with _map_errors(f"open the writer of {topic}[{partition}]"):
+            self._producer = Producer(config)
+            self._producer.init_transactions(backend.timeout)
+        self._thread = threading.Thread(target=self._run, name=f"idempotent-kafka-{topic}-{partition}", daemon=True)
+        self._thread.start()
+
+    def submit(self, batch: AppendBatch | None, snapshot: Snapshot | None) -> Future[int]:
+        future: Future[int] = Future()
+        with self._cond:
+            if self.lost is not None:
+                future.set_exception(self.lost)
+            elif self._closed:
+                future.set_exception(BackendUnavailableError("kafka backend is closed"))
+            else:
+                self._queue.append((batch, snapshot, future))
+                self._cond.notify()
+        return future
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(self.backend.timeout)
+        with contextlib.suppress(Exception):
+            self._producer.flush(1)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                items, self._queue = self._queue, []
+            try:
+                offsets = self._commit(items)
+            except ProducerError as exc:
+                self._fail(items, exc)
+                continue
+            except Exception as exc:  # never let the writer thread die
+                self._fail(items, BackendUnavailableError(f"kafka: commit failed: {exc!r}"))
+                continue
+            for (_, _, future), offset in zip(items, offsets, strict=True):
+                future.set_result(offset)
+
+    def _commit(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]]) -> list[int]:
+        producer = self._producer
+        first_offsets: list[list[int]] = [[] for _ in items]
+        errors: list[KafkaError] = []
+
+        def delivered(slot: list[int]) -> Callable[[Any, Any], None]:
+            def callback(err: Any, msg: Any) -> None:
+                if err is not None:
+                    errors.append(err)
+                else:
+                    slot.append(msg.offset())
+
+            return callback
+
+        with _map_errors(f"append to {self.topic}[{self.partition}]"):
+            producer.begin_transaction()
+            try:
+                for index, (batch, snapshot, _) in enumerate(items):
+                    if snapshot is not None:
+                        self.backend.produce_snapshot(producer, self.topic, self.partition, snapshot)
+                    if batch is None:
+                        continue
+                    callback = delivered(first_offsets[index])
+                    for i, record in enumerate(batch.records):
+                        headers: list[tuple[str, str | bytes | None]] = list(record.headers)
+                        header = batch.header
+                        if header is not None:
+                            headers += [
+                                ("idem.pid", str(header.producer_id).encode()),
+                                ("idem.epoch", str(header.producer_epoch).encode()),
+                                ("idem.seq", str((header.base_sequence + i) % 2**31).encode()),
+                            ]
+                            if i == 0:
+                                headers.append(("idem.count", str(len(batch.records)).encode()))
+                        producer.produce(
+                            self.kafka_topic,
+                            value=record.value,
+                            key=record.key,
+                            partition=self.partition,
+                            headers=headers,
+                            timestamp=int(batch.timestamp * 1000),
+                            on_delivery=callback,
+                        )
+                        producer.poll(0)
+                producer.commit_transaction(self.backend.timeout)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, KafkaError) and error.txn_requires_abort():
+                    with contextlib.suppress(KafkaException):
+                        producer.abort_transaction(self.backend.timeout)
+                raise
+        if errors:
+            raise _translate(errors[0], f"deliver to {self.topic}[{self.partition}]")
+        return [min(slot) if slot else -1 for slot in first_offsets]
+
+    def _fail(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], error: ProducerError) -> None:
+        if isinstance(error, OwnershipLostError):
+            self.lost = error
+        # Fail the failed transaction's appends first: their callbacks mark the partition
+        # failed in the broker. Then fail everything queued behind them (the ordering
+        # contract of LogBackend.append): nothing after a failed append may be stored.
+        for _, _, future in items:
+            future.set_exception(error)
+        with self._cond:
+            queued, self._queue = self._queue, []
+        for _, _, future in queued:
+            future.set_exception(error)
+
+
+class KafkaBackend:
+    """A log in Apache Kafka; see the module docstring."""
+
+    durable = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        client_config: dict[str, Any] | None = None,
+        replication_factor: int = 1,
+        topic_config: dict[str, str] | None = None,
+        prefix: str = "",
+        timeout: float = 30.0,
+        read_only: bool = False,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "kafka" or not parts.netloc:
+            raise ConfigError(f"expected kafka://host:port[,host:port], got {url!r}")
+        self.url = url
+        self.read_only = read_only
+        self.prefix = prefix
+        self.timeout = timeout
+        self.replication_factor = replication_factor
+        self.topic_config = dict(topic_config or {})
+        self.client_config: dict[str, Any] = {"bootstrap.servers": parts.netloc, "logger": _LOG}
+        self.client_config.update(client_config or {})
+        self._lock = threading.RLock()
+        self._writers: dict[tuple[str, int], _PartitionWriter] = {}
+        self._topics: dict[str, int] = {}
+        self._producers: dict[int, ProducerRecord] = {}
+        self._settings: dict[str, str] = {}
+        self._blocks: list[tuple[int, int]] = []  # (offset in meta log, size)
+        self._block_requests: dict[str, int] = {}  # request key -> offset
+        self._snapshots: dict[tuple[str, int], Snapshot] = {}
+        self._meta_position = 0
+        self._snapshot_position = 0
+        with _map_errors("connect"):
+            self._admin = AdminClient(self.client_config)
+            self._meta_producer = Producer({**self.client_config, "enable.idempotence": True, "linger.ms": 0})
+            self._reader = self._consumer()
+            self._ensure_internal_topics()
+            self._catch_up_meta()
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def _consumer(self) -> Any:
+        return Consumer(
+            {
+                **self.client_config,
+                "group.id": f"idempotent-reader-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                # reads are point queries that end at the partition's end: do not let the
+                # broker hold each fetch for the default 500 ms waiting for more data
+                "fetch.wait.max.ms": 10,
+            }
+        )
+
+    def _ensure_internal_topics(self) -> None:
+        compacted = {"cleanup.policy": "compact", **self.topic_config}
+        wanted = [self.prefix + META_TOPIC, self.prefix + SNAPSHOT_TOPIC]
+        existing = self._admin.list_topics(timeout=self.timeout).topics
+        missing = [
+            NewTopic(name, num_partitions=1, replication_factor=self.replication_factor, config=compacted)
+            for name in wanted
+            if name not in existing
+        ]
+        if missing:
+            for name, future in self._admin.create_topics(missing, request_timeout=self.timeout).items():
+                try:
+                    future.result(self.timeout)
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise _translate(exc.args[0], f"create {name}") from exc
+        self._wait_for_topics(wanted)
+
+    def _wait_for_topics(self, names: list[str]) -> None:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            topics = self._admin.list_topics(timeout=self.timeout).topics
+            if all(n in topics and topics[n].error is None and topics[n].partitions for n in names):
+                return
+            if time.monotonic() > deadline:
+                raise BackendUnavailableError(f"kafka: topics {names} did not become available")
+            time.sleep(0.1)
+
+    def _read_range(
+        self, kafka_topic: str, partition: int, start: int, stop: int | None, limit: int | None = None
+    ) -> Iterator[Any]:
+        """Messages of one partition from ``start`` up to its end (or ``stop``, or ``limit``
+        messages), committed only. Holds the backend lock until exhausted: consume it fully."""
+        count = 0
+        with self._lock:
+            consumer = self._reader
+            consumer.assign([KafkaTopicPartition(kafka_topic, partition, start)])
+            try:
+                deadline = time.monotonic() + self.timeout
+                while True:
+                    # take what is there without waiting; block (for one message) only when
+                    # nothing is: consume(n, t) would wait t unless n messages arrive
+                    want = 500 if limit is None else max(1, min(500, limit - count))
+                    batch = consumer.consume(want, 0)
+                    if not batch:
+                        one = consumer.poll(0.5)
+                        batch = [] if one is None else [one]
+                    if not batch and time.monotonic() > deadline:
+                        raise BackendUnavailableError(f"kafka: reading {kafka_topic}[{partition}] timed out")
+                    for message in batch:
+                        error = message.error()
+                        if error is not None:
+                            if error.code() == KafkaError._PARTITION_EOF:
+                                return
+                            raise _translate(error, f"read {kafka_topic}[{partition}]")
+                        if stop is not None and message.offset() >= stop:
+                            return
+                        yield message
+                        count += 1
+                        if limit is not None and count >= limit:
+                            return
+                    if batch:
+                        deadline = time.monotonic() + self.timeout
+            finally:
+                consumer.unassign()
+
+    def _end_of(self, kafka_topic: str, partition: int) -> int:
+        with self._lock:
+            _low, high = self._reader.get_watermark_offsets(
+                KafkaTopicPartition(kafka_topic, partition), timeout=self.timeout, cached=False
+            )
+        return int(high)
+
+    # -- metadata (compacted __idempotent_meta) ---------------------------------------------
+
+    def _catch_up_meta(self) -> None:
+        meta = self.prefix + META_TOPIC
+        end = self._end_of(meta, 0)
+        if self._meta_position >= end:
+            return
+        for message in self._read_range(meta, 0, self._meta_position, None):
+            self._meta_position = message.offset() + 1
+            key = (message.key() or b"").decode()
+            value = message.value()
+            kind, _, name = key.partition(":")
+            if kind == "topic":
+                if value is None:
+                    self._topics.pop(name, None)
+                else:
+                    self._topics[name] = int(value)
+            elif kind == "producer":
+                if value is None:
+                    self._producers.pop(int(name), None)
+                else:
+                    pid, epoch, producer_name, lost, parts = msgpack.unpackb(value)
+                    self._producers[pid] = ProducerRecord(
+                        ProducerId(pid), Epoch(epoch), producer_name, bool(lost), tuple((t, q) for t, q in parts)
+                    )
+            elif kind == "setting":
+                if value is None:
+                    self._settings.pop(name, None)
+                else:
+                    self._settings[name] = value.decode()
+            elif kind == "idblock" and value is not None:
+                self._blocks.append((message.offset(), int(value)))
+                self._block_requests[name] = message.offset()
+
+    def _put_meta(self, key: str, value: bytes | None) -> int:
+        errors: list[Any] = []
+        offsets: list[int] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                offsets.append(msg.offset())
+
+        with self._lock, _map_errors(f"store {key}"):
+            self._meta_producer.produce(self.prefix + META_TOPIC, key=key.encode(), value=value, on_delivery=delivered)
+            remaining = self._meta_producer.flush(self.timeout)
+        if errors:
+            raise _translate(errors[0], f"store {key}")
+        if remaining or not offsets:
+            raise BackendUnavailableError(f"kafka: storing {key} timed out")
+        return offsets[0]
+
+    # -- LogBackend ------------------------------------------------------------------------
+
+    def list_topics(self) -> dict[str, int]:
+        with self._lock, _map_errors("list topics"):
+            self._catch_up_meta()
+            return dict(self._topics)
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        name = kafka_topic_name(topic, self.prefix)
+        with self._lock, _map_errors(f"create topic {topic}"):
+            self._catch_up_meta()
+            clash = [t for t in self._topics if t != topic and kafka_topic_name(t, self.prefix) == name]
+            if clash:
+                raise InvalidTopicError(f"topic {topic!r} would share the Kafka topic {name!r} with {clash[0]!r}")
+            existing = self._admin.list_topics(timeout=self.timeout).topics.get(name)
+            if existing is not None and existing.error is None and existing.partitions:
+                if len(existing.partitions) != partitions:
+                    raise InvalidTopicError(
+                        f"Kafka topic {name!r} exists with {len(existing.partitions)} partitions, not {partitions}"
+                    )
+            else:
+                new = NewTopic(
+                    name,
+                    num_partitions=partitions,
+                    replication_factor=self.replication_factor,
+                    config=self.topic_config,
+                )
+                for future in self._admin.create_topics([new], request_timeout=self.timeout).values():
+                    try:
+                        future.result(self.timeout)
+                    except KafkaException as exc:
+                        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                            raise
+                self._wait_for_topics([name])
+            self._put_meta(f"topic:{topic}", str(partitions).encode())
+            self._topics[topic] = partitions
+
+    def _writer(self, topic: str, partition: int) -> _PartitionWriter:
+        if self.read_only:
+            raise ConfigError(f"{self.url} was opened read-only: it does not write to {topic}[{partition}]")
+        with self._lock:
+            writer = self._writers.get((topic, partition))
+            if writer is None or writer.lost is not None:
+                if writer is not None:
+                    raise writer.lost  # type: ignore[misc]
+                writer = self._writers[(topic, partition)] = _PartitionWriter(self, topic, partition)
+            return writer
+
+    def _check(self, topic: str, partition: int) -> None:
+        if not 0 <= partition < self._topics.get(topic, 0):
+            with self._lock, _map_errors("list topics"):
+                self._catch_up_meta()
+            if not 0 <= partition < self._topics.get(topic, 0):
+                raise InvalidTopicError(f"no partition {topic}[{partition}] in {self.url}")
+
+    def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
+        self._check(topic, partition)
+        return self._writer(topic, partition).submit(batch, snapshot)
+
+    def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
+        self._check(topic, partition)
+        out: list[StoredRecord] = []
+        with _map_errors(f"read {topic}[{partition}]"):
+            for message in self._read_range(kafka_topic_name(topic, self.prefix), partition, offset, None, max_records):
+                out.append(_stored(message))
+        return out
+
+    def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
+        self._check(topic, partition)
+        if not self.read_only:
+            self._writer(topic, partition)  # take ownership first: fences and aborts a stale owner
+        batches: list[StoredBatch] = []
+        with _map_errors(f"replay {topic}[{partition}]"):
+            for message in self._read_range(kafka_topic_name(topic, self.prefix), partition, from_offset, None):
+                headers = dict(message.headers() or [])
+                count = headers.get("idem.count")
+                if count is None:
+                    if "idem.pid" not in headers:  # a record written without the checker
+                        batches.append(StoredBatch(message.offset(), NO_PRODUCER_ID, Epoch(-1), Sequence(-1), 1, 0.0))
+                    continue
+                batches.append(
+                    StoredBatch(
+                        message.offset(),
+                        ProducerId(_decimal(headers, "idem.pid")),
+                        Epoch(_decimal(headers, "idem.epoch")),
+                        Sequence(_decimal(headers, "idem.seq")),
+                        int(count),
+                        message.timestamp()[1] / 1000,
+                    )
+                )
+        return iter(batches)
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        self._check(topic, partition)
+        with _map_errors(f"end offset of {topic}[{partition}]"):
+            return self._end_of(kafka_topic_name(topic, self.prefix), partition)
+
+    # -- snapshots (compacted __idempotent_snapshots, written in the partition's transaction) --
+
+    def produce_snapshot(self, producer: Any, topic: str, partition: int, snapshot: Snapshot) -> None:
+        """Add a snapshot to the producer's open transaction (called by the partition writer)."""
+        value = msgpack.packb([snapshot.position, snapshot.entries, snapshot.taken_at, snapshot.data])
+        producer.produce(self.prefix + SNAPSHOT_TOPIC, key=f"{topic}\0{partition}".encode(), value=value, partition=0)
+
+    def latest_snapshot(self, topic: str, partition: int) -> Snapshot | None:
+        self._check(topic, partition)
+        if not self.read_only:
+            self._writer(topic, partition)  # fence a stale owner first, so its commits are final
+        name = self.prefix + SNAPSHOT_TOPIC
+        with self._lock, _map_errors("read snapshots"):
+            if self._snapshot_position < self._end_of(name, 0):
+                for message in self._read_range(name, 0, self._snapshot_position, None):
+                    self._snapshot_position = message.offset() + 1
+                    key = (message.key() or b"").decode()
+                    t, _, p = key.rpartition("\0")
+                    if message.value() is None:
+                        continue
+                    position, entries, taken_at, data = msgpack.unpackb(message.value())
+                    self._snapshots[(t, int(p))] = Snapshot(position, entries, taken_at, data)
+            return self._snapshots.get((topic, partition))
+
+    def write_snapshot(self, topic: str, partition: int, snapshot: Snapshot) -> None:
+        self._check(topic, partition)
+        future = self._writer(topic, partition).submit(None, snapshot)
+        try:
+            future.result(self.timeout + 5)
+        except TimeoutError:
+            raise BackendUnavailableError(f"kafka: writing the snapshot of {topic}[{partition}] timed out") from None
+
+    # -- producers and settings ------------------------------------------------------------
+
+    def allocate_producer_ids(self, count: int) -> int:
+        request = uuid.uuid4().hex
+        offset = self._put_meta(f"idblock:{request}", str(count).encode())
+        with self._lock, _map_errors("allocate producer ids"):
+            while self._meta_position <= offset:
+                self._catch_up_meta()
+            return sum(size for at, size in self._blocks if at < offset)
+
+    def load_producers(self) -> list[ProducerRecord]:
+        with self._lock, _map_errors("load producers"):
+            self._catch_up_meta()
+            return list(self._producers.values())
+
+    def save_producer(self, record: ProducerRecord) -> None:
+        value = msgpack.packb(
+            [
+                record.producer_id,
+                record.producer_epoch,
+                record.producer_name,
+                record.state_lost,
+                [list(tp) for tp in record.partitions],
+            ]
+        )
+        if record.producer_name is not None:
+            for pid, old in list(self._producers.items()):
+                if old.producer_name == record.producer_name and pid != record.producer_id:
+                    self._put_meta(f"producer:{pid}", None)
+                    self._producers.pop(pid, None)
+        self._put_meta(f"producer:{record.producer_id}", value)
+        self._producers[record.producer_id] = record
+
+    def load_settings(self) -> dict[str, str]:
+        with self._lock, _map_errors("load settings"):
+            self._catch_up_meta()
+            return dict(self._settings)
+
+    def save_setting(self, key: str, value: str | None) -> None:
+        self._put_meta(f"setting:{key}", None if value is None else value.encode())
+        if value is None:
+            self._settings.pop(key, None)
+        else:
+            self._settings[key] = value
+
+    def close(self) -> None:
+        with self._lock:
+            writers, self._writers = list(self._writers.values()), {}
+        for writer in writers:
+            writer.close()
+        with contextlib.suppress(Exception):
+            self._meta_producer.flush(self.timeout)
+        with contextlib.suppress(Exception):
+            self._reader.close()
+
+
+def _stored(message: Any) -> StoredRecord:
+    raw = message.headers() or []
+    headers = dict(raw)
+    user = tuple((k, bytes(v) if v is not None else b"") for k, v in raw if not k.startswith(_HEADER_PREFIX))
+    return StoredRecord(
+        message.offset(),
+        _decimal(headers, "idem.pid"),
+        _decimal(headers, "idem.epoch"),
+        _decimal(headers, "idem.seq"),
+        message.key(),
+        message.value(),
+        user,
+        message.timestamp()[1] / 1000,
+    )
+
+
+__all__ = ["KafkaBackend", "OwnershipLostError", "confluent_kafka", "kafka_topic_name"]

@@ -1,0 +1,61 @@
+"""The Kafka backend against a real Kafka 4.x broker: the shared suite plus Kafka specifics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from idempotent import Outcome
+from idempotent.testing.conformance import BackendConformance, small_config, topic_name
+
+from .conftest import ServiceHarness
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def harness(kafka_service: Any) -> ServiceHarness:
+    return ServiceHarness(kafka_service.url, "kafka")
+
+
+class TestKafkaConformance(BackendConformance):
+    pass
+
+
+def test_plain_kafka_consumer_reads_records_unchanged(harness: ServiceHarness, kafka_service: Any) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    broker = harness.open(small_config())
+    topic = "plain/" + topic_name()
+    broker.create_topic(topic, 1)
+    s = broker.init_producer()
+    broker.produce(topic, 0, s.producer_id, s.producer_epoch, 0, [b"v1", b"v2"])
+    broker.close()
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_service.bootstrap, "group.id": "plain", "isolation.level": "read_committed"}
+    )
+    consumer.assign([TopicPartition(topic.replace("/", "."), 0, 0)])
+    messages = consumer.consume(2, 20)
+    consumer.close()
+    assert [m.value() for m in messages] == [b"v1", b"v2"]
+    headers = dict(messages[1].headers())
+    assert headers["idem.pid"] == str(s.producer_id).encode() and headers["idem.seq"] == b"1"
+
+
+def test_stale_owner_is_fenced(harness: ServiceHarness) -> None:
+    first = harness.open(small_config())
+    topic = topic_name("own")
+    first.create_topic(topic, 1)
+    s = first.init_producer("owner-test")
+    assert first.produce(topic, 0, s.producer_id, s.producer_epoch, 0, [b"a"]).outcome is Outcome.ACCEPTED
+    second = harness.open(small_config())  # takes the partition over when it first touches it
+    s2 = second.init_producer("owner-test")
+    assert second.produce(topic, 0, s2.producer_id, s2.producer_epoch, 1, [b"b"]).outcome is Outcome.ACCEPTED
+    from idempotent.errors import BackendUnavailableError
+
+    with pytest.raises(BackendUnavailableError, match="fenced"):
+        first.produce(topic, 0, s.producer_id, s.producer_epoch, 1, [b"stale"])
+    assert [r.value for r in second.read(topic, 0, 0, 10)] == [b"a", b"b"]
+    first.abandon()
+    second.close()
