@@ -1,0 +1,1106 @@
+"""Apache Pulsar log backend (pulsar-client).
+
+``pulsar://host:port[,host:port...]`` with options passed as keyword arguments to
+:func:`idempotent.connect` (or :class:`PulsarBackend`), or as URL query parameters
+(``?admin_url=...&timeout=...``; keywords win):
+
+* ``admin_url`` (default ``http://<first host>:8080``): the broker's admin REST base URL;
+* ``admin_headers``: extra HTTP headers for admin calls (e.g. ``Authorization``);
+* ``client_options``: keyword arguments for :class:`pulsar.Client` (``authentication``,
+  TLS paths, ``operation_timeout_seconds``, ``logger``, ...);
+* ``service_url``: what the Pulsar client connects to, if not the URL itself (for example
+  ``pulsar+ssl://host:6651``);
+* ``meta_topic`` (default ``persistent://public/default/__idempotent_meta``);
+* ``max_entry_bytes`` (default 5 MiB, Pulsar's ``maxMessageSize``): the largest entry
+  this backend writes; a batch that does not fit fails with :class:`EntryTooLargeError`;
+* ``timeout`` (default 30 s): admin calls, producer creation, sends and reads;
+* ``read_only`` (default False): never take a partition over (``replay`` and
+  ``latest_snapshot`` then read without fencing the owner; appends are refused), for tools
+  such as ``idempotent stats`` that must not disturb a running broker.
+
+How the model maps onto Pulsar (see ``docs/backends.md``):
+
+* A topic ``tenant/ns/name`` (exactly two ``/``) is ``persistent://tenant/ns/name``; any
+  other name ``a/b`` is ``persistent://public/default/a.b``. It is a *partitioned* Pulsar
+  topic; partition ``p`` is ``...-partition-p``. Every record is an ordinary message: key as
+  partition key, value as payload, event time = the batch's timestamp, user headers as
+  properties, plus properties ``idem.pid``, ``idem.epoch``, ``idem.seq`` and, on the first
+  record of a batch, ``idem.count``. Plain consumers read them unchanged.
+* One of our batches is written as **one Pulsar entry** (a Pulsar batch), so an offset is
+  ``ledger_id << 40 | entry_id << 20 | batch_index`` and the records of a batch get
+  consecutive offsets.
+* Each partition is written by one producer opened with ``ExclusiveWithFencing`` under a
+  fixed name. Opening it fences every earlier owner (another broker, or this one before a
+  restart), which then gets :class:`OwnershipLostError`. Because the name is fixed, Pulsar
+  registers the new owner only once the old one's pending writes have completed, so a
+  replay after taking ownership sees everything the old owner will ever have stored.
+* Pulsar's own deduplication is enabled on the data topics and the owner sends explicit,
+  increasing sequence ids, so the client's internal resends never duplicate an entry.
+* Snapshots go to ``__idempotent_snapshots.<name>-<p>`` in the topic's namespace, written by
+  the partition's owner after the batches they cover. Topics, producer records, settings and
+  producer-id blocks go to the meta topic; an id block's start is the sum of the sizes of the
+  blocks before it in that topic's log order, so concurrent brokers never overlap.
+
+Every pulsar-client and admin REST error is translated in :func:`_map_errors`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from typing import Any, NamedTuple
+
+import attrs
+import msgpack
+
+from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
+from idempotent._registry import ProducerRecord
+from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
+from idempotent._types import Sequence as SequenceNumber
+from idempotent.backend import AppendBatch
+from idempotent.errors import BackendUnavailableError, ConfigError, InvalidTopicError, ProducerError
+
+try:
+    import pulsar
+    from pulsar import exceptions as pulsar_errors
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the pulsar backend needs pulsar-client: pip install 'idempotent[pulsar]'") from exc
+
+_LOG = logging.getLogger("idempotent.adapters.pulsar")
+META_TOPIC = "persistent://public/default/__idempotent_meta"
+SNAPSHOT_PREFIX = "__idempotent_snapshots."
+OWNER_PREFIX = "idempotent-owner-"
+DEFAULT_MAX_ENTRY_BYTES = 5 * 1024 * 1024
+_PROPERTY_PREFIX = "idem."
+_ENTRY_BITS = 20
+_BATCH_BITS = 20
+_MAX_GROUP_RECORDS = 100_000  # records of several queued batches sent as one entry
+_MESSAGE_OVERHEAD = 64  # per message in an entry: metadata, generously
+
+
+class OwnershipLostError(BackendUnavailableError):
+    """Another broker took this partition over (its exclusive producer fenced ours)."""
+
+
+class EntryTooLargeError(BackendUnavailableError):
+    """A batch does not fit into one Pulsar entry (``maxMessageSize``, 5 MiB by default)."""
+
+
+# -- names and offsets ---------------------------------------------------------------------
+
+
+class PulsarName(NamedTuple):
+    """Where a project topic lives in Pulsar."""
+
+    tenant: str
+    namespace: str
+    local: str
+
+    @property
+    def topic(self) -> str:
+        """The partitioned topic: ``persistent://tenant/ns/local``."""
+        return f"persistent://{self.tenant}/{self.namespace}/{self.local}"
+
+    @property
+    def rest(self) -> str:
+        """The admin REST path of the partitioned topic."""
+        return f"/admin/v2/persistent/{self.tenant}/{self.namespace}/{self.local}"
+
+    def partition(self, partition: int) -> str:
+        """The Pulsar topic holding one partition."""
+        return f"{self.topic}-partition-{partition}"
+
+    def snapshot_local(self, partition: int) -> str:
+        """Local name of the partition's snapshot topic (in the same namespace)."""
+        return f"{SNAPSHOT_PREFIX}{self.local}-{partition}"
+
+
+def pulsar_topic_name(topic: str) -> PulsarName:
+    """The Pulsar topic a project topic is stored in.
+
+    ``tenant/ns/name`` maps to ``persistent://tenant/ns/name``; every other name goes to
+    ``public/default`` with ``/`` replaced by ``.``.
+    """
+    parts = topic.split("/")
+    if len(parts) == 3 and all(parts):
+        return PulsarName(parts[0], parts[1], parts[2])
+    return PulsarName("public", "default", topic.replace("/", "."))
+
+
+def _split_topic(full: str) -> PulsarName:
+    """``persistent://tenant/ns/local`` -> its parts."""
+    prefix = "persistent://"
+    parts = full[len(prefix) :].split("/") if full.startswith(prefix) else []
+    if len(parts) != 3 or not all(parts):
+        raise ConfigError(f"expected persistent://tenant/namespace/topic, got {full!r}")
+    return PulsarName(parts[0], parts[1], parts[2])
+
+
+def encode_offset(ledger_id: int, entry_id: int, batch_index: int) -> int:
+    """The offset of the message at ``(ledger_id, entry_id, batch_index)``."""
+    batch_index = max(batch_index, 0)  # -1: an entry holding a single, non-batched message
+    if ledger_id < 0 or not 0 <= entry_id < 1 << _ENTRY_BITS or batch_index >= 1 << _BATCH_BITS:
+        raise BackendUnavailableError(
+            f"pulsar: message id ({ledger_id}, {entry_id}, {batch_index}) does not fit an offset "
+            f"(entry ids and batch indexes must stay below {1 << _ENTRY_BITS}; "
+            "keep managedLedgerMaxEntriesPerLedger below that)"
+        )
+    return ledger_id << (_ENTRY_BITS + _BATCH_BITS) | entry_id << _BATCH_BITS | batch_index
+
+
+def decode_offset(offset: int) -> tuple[int, int, int]:
+    """``(ledger_id, entry_id, batch_index)`` of an offset."""
+    mask = (1 << _BATCH_BITS) - 1
+    return offset >> (_ENTRY_BITS + _BATCH_BITS), (offset >> _BATCH_BITS) & ((1 << _ENTRY_BITS) - 1), offset & mask
+
+
+def _start_id(offset: int) -> Any:
+    """The message id a reader starts at (inclusive) to read from ``offset`` on."""
+    if offset <= 0:
+        return pulsar.MessageId.earliest
+    ledger_id, entry_id, batch_index = decode_offset(offset)
+    # batch index -1 means "the whole entry": also right for entries holding one plain message
+    return pulsar.MessageId(-1, ledger_id, entry_id, batch_index if batch_index else -1)
+
+
+def _offset_of(message_id: Any) -> int:
+    return encode_offset(message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, reason: str, url: str) -> None:
+        super().__init__(f"HTTP {status} from {url}: {reason}")
+        self.status = status
+        self.reason = reason
+
+
+@contextlib.contextmanager
+def _map_errors(what: str) -> Iterator[None]:
+    """Translate pulsar-client and admin REST errors into the project's tree, once, here."""
+    try:
+        yield
+    except ProducerError:
+        raise
+    except Exception as exc:
+        raise _translate(exc, what) from exc
+
+
+def _translate(exc: BaseException | Any, what: str) -> ProducerError:
+    """The project error for a pulsar-client exception, a failed send's ``pulsar.Result``, an
+    admin REST failure, or anything else."""
+    if isinstance(exc, pulsar.Result):  # a send callback's result: raise what send() would
+        error_class = getattr(pulsar_errors, exc.name, None)
+        if isinstance(error_class, type) and issubclass(error_class, pulsar_errors.PulsarException):
+            return _translate(error_class(f"Pulsar error: {exc.name}"), what)
+        return BackendUnavailableError(f"pulsar: {what}: {exc.name}")
+    if isinstance(exc, pulsar_errors.ProducerFenced):
+        return OwnershipLostError(f"pulsar: {what}: fenced by a newer owner ({exc})")
+    if isinstance(exc, pulsar_errors.MessageTooBig):
+        return EntryTooLargeError(f"pulsar: {what}: the batch is larger than the broker's maxMessageSize ({exc})")
+    if isinstance(exc, pulsar_errors.InvalidTopicName | pulsar_errors.TopicNotFound):
+        return InvalidTopicError(f"pulsar: {what}: {exc}")
+    if isinstance(
+        exc,
+        pulsar_errors.AuthenticationError
+        | pulsar_errors.AuthorizationError
+        | pulsar_errors.InvalidConfiguration
+        | pulsar_errors.InvalidUrl,
+    ):
+        return ConfigError(f"pulsar: {what}: {exc}")
+    if isinstance(exc, pulsar_errors.ProducerBusy):
+        return BackendUnavailableError(f"pulsar: {what}: the partition is still owned by another producer ({exc})")
+    if isinstance(exc, pulsar_errors.PulsarException):
+        return BackendUnavailableError(f"pulsar: {what}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, _HttpError):
+        if exc.status in (401, 403):
+            return ConfigError(f"pulsar admin: {what}: not authorized ({exc}); check admin_headers")
+        if exc.status in (400, 412):
+            return InvalidTopicError(f"pulsar admin: {what}: {exc.reason}")
+        return BackendUnavailableError(f"pulsar admin: {what}: {exc}")
+    if isinstance(exc, urllib.error.URLError | OSError):
+        return BackendUnavailableError(f"pulsar admin: {what}: {exc}")
+    return BackendUnavailableError(f"pulsar: {what}: {exc!r}")
+
+
+# -- admin REST ----------------------------------------------------------------------------
+
+
+class _KeepMethodRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow 307/308 (a broker redirecting to a topic's owner) with the same method and body."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
+        if code in (307, 308):
+            return urllib.request.Request(
+                newurl, data=req.data, headers=dict(req.header_items()), method=req.get_method()
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_NO_BODY = object()
+
+
+class _Admin:
+    def __init__(self, base_url: str, headers: dict[str, str], timeout: float) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.headers = {"Accept": "application/json", **headers}
+        self.timeout = timeout
+        self._opener = urllib.request.build_opener(_KeepMethodRedirects())
+
+    def call(self, method: str, path: str, body: object = _NO_BODY, *, accept: Sequence[int] = ()) -> tuple[int, Any]:
+        """``(status, decoded JSON or None)``; statuses in ``accept`` are returned, not raised."""
+        url = self.base_url + urllib.parse.quote(path, safe="/:=")
+        data = None if body is _NO_BODY else json.dumps(body).encode()
+        headers = dict(self.headers)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                payload = response.read()
+                return int(response.status), json.loads(payload) if payload else None
+        except urllib.error.HTTPError as exc:
+            text = exc.read().decode(errors="replace")
+            with contextlib.suppress(ValueError, AttributeError):
+                text = str(json.loads(text).get("reason", text))
+            if exc.code in accept:
+                return int(exc.code), text
+            raise _HttpError(int(exc.code), text, url) from None
+
+
+# -- records <-> messages ------------------------------------------------------------------
+
+
+class _Message(NamedTuple):
+    content: bytes | None
+    properties: dict[str, str]
+    partition_key: str | None
+    event_time: int  # milliseconds
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _encode_record(record: Record, idem: dict[str, str], event_time: int) -> _Message:
+    """One record as a Pulsar message: key, value and headers readable by plain consumers.
+
+    Header values that are not UTF-8 are stored base64-encoded; when the properties cannot
+    reproduce the headers exactly (such values, repeated or ``idem.`` names, an order other
+    than sorted), ``idem.headers`` also holds the exact list. A key that is not UTF-8 text
+    (or is empty) is stored base64-encoded as ``idem.key`` (and as the partition key).
+    """
+    properties: dict[str, str] = {}
+    exact = True
+    names = [name for name, _ in record.headers]
+    if names != sorted(names) or len(set(names)) != len(names):
+        exact = False
+    for name, value in record.headers:
+        if not name or name.startswith(_PROPERTY_PREFIX):
+            exact = False
+            continue
+        try:
+            properties[name] = value.decode()
+        except UnicodeDecodeError:
+            properties[name] = _b64(value)
+            exact = False
+    if not exact:
+        properties["idem.headers"] = _b64(msgpack.packb([[name, value] for name, value in record.headers]))
+    key: str | None = None
+    if record.key is not None:
+        try:
+            key = record.key.decode() or None
+        except UnicodeDecodeError:
+            key = None
+        if key is None:
+            properties["idem.key"] = key = _b64(record.key)
+    properties.update(idem)
+    return _Message(record.value, properties, key or None, event_time)
+
+
+def _message_size(message: _Message) -> int:
+    size = _MESSAGE_OVERHEAD + len(message.content or b"") + len(message.partition_key or "")
+    for name, value in message.properties.items():
+        size += len(name.encode()) + len(value.encode()) + 8
+    return size
+
+
+def _headers_of(properties: dict[str, str]) -> tuple[tuple[str, bytes], ...]:
+    exact = properties.get("idem.headers")
+    if exact is not None:
+        return tuple((str(name), bytes(value)) for name, value in msgpack.unpackb(base64.b64decode(exact)))
+    return tuple((name, value.encode()) for name, value in sorted(properties.items()) if not name.startswith("idem."))
+
+
+def _key_of(message: Any, properties: dict[str, str]) -> bytes | None:
+    encoded = properties.get("idem.key")
+    if encoded is not None:
+        return base64.b64decode(encoded)
+    key = message.partition_key()
+    return key.encode() if key else None
+
+
+def _decimal(properties: dict[str, str], name: str, default: int = -1) -> int:
+    value = properties.get(name)
+    return default if value is None else int(value)
+
+
+def _timestamp(message: Any) -> float:
+    return float(message.event_timestamp() or message.publish_timestamp()) / 1000
+
+
+def _stored(message: Any) -> StoredRecord:
+    properties = dict(message.properties())
+    return StoredRecord(
+        _offset_of(message.message_id()),
+        _decimal(properties, "idem.pid"),
+        _decimal(properties, "idem.epoch"),
+        _decimal(properties, "idem.seq"),
+        _key_of(message, properties),
+        None if message.has_null_value() else message.data(),
+        _headers_of(properties),
+        _timestamp(message),
+    )
+
+
+def _pack_snapshot(snapshot: Snapshot) -> bytes:
+    packed: bytes = msgpack.packb(list(attrs.astuple(snapshot, recurse=False)))
+    return packed
+
+
+def _unpack_snapshot(value: bytes) -> Snapshot:
+    fields = msgpack.unpackb(value)
+    return Snapshot(*fields[: len(attrs.fields(Snapshot))])
+
+
+def _pack_producer(record: ProducerRecord) -> bytes:
+    fields = list(attrs.astuple(record, recurse=False))  # every field, also ones added later
+    packed: bytes = msgpack.packb(fields)
+    return packed
+
+
+def _unpack_producer(value: bytes) -> ProducerRecord:
+    fields = msgpack.unpackb(value)
+    record = ProducerRecord(*fields[: len(attrs.fields(ProducerRecord))])
+    return attrs.evolve(
+        record,
+        producer_id=ProducerId(int(record.producer_id)),
+        producer_epoch=Epoch(int(record.producer_epoch)),
+        state_lost=bool(record.state_lost),
+        partitions=tuple((str(t), int(p)) for t, p in record.partitions),
+    )
+
+
+# -- the partition owner -------------------------------------------------------------------
+
+
+@attrs.define
+class _Item:
+    batch: AppendBatch | None
+    snapshot: Snapshot | None
+    future: Future[int]
+    messages: list[_Message] = attrs.field(factory=list)
+    size: int = 0
+
+
+class _PartitionWriter:
+    """The exclusive producer that owns one partition (and its snapshot topic), with a thread
+    that writes queued batches in order, several at a time as one entry."""
+
+    def __init__(self, backend: PulsarBackend, topic: str, partition: int) -> None:
+        self.backend = backend
+        self.topic = topic
+        self.partition = partition
+        self.name = pulsar_topic_name(topic)
+        self.where = f"{topic}[{partition}]"
+        #: set once another owner fenced ours: sticky, this backend never takes it back
+        self.lost: ProducerError | None = None
+        #: set after any other failure: appends fail until the broker rebuilds the partition,
+        #: which opens a new writer (and so waits until Pulsar has settled this one's writes)
+        self.broken: ProducerError | None = None
+        self._cond = threading.Condition()
+        self._queue: list[_Item] = []
+        self._closed = False
+        self._producer: Any = None
+        self._snapshots: Any = None
+        owner = f"{OWNER_PREFIX}{self.name.local}-{partition}"
+        with _map_errors(f"take ownership of {self.where}"):
+            backend.ensure_deduplication(self.name, partition)
+            snapshot_topic = backend.ensure_topic(self.name._replace(local=self.name.snapshot_local(partition)))
+            try:
+                self._producer = backend.open_owner(self.name.partition(partition), owner, batching=True)
+                self._snapshots = backend.open_owner(snapshot_topic, owner, batching=False)
+            except BaseException:
+                self._close_producers()
+                raise
+            # the broker remembers the first id of the last entry: continue above it; the
+            # sync API treats 0 as "unset", so never send 0
+            self._next_sequence = max(int(self._producer.last_sequence_id()) + 1, 1)
+        self._thread = threading.Thread(target=self._run, name=f"idempotent-pulsar-{topic}-{partition}", daemon=True)
+        self._thread.start()
+
+    @property
+    def failed(self) -> ProducerError | None:
+        return self.lost or self.broken
+
+    def submit(self, batch: AppendBatch | None, snapshot: Snapshot | None) -> Future[int]:
+        future: Future[int] = Future()
+        item = _Item(batch, snapshot, future)
+        if batch is not None:
+            try:
+                self._encode(item)
+            except Exception as exc:  # a record that cannot be encoded: nothing of it was sent
+                failure = BackendUnavailableError(f"pulsar: cannot encode a batch of {self.where}: {exc!r}")
+                with self._cond:  # and nothing submitted after it may be
+                    self.broken = self.broken or failure
+                future.set_exception(failure)
+                return future
+        with self._cond:
+            error = self.failed
+            if error is None and self._closed:
+                error = BackendUnavailableError("pulsar backend is closed")
+            if error is None:
+                self._queue.append(item)
+                self._cond.notify()
+        if error is not None:
+            future.set_exception(error)
+        return future
+
+    def _encode(self, item: _Item) -> None:
+        batch = item.batch
+        assert batch is not None
+        header = batch.header
+        count = len(batch.records)
+        event_time = round(batch.timestamp * 1000)
+        for i, record in enumerate(batch.records):
+            idem: dict[str, str] = {}
+            if header is not None:
+                idem = {
+                    "idem.pid": str(header.producer_id),
+                    "idem.epoch": str(header.producer_epoch),
+                    "idem.seq": str((header.base_sequence + i) % 2**31),
+                }
+                if i == 0:
+                    idem["idem.count"] = str(count)
+            item.messages.append(_encode_record(record, idem, event_time))
+        item.size = sum(_message_size(m) for m in item.messages) + 256
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(self.backend.timeout + 5)
+        self._close_producers()
+
+    def _close_producers(self) -> None:
+        producers, self._producer, self._snapshots = (self._producer, self._snapshots), None, None
+        if self.lost is not None:
+            return  # fenced: the client has closed them already
+        for producer in producers:
+            if producer is not None:
+                with contextlib.suppress(Exception):
+                    producer.close()
+
+    # -- the writer thread -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                items, self._queue = self._queue, []
+            start = 0
+            while start < len(items):
+                end = self._group_end(items, start)
+                group = items[start:end]
+                try:
+                    offsets = self._write(group)
+                except ProducerError as exc:
+                    self._fail(items[start:], exc)
+                    return
+                except Exception as exc:  # never let an unexpected error pass silently
+                    self._fail(items[start:], BackendUnavailableError(f"pulsar: append to {self.where}: {exc!r}"))
+                    return
+                for item, offset in zip(group, offsets, strict=True):
+                    item.future.set_result(offset)
+                start = end
+
+    def _group_end(self, items: list[_Item], start: int) -> int:
+        """Queued batches from ``start`` on that fit into one entry together."""
+        size = records = 0
+        end = start
+        while end < len(items):
+            item = items[end]
+            if end > start and (
+                size + item.size > self.backend.max_entry_bytes or records + len(item.messages) > _MAX_GROUP_RECORDS
+            ):
+                break
+            size += item.size
+            records += len(item.messages)
+            end += 1
+        return end
+
+    def _write(self, group: list[_Item]) -> list[int]:
+        """Send a group of batches as one entry, then its newest snapshot. Offsets per item."""
+        messages = [m for item in group for m in item.messages]
+        offsets = [-1] * len(group)
+        if messages:
+            size = sum(item.size for item in group)
+            if size > self.backend.max_entry_bytes:
+                raise EntryTooLargeError(
+                    f"pulsar: a batch of {self.where} needs about {size} bytes, more than one Pulsar entry holds "
+                    f"(max_entry_bytes={self.backend.max_entry_bytes}, the broker's maxMessageSize)"
+                )
+            ids = self._send_entry(messages)
+            first = ids[0]
+            expected = [(first[0], first[1], first[2] + i) for i in range(len(ids))]
+            if ids != expected:
+                raise BackendUnavailableError(
+                    f"pulsar: the batch of {self.where} was not stored as one entry with consecutive "
+                    f"batch indexes: {ids[:3]}...; check the producer's batching settings"
+                )
+            position = 0
+            for index, item in enumerate(group):
+                if item.messages:
+                    offsets[index] = encode_offset(*ids[position])
+                    position += len(item.messages)
+        snapshots = [item.snapshot for item in group if item.snapshot is not None]
+        if snapshots:
+            self.put_snapshot(snapshots[-1])
+        return offsets
+
+    def _send_entry(self, messages: list[_Message]) -> list[tuple[int, int, int]]:
+        results: list[tuple[Any, Any] | None] = [None] * len(messages)
+        done = threading.Condition()
+        pending = [len(messages)]
+
+        def delivered(index: int) -> Any:
+            def callback(result: Any, message_id: Any) -> None:
+                try:  # an exception escaping a pulsar callback terminates the process
+                    with done:
+                        results[index] = (result, message_id)
+                        pending[0] -= 1
+                        done.notify_all()
+                except BaseException:  # pragma: no cover - defensive
+                    _LOG.exception("pulsar send callback failed")
+
+            return callback
+
+        what = f"append to {self.where}"
+        producer = self._producer
+        with _map_errors(what):
+            for index, message in enumerate(messages):
+                producer.send_async(
+                    message.content,
+                    delivered(index),
+                    properties=message.properties,
+                    partition_key=message.partition_key,
+                    sequence_id=self._next_sequence,
+                    event_timestamp=message.event_time or None,
+                )
+                self._next_sequence += 1
+            producer.flush()
+        deadline = time.monotonic() + self.backend.timeout
+        with done:
+            while pending[0] and done.wait(max(0.0, deadline - time.monotonic())):
+                pass
+        if pending[0]:
+            raise BackendUnavailableError(f"pulsar: {what}: no acknowledgement within {self.backend.timeout} s")
+        ids: list[tuple[int, int, int]] = []
+        for outcome in results:
+            assert outcome is not None
+            result, message_id = outcome
+            if result != pulsar.Result.Ok:
+                raise _translate(result, what)
+            if message_id.ledger_id() < 0:  # Pulsar's dedup: stored before, position unknown
+                raise BackendUnavailableError(f"pulsar: {what}: the entry was stored by an earlier attempt")
+            ids.append((message_id.ledger_id(), message_id.entry_id(), max(message_id.batch_index(), 0)))
+        return ids
+
+    def put_snapshot(self, snapshot: Snapshot) -> None:
+        """Write a snapshot now (on the writer thread, or from a callback running on it)."""
+        with _map_errors(f"store the snapshot of {self.where}"):
+            self._snapshots.send(
+                _pack_snapshot(snapshot),
+                properties={"idem.topic": self.topic, "idem.partition": str(self.partition)},
+            )
+
+    def _fail(self, items: list[_Item], error: ProducerError) -> None:
+        # Refuse new appends first, then stop the producers (nothing queued in the client may
+        # be sent after a failure; Pulsar settles their pending writes before a new owner is
+        # registered), then fail the failed group and everything queued behind it: nothing
+        # after a failed append may be stored (the ordering contract of LogBackend.append).
+        with self._cond:
+            if isinstance(error, OwnershipLostError):
+                self.lost = error
+            else:
+                self.broken = error
+            queued, self._queue = self._queue, []
+        self._close_producers()
+        for item in [*items, *queued]:
+            item.future.set_exception(error)
+
+    def is_writer_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+
+# -- the backend ---------------------------------------------------------------------------
+
+
+class PulsarBackend:
+    """A log in Apache Pulsar; see the module docstring."""
+
+    durable = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        admin_url: str | None = None,
+        admin_headers: dict[str, str] | None = None,
+        client_options: dict[str, Any] | None = None,
+        service_url: str | None = None,
+        meta_topic: str | None = None,
+        max_entry_bytes: int | None = None,
+        timeout: float | None = None,
+        read_only: bool | None = None,
+    ) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "pulsar" or not parts.netloc:
+            raise ConfigError(f"expected pulsar://host:port[,host:port][?admin_url=...], got {url!r}")
+        query = {k: v[-1] for k, v in urllib.parse.parse_qs(parts.query).items()}
+        unknown = set(query) - {"admin_url", "timeout", "meta_topic", "max_entry_bytes", "read_only"}
+        if unknown:
+            raise ConfigError(f"unknown pulsar URL option(s) {sorted(unknown)}")
+        first_host = parts.netloc.split(",")[0].rsplit(":", 1)[0]
+        self.url = url
+        self.timeout = float(timeout if timeout is not None else query.get("timeout", 30.0))
+        self.max_entry_bytes = int(
+            max_entry_bytes if max_entry_bytes is not None else query.get("max_entry_bytes", DEFAULT_MAX_ENTRY_BYTES)
+        )
+        self.meta_topic = meta_topic or query.get("meta_topic") or META_TOPIC
+        if read_only is None:
+            read_only = query.get("read_only", "false").lower() in ("1", "true", "yes")
+        self.read_only = read_only
+        meta_name = _split_topic(self.meta_topic)
+        admin = admin_url or query.get("admin_url") or f"http://{first_host}:8080"
+        self._admin = _Admin(admin, dict(admin_headers or {}), self.timeout)
+        options: dict[str, Any] = {
+            "operation_timeout_seconds": max(1, round(self.timeout)),
+            "logger": pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        }
+        options.update(client_options or {})
+        self._lock = threading.RLock()
+        self._writers: dict[tuple[str, int], _PartitionWriter] = {}
+        self._topics: dict[str, int] = {}
+        self._producers: dict[int, ProducerRecord] = {}
+        self._settings: dict[str, str] = {}
+        self._blocks: list[tuple[tuple[int, int], int]] = []  # (position in meta log, size)
+        self._meta_position = (-1, -1)
+        self._namespaces: set[tuple[str, str]] = set()
+        self._clusters: list[str] | None = None
+        self._client: Any = None
+        self._meta_producer: Any = None
+        self._meta_reader: Any = None
+        with _map_errors("connect"):
+            self._client = pulsar.Client(service_url or f"pulsar://{parts.netloc}", **options)
+            try:
+                if not read_only:
+                    self.ensure_topic(meta_name)
+                    self._meta_producer = self._client.create_producer(
+                        self.meta_topic, send_timeout_millis=int(self.timeout * 1000), block_if_queue_full=True
+                    )
+                self._meta_reader = self._client.create_reader(
+                    self.meta_topic, pulsar.MessageId.earliest, is_read_compacted=True
+                )
+                self._catch_up_meta()
+            except BaseException:
+                self._client.close()
+                raise
+
+    # -- admin helpers -----------------------------------------------------------------------
+
+    def _ensure_namespace(self, tenant: str, namespace: str) -> None:
+        """Create the tenant and namespace if they are missing (a namespace created here keeps
+        its messages forever and its idle topics: what a log needs)."""
+        if (tenant, namespace) in self._namespaces:
+            return
+        status, listing = self._admin.call("GET", f"/admin/v2/namespaces/{tenant}", accept=(404,))
+        if status == 404:
+            if self._clusters is None:
+                _, clusters = self._admin.call("GET", "/admin/v2/clusters")
+                self._clusters = [str(c) for c in clusters or []]
+            self._admin.call(
+                "PUT",
+                f"/admin/v2/tenants/{tenant}",
+                {"allowedClusters": self._clusters, "adminRoles": []},
+                accept=(409,),
+            )
+            listing = []
+        if f"{tenant}/{namespace}" not in (listing or []):
+            self._admin.call(
+                "PUT",
+                f"/admin/v2/namespaces/{tenant}/{namespace}",
+                {
+                    "retention_policies": {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1},
+                    "inactive_topic_policies": {
+                        "inactiveTopicDeleteMode": "delete_when_no_subscriptions",
+                        "maxInactiveDurationSeconds": 60,
+                        "deleteWhileInactive": False,
+                    },
+                },
+                accept=(409,),
+            )
+        self._namespaces.add((tenant, namespace))
+
+    def ensure_topic(self, name: PulsarName) -> str:
+        """Create a non-partitioned topic if it is missing; return its full name."""
+        self._ensure_namespace(name.tenant, name.namespace)
+        self._admin.call("PUT", name.rest, accept=(409,))
+        return name.topic
+
+    def ensure_deduplication(self, name: PulsarName, partition: int) -> None:
+        """Make sure Pulsar's deduplication is active on a partition before we write to it
+        (enabling it is asynchronous; until it is active, sends are not checked)."""
+        stats = f"/admin/v2/persistent/{name.tenant}/{name.namespace}/{name.local}-partition-{partition}/stats"
+        deadline = time.monotonic() + self.timeout
+        requested = False
+        while True:
+            _, body = self._admin.call("GET", stats)
+            status = body.get("deduplicationStatus") if isinstance(body, dict) else None
+            if status == "Enabled":
+                return
+            if not requested and status not in ("Recovering", "Initialized"):
+                # (again: a policy set by create_topic may simply not have arrived yet)
+                self._admin.call("POST", f"{name.rest}/deduplicationEnabled", True, accept=(405,))
+                requested = True
+            if time.monotonic() > deadline:
+                if status in ("Recovering", "Initialized"):
+                    raise BackendUnavailableError(f"pulsar: deduplication on {name.partition(partition)} is {status}")
+                raise ConfigError(
+                    f"pulsar: deduplication on {name.partition(partition)} is {status!r}, not Enabled: the broker "
+                    "needs topicLevelPoliciesEnabled=true, or enable deduplication for the namespace "
+                    f"(pulsar-admin namespaces set-deduplication {name.tenant}/{name.namespace} --enable)"
+                )
+            time.sleep(0.05)
+
+    def open_owner(self, topic: str, name: str, *, batching: bool) -> Any:
+        """Open the exclusive producer of a topic, fencing any other. Pulsar refuses a second
+        producer of the same name (ProducerBusy) until the fenced one's writes are settled:
+        retried until the timeout."""
+        deadline = time.monotonic() + self.timeout
+        delay = 0.05
+        options: dict[str, Any] = {
+            "producer_name": name,
+            "access_mode": pulsar.ProducerAccessMode.ExclusiveWithFencing,
+            "send_timeout_millis": int(self.timeout * 1000),
+            "block_if_queue_full": True,
+        }
+        if batching:
+            # our flush() decides the entry boundaries: nothing else may close a Pulsar batch
+            options.update(
+                batching_enabled=True,
+                batching_max_messages=_MAX_GROUP_RECORDS + (1 << 20),
+                batching_max_allowed_size_in_bytes=1 << 30,
+                batching_max_publish_delay_ms=24 * 3600 * 1000,
+                max_pending_messages=_MAX_GROUP_RECORDS + (1 << 20),
+            )
+        while True:
+            try:
+                return self._client.create_producer(topic, **options)
+            except pulsar_errors.ProducerBusy:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    # -- readers -------------------------------------------------------------------------------
+
+    def _read(self, topic: str, start: Any, limit: int | None = None) -> Iterator[Any]:
+        """Messages of one Pulsar topic from ``start`` (inclusive) to its current end."""
+        queue = 1000 if limit is None else max(1, min(limit, 1000))
+        reader = self._client.create_reader(topic, start, start_message_id_inclusive=True, receiver_queue_size=queue)
+        try:
+            count = 0
+            timeout_ms = int(self.timeout * 1000)
+            while (limit is None or count < limit) and reader.has_message_available():
+                yield reader.read_next(timeout_ms)
+                count += 1
+        finally:
+            with contextlib.suppress(Exception):
+                reader.close()
+
+    def _last(self, topic: str) -> Any | None:
+        """The newest message of a Pulsar topic, or None."""
+        reader = self._client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
+        try:
+            if not reader.has_message_available():
+                return None
+            return reader.read_next(int(self.timeout * 1000))
+        finally:
+            with contextlib.suppress(Exception):
+                reader.close()
+
+    # -- metadata (the meta topic) ----------------------------------------------------------------
+
+    def _catch_up_meta(self) -> None:
+        reader = self._meta_reader
+        timeout_ms = int(self.timeout * 1000)
+        while reader.has_message_available():
+            message = reader.read_next(timeout_ms)
+            message_id = message.message_id()
+            position = (message_id.ledger_id(), message_id.entry_id())
+            self._meta_position = max(self._meta_position, position)
+            key = message.partition_key()
+            value = None if message.has_null_value() else message.data()
+            kind, _, name = key.partition(":")
+            try:
+                self._apply_meta(kind, name, value, position)
+            except (ValueError, TypeError, binascii.Error) as exc:
+                _LOG.warning("ignoring unreadable meta record %r at %s: %r", key, position, exc)
+
+    def _apply_meta(self, kind: str, name: str, value: bytes | None, position: tuple[int, int]) -> None:
+        if kind == "topic":
+            if value is None:
+                self._topics.pop(name, None)
+            else:
+                self._topics[name] = int(value)
+        elif kind == "producer":
+            if value is None:
+                self._producers.pop(int(name), None)
+            else:
+                record = _unpack_producer(value)
+                self._producers[record.producer_id] = record
+        elif kind == "setting":
+            if value is None:
+                self._settings.pop(name, None)
+            else:
+                self._settings[name] = value.decode()
+        elif kind == "idblock" and value is not None:
+            self._blocks.append((position, int(value)))
+
+    def _put_meta(self, key: str, value: bytes | None) -> tuple[int, int]:
+        if self._meta_producer is None:
+            raise ConfigError(f"{self.url} is opened read-only: cannot store {key}")
+        with self._lock, _map_errors(f"store {key}"):
+            message_id = self._meta_producer.send(value, partition_key=key)
+        return int(message_id.ledger_id()), int(message_id.entry_id())
+
+    # -- LogBackend ------------------------------------------------------------------------------
+
+    def list_topics(self) -> dict[str, int]:
+        with self._lock, _map_errors("list topics"):
+            self._catch_up_meta()
+            return dict(self._topics)
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        name = pulsar_topic_name(topic)
+        with self._lock, _map_errors(f"create topic {topic}"):
+            self._catch_up_meta()
+            clash = [t for t in self._topics if t != topic and pulsar_topic_name(t) == name]
+            if clash:
+                raise InvalidTopicError(f"topic {topic!r} would share the Pulsar topic {name.topic} with {clash[0]!r}")
+            self._ensure_namespace(name.tenant, name.namespace)
+            status, _ = self._admin.call("PUT", f"{name.rest}/partitions", partitions, accept=(409,))
+            if status == 409:
+                _, body = self._admin.call("GET", f"{name.rest}/partitions")
+                existing = int(body.get("partitions", 0)) if isinstance(body, dict) else 0
+                if existing == 0:
+                    raise InvalidTopicError(f"Pulsar topic {name.topic} exists and is not partitioned")
+                if existing != partitions:
+                    raise InvalidTopicError(
+                        f"Pulsar topic {name.topic} exists with {existing} partitions, not {partitions}"
+                    )
+            # 405: topic policies are off; then the namespace or broker must enable it (checked
+            # before the first write)
+            self._admin.call("POST", f"{name.rest}/deduplicationEnabled", True, accept=(405,))
+            self._put_meta(f"topic:{topic}", str(partitions).encode())
+            self._topics[topic] = partitions
+
+    def _writer(self, topic: str, partition: int, *, renew: bool = False) -> _PartitionWriter:
+        """The partition's writer, opened (taking ownership) if needed. ``renew`` replaces a
+        writer that failed; appends never do, so that nothing submitted after a failure is
+        stored before the broker has rebuilt the partition."""
+        key = (topic, partition)
+        if self.read_only:
+            raise ConfigError(f"{self.url} is opened read-only: cannot write to {topic}[{partition}]")
+        with self._lock:
+            writer = self._writers.get(key)
+            if writer is not None:
+                if writer.lost is not None:
+                    raise writer.lost
+                if writer.broken is None or not renew:
+                    return writer
+                writer.close()
+                del self._writers[key]
+            writer = self._writers[key] = _PartitionWriter(self, topic, partition)
+            return writer
+
+    def _check(self, topic: str, partition: int) -> None:
+        if not 0 <= partition < self._topics.get(topic, 0):
+            with self._lock, _map_errors("list topics"):
+                self._catch_up_meta()
+            if not 0 <= partition < self._topics.get(topic, 0):
+                raise InvalidTopicError(f"no partition {topic}[{partition}] in {self.url}")
+
+    def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
+        self._check(topic, partition)
+        return self._writer(topic, partition).submit(batch, snapshot)
+
+    def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
+        self._check(topic, partition)
+        data_topic = pulsar_topic_name(topic).partition(partition)
+        with _map_errors(f"read {topic}[{partition}]"):
+            return [_stored(message) for message in self._read(data_topic, _start_id(offset), max_records)]
+
+    def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
+        self._check(topic, partition)
+        if not self.read_only:
+            self._writer(topic, partition, renew=True)  # take ownership first: fences a stale owner
+        data_topic = pulsar_topic_name(topic).partition(partition)
+        batches: list[StoredBatch] = []
+        with _map_errors(f"replay {topic}[{partition}]"):
+            for message in self._read(data_topic, _start_id(from_offset)):
+                properties = message.properties()
+                count = properties.get("idem.count")
+                if count is None:
+                    if "idem.pid" not in properties:  # a record written without the checker
+                        offset = _offset_of(message.message_id())
+                        batches.append(StoredBatch(offset, NO_PRODUCER_ID, Epoch(-1), SequenceNumber(-1), 1, 0.0))
+                    continue
+                batches.append(
+                    StoredBatch(
+                        _offset_of(message.message_id()),
+                        ProducerId(_decimal(properties, "idem.pid")),
+                        Epoch(_decimal(properties, "idem.epoch")),
+                        SequenceNumber(_decimal(properties, "idem.seq")),
+                        int(count),
+                        _timestamp(message),
+                    )
+                )
+        return iter(batches)
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        """One past the newest record (0 when empty). The next append gets this offset or a
+        higher one: offsets are sparse across entries."""
+        self._check(topic, partition)
+        with _map_errors(f"end offset of {topic}[{partition}]"):
+            last = self._last(pulsar_topic_name(topic).partition(partition))
+            return 0 if last is None else _offset_of(last.message_id()) + 1
+
+    # -- snapshots (one topic per partition, written by the partition's owner) ------------------
+
+    def latest_snapshot(self, topic: str, partition: int) -> Snapshot | None:
+        self._check(topic, partition)
+        if not self.read_only:
+            self._writer(topic, partition, renew=True)  # fence a stale owner first
+        name = pulsar_topic_name(topic)
+        where = f"{topic}[{partition}]"
+        snapshot_topic = name._replace(local=name.snapshot_local(partition)).topic
+        try:
+            with _map_errors(f"read the snapshot of {where}"):
+                last = self._last(snapshot_topic)
+        except InvalidTopicError:  # no snapshot topic yet (a broker that does not auto-create topics)
+            return None
+        if last is None or last.has_null_value():
+            return None
+        try:
+            return _unpack_snapshot(last.data())
+        except (ValueError, TypeError) as exc:
+            _LOG.warning("ignoring an unreadable snapshot of %s: %r", where, exc)
+            return None
+
+    def write_snapshot(self, topic: str, partition: int, snapshot: Snapshot) -> None:
+        self._check(topic, partition)
+        writer = self._writer(topic, partition)
+        if writer.is_writer_thread():
+            # called back from an append the writer thread just completed: queueing it behind
+            # ourselves would wait forever, and the owner may write it right away
+            writer.put_snapshot(snapshot)
+            return
+        future = writer.submit(None, snapshot)
+        try:
+            future.result(self.timeout + 5)
+        except TimeoutError:
+            raise BackendUnavailableError(f"pulsar: writing the snapshot of {topic}[{partition}] timed out") from None
+
+    # -- producers and settings ----------------------------------------------------------------
+
+    def allocate_producer_ids(self, count: int) -> int:
+        position = self._put_meta(f"idblock:{uuid.uuid4().hex}", str(count).encode())
+        deadline = time.monotonic() + self.timeout
+        with self._lock, _map_errors("allocate producer ids"):
+            while self._meta_position < position:
+                self._catch_up_meta()
+                if self._meta_position < position:
+                    if time.monotonic() > deadline:
+                        raise BackendUnavailableError("pulsar: the id block did not show up in the meta topic")
+                    time.sleep(0.01)
+            return sum(size for at, size in self._blocks if at < position)
+
+    def load_producers(self) -> list[ProducerRecord]:
+        with self._lock, _map_errors("load producers"):
+            self._catch_up_meta()
+            return list(self._producers.values())
+
+    def save_producer(self, record: ProducerRecord) -> None:
+        with self._lock:
+            if record.producer_name is not None:
+                for pid, old in list(self._producers.items()):
+                    if old.producer_name == record.producer_name and pid != record.producer_id:
+                        self._put_meta(f"producer:{pid}", None)
+                        self._producers.pop(pid, None)
+            self._put_meta(f"producer:{record.producer_id}", _pack_producer(record))
+            self._producers[record.producer_id] = record
+
+    def load_settings(self) -> dict[str, str]:
+        with self._lock, _map_errors("load settings"):
+            self._catch_up_meta()
+            return dict(self._settings)
+
+    def save_setting(self, key: str, value: str | None) -> None:
+        with self._lock:
+            self._put_meta(f"setting:{key}", None if value is None else value.encode())
+            if value is None:
+                self._settings.pop(key, None)
+            else:
+                self._settings[key] = value
+
+    def close(self) -> None:
+        with self._lock:
+            writers, self._writers = list(self._writers.values()), {}
+        for writer in writers:
+            writer.close()
+        for handle in (self._meta_reader, self._meta_producer, self._client):
+            if handle is not None:
+                with contextlib.suppress(Exception):
+                    handle.close()
+
+
+__all__ = [
+    "EntryTooLargeError",
+    "OwnershipLostError",
+    "PulsarBackend",
+    "PulsarName",
+    "decode_offset",
+    "encode_offset",
+    "pulsar_topic_name",
+]
