@@ -1,0 +1,150 @@
+"""Throughput and latency on real Kafka and Pulsar: raw client, native dedup, and idempotent.
+
+On the same broker, in one run, for each record size: the raw client without idempotence,
+the client with the backend's own idempotence (Kafka ``enable.idempotence``, Pulsar
+namespace deduplication), and this project's producer through its broker and checker.
+Each variant runs ``--repeats`` times in rotating order on a fresh topic; the table shows
+medians of records/s and of the p50/p99 send-to-acknowledgement latency (sampled on one
+message in 16), and the ratio of idempotent to the native idempotent/dedup client.
+
+    python bench/bench_backends.py                      # both backends, 100 B and 1 KB
+    python bench/bench_backends.py --backends kafka --records 20000 --repeats 5
+
+Brokers are started with ``idempotent.testing.services`` (fetched from Maven Central on
+first use) unless already running. Results are printed as Markdown and saved as JSON under
+``bench/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from idempotent.testing import services
+from idempotent.testing.baselines import Baseline, IdempotentBaseline, KafkaBaseline, PulsarBaseline
+
+VARIANTS = {
+    "kafka": ("kafka-raw", "kafka-idempotent", "idempotent"),
+    "pulsar": ("pulsar-raw", "pulsar-dedup", "idempotent"),
+}
+
+
+def make(variant: str, info: services.ServiceInfo, topic: str) -> Baseline:
+    if variant == "kafka-raw":
+        return KafkaBaseline(info.bootstrap, topic, idempotence=False)
+    if variant == "kafka-idempotent":
+        return KafkaBaseline(info.bootstrap, topic, idempotence=True)
+    if variant == "pulsar-raw":
+        return PulsarBaseline(info.url, info.admin_url or "", topic, dedup=False)
+    if variant == "pulsar-dedup":
+        return PulsarBaseline(info.url, info.admin_url or "", topic, dedup=True)
+    options: dict[str, Any] = {}
+    url = info.url
+    if info.name == "pulsar":
+        options["admin_url"] = info.admin_url
+    return IdempotentBaseline(url, topic, **options)
+
+
+def run_once(variant: str, info: services.ServiceInfo, size: int, records: int) -> dict[str, float]:
+    topic = f"bench-{variant}-{size}-{uuid.uuid4().hex[:8]}"
+    producer = make(variant, info, topic)
+    try:
+        payload = b"x" * size
+        for _ in range(min(1000, records // 10)):  # warm up connections and metadata
+            producer.send(payload)
+        producer.flush()
+        producer.latencies.clear()
+        started = time.perf_counter()
+        for _ in range(records):
+            producer.send(payload)
+        failed = producer.flush()
+        elapsed = time.perf_counter() - started
+    finally:
+        producer.close()
+    latencies = sorted(producer.latencies)
+    return {
+        "records_per_s": records / elapsed,
+        "p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else float("nan"),
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else float("nan"),
+        "failed": failed,
+        "seconds": elapsed,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", default="kafka,pulsar")
+    parser.add_argument("--sizes", default="100,1000")
+    parser.add_argument("--records", type=int, default=30_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = parser.parse_args(argv)
+    backends = [b for b in args.backends.split(",") if b]
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    results: list[dict[str, Any]] = []
+    started_here = []
+    try:
+        for backend in backends:
+            if services.status(backend) is None:
+                started_here.append(backend)
+            info = services.up(backend)
+            rounds = [(size, repeat) for size in sizes for repeat in range(args.repeats)]
+            for size, repeat in tqdm(rounds, desc=backend, unit="round", file=sys.stderr):
+                order = list(VARIANTS[backend])
+                order = order[repeat % len(order) :] + order[: repeat % len(order)]  # rotate to spread drift
+                for variant in order:
+                    result = run_once(variant, info, size, args.records)
+                    results.append({"backend": backend, "variant": variant, "size": size, "repeat": repeat, **result})
+    finally:
+        for backend in started_here:
+            services.down(backend)
+    table = summarize(results, backends, sizes)
+    print(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    meta = {"records": args.records, "repeats": args.repeats, "python": platform.python_version(), "host_cpus": _cpus()}
+    (out / f"backends-{stamp}.json").write_text(json.dumps({"meta": meta, "runs": results, "table": table}, indent=1))
+    return 0
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+def summarize(results: list[dict[str, Any]], backends: list[str], sizes: list[int]) -> str:
+    lines = [
+        "| backend | size | variant | records/s (median) | p50 ms | p99 ms | vs native dedup |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for backend in backends:
+        for size in sizes:
+            medians: dict[str, dict[str, float]] = {}
+            for variant in VARIANTS[backend]:
+                runs = [r for r in results if r["backend"] == backend and r["size"] == size and r["variant"] == variant]
+                medians[variant] = {
+                    k: statistics.median(r[k] for r in runs) for k in ("records_per_s", "p50_ms", "p99_ms")
+                }
+            native = medians[VARIANTS[backend][1]]["records_per_s"]
+            for variant, m in medians.items():
+                ratio = m["records_per_s"] / native if native else float("nan")
+                lines.append(
+                    f"| {backend} | {size} B | {variant} | {m['records_per_s']:,.0f} | {m['p50_ms']:.1f} | "
+                    f"{m['p99_ms']:.1f} | {ratio:.2f}x |"
+                )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,213 @@
+"""Native producers behind one small interface, for benchmarks and comparison tests.
+
+Each :class:`Baseline` publishes to one topic and records, for one message in
+``sample_every``, the time from ``send`` to its delivery callback:
+
+* ``kafka-raw``: confluent-kafka with ``enable.idempotence=false``;
+* ``kafka-idempotent``: confluent-kafka with ``enable.idempotence=true`` (Kafka's own dedup);
+* ``pulsar-raw``: pulsar-client on a namespace without deduplication;
+* ``pulsar-dedup``: pulsar-client with a producer name on a namespace whose deduplication was
+  enabled through the admin REST API (and reported ``Enabled`` by the topic's stats);
+* ``idempotent``: this project's :class:`~idempotent.Producer` through its checker.
+
+All use the same batching settings where the client has them (linger 5 ms), acks from every
+replica (``acks=all``; Pulsar always waits for the bookie quorum).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+import uuid
+from typing import Any, Protocol
+
+from ..producer import Producer
+
+LINGER_MS = 5
+
+
+class Baseline(Protocol):
+    """A producer under test."""
+
+    name: str
+    latencies: list[float]
+
+    def send(self, value: bytes, key: bytes | None = None) -> None:
+        """Queue one message (asynchronous)."""
+        ...
+
+    def flush(self, timeout: float = 120.0) -> int:
+        """Wait for every delivery; return how many messages failed. Raises on timeout."""
+        ...
+
+    def close(self) -> None:
+        """Release the client."""
+        ...
+
+
+class _Sampler:
+    def __init__(self, sample_every: int) -> None:
+        self.sample_every = sample_every
+        self.latencies: list[float] = []
+        self.failed = 0
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def start(self) -> float | None:
+        self.count += 1
+        return time.perf_counter() if self.count % self.sample_every == 0 else None
+
+    def done(self, started: float | None, ok: bool) -> None:
+        if not ok:
+            with self._lock:
+                self.failed += 1
+        elif started is not None:
+            self.latencies.append(time.perf_counter() - started)
+
+
+class KafkaBaseline:
+    """confluent-kafka, with or without its idempotent producer."""
+
+    def __init__(self, bootstrap: str, topic: str, *, idempotence: bool, sample_every: int = 16) -> None:
+        from confluent_kafka import Producer as KafkaProducer
+
+        self.name = "kafka-idempotent" if idempotence else "kafka-raw"
+        self.topic = topic
+        self._sampler = _Sampler(sample_every)
+        self.latencies = self._sampler.latencies
+        self._producer = KafkaProducer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": idempotence,
+                "acks": "all",
+                "linger.ms": LINGER_MS,
+            }
+        )
+
+    def send(self, value: bytes, key: bytes | None = None) -> None:
+        started = self._sampler.start()
+        sampler = self._sampler
+
+        def delivered(err: Any, msg: Any) -> None:
+            sampler.done(started, err is None)
+
+        while True:
+            try:
+                self._producer.produce(self.topic, value, key, on_delivery=delivered)
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        self._producer.poll(0)
+
+    def flush(self, timeout: float = 120.0) -> int:
+        if self._producer.flush(timeout):
+            raise TimeoutError(f"{self.name}: flush timed out")
+        return self._sampler.failed
+
+    def close(self) -> None:
+        self._producer.flush(10)
+
+
+def pulsar_admin(admin_url: str, method: str, path: str, body: object | None = None) -> Any:
+    """Call the Pulsar admin REST API; returns the decoded JSON answer (or None)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(admin_url + path, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        text = answer.read()
+    return json.loads(text) if text else None
+
+
+def enable_pulsar_dedup(admin_url: str, namespace: str, topic: str, timeout: float = 60.0) -> None:
+    """Enable deduplication on a namespace and wait until ``topic`` reports it Enabled."""
+    tenant, ns = namespace.split("/")
+    try:
+        pulsar_admin(admin_url, "PUT", f"/admin/v2/namespaces/{tenant}/{ns}", {})
+    except urllib.error.HTTPError as exc:
+        if exc.code != 409:
+            raise
+    pulsar_admin(admin_url, "POST", f"/admin/v2/namespaces/{tenant}/{ns}/deduplication", True)
+    path = f"/admin/v2/persistent/{tenant}/{ns}/{topic}"
+    try:
+        pulsar_admin(admin_url, "PUT", path)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 409:
+            raise
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = pulsar_admin(admin_url, "GET", path + "/stats")
+        if stats.get("deduplicationStatus") == "Enabled":
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"deduplication on {namespace}/{topic} did not become Enabled: {stats}")
+        time.sleep(0.2)
+
+
+class PulsarBaseline:
+    """pulsar-client, on a namespace with or without deduplication."""
+
+    def __init__(self, url: str, admin_url: str, topic: str, *, dedup: bool, sample_every: int = 16) -> None:
+        import pulsar
+
+        self.name = "pulsar-dedup" if dedup else "pulsar-raw"
+        namespace = "public/bench-dedup" if dedup else "public/default"
+        if dedup:
+            enable_pulsar_dedup(admin_url, namespace, topic)
+        self._sampler = _Sampler(sample_every)
+        self.latencies = self._sampler.latencies
+        self._client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        self._producer = self._client.create_producer(
+            f"persistent://{namespace}/{topic}",
+            producer_name=f"bench-{uuid.uuid4().hex[:8]}" if dedup else None,
+            batching_enabled=True,
+            batching_max_publish_delay_ms=LINGER_MS,
+            block_if_queue_full=True,
+            send_timeout_millis=0 if dedup else 30_000,
+        )
+
+    def send(self, value: bytes, key: bytes | None = None) -> None:
+        started = self._sampler.start()
+        sampler = self._sampler
+
+        def delivered(result: Any, message_id: Any) -> None:
+            sampler.done(started, str(result) == "Ok")
+
+        self._producer.send_async(value, delivered, partition_key=key.decode() if key else None)
+
+    def flush(self, timeout: float = 120.0) -> int:
+        self._producer.flush()
+        return self._sampler.failed
+
+    def close(self) -> None:
+        self._producer.close()
+        self._client.close()
+
+
+class IdempotentBaseline:
+    """This project's producer, through its broker and checker, on any backend URL."""
+
+    def __init__(self, url: str, topic: str, *, sample_every: int = 16, **options: Any) -> None:
+        self.name = "idempotent"
+        self.topic = topic
+        self._sampler = _Sampler(sample_every)
+        self.latencies = self._sampler.latencies
+        self._producer = Producer(url, linger_ms=LINGER_MS, **options)
+        self._futures: list[Any] = []
+
+    def send(self, value: bytes, key: bytes | None = None) -> None:
+        started = self._sampler.start()
+        future = self._producer.send(self.topic, value, key, partition=0)
+        sampler = self._sampler  # a callback per message, like the native clients' delivery callbacks
+        future.add_done_callback(lambda f: sampler.done(started, f.exception() is None))
+
+    def flush(self, timeout: float = 120.0) -> int:
+        left = self._producer.flush(timeout)
+        if left:
+            raise TimeoutError(f"idempotent: {left} messages still unfinished after {timeout} s")
+        return self._sampler.failed
+
+    def close(self) -> None:
+        self._producer.close()
