@@ -171,6 +171,9 @@ class ProducerSequencer:
         self._next_handle = 0
         self._flushing = False
         self._acked: dict[TopicPartition, int] = dict(self._last)
+        #: set by :meth:`add` when it opened or sealed a batch (the next deadline moved); a
+        #: shell may wake its sender only then, and clears the flag itself
+        self.wakeup = False
         self.failure: ProducerError | None = None
         self.unfinished = 0
 
@@ -212,6 +215,7 @@ class ProducerSequencer:
             self._seal(ps)
             batch = None
         if batch is None:
+            self.wakeup = True
             batch = OutgoingBatch(self._next_batch_id, topic, partition, [], [], now)
             self._next_batch_id += 1
             self._batches[batch.batch_id] = batch
@@ -224,6 +228,7 @@ class ProducerSequencer:
         self.unfinished += 1
         if len(batch.records) >= self.max_batch_records or batch.size >= self.batch_size:
             self._seal(ps)  # full: do not wait for linger
+            self.wakeup = True
         return handle
 
     def flush(self) -> None:

@@ -204,7 +204,9 @@ class Producer:
                 raise QueueFullError(f"{self._seq.unfinished} records are waiting; flush() or slow down")
             handle = self._seq.add(topic, partition, record, time.monotonic())
             self._futures[handle] = future
-            self._cond.notify_all()
+            if self._seq.wakeup:  # only a new or sealed batch moves the sender's next deadline
+                self._seq.wakeup = False
+                self._cond.notify_all()
         return future
 
     def flush(self, timeout: float | None = None) -> int:
