@@ -269,11 +269,30 @@ class PartitionChecker:
 
     @staticmethod
     def _original_offset(state: ProducerState, base: int, last: int) -> int | None:
-        for entry in reversed(state.window):
+        """The offset of sequence ``base`` when every record up to ``last`` is in the window
+        at consecutive offsets (one stored batch, or adjacent ones with no other records
+        between them), else None: record i of the resend is then at the result + i."""
+        window = list(state.window)
+        for index, entry in enumerate(window):
             span = distance(entry.first_sequence, entry.last_sequence)
             into = distance(entry.first_sequence, base)
-            if into <= span and distance(entry.first_sequence, last) <= span:
-                return entry.base_offset + into
+            if into > span:
+                continue
+            offset = entry.base_offset + into
+            current = entry
+            for following in window[index + 1 :]:
+                if distance(current.first_sequence, last) <= distance(current.first_sequence, current.last_sequence):
+                    return offset
+                contiguous = following.first_sequence == next_sequence(current.last_sequence) and (
+                    following.base_offset
+                    == current.base_offset + distance(current.first_sequence, current.last_sequence) + 1
+                )
+                if not contiguous:
+                    return None
+                current = following
+            if distance(current.first_sequence, last) <= distance(current.first_sequence, current.last_sequence):
+                return offset
+            return None
         return None
 
     # -- transitions -----------------------------------------------------------------------

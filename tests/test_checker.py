@@ -48,7 +48,7 @@ def test_new_producer_must_start_at_zero() -> None:
         (5, 5, (Outcome.DUPLICATE, 105, None)),
         (7, 2, (Outcome.DUPLICATE, 107, None)),
         (9, 1, (Outcome.DUPLICATE, 109, None)),
-        (3, 4, (Outcome.DUPLICATE, None, None)),  # spans two stored batches: no single offset
+        (3, 4, (Outcome.DUPLICATE, 103, None)),  # spans two adjacent stored batches
     ],
 )
 def test_rules_after_two_batches(base: int, count: int, expected: tuple[Outcome, int | None, int | None]) -> None:
@@ -56,6 +56,14 @@ def test_rules_after_two_batches(base: int, count: int, expected: tuple[Outcome,
     stored(c, 0, 5, offset=100)
     stored(c, 5, 5, offset=105)
     assert check(c, base, count) == expected
+
+
+def test_duplicate_across_non_adjacent_batches_has_no_offset() -> None:
+    c = PartitionChecker()
+    stored(c, 0, 5, offset=100)
+    stored(c, 5, 5, offset=120)  # other producers' records between the two batches
+    assert check(c, 3, 4) == (Outcome.DUPLICATE, None, None)
+    assert check(c, 6, 3) == (Outcome.DUPLICATE, 121, None)
 
 
 def test_straddling_and_malformed_are_rejected_without_change() -> None:
