@@ -123,6 +123,9 @@ class _PartitionWriter:
                 "acks": "all",
                 "linger.ms": 0,
                 "transaction.timeout.ms": 60_000,
+                # a group commit may queue many batches before commit_transaction flushes them
+                "queue.buffering.max.messages": 1_000_000,
+                "queue.buffering.max.kbytes": 1_048_576,
             }
         )
         with _map_errors(f"open the writer of {topic}[{partition}]"):
@@ -193,27 +196,39 @@ class _PartitionWriter:
                     if batch is None:
                         continue
                     callback = delivered(first_offsets[index])
+                    header = batch.header
+                    identity: list[tuple[str, str | bytes | None]] = []
+                    if header is not None:
+                        identity = [
+                            ("idem.pid", b"%d" % header.producer_id),
+                            ("idem.epoch", b"%d" % header.producer_epoch),
+                        ]
+                    timestamp = int(batch.timestamp * 1000)
+                    produce = producer.produce
                     for i, record in enumerate(batch.records):
-                        headers: list[tuple[str, str | bytes | None]] = list(record.headers)
-                        header = batch.header
+                        headers: list[tuple[str, str | bytes | None]] = [*record.headers, *identity]
                         if header is not None:
-                            headers += [
-                                ("idem.pid", str(header.producer_id).encode()),
-                                ("idem.epoch", str(header.producer_epoch).encode()),
-                                ("idem.seq", str((header.base_sequence + i) % 2**31).encode()),
-                            ]
+                            headers.append(("idem.seq", b"%d" % ((header.base_sequence + i) % 2**31)))
                             if i == 0:
-                                headers.append(("idem.count", str(len(batch.records)).encode()))
-                        producer.produce(
-                            self.kafka_topic,
-                            value=record.value,
-                            key=record.key,
-                            partition=self.partition,
-                            headers=headers,
-                            timestamp=int(batch.timestamp * 1000),
-                            on_delivery=callback,
-                        )
-                        producer.poll(0)
+                                headers.append(("idem.count", b"%d" % len(batch.records)))
+                        # only the first record's offset is needed (a batch's offsets are
+                        # consecutive); a failure of any record fails commit_transaction
+                        while True:
+                            try:
+                                produce(
+                                    self.kafka_topic,
+                                    value=record.value,
+                                    key=record.key,
+                                    partition=self.partition,
+                                    headers=headers,
+                                    timestamp=timestamp,
+                                    on_delivery=callback if i == 0 else None,
+                                )
+                                break
+                            except BufferError:  # local queue full: let it drain
+                                producer.poll(0.05)
+                        if i % 1000 == 999:
+                            producer.poll(0)
                 producer.commit_transaction(self.backend.timeout)
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None

@@ -125,8 +125,8 @@ def _cpus() -> int:
 
 def summarize(results: list[dict[str, Any]], backends: list[str], sizes: list[int]) -> str:
     lines = [
-        "| backend | size | variant | records/s (median) | p50 ms | p99 ms | vs native dedup |",
-        "|---|---|---|---|---|---|---|",
+        "| backend | size | variant | records/s (median) | p50 ms | p99 ms | failed | vs native dedup |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for backend in backends:
         for size in sizes:
@@ -136,12 +136,13 @@ def summarize(results: list[dict[str, Any]], backends: list[str], sizes: list[in
                 medians[variant] = {
                     k: statistics.median(r[k] for r in runs) for k in ("records_per_s", "p50_ms", "p99_ms")
                 }
+                medians[variant]["failed"] = sum(r["failed"] for r in runs)
             native = medians[VARIANTS[backend][1]]["records_per_s"]
             for variant, m in medians.items():
                 ratio = m["records_per_s"] / native if native else float("nan")
                 lines.append(
                     f"| {backend} | {size} B | {variant} | {m['records_per_s']:,.0f} | {m['p50_ms']:.1f} | "
-                    f"{m['p99_ms']:.1f} | {ratio:.2f}x |"
+                    f"{m['p99_ms']:.1f} | {m['failed']:.0f} | {ratio:.2f}x |"
                 )
     return "\n".join(lines)
 

@@ -158,6 +158,7 @@ class PulsarBaseline:
             enable_pulsar_dedup(admin_url, namespace, topic)
         self._sampler = _Sampler(sample_every)
         self.latencies = self._sampler.latencies
+        self._ok = pulsar.Result.Ok
         self._client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         self._producer = self._client.create_producer(
             f"persistent://{namespace}/{topic}",
@@ -172,8 +173,10 @@ class PulsarBaseline:
         started = self._sampler.start()
         sampler = self._sampler
 
+        ok = self._ok
+
         def delivered(result: Any, message_id: Any) -> None:
-            sampler.done(started, str(result) == "Ok")
+            sampler.done(started, result == ok)
 
         self._producer.send_async(value, delivered, partition_key=key.decode() if key else None)
 
