@@ -143,7 +143,7 @@ class ProducerSequencer:
         last_sequences: Mapping[TopicPartition, int] | None = None,
         *,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        batch_size: int = 64 * 1024,
+        batch_size: int = 1024 * 1024,
         max_batch_records: int = 10_000,
         linger: float = 0.005,
         request_timeout: float = 30.0,

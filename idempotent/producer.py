@@ -74,7 +74,7 @@ class Producer:
         *,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         linger_ms: float = 5,
-        batch_size: int = 64 * 1024,
+        batch_size: int = 1024 * 1024,
         max_batch_records: int = 10_000,
         request_timeout_ms: float = 30_000,
         delivery_timeout_ms: float = 120_000,
