@@ -50,7 +50,13 @@ from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
 from idempotent.backend import AppendBatch
-from idempotent.errors import BackendUnavailableError, ConfigError, InvalidTopicError, ProducerError
+from idempotent.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    InvalidTopicError,
+    OwnershipLostError,
+    ProducerError,
+)
 
 try:
     import confluent_kafka
@@ -64,10 +70,6 @@ _LOG = logging.getLogger("idempotent.adapters.kafka")
 META_TOPIC = "__idempotent_meta"
 SNAPSHOT_TOPIC = "__idempotent_snapshots"
 _HEADER_PREFIX = "idem."
-
-
-class OwnershipLostError(BackendUnavailableError):
-    """Another broker took this partition over (its transactional producer fenced ours)."""
 
 
 @contextlib.contextmanager

@@ -69,7 +69,14 @@ from idempotent._registry import ProducerRecord
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
 from idempotent._types import Sequence as SequenceNumber
 from idempotent.backend import AppendBatch
-from idempotent.errors import BackendUnavailableError, ConfigError, InvalidTopicError, ProducerError
+from idempotent.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    EntryTooLargeError,
+    InvalidTopicError,
+    OwnershipLostError,
+    ProducerError,
+)
 
 try:
     import pulsar
@@ -87,14 +94,6 @@ _ENTRY_BITS = 20
 _BATCH_BITS = 20
 _MAX_GROUP_RECORDS = 100_000  # records of several queued batches sent as one entry
 _MESSAGE_OVERHEAD = 64  # per message in an entry: metadata, generously
-
-
-class OwnershipLostError(BackendUnavailableError):
-    """Another broker took this partition over (its exclusive producer fenced ours)."""
-
-
-class EntryTooLargeError(BackendUnavailableError):
-    """A batch does not fit into one Pulsar entry (``maxMessageSize``, 5 MiB by default)."""
 
 
 # -- names and offsets ---------------------------------------------------------------------

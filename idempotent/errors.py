@@ -20,6 +20,8 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     │   └── PartitionRecoveringError      partition is rebuilding its state           RETRY
     ├── TransportError                    I/O failed; outcome unknown                 RETRY
     │   ├── BackendUnavailableError       the storage backend failed or timed out     RETRY
+    │   │   ├── OwnershipLostError        another broker took the partition over      RETRY
+    │   │   └── EntryTooLargeError        a batch exceeds the backend's entry limit   RETRY
     │   ├── RequestTimeoutError           no answer in time                           RETRY
     │   └── DeliveryTimeoutError          a sent batch outlived delivery_timeout      BUMP_EPOCH
     └── DeliveryFailed                    a message's terminal failure, set on its future;
@@ -181,6 +183,22 @@ class BackendUnavailableError(TransportError):
     """The storage backend (SQLite, Kafka, Pulsar) failed or timed out."""
 
     code: ClassVar[int] = 31
+
+
+@attrs.frozen(str=False)
+class OwnershipLostError(BackendUnavailableError):
+    """Another broker took the partition over and fenced this one (Kafka transactional id,
+    Pulsar exclusive producer). This broker can no longer write to it; retry through the new
+    owner."""
+
+    code: ClassVar[int] = 34
+
+
+@attrs.frozen(str=False)
+class EntryTooLargeError(BackendUnavailableError):
+    """A batch does not fit into one entry of the backend (Pulsar ``maxMessageSize``)."""
+
+    code: ClassVar[int] = 35
 
 
 @attrs.frozen(str=False)
