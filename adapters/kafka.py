@@ -44,8 +44,7 @@ from concurrent.futures import Future
 from typing import Any
 from urllib.parse import urlsplit
 
-import msgpack
-
+from adapters._meta import MetaLog, pack_producer, pack_snapshot, unpack_snapshot
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
@@ -285,11 +284,7 @@ class KafkaBackend:
         self.client_config.update(client_config or {})
         self._lock = threading.RLock()
         self._writers: dict[tuple[str, int], _PartitionWriter] = {}
-        self._topics: dict[str, int] = {}
-        self._producers: dict[int, ProducerRecord] = {}
-        self._settings: dict[str, str] = {}
-        self._blocks: list[tuple[int, int]] = []  # (offset in meta log, size)
-        self._block_requests: dict[str, int] = {}  # request key -> offset
+        self._meta: MetaLog[int] = MetaLog()
         self._snapshots: dict[tuple[str, int], Snapshot] = {}
         self._meta_position = 0
         self._snapshot_position = 0
@@ -400,29 +395,10 @@ class KafkaBackend:
         for message in self._read_range(meta, 0, self._meta_position, None):
             self._meta_position = message.offset() + 1
             key = (message.key() or b"").decode()
-            value = message.value()
-            kind, _, name = key.partition(":")
-            if kind == "topic":
-                if value is None:
-                    self._topics.pop(name, None)
-                else:
-                    self._topics[name] = int(value)
-            elif kind == "producer":
-                if value is None:
-                    self._producers.pop(int(name), None)
-                else:
-                    pid, epoch, producer_name, lost, parts = msgpack.unpackb(value)
-                    self._producers[pid] = ProducerRecord(
-                        ProducerId(pid), Epoch(epoch), producer_name, bool(lost), tuple((t, q) for t, q in parts)
-                    )
-            elif kind == "setting":
-                if value is None:
-                    self._settings.pop(name, None)
-                else:
-                    self._settings[name] = value.decode()
-            elif kind == "idblock" and value is not None:
-                self._blocks.append((message.offset(), int(value)))
-                self._block_requests[name] = message.offset()
+            try:
+                self._meta.apply(key, message.value(), message.offset())
+            except (ValueError, TypeError) as exc:
+                _LOG.warning("ignoring unreadable meta record %r at %d: %r", key, message.offset(), exc)
 
     def _put_meta(self, key: str, value: bytes | None) -> int:
         errors: list[Any] = []
@@ -448,13 +424,13 @@ class KafkaBackend:
     def list_topics(self) -> dict[str, int]:
         with self._lock, _map_errors("list topics"):
             self._catch_up_meta()
-            return dict(self._topics)
+            return dict(self._meta.topics)
 
     def create_topic(self, topic: str, partitions: int) -> None:
         name = kafka_topic_name(topic, self.prefix)
         with self._lock, _map_errors(f"create topic {topic}"):
             self._catch_up_meta()
-            clash = [t for t in self._topics if t != topic and kafka_topic_name(t, self.prefix) == name]
+            clash = [t for t in self._meta.topics if t != topic and kafka_topic_name(t, self.prefix) == name]
             if clash:
                 raise InvalidTopicError(f"topic {topic!r} would share the Kafka topic {name!r} with {clash[0]!r}")
             existing = self._admin.list_topics(timeout=self.timeout).topics.get(name)
@@ -478,7 +454,7 @@ class KafkaBackend:
                             raise
                 self._wait_for_topics([name])
             self._put_meta(f"topic:{topic}", str(partitions).encode())
-            self._topics[topic] = partitions
+            self._meta.topics[topic] = partitions
 
     def _writer(self, topic: str, partition: int) -> _PartitionWriter:
         if self.read_only:
@@ -492,10 +468,10 @@ class KafkaBackend:
             return writer
 
     def _check(self, topic: str, partition: int) -> None:
-        if not 0 <= partition < self._topics.get(topic, 0):
+        if not 0 <= partition < self._meta.topics.get(topic, 0):
             with self._lock, _map_errors("list topics"):
                 self._catch_up_meta()
-            if not 0 <= partition < self._topics.get(topic, 0):
+            if not 0 <= partition < self._meta.topics.get(topic, 0):
                 raise InvalidTopicError(f"no partition {topic}[{partition}] in {self.url}")
 
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
@@ -544,7 +520,7 @@ class KafkaBackend:
 
     def produce_snapshot(self, producer: Any, topic: str, partition: int, snapshot: Snapshot) -> None:
         """Add a snapshot to the producer's open transaction (called by the partition writer)."""
-        value = msgpack.packb([snapshot.position, snapshot.entries, snapshot.taken_at, snapshot.data])
+        value = pack_snapshot(snapshot)
         producer.produce(self.prefix + SNAPSHOT_TOPIC, key=f"{topic}\0{partition}".encode(), value=value, partition=0)
 
     def latest_snapshot(self, topic: str, partition: int) -> Snapshot | None:
@@ -560,8 +536,7 @@ class KafkaBackend:
                     t, _, p = key.rpartition("\0")
                     if message.value() is None:
                         continue
-                    position, entries, taken_at, data = msgpack.unpackb(message.value())
-                    self._snapshots[(t, int(p))] = Snapshot(position, entries, taken_at, data)
+                    self._snapshots[(t, int(p))] = unpack_snapshot(message.value())
             return self._snapshots.get((topic, partition))
 
     def write_snapshot(self, topic: str, partition: int, snapshot: Snapshot) -> None:
@@ -580,42 +555,34 @@ class KafkaBackend:
         with self._lock, _map_errors("allocate producer ids"):
             while self._meta_position <= offset:
                 self._catch_up_meta()
-            return sum(size for at, size in self._blocks if at < offset)
+            return self._meta.block_start(offset)
 
     def load_producers(self) -> list[ProducerRecord]:
         with self._lock, _map_errors("load producers"):
             self._catch_up_meta()
-            return list(self._producers.values())
+            return list(self._meta.producers.values())
 
     def save_producer(self, record: ProducerRecord) -> None:
-        value = msgpack.packb(
-            [
-                record.producer_id,
-                record.producer_epoch,
-                record.producer_name,
-                record.state_lost,
-                [list(tp) for tp in record.partitions],
-            ]
-        )
+        value = pack_producer(record)
         if record.producer_name is not None:
-            for pid, old in list(self._producers.items()):
+            for pid, old in list(self._meta.producers.items()):
                 if old.producer_name == record.producer_name and pid != record.producer_id:
                     self._put_meta(f"producer:{pid}", None)
-                    self._producers.pop(pid, None)
+                    self._meta.producers.pop(pid, None)
         self._put_meta(f"producer:{record.producer_id}", value)
-        self._producers[record.producer_id] = record
+        self._meta.producers[record.producer_id] = record
 
     def load_settings(self) -> dict[str, str]:
         with self._lock, _map_errors("load settings"):
             self._catch_up_meta()
-            return dict(self._settings)
+            return dict(self._meta.settings)
 
     def save_setting(self, key: str, value: str | None) -> None:
         self._put_meta(f"setting:{key}", None if value is None else value.encode())
         if value is None:
-            self._settings.pop(key, None)
+            self._meta.settings.pop(key, None)
         else:
-            self._settings[key] = value
+            self._meta.settings[key] = value
 
     def close(self) -> None:
         with self._lock:

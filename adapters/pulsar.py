@@ -64,6 +64,7 @@ from typing import Any, NamedTuple
 import attrs
 import msgpack
 
+from adapters._meta import MetaLog, pack_producer, pack_snapshot, unpack_snapshot
 from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
@@ -377,34 +378,6 @@ def _stored(message: Any) -> StoredRecord:
     )
 
 
-def _pack_snapshot(snapshot: Snapshot) -> bytes:
-    packed: bytes = msgpack.packb(list(attrs.astuple(snapshot, recurse=False)))
-    return packed
-
-
-def _unpack_snapshot(value: bytes) -> Snapshot:
-    fields = msgpack.unpackb(value)
-    return Snapshot(*fields[: len(attrs.fields(Snapshot))])
-
-
-def _pack_producer(record: ProducerRecord) -> bytes:
-    fields = list(attrs.astuple(record, recurse=False))  # every field, also ones added later
-    packed: bytes = msgpack.packb(fields)
-    return packed
-
-
-def _unpack_producer(value: bytes) -> ProducerRecord:
-    fields = msgpack.unpackb(value)
-    record = ProducerRecord(*fields[: len(attrs.fields(ProducerRecord))])
-    return attrs.evolve(
-        record,
-        producer_id=ProducerId(int(record.producer_id)),
-        producer_epoch=Epoch(int(record.producer_epoch)),
-        state_lost=bool(record.state_lost),
-        partitions=tuple((str(t), int(p)) for t, p in record.partitions),
-    )
-
-
 # -- the partition owner -------------------------------------------------------------------
 
 
@@ -638,7 +611,7 @@ class _PartitionWriter:
         """Write a snapshot now (on the writer thread, or from a callback running on it)."""
         with _map_errors(f"store the snapshot of {self.where}"):
             self._snapshots.send(
-                _pack_snapshot(snapshot),
+                pack_snapshot(snapshot),
                 properties={"idem.topic": self.topic, "idem.partition": str(self.partition)},
             )
 
@@ -709,10 +682,7 @@ class PulsarBackend:
         options.update(client_options or {})
         self._lock = threading.RLock()
         self._writers: dict[tuple[str, int], _PartitionWriter] = {}
-        self._topics: dict[str, int] = {}
-        self._producers: dict[int, ProducerRecord] = {}
-        self._settings: dict[str, str] = {}
-        self._blocks: list[tuple[tuple[int, int], int]] = []  # (position in meta log, size)
+        self._meta: MetaLog[tuple[int, int]] = MetaLog()
         self._meta_position = (-1, -1)
         self._namespaces: set[tuple[str, str]] = set()
         self._clusters: list[str] | None = None
@@ -870,31 +840,10 @@ class PulsarBackend:
             self._meta_position = max(self._meta_position, position)
             key = message.partition_key()
             value = None if message.has_null_value() else message.data()
-            kind, _, name = key.partition(":")
             try:
-                self._apply_meta(kind, name, value, position)
+                self._meta.apply(key, value, position)
             except (ValueError, TypeError, binascii.Error) as exc:
                 _LOG.warning("ignoring unreadable meta record %r at %s: %r", key, position, exc)
-
-    def _apply_meta(self, kind: str, name: str, value: bytes | None, position: tuple[int, int]) -> None:
-        if kind == "topic":
-            if value is None:
-                self._topics.pop(name, None)
-            else:
-                self._topics[name] = int(value)
-        elif kind == "producer":
-            if value is None:
-                self._producers.pop(int(name), None)
-            else:
-                record = _unpack_producer(value)
-                self._producers[record.producer_id] = record
-        elif kind == "setting":
-            if value is None:
-                self._settings.pop(name, None)
-            else:
-                self._settings[name] = value.decode()
-        elif kind == "idblock" and value is not None:
-            self._blocks.append((position, int(value)))
 
     def _put_meta(self, key: str, value: bytes | None) -> tuple[int, int]:
         if self._meta_producer is None:
@@ -908,13 +857,13 @@ class PulsarBackend:
     def list_topics(self) -> dict[str, int]:
         with self._lock, _map_errors("list topics"):
             self._catch_up_meta()
-            return dict(self._topics)
+            return dict(self._meta.topics)
 
     def create_topic(self, topic: str, partitions: int) -> None:
         name = pulsar_topic_name(topic)
         with self._lock, _map_errors(f"create topic {topic}"):
             self._catch_up_meta()
-            clash = [t for t in self._topics if t != topic and pulsar_topic_name(t) == name]
+            clash = [t for t in self._meta.topics if t != topic and pulsar_topic_name(t) == name]
             if clash:
                 raise InvalidTopicError(f"topic {topic!r} would share the Pulsar topic {name.topic} with {clash[0]!r}")
             self._ensure_namespace(name.tenant, name.namespace)
@@ -932,7 +881,7 @@ class PulsarBackend:
             # before the first write)
             self._admin.call("POST", f"{name.rest}/deduplicationEnabled", True, accept=(405,))
             self._put_meta(f"topic:{topic}", str(partitions).encode())
-            self._topics[topic] = partitions
+            self._meta.topics[topic] = partitions
 
     def _writer(self, topic: str, partition: int, *, renew: bool = False) -> _PartitionWriter:
         """The partition's writer, opened (taking ownership) if needed. ``renew`` replaces a
@@ -954,10 +903,10 @@ class PulsarBackend:
             return writer
 
     def _check(self, topic: str, partition: int) -> None:
-        if not 0 <= partition < self._topics.get(topic, 0):
+        if not 0 <= partition < self._meta.topics.get(topic, 0):
             with self._lock, _map_errors("list topics"):
                 self._catch_up_meta()
-            if not 0 <= partition < self._topics.get(topic, 0):
+            if not 0 <= partition < self._meta.topics.get(topic, 0):
                 raise InvalidTopicError(f"no partition {topic}[{partition}] in {self.url}")
 
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
@@ -1022,7 +971,7 @@ class PulsarBackend:
         if last is None or last.has_null_value():
             return None
         try:
-            return _unpack_snapshot(last.data())
+            return unpack_snapshot(last.data())
         except (ValueError, TypeError) as exc:
             _LOG.warning("ignoring an unreadable snapshot of %s: %r", where, exc)
             return None
@@ -1053,35 +1002,35 @@ class PulsarBackend:
                     if time.monotonic() > deadline:
                         raise BackendUnavailableError("pulsar: the id block did not show up in the meta topic")
                     time.sleep(0.01)
-            return sum(size for at, size in self._blocks if at < position)
+            return self._meta.block_start(position)
 
     def load_producers(self) -> list[ProducerRecord]:
         with self._lock, _map_errors("load producers"):
             self._catch_up_meta()
-            return list(self._producers.values())
+            return list(self._meta.producers.values())
 
     def save_producer(self, record: ProducerRecord) -> None:
         with self._lock:
             if record.producer_name is not None:
-                for pid, old in list(self._producers.items()):
+                for pid, old in list(self._meta.producers.items()):
                     if old.producer_name == record.producer_name and pid != record.producer_id:
                         self._put_meta(f"producer:{pid}", None)
-                        self._producers.pop(pid, None)
-            self._put_meta(f"producer:{record.producer_id}", _pack_producer(record))
-            self._producers[record.producer_id] = record
+                        self._meta.producers.pop(pid, None)
+            self._put_meta(f"producer:{record.producer_id}", pack_producer(record))
+            self._meta.producers[record.producer_id] = record
 
     def load_settings(self) -> dict[str, str]:
         with self._lock, _map_errors("load settings"):
             self._catch_up_meta()
-            return dict(self._settings)
+            return dict(self._meta.settings)
 
     def save_setting(self, key: str, value: str | None) -> None:
         with self._lock:
             self._put_meta(f"setting:{key}", None if value is None else value.encode())
             if value is None:
-                self._settings.pop(key, None)
+                self._meta.settings.pop(key, None)
             else:
-                self._settings[key] = value
+                self._meta.settings[key] = value
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,97 @@
+"""What the log adapters share: the metadata log and the encoding of stored values.
+
+Kafka and Pulsar keep topics, producer records, settings and producer-id blocks as keyed
+messages in one metadata topic (``topic:<name>``, ``producer:<id>``, ``setting:<key>``,
+``idblock:<request>``). :class:`MetaLog` folds those messages, in log order, into the
+current view. A producer-id block's first id is the sum of the sizes of the blocks before
+it in log order, so brokers allocating at the same time never overlap.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+import attrs
+import msgpack
+
+from idempotent._records import Snapshot
+from idempotent._registry import ProducerRecord
+from idempotent._types import Epoch, ProducerId
+
+#: a log position: a Kafka offset, or a Pulsar (ledger, entry) pair
+P = TypeVar("P", int, tuple[int, int])
+
+
+def pack_producer(record: ProducerRecord) -> bytes:
+    """Encode every field of a producer record (also fields added later)."""
+    packed: bytes = msgpack.packb(list(attrs.astuple(record, recurse=False)))
+    return packed
+
+
+def unpack_producer(value: bytes) -> ProducerRecord:
+    """Decode :func:`pack_producer`'s output (older, shorter encodings too)."""
+    fields = msgpack.unpackb(value)
+    record = ProducerRecord(*fields[: len(attrs.fields(ProducerRecord))])
+    return attrs.evolve(
+        record,
+        producer_id=ProducerId(int(record.producer_id)),
+        producer_epoch=Epoch(int(record.producer_epoch)),
+        state_lost=bool(record.state_lost),
+        partitions=tuple((str(t), int(p)) for t, p in record.partitions),
+    )
+
+
+def pack_snapshot(snapshot: Snapshot) -> bytes:
+    """Encode a checker snapshot."""
+    packed: bytes = msgpack.packb(list(attrs.astuple(snapshot, recurse=False)))
+    return packed
+
+
+def unpack_snapshot(value: bytes) -> Snapshot:
+    """Decode :func:`pack_snapshot`'s output."""
+    fields = msgpack.unpackb(value)
+    return Snapshot(*fields[: len(attrs.fields(Snapshot))])
+
+
+class MetaLog(Generic[P]):
+    """The folded state of a metadata topic; ``P`` is the backend's log position type."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, int] = {}
+        self.producers: dict[int, ProducerRecord] = {}
+        self.settings: dict[str, str] = {}
+        self.blocks: list[tuple[P, int]] = []
+
+    def apply(self, key: str, value: bytes | None, position: P) -> None:
+        """Fold one message (``value`` None deletes the key).
+
+        Raises:
+            ValueError, TypeError: an unreadable value (the caller decides to skip it).
+        """
+        kind, _, name = key.partition(":")
+        if kind == "topic":
+            if value is None:
+                self.topics.pop(name, None)
+            else:
+                self.topics[name] = int(value)
+        elif kind == "producer":
+            if value is None:
+                self.producers.pop(int(name), None)
+            else:
+                record = unpack_producer(value)
+                self.producers[record.producer_id] = record
+        elif kind == "setting":
+            if value is None:
+                self.settings.pop(name, None)
+            else:
+                self.settings[name] = value.decode()
+        elif kind == "idblock" and value is not None:
+            self.blocks.append((position, int(value)))
+
+    def block_start(self, position: P) -> int:
+        """The first id of the block requested by the message at ``position``."""
+        return sum(size for at, size in self.blocks if at < position)
+
+    def producers_named(self, name: str) -> list[int]:
+        """Ids of the stored records that carry ``name``."""
+        return [pid for pid, r in self.producers.items() if r.producer_name == name]
