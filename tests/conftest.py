@@ -62,25 +62,24 @@ class ServiceHarness:
         services.restart(self.service)
 
 
-@pytest.fixture(scope="session")
-def kafka_service() -> Iterator[object]:
-    """A real single-node Kafka (KRaft) for the whole session, started by the project itself."""
+def _session_service(name: str) -> Iterator[object]:
+    """Start a real broker for the session; leave one that someone started by hand running."""
     from idempotent.testing import services
 
-    already_running = services.status("kafka") is not None
-    info = services.up("kafka")
+    already_running = services.status(name) is not None
+    info = services.up(name)
     yield info
-    if not already_running:  # leave a broker someone started by hand alone
-        services.down("kafka")
+    if not already_running:
+        services.down(name)
+
+
+@pytest.fixture(scope="session")
+def kafka_service() -> Iterator[object]:
+    """A real single-node Kafka (KRaft), started by the project itself."""
+    yield from _session_service("kafka")
 
 
 @pytest.fixture(scope="session")
 def pulsar_service() -> Iterator[object]:
-    """A real Pulsar standalone broker for the whole session, started by the project itself."""
-    from idempotent.testing import services
-
-    already_running = services.status("pulsar") is not None
-    info = services.up("pulsar")
-    yield info
-    if not already_running:  # leave a broker someone started by hand alone
-        services.down("pulsar")
+    """A real Pulsar standalone broker, started by the project itself."""
+    yield from _session_service("pulsar")
