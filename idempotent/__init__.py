@@ -18,6 +18,7 @@ from ._outcomes import DeliveryStatus, Outcome, ProduceResult, RecordMetadata
 from ._records import Record, StoredRecord
 from ._types import TopicPartition
 from .aio import AsyncProducer
+from .api import BrokerAPI
 from .broker import Broker, BrokerConfig, PartitionStats, ProducerSession
 from .errors import (
     BackendUnavailableError,
@@ -44,7 +45,7 @@ from .producer import Producer
 __version__ = "0.1.0"
 
 
-def connect(url: str, config: BrokerConfig | None = None, **options: _Any) -> Broker:
+def connect(url: str, config: BrokerConfig | None = None, **options: _Any) -> BrokerAPI:
     """Open a broker over the backend a URL names.
 
     URLs: ``memory://[name]`` (in-process, with fault injection), ``sqlite:///file.db`` (the
@@ -64,6 +65,7 @@ __all__ = [
     "AsyncProducer",
     "BackendUnavailableError",
     "Broker",
+    "BrokerAPI",
     "BrokerConfig",
     "BrokerError",
     "CheckerConfig",

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._outcomes import RecordMetadata
-from .broker import Broker
+from .api import BrokerAPI
 from .errors import QueueFullError
 from .producer import Producer
 
@@ -25,7 +25,7 @@ class AsyncProducer:
     Accepts the same arguments as :class:`idempotent.Producer`.
     """
 
-    def __init__(self, url_or_broker: str | Broker, producer_name: str | None = None, **options: Any) -> None:
+    def __init__(self, url_or_broker: str | BrokerAPI, producer_name: str | None = None, **options: Any) -> None:
         self._args = (url_or_broker, producer_name)
         self._options = options
         self._producer: Producer | None = None

@@ -48,6 +48,7 @@ from ._outcomes import RecordMetadata
 from ._records import Snapshot, StoredBatch, StoredRecord
 from ._registry import ProducerRecord
 from ._types import SEQUENCE_SPACE
+from .api import BrokerAPI
 from .backend import AppendBatch, LogBackend
 from .broker import Broker, BrokerConfig, PartitionStats, validate_topic
 from .errors import DeliveryFailed, ProducerError, UsageError
@@ -351,7 +352,7 @@ def open_read_only(url: str) -> Broker:
         raise
 
 
-def _partition_count(broker: Broker, topic: str) -> int:
+def _partition_count(broker: BrokerAPI, topic: str) -> int:
     validate_topic(topic)
     if topic not in broker.topics():
         known = ", ".join(sorted(broker.topics())) or "none"
@@ -443,7 +444,7 @@ def _source(args: argparse.Namespace) -> _Source:
     return _Source(n, f"cli:{topic}:generate:{n}:{size}", size=size)
 
 
-def _topic_layout(broker: Broker, topic: str, requested: int | None) -> int:
+def _topic_layout(broker: BrokerAPI, topic: str, requested: int | None) -> int:
     """The topic's partition count, creating the topic first if needed."""
     validate_topic(topic)
     existing = broker.topics().get(topic)

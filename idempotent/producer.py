@@ -21,7 +21,8 @@ from ._outcomes import DeliveryStatus, ProduceResult, RecordMetadata
 from ._records import Record
 from ._sequencer import BatchDelivered, BatchFailed, Event, OutgoingBatch, ProducerSequencer
 from ._types import DEFAULT_MAX_IN_FLIGHT
-from .broker import Broker, ProducerSession
+from .api import BrokerAPI
+from .broker import ProducerSession
 from .errors import (
     BackendUnavailableError,
     ConfigError,
@@ -69,7 +70,7 @@ class Producer:
 
     def __init__(
         self,
-        url_or_broker: str | Broker,
+        url_or_broker: str | BrokerAPI,
         producer_name: str | None = None,
         *,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
@@ -88,8 +89,8 @@ class Producer:
             raise ConfigError("max_buffered_records must be positive")
         self._owns_broker = isinstance(url_or_broker, str)
         self._broker = connect(url_or_broker, **connect_options) if isinstance(url_or_broker, str) else url_or_broker
-        if not isinstance(self._broker, Broker):
-            raise ConfigError(f"expected a URL or a Broker, got {type(url_or_broker).__name__}")
+        if not isinstance(self._broker, BrokerAPI):
+            raise ConfigError(f"expected a URL or a broker, got {type(url_or_broker).__name__}")
         try:
             self._session = self._init(producer_name, init_timeout_ms / 1000)
             self._seq = ProducerSequencer(
@@ -148,7 +149,7 @@ class Producer:
         return self._session.producer_name
 
     @property
-    def broker(self) -> Broker:
+    def broker(self) -> BrokerAPI:
         """The broker this producer sends to."""
         return self._broker
 

@@ -1,0 +1,100 @@
+"""The broker surface that producers, readers and tools use, wherever the broker runs.
+
+:class:`~idempotent.broker.Broker` (in-process, over a backend URL) implements it, and so
+does the network client that ``idempotent.connect("idem://host:port")`` returns. Code that
+only needs this surface (``Producer``, ``Reader``, the drop-in modules, the admin CLI) works
+unchanged against either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ._checker import Policy
+    from ._outcomes import ProduceResult
+    from ._records import Record, StoredRecord
+    from .broker import PartitionStats, ProducerSession
+
+
+@runtime_checkable
+class BrokerAPI(Protocol):
+    """What every broker handle offers. Errors are those of :mod:`idempotent.errors`."""
+
+    @property
+    def url(self) -> str:
+        """The URL the broker was opened with."""
+        ...
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        """Create a topic. Raises InvalidTopicError (bad name, or it exists with another count)."""
+        ...
+
+    def topics(self) -> dict[str, int]:
+        """Every topic and its partition count."""
+        ...
+
+    def partitions_for(self, topic: str, *, create: bool = True) -> int:
+        """Partition count of ``topic``; created with the default count when ``create``."""
+        ...
+
+    def init_producer(self, producer_name: str | None = None, *, timeout: float = 30.0) -> ProducerSession:
+        """Allocate a producer id, or re-initialise a named producer (epoch bumped)."""
+        ...
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+    ) -> ProduceResult:
+        """Check a batch and store it if accepted; block until durable."""
+        ...
+
+    def submit_produce(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+    ) -> Future[ProduceResult]:
+        """Like ``produce`` but return a future; one partition's batches keep submission order."""
+        ...
+
+    def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[StoredRecord]:
+        """Up to ``max_records`` stored records from ``offset`` on."""
+        ...
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        """The offset the next stored record of the partition will get."""
+        ...
+
+    def stats(self, topic: str | None = None) -> list[PartitionStats]:
+        """Checker state of every partition (of one topic)."""
+        ...
+
+    def set_deduplication(
+        self, enabled: bool | None, *, topic: str | None = None, namespace: str | None = None
+    ) -> None:
+        """Switch deduplication at topic, namespace or broker level (None clears)."""
+        ...
+
+    def set_policy(
+        self, policy: Policy | str | None, *, topic: str | None = None, namespace: str | None = None
+    ) -> None:
+        """Set the sequence policy at one level (None clears)."""
+        ...
+
+    def close(self) -> None:
+        """Release the handle. Acknowledged data stays stored."""
+        ...
+
+
+__all__ = ["BrokerAPI"]
