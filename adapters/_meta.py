@@ -1,10 +1,13 @@
 """What the log adapters share: the metadata log and the encoding of stored values.
 
-Kafka and Pulsar keep topics, producer records, settings and producer-id blocks as keyed
-messages in one metadata topic (``topic:<name>``, ``producer:<id>``, ``setting:<key>``,
-``idblock:<request>``). :class:`MetaLog` folds those messages, in log order, into the
-current view. A producer-id block's first id is the sum of the sizes of the blocks before
-it in log order, so brokers allocating at the same time never overlap.
+Kafka and Pulsar keep topics, producer records, settings, producer-id blocks and partition
+leases as keyed messages in one metadata topic (``topic:<name>``, ``producer:<id>``,
+``setting:<key>``, ``idblock:<request>``, ``lease:<partition>:<topic>``). :class:`MetaLog`
+folds those messages, in log order, into the current view. A producer-id block's first id
+is the sum of the sizes of the blocks before it in log order, so brokers allocating at the
+same time never overlap. A lease proposal replaces the partition's lease only when
+:func:`idempotent._ownership.supersedes` says so, judged in log order: the log is the
+compare-and-set.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Generic, TypeVar
 import attrs
 import msgpack
 
+from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot
 from idempotent._registry import ProducerRecord
 from idempotent._types import Epoch, ProducerId
@@ -53,6 +57,33 @@ def unpack_snapshot(value: bytes) -> Snapshot:
     return Snapshot(*fields[: len(attrs.fields(Snapshot))])
 
 
+def lease_key(topic: str, partition: int) -> str:
+    """The metadata key of a partition's lease."""
+    return f"lease:{partition}:{topic}"
+
+
+def pack_lease(lease: Lease) -> bytes:
+    """Encode a lease record."""
+    packed: bytes = msgpack.packb(list(attrs.astuple(lease, recurse=False)))
+    return packed
+
+
+def unpack_lease(value: bytes) -> Lease:
+    """Decode :func:`pack_lease`'s output."""
+    fields = msgpack.unpackb(value)
+    topic, partition, broker_id, address, epoch, renewed_at, duration, released = fields[:8]
+    return Lease(
+        str(topic),
+        int(partition),
+        str(broker_id),
+        str(address),
+        int(epoch),
+        float(renewed_at),
+        float(duration),
+        bool(released),
+    )
+
+
 class MetaLog(Generic[P]):
     """The folded state of a metadata topic; ``P`` is the backend's log position type."""
 
@@ -61,6 +92,7 @@ class MetaLog(Generic[P]):
         self.producers: dict[int, ProducerRecord] = {}
         self.settings: dict[str, str] = {}
         self.blocks: list[tuple[P, int]] = []
+        self.leases: dict[tuple[str, int], Lease] = {}
 
     def apply(self, key: str, value: bytes | None, position: P) -> None:
         """Fold one message (``value`` None deletes the key).
@@ -87,6 +119,12 @@ class MetaLog(Generic[P]):
                 self.settings[name] = value.decode()
         elif kind == "idblock" and value is not None:
             self.blocks.append((position, int(value)))
+        elif kind == "lease" and value is not None:
+            proposal = unpack_lease(value)
+            tp = (proposal.topic, proposal.partition)
+            current = self.leases.get(tp)
+            if supersedes(current, proposal):
+                self.leases[tp] = proposal
 
     def block_start(self, position: P) -> int:
         """The first id of the block requested by the message at ``position``."""

@@ -40,11 +40,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from collections.abc import Sequence as Seq
 from concurrent.futures import Future
 from typing import Any
 from urllib.parse import urlsplit
 
-from adapters._meta import MetaLog, pack_producer, pack_snapshot, unpack_snapshot
+from adapters._meta import MetaLog, lease_key, pack_lease, pack_producer, pack_snapshot, unpack_snapshot
+from idempotent._ownership import Lease
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
@@ -401,23 +403,34 @@ class KafkaBackend:
                 _LOG.warning("ignoring unreadable meta record %r at %d: %r", key, message.offset(), exc)
 
     def _put_meta(self, key: str, value: bytes | None) -> int:
+        return self._put_metas([(key, value)])[0]
+
+    def _put_metas(self, items: list[tuple[str, bytes | None]]) -> list[int]:
+        """Store keyed meta messages (one flush for all); their offsets, in order."""
         errors: list[Any] = []
-        offsets: list[int] = []
+        offsets: dict[int, int] = {}
 
-        def delivered(err: Any, msg: Any) -> None:
-            if err is not None:
-                errors.append(err)
-            else:
-                offsets.append(msg.offset())
+        def delivered(index: int) -> Callable[[Any, Any], None]:
+            def callback(err: Any, msg: Any) -> None:
+                if err is not None:
+                    errors.append(err)
+                else:
+                    offsets[index] = msg.offset()
 
-        with self._lock, _map_errors(f"store {key}"):
-            self._meta_producer.produce(self.prefix + META_TOPIC, key=key.encode(), value=value, on_delivery=delivered)
+            return callback
+
+        what = items[0][0] if len(items) == 1 else f"{len(items)} meta records"
+        with self._lock, _map_errors(f"store {what}"):
+            for index, (key, value) in enumerate(items):
+                self._meta_producer.produce(
+                    self.prefix + META_TOPIC, key=key.encode(), value=value, on_delivery=delivered(index)
+                )
             remaining = self._meta_producer.flush(self.timeout)
         if errors:
-            raise _translate(errors[0], f"store {key}")
-        if remaining or not offsets:
-            raise BackendUnavailableError(f"kafka: storing {key} timed out")
-        return offsets[0]
+            raise _translate(errors[0], f"store {what}")
+        if remaining or len(offsets) != len(items):
+            raise BackendUnavailableError(f"kafka: storing {what} timed out")
+        return [offsets[i] for i in range(len(items))]
 
     # -- LogBackend ------------------------------------------------------------------------
 
@@ -583,6 +596,29 @@ class KafkaBackend:
             self._meta.settings.pop(key, None)
         else:
             self._meta.settings[key] = value
+
+    # -- partition ownership -------------------------------------------------------------
+
+    def load_leases(self) -> list[Lease]:
+        with self._lock, _map_errors("load leases"):
+            self._catch_up_meta()
+            return list(self._meta.leases.values())
+
+    def propose_leases(self, proposals: Seq[Lease]) -> list[Lease | None]:
+        if not proposals:
+            return []
+        with self._lock:
+            offsets = self._put_metas([(lease_key(p.topic, p.partition), pack_lease(p)) for p in proposals])
+            with _map_errors("read leases back"):
+                while self._meta_position <= max(offsets):
+                    self._catch_up_meta()
+            return [self._meta.leases.get((p.topic, p.partition)) for p in proposals]
+
+    def release(self, topic: str, partition: int) -> None:
+        with self._lock:
+            writer = self._writers.pop((topic, partition), None)
+        if writer is not None:
+            writer.close()
 
     def close(self) -> None:
         with self._lock:

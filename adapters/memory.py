@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from collections.abc import Sequence as Seq
 from concurrent.futures import Future
 from urllib.parse import urlsplit
 
 import attrs
 
+from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord
 from idempotent._types import NO_PRODUCER_ID, Epoch, Sequence
@@ -50,6 +52,7 @@ class _Store:
         self.snapshots: dict[tuple[str, int], Snapshot] = {}
         self.producers: dict[int, ProducerRecord] = {}
         self.settings: dict[str, str] = {}
+        self.leases: dict[tuple[str, int], Lease] = {}
         self.next_id = 0
         self.faults = Faults()
 
@@ -217,6 +220,25 @@ class MemoryBackend:
                 store.settings.pop(key, None)
             else:
                 store.settings[key] = value
+
+    def load_leases(self) -> list[Lease]:
+        store = self._up()
+        with store.lock:
+            return list(store.leases.values())
+
+    def propose_leases(self, proposals: Seq[Lease]) -> list[Lease | None]:
+        store = self._up()
+        out: list[Lease | None] = []
+        with store.lock:
+            for proposal in proposals:
+                tp = (proposal.topic, proposal.partition)
+                if supersedes(store.leases.get(tp), proposal):
+                    store.leases[tp] = proposal
+                out.append(store.leases.get(tp))
+        return out
+
+    def release(self, topic: str, partition: int) -> None:
+        return None
 
     def close(self) -> None:
         return None

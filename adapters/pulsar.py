@@ -64,7 +64,8 @@ from typing import Any, NamedTuple
 import attrs
 import msgpack
 
-from adapters._meta import MetaLog, pack_producer, pack_snapshot, unpack_snapshot
+from adapters._meta import MetaLog, lease_key, pack_lease, pack_producer, pack_snapshot, unpack_snapshot
+from idempotent._ownership import Lease
 from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
@@ -1031,6 +1032,36 @@ class PulsarBackend:
                 self._meta.settings.pop(key, None)
             else:
                 self._meta.settings[key] = value
+
+    # -- partition ownership -------------------------------------------------------------------
+
+    def load_leases(self) -> list[Lease]:
+        with self._lock, _map_errors("load leases"):
+            self._catch_up_meta()
+            return list(self._meta.leases.values())
+
+    def propose_leases(self, proposals: Sequence[Lease]) -> list[Lease | None]:
+        if not proposals:
+            return []
+        with self._lock:
+            last = max(self._put_meta(lease_key(p.topic, p.partition), pack_lease(p)) for p in proposals)
+            deadline = time.monotonic() + self.timeout
+            with _map_errors("read leases back"):
+                while self._meta_position < last:
+                    self._catch_up_meta()
+                    if self._meta_position < last:
+                        if time.monotonic() > deadline:
+                            raise BackendUnavailableError(
+                                "pulsar: the lease proposals did not show up in the meta topic"
+                            )
+                        time.sleep(0.01)
+            return [self._meta.leases.get((p.topic, p.partition)) for p in proposals]
+
+    def release(self, topic: str, partition: int) -> None:
+        with self._lock:
+            writer = self._writers.pop((topic, partition), None)
+        if writer is not None:
+            writer.close()
 
     def close(self) -> None:
         with self._lock:

@@ -20,12 +20,14 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator
+from collections.abc import Sequence as Seq
 from concurrent.futures import Future
-from typing import IO
+from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
 
 import msgpack
 
+from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
@@ -52,6 +54,10 @@ CREATE TABLE IF NOT EXISTS producers (
     producer_id INTEGER PRIMARY KEY, name TEXT UNIQUE, producer_epoch INTEGER NOT NULL,
     state_lost INTEGER NOT NULL DEFAULT 0, partitions BLOB);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, broker_id TEXT NOT NULL, address TEXT NOT NULL,
+    epoch INTEGER NOT NULL, renewed_at REAL NOT NULL, duration REAL NOT NULL, released INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition));
 """
 
 _REPLAY_CHUNK = 5000
@@ -298,6 +304,50 @@ class SQLiteBackend:
                 db.execute("DELETE FROM meta WHERE key=?", ("setting:" + key,))
             else:
                 db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", ("setting:" + key, value))
+
+    _LEASE_COLUMNS = "topic, partition, broker_id, address, epoch, renewed_at, duration, released"
+
+    @staticmethod
+    def _lease(row: tuple[Any, ...]) -> Lease:
+        topic, partition, broker_id, address, epoch, renewed_at, duration, released = row
+        return Lease(topic, partition, broker_id, address, epoch, renewed_at, duration, bool(released))
+
+    def load_leases(self) -> list[Lease]:
+        with self._lock, _mapped(self.url):
+            rows = self._db.execute(f"SELECT {self._LEASE_COLUMNS} FROM leases").fetchall()
+        return [self._lease(row) for row in rows]
+
+    def propose_leases(self, proposals: Seq[Lease]) -> list[Lease | None]:
+        # a plain transaction, not _tx(): ownership records are shared by every broker over
+        # the file, while appends stay with the one process holding the write lock
+        out: list[Lease | None] = []
+        with self._lock, _mapped(self.url), _Transaction(self._db) as db:
+            for proposal in proposals:
+                row = db.execute(
+                    f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE topic=? AND partition=?",
+                    (proposal.topic, proposal.partition),
+                ).fetchone()
+                current = self._lease(row) if row is not None else None
+                if supersedes(current, proposal):
+                    db.execute(
+                        f"INSERT OR REPLACE INTO leases ({self._LEASE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)",
+                        (
+                            proposal.topic,
+                            proposal.partition,
+                            proposal.broker_id,
+                            proposal.address,
+                            proposal.epoch,
+                            proposal.renewed_at,
+                            proposal.duration,
+                            int(proposal.released),
+                        ),
+                    )
+                    current = proposal
+                out.append(current)
+        return out
+
+    def release(self, topic: str, partition: int) -> None:
+        return None
 
     def close(self) -> None:
         with self._lock:

@@ -131,6 +131,17 @@ class ProducerRegistry:
         old = self._by_name.get(name)
         return old is None or old.producer_epoch >= MAX_EPOCH
 
+    def merge(self, records: list[ProducerRecord]) -> None:
+        """Adopt records another broker stored: a record is taken when its id is unknown or
+        its epoch is higher than the known one's; at the same epoch, noted partitions are
+        united."""
+        for record in records:
+            known = self._by_id.get(record.producer_id)
+            if known is None or record.producer_epoch > known.producer_epoch:
+                self._store(record)
+            elif record.producer_epoch == known.producer_epoch and not set(record.partitions) <= set(known.partitions):
+                self._store(attrs.evolve(known, partitions=tuple(sorted({*known.partitions, *record.partitions}))))
+
     def add_partition(self, producer_id: int, topic: str, partition: int) -> ProducerRecord | None:
         """Note that a named producer writes to a partition. Returns the changed record, or
         None when nothing changed (anonymous producer, or partition already noted)."""

@@ -17,6 +17,7 @@ from typing import Protocol
 
 import attrs
 
+from ._ownership import Lease
 from ._records import BatchHeader, Record, Snapshot, StoredBatch, StoredRecord
 from ._registry import ProducerRecord
 
@@ -110,6 +111,28 @@ class LogBackend(Protocol):
 
     def save_setting(self, key: str, value: str | None) -> None:
         """Store a setting; None deletes it."""
+        ...
+
+    def load_leases(self) -> list[Lease]:
+        """Every stored partition ownership record (see :mod:`idempotent._ownership`), as of
+        now: records stored by other brokers since the last call are included."""
+        ...
+
+    def propose_leases(self, proposals: Sequence[Lease]) -> list[Lease | None]:
+        """Store ownership proposals, atomically each: a proposal replaces the partition's
+        record only when :func:`idempotent._ownership.supersedes` says so, judged against the
+        record stored just before it in the backend's own order (a compare-and-set).
+
+        Returns:
+            For each proposal, the partition's record right after it was judged: the
+            proposal itself when it won, else the record that beat it.
+        """
+        ...
+
+    def release(self, topic: str, partition: int) -> None:
+        """Stop writing to a partition: drop this backend's writer of it, if any. A later
+        append, replay or latest_snapshot opens a new one, taking the partition over again
+        (fencing whichever writer holds it then). Acknowledged appends stay stored."""
         ...
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ import attrs
 
 from ._checker import CheckerConfig, PartitionChecker, Policy, make_header, validate_header
 from ._outcomes import Outcome, ProduceResult
+from ._ownership import RENEW_FRACTION, Action, Lease, OwnershipTable
 from ._records import Record, StoredRecord, as_record
 from ._registry import Admission, ProducerRecord, ProducerRegistry
 from ._types import ProducerId, TopicPartition, namespace_of
@@ -39,10 +40,12 @@ from .errors import (
     ConfigError,
     InvalidBatchError,
     InvalidTopicError,
+    NotOwnerError,
     PartitionRecoveringError,
     ProducerClosedError,
     ProducerError,
     RequestTimeoutError,
+    UnknownProducerError,
 )
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-/]{1,249}$")
@@ -73,6 +76,13 @@ class BrokerConfig:
         maintenance_interval: seconds between expiry/snapshot sweeps (0 disables the thread).
         max_record_bytes: largest key + value + headers of one record.
         max_batch_bytes: largest total size of one batch.
+        broker_id: set it to run several brokers over one backend (see ``docs/clustering.md``):
+            each partition is then served by the one broker holding its lease. None (the
+            default) serves every partition, with no ownership records.
+        advertised_address: where clients reach this broker (``host:port``); stored in the
+            leases it holds and returned in :class:`~idempotent.errors.NotOwnerError`.
+        lease_duration: seconds a lease lasts without renewal; renewed every third of it.
+            Another broker takes a partition over after seeing no renewal for this long.
     """
 
     checker: CheckerConfig = attrs.field(factory=CheckerConfig)
@@ -85,8 +95,15 @@ class BrokerConfig:
     maintenance_interval: float = 10.0
     max_record_bytes: int = 8 * 1024 * 1024
     max_batch_bytes: int = 64 * 1024 * 1024
+    broker_id: str | None = None
+    advertised_address: str = ""
+    lease_duration: float = 10.0
 
     def __attrs_post_init__(self) -> None:
+        if self.broker_id is not None and (not isinstance(self.broker_id, str) or not self.broker_id):
+            raise ConfigError("broker_id must be a non-empty string (or None for a single broker)")
+        if not self.lease_duration > 0:
+            raise ConfigError("lease_duration must be positive")
         if not 1 <= self.default_partitions <= MAX_PARTITIONS:
             raise ConfigError(f"default_partitions must be 1..{MAX_PARTITIONS}")
         if self.id_block_size < 1:
@@ -126,6 +143,10 @@ class ProducerSession:
     #: True when the broker had evicted this named producer's state on some partition
     #: before this init: ``last_sequences`` no longer covers data stored there earlier.
     state_lost: bool = False
+    #: partitions (several brokers) that the named producer wrote to but another broker
+    #: owns: ``last_sequences`` does not cover them; ask each owner with
+    #: :meth:`Broker.last_sequence` before writing there.
+    elsewhere: tuple[tuple[str, int], ...] = ()
 
 
 @attrs.frozen
@@ -196,6 +217,16 @@ class Broker:
         if self.config.maintenance_interval > 0:
             self._maintainer = threading.Thread(target=self._maintain_loop, name="idempotent-maintenance", daemon=True)
             self._maintainer.start()
+        self._ownership: OwnershipTable | None = None
+        self._lease_lock = threading.Lock()
+        if self.config.broker_id is not None:
+            self._ownership = OwnershipTable(
+                self.config.broker_id, self.config.advertised_address, self.config.lease_duration
+            )
+            with self._lease_lock:
+                self._ownership.observe(backend.load_leases(), time.monotonic())
+            self._leaser = threading.Thread(target=self._lease_loop, name="idempotent-leases", daemon=True)
+            self._leaser.start()
 
     @property
     def url(self) -> str:
@@ -238,6 +269,12 @@ class Broker:
             count = self._topics.get(topic)
             if count is not None:
                 return count
+        if self._ownership is not None:  # another broker may have created it
+            stored = self.backend.list_topics()
+            with self._lock:
+                self._topics.update(stored)
+                if topic in self._topics:
+                    return self._topics[topic]
         if not (create and self.config.auto_create_topics):
             raise InvalidTopicError(f"unknown topic {topic!r}")
         try:
@@ -339,6 +376,8 @@ class Broker:
             RequestTimeoutError: in-flight batches of the old instance did not drain.
         """
         self._check_open()
+        if self._ownership is not None:
+            self._refresh_producers()  # other brokers may have initialised it or noted partitions
         with self._lock:
             if self._registry.will_need_id(producer_name) and self._registry.needs_id_block():
                 start = self.backend.allocate_producer_ids(self.config.id_block_size)
@@ -354,12 +393,19 @@ class Broker:
                 )
                 raise
         last: dict[TopicPartition, int] = {}
+        elsewhere: list[tuple[str, int]] = []
         if producer_name is not None and (previous is None or previous.producer_id == record.producer_id):
             deadline = time.monotonic() + timeout
             topics = self.topics()
             noted = [(t, p) for t, p in (previous.partitions if previous is not None else ()) if p < topics.get(t, 0)]
             for part in [self._partition(t, p, create=False) for t, p in noted]:
                 with part.lock:
+                    if self._ownership is not None:
+                        try:
+                            self._own(part)
+                        except NotOwnerError:
+                            elsewhere.append(part.tp)
+                            continue
                     self._ready(part)
                     drained = functools.partial(self._drained, part, record.producer_id)
                     ok = part.cond.wait_for(drained, max(0.0, deadline - time.monotonic()))
@@ -375,7 +421,38 @@ class Broker:
             record.producer_name,
             LastSequences(last),
             previous is not None and previous.state_lost,
+            tuple(elsewhere),
         )
+
+    def last_sequence(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, *, timeout: float = 30.0
+    ) -> int:
+        """The last stored sequence of a producer on a partition this broker owns, -1 if none:
+        what a re-initialised named producer continues from on a partition listed in
+        :attr:`ProducerSession.elsewhere`. Batches of older epochs still in flight are waited
+        for first; from now on this broker refuses them as FENCED.
+
+        Raises:
+            NotOwnerError: another broker owns the partition; ask it.
+            UnknownProducerError: no producer with this id and epoch is stored.
+            RequestTimeoutError: in-flight batches did not drain within ``timeout``.
+            InvalidTopicError: unknown topic or partition.
+        """
+        self._check_open()
+        part = self._partition(topic, partition, create=False)
+        with part.lock:
+            self._own(part)
+            if self._registry.admit(producer_id, producer_epoch) == Admission.UNKNOWN:
+                self._refresh_producers()
+            record = self._registry.lookup(producer_id)
+            if record is None or record.producer_epoch != producer_epoch:
+                raise UnknownProducerError(
+                    f"no producer {producer_id} at epoch {producer_epoch} in {self.url}", producer_id
+                )
+            self._ready(part)
+            if not part.cond.wait_for(functools.partial(self._drained, part, producer_id), timeout):
+                raise RequestTimeoutError(f"in-flight batches of producer {producer_id} on {part.tp} did not drain")
+            return self._ready(part).last_sequence(producer_id)
 
     @staticmethod
     def _drained(part: _Partition, producer_id: int) -> bool:
@@ -414,6 +491,8 @@ class Broker:
             BackendUnavailableError, RequestTimeoutError: the append's outcome is unknown;
                 retrying the same batch is safe.
             PartitionRecoveringError: retry shortly.
+            NotOwnerError: another broker owns the partition (several brokers); nothing
+                changed, send it to ``owner_address``.
         """
         future = self.submit_produce(topic, partition, producer_id, producer_epoch, base_sequence, records)
         try:
@@ -467,8 +546,12 @@ class Broker:
         now = _now_ms()
         out: Future[ProduceResult] = Future()
         with part.lock:
+            self._own(part)
             checker = self._ready(part)
             admission = self._registry.admit(producer_id, producer_epoch)
+            if admission == Admission.UNKNOWN and self._ownership is not None:
+                self._refresh_producers()  # initialised through another broker
+                admission = self._registry.admit(producer_id, producer_epoch)
             if admission == Admission.UNKNOWN:
                 return _done(ProduceResult(Outcome.UNKNOWN_PRODUCER))
             if admission == Admission.FENCED:
@@ -620,6 +703,143 @@ class Broker:
         """Expire idle producers and enforce max_producers. Needs part.lock."""
         self._evict(part, checker, checker.expire(now) + checker.evict_over_capacity(), now)
 
+    # -- ownership (several brokers over one backend) -----------------------------------------
+
+    def owner_of(self, topic: str, partition: int, *, refresh: bool = True) -> Lease | None:
+        """The partition's ownership record, or None when nobody holds it (never claimed,
+        released) or when this broker is not configured with a ``broker_id``.
+
+        ``refresh`` reads the records from the backend first; else the view from the last
+        heartbeat is used. The record may name a broker that died and whose lease has not
+        expired yet.
+
+        Raises:
+            InvalidTopicError: unknown topic or partition.
+            BackendUnavailableError: the records could not be read.
+        """
+        tp = self._partition(topic, partition, create=False).tp
+        table = self._ownership
+        if table is None:
+            return None
+        with self._lease_lock:
+            if refresh:
+                table.observe(self.backend.load_leases(), time.monotonic())
+            lease = table.lease(tp)
+        return None if lease is None or lease.released else lease
+
+    def owned(self) -> list[TopicPartition]:
+        """The partitions whose lease this broker holds now (empty without a ``broker_id``)."""
+        table = self._ownership
+        if table is None:
+            return []
+        now = time.monotonic()
+        with self._lease_lock:
+            return [tp for tp in table.held() if table.holds(tp, now)]
+
+    def _serving(self, part: _Partition) -> bool:
+        """Whether this broker may touch the partition's log now (write, snapshot, recover)."""
+        table = self._ownership
+        if table is None:
+            return True
+        with self._lease_lock:
+            return table.holds(part.tp, time.monotonic())
+
+    def _own(self, part: _Partition) -> None:
+        """Make sure this broker holds the partition's lease, claiming it when it is free,
+        released or expired. A claim drops the partition's state: it is rebuilt from the
+        newest snapshot and the log, and opening the partition again fences the previous
+        writer. Needs part.lock.
+
+        Raises:
+            NotOwnerError: another broker holds a live lease (or won the claim).
+            BackendUnavailableError: the records could not be read or stored.
+        """
+        table = self._ownership
+        if table is None:
+            return
+        tp = part.tp
+        with self._lease_lock:
+            now = time.monotonic()
+            if table.holds(tp, now):
+                return
+            table.observe(self.backend.load_leases(), now)
+            action = table.decide(tp, now)
+            if action is Action.REDIRECT:
+                raise self._not_owner(tp, table.lease(tp))
+            wall = time.time()
+            proposal = table.renewal(tp, wall) if action is Action.HOLD else None
+            proposal = proposal or table.claim(tp, wall)
+            stored = self.backend.propose_leases([proposal])[0]
+            if not table.settle(proposal, stored, now):
+                raise self._not_owner(tp, stored)
+        if action is Action.ACQUIRE:
+            # whatever this broker knew about the partition may be stale: start over
+            self.backend.release(tp.topic, tp.partition)
+            part.checker = None
+
+    def _not_owner(self, tp: TopicPartition, lease: Lease | None) -> NotOwnerError:
+        if lease is None:
+            return NotOwnerError(f"{tp.topic}[{tp.partition}] has no owner yet; retry", tp.topic, tp.partition)
+        where = f" at {lease.address}" if lease.address else ""
+        return NotOwnerError(
+            f"{tp.topic}[{tp.partition}] is owned by broker {lease.broker_id!r}{where}",
+            tp.topic,
+            tp.partition,
+            lease.broker_id,
+            lease.address,
+        )
+
+    def renew_leases(self) -> None:
+        """Read every ownership record and renew the leases this broker holds that are due
+        (the heartbeat; the lease thread calls it every sixth of ``lease_duration``). Also
+        picks up producers, topics and settings that other brokers stored.
+
+        Raises:
+            BackendUnavailableError: the backend failed; leases not renewed in time lapse.
+        """
+        table = self._ownership
+        if table is None:
+            return
+        with self._lease_lock:
+            now = time.monotonic()
+            table.observe(self.backend.load_leases(), now)
+            due = table.renewals_due(now, time.time())
+            if due:
+                for proposal, stored in zip(due, self.backend.propose_leases(due), strict=True):
+                    table.settle(proposal, stored, now)
+        self._refresh_producers()
+        settings = self.backend.load_settings()
+        with self._lock:
+            self._settings = dict(settings)
+
+    def _release_leases(self) -> None:
+        table = self._ownership
+        if table is None:
+            return
+        with self._lease_lock:
+            releases = table.releases(time.time())
+            if not releases:
+                return
+            try:
+                stored = self.backend.propose_leases(releases)
+            except ProducerError:  # the leases lapse on their own
+                return
+            for proposal, record in zip(releases, stored, strict=True):
+                table.settle(proposal, record, time.monotonic())
+
+    def _lease_loop(self) -> None:
+        while not self._stop.wait(self.config.lease_duration * RENEW_FRACTION / 2):
+            try:
+                self.renew_leases()
+            except Exception:  # retried next interval; never kill the thread
+                continue
+
+    def _refresh_producers(self) -> None:
+        """Adopt producer records that other brokers stored (new producers, higher epochs)."""
+        records = self.backend.load_producers()
+        with self._lock:
+            self._registry.merge(records)
+
     # -- reading ---------------------------------------------------------------------------
 
     def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[StoredRecord]:
@@ -645,7 +865,8 @@ class Broker:
     # -- observability and maintenance -------------------------------------------------------
 
     def stats(self, topic: str | None = None) -> list[PartitionStats]:
-        """Checker state of every partition (of one topic), recovering partitions as needed."""
+        """Checker state of every partition (of one topic), recovering partitions as needed.
+        With several brokers, only of the partitions this broker owns."""
         self._check_open()
         names = [topic] if topic is not None else sorted(self.topics())
         out = []
@@ -653,6 +874,8 @@ class Broker:
         for name in names:
             for p in range(self.partitions_for(name, create=False)):
                 part = self._partition(name, p, create=False)
+                if not self._serving(part):
+                    continue  # another broker owns it (several brokers): ask that one
                 with part.lock:
                     try:
                         checker = self._ready(part)
@@ -694,6 +917,7 @@ class Broker:
         """The persisted checker state of one partition as plain values (for tests and tools)."""
         part = self._partition(topic, partition, create=False)
         with part.lock:
+            self._own(part)
             return self._ready(part).state()
 
     def maintain(self, now: float | None = None) -> None:
@@ -704,7 +928,7 @@ class Broker:
         for part in parts:
             with part.lock:
                 checker = part.checker
-                if checker is None or part.failed:
+                if checker is None or part.failed or not self._serving(part):
                     continue
                 self._sweep(part, checker, now)
                 if part.checker is not None and checker.snapshot_due(now):
@@ -722,7 +946,8 @@ class Broker:
             raise ProducerClosedError(f"broker for {self.url} is closed")
 
     def close(self) -> None:
-        """Snapshot every partition with new entries and close the backend.
+        """Snapshot every partition with new entries, release the leases this broker holds
+        (several brokers: others may claim them at once) and close the backend.
 
         Appends already acknowledged stay stored; pending ones are waited for briefly.
         """
@@ -736,8 +961,15 @@ class Broker:
             with part.lock:
                 part.cond.wait_for(lambda p=part: p.outstanding == 0, 5.0)  # type: ignore[misc]
                 checker = part.checker
-                if checker is not None and not part.failed and checker.pending == 0 and checker.entries_since_snapshot:
+                if (
+                    checker is not None
+                    and not part.failed
+                    and checker.pending == 0
+                    and checker.entries_since_snapshot
+                    and self._serving(part)
+                ):
                     self._write_snapshot(part, checker, now)
+        self._release_leases()
         self._closed = True
         self._completions.put(None)
         self.backend.close()

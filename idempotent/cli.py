@@ -45,6 +45,7 @@ import attrs
 
 from . import __version__
 from ._outcomes import RecordMetadata
+from ._ownership import Lease
 from ._records import Snapshot, StoredBatch, StoredRecord
 from ._registry import ProducerRecord
 from ._types import SEQUENCE_SPACE
@@ -322,6 +323,15 @@ class ReadOnlyBackend:
 
     def save_setting(self, key: str, value: str | None) -> None:
         self._refuse("change settings")
+
+    def load_leases(self) -> list[Lease]:
+        return self.inner.load_leases()
+
+    def propose_leases(self, proposals: Sequence[Lease]) -> list[Lease | None]:
+        self._refuse("claim partitions")
+
+    def release(self, topic: str, partition: int) -> None:
+        return None
 
     def close(self) -> None:
         self.inner.close()

@@ -17,7 +17,8 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     │   ├── ProducerFencedError           a newer instance took the name over         FATAL
     │   ├── UnknownProducerError          broker lost or never had this producer      RESET_PRODUCER
     │   ├── SequenceDesyncError           broker and producer disagree on sequences   BUMP_EPOCH
-    │   └── PartitionRecoveringError      partition is rebuilding its state           RETRY
+    │   ├── PartitionRecoveringError      partition is rebuilding its state           RETRY
+    │   └── NotOwnerError                 another broker owns the partition; go there RETRY
     ├── TransportError                    I/O failed; outcome unknown                 RETRY
     │   ├── BackendUnavailableError       the storage backend failed or timed out     RETRY
     │   │   ├── OwnershipLostError        another broker took the partition over      RETRY
@@ -168,6 +169,20 @@ class PartitionRecoveringError(BrokerError):
 
     recovery: ClassVar[Recovery] = Recovery.RETRY
     code: ClassVar[int] = 24
+
+
+@attrs.frozen(str=False)
+class NotOwnerError(BrokerError):
+    """Another broker owns the partition (several brokers over one backend): send the request
+    to ``owner_address`` (``""`` when the owner is not known yet; ask again shortly). Nothing
+    was written and no state changed."""
+
+    topic: str = ""
+    partition: int = -1
+    owner_id: str = ""
+    owner_address: str = ""
+    recovery: ClassVar[Recovery] = Recovery.RETRY
+    code: ClassVar[int] = 25
 
 
 @attrs.frozen(str=False)

@@ -128,7 +128,14 @@ class Producer:
             reraise=True,
         ):
             with attempt:
-                return self._broker.init_producer(producer_name)
+                session = self._broker.init_producer(producer_name)
+                if session.elsewhere:
+                    tp = session.elsewhere[0]
+                    raise ConfigError(
+                        f"{producer_name!r} wrote to {tp[0]}[{tp[1]}], which another broker owns: "
+                        "this broker cannot tell where its sequences continue; connect to every broker"
+                    )
+                return session
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- identity --------------------------------------------------------------------------

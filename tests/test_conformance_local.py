@@ -18,6 +18,8 @@ class TestMemoryConformance(BackendConformance):
 
 
 class TestSQLiteConformance(BackendConformance):
+    several_writers = False
+
     @pytest.fixture
     def harness(self, tmp_path: Path) -> LocalHarness:
         return sqlite_harness(tmp_path)

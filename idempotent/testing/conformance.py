@@ -26,13 +26,15 @@ import time
 import uuid
 from typing import Any, Protocol
 
+import attrs
 import pytest
 
 from .._checker import CheckerConfig, Policy
 from .._outcomes import Outcome
+from .._ownership import Lease
 from .._records import Record
 from ..broker import Broker, BrokerConfig
-from ..errors import ConfigError, InvalidBatchError, InvalidTopicError
+from ..errors import ConfigError, InvalidBatchError, InvalidTopicError, NotOwnerError
 from ..producer import Producer
 from .faults import FaultyBroker, LinkFaults
 
@@ -59,6 +61,28 @@ def small_config(**checker: Any) -> BrokerConfig:
     options: dict[str, Any] = {"snapshot_entries": 3, "snapshot_seconds": 3600.0}
     options.update(checker)
     return BrokerConfig(checker=CheckerConfig(**options), maintenance_interval=0)
+
+
+def cluster_config(broker_id: str, lease_duration: float = 1.0, **checker: Any) -> BrokerConfig:
+    """:func:`small_config` for one of several brokers over one backend (short leases)."""
+    return attrs.evolve(
+        small_config(**checker),
+        broker_id=broker_id,
+        advertised_address=f"{broker_id}.example:9092",
+        lease_duration=lease_duration,
+    )
+
+
+def produce_when_owner(broker: Broker, timeout: float, *args: Any) -> Any:
+    """``broker.produce(*args)``, retried while another broker still owns the partition."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return broker.produce(*args)
+        except NotOwnerError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def offset_of(value: int | None) -> int:
@@ -94,6 +118,10 @@ _CRASH_SCRIPT = textwrap.dedent(
 
 class BackendConformance:
     """The shared suite. Subclasses provide a ``harness`` fixture returning a :class:`Harness`."""
+
+    #: False for a backend where only one process may write at a time (SQLite): the tests
+    #: of several brokers writing at once are skipped there
+    several_writers = True
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -298,6 +326,104 @@ class BackendConformance:
             assert b2.produce(topic, 0, anonymous.producer_id, 0, 0, [b"anon"]).outcome is Outcome.ACCEPTED
         finally:
             b2.close()
+
+    # -- several brokers: partition ownership ----------------------------------------------
+
+    def test_lease_records_compare_and_set(self, harness: Harness) -> None:
+        one, other = harness.open(small_config()), harness.open(small_config())
+        try:
+            topic = self._topic(one, 2, "lease")
+            now = time.time()
+
+            def lease(broker_id: str, epoch: int, partition: int = 0, released: bool = False) -> Lease:
+                return Lease(topic, partition, broker_id, f"{broker_id}:1", epoch, now, 5.0, released)
+
+            a1, b1 = lease("a", 1), lease("b", 1)
+            assert one.backend.propose_leases([a1]) == [a1]
+            assert other.backend.propose_leases([b1]) == [a1]  # same epoch: the first one stays
+            renewed = attrs.evolve(a1, renewed_at=a1.renewed_at + 1)
+            assert one.backend.propose_leases([renewed, lease("a", 1, 1)]) == [renewed, lease("a", 1, 1)]
+            assert other.backend.propose_leases([lease("b", 0)]) == [renewed]  # an older epoch
+            mine = {(x.topic, x.partition): x for x in other.backend.load_leases() if x.topic == topic}
+            assert mine == {(topic, 0): renewed, (topic, 1): lease("a", 1, 1)}
+            b2 = lease("b", 2)
+            assert other.backend.propose_leases([b2]) == [b2]  # a takeover
+            assert one.backend.propose_leases([renewed]) == [b2]  # the old owner cannot renew
+            released = lease("b", 2, released=True)
+            assert other.backend.propose_leases([released]) == [released]
+            assert other.backend.propose_leases([b2]) == [released]  # no renewal after a release
+            assert one.backend.propose_leases([lease("a", 3)]) == [lease("a", 3)]
+        finally:
+            one.close()
+            other.close()
+
+    def test_partitions_move_between_brokers(self, harness: Harness) -> None:
+        if not self.several_writers:
+            pytest.skip("one writing process per database")
+        lease = 1.0
+        first = harness.open(cluster_config("a", lease))
+        topic = self._topic(first, 2, "own")
+        s = first.init_producer()
+        pid, epoch = s.producer_id, s.producer_epoch
+        r0 = first.produce(topic, 0, pid, epoch, 0, [b"a0"])
+        assert r0.outcome is Outcome.ACCEPTED
+        owner = first.owner_of(topic, 0)
+        assert owner is not None and (owner.broker_id, owner.address) == ("a", "a.example:9092")
+        assert first.owner_of(topic, 1) is None
+        second = harness.open(cluster_config("b", lease))
+        try:
+            with pytest.raises(NotOwnerError) as refused:
+                second.produce(topic, 0, pid, epoch, 1, [b"a1"])
+            assert (refused.value.owner_id, refused.value.owner_address) == ("a", "a.example:9092")
+            # a free partition: the second broker claims it (and learns the producer)
+            assert second.produce(topic, 1, pid, epoch, 0, [b"b0"]).outcome is Outcome.ACCEPTED
+            assert second.owned() == [(topic, 1)]
+            with pytest.raises(NotOwnerError):
+                first.produce(topic, 1, pid, epoch, 1, [b"b1"])
+            time.sleep(lease * 1.5)  # a live owner keeps renewing: nothing moves
+            with pytest.raises(NotOwnerError):
+                second.produce(topic, 0, pid, epoch, 1, [b"a1"])
+            first.abandon()  # a crash: the lease is not released, it has to expire
+            r1 = produce_when_owner(second, lease * 10, topic, 0, pid, epoch, 1, [b"a1"])
+            assert r1.outcome is Outcome.ACCEPTED
+            again = second.produce(topic, 0, pid, epoch, 0, [b"a0"])  # the dead owner's batch
+            assert (again.outcome, again.base_offset) == (Outcome.DUPLICATE, r0.base_offset)
+            owner = second.owner_of(topic, 0)
+            assert owner is not None and owner.broker_id == "b" and owner.epoch == 2
+        finally:
+            second.close()  # releases its leases: the next broker needs no wait
+        third = harness.open(cluster_config("c", lease))
+        try:
+            assert third.produce(topic, 0, pid, epoch, 2, [b"a2"]).outcome is Outcome.ACCEPTED
+            assert third.produce(topic, 1, pid, epoch, 1, [b"b1"]).outcome is Outcome.ACCEPTED
+            assert [r.value for r in third.read(topic, 0, 0, 10)] == [b"a0", b"a1", b"a2"]
+            assert [r.value for r in third.read(topic, 1, 0, 10)] == [b"b0", b"b1"]
+        finally:
+            third.close()
+
+    def test_named_producer_continues_across_owners(self, harness: Harness) -> None:
+        if not self.several_writers:
+            pytest.skip("one writing process per database")
+        name = f"spread-{uuid.uuid4().hex[:8]}"
+        first, second = harness.open(cluster_config("a", 5.0)), harness.open(cluster_config("b", 5.0))
+        try:
+            topic = self._topic(first, 2, "own")
+            s1 = first.init_producer(name)
+            assert (
+                first.produce(topic, 0, s1.producer_id, s1.producer_epoch, 0, [b"x", b"y"]).outcome is Outcome.ACCEPTED
+            )
+            assert second.produce(topic, 1, s1.producer_id, s1.producer_epoch, 0, [b"z"]).outcome is Outcome.ACCEPTED
+            s2 = first.init_producer(name)  # partition 1 is the second broker's
+            assert s2.last_sequences[(topic, 0)] == 1 and s2.elsewhere == ((topic, 1),)
+            assert second.last_sequence(topic, 1, s2.producer_id, s2.producer_epoch) == 0
+            fenced = second.produce(topic, 1, s1.producer_id, s1.producer_epoch, 1, [b"old"])
+            assert fenced.outcome is Outcome.FENCED
+            with pytest.raises(NotOwnerError):
+                first.last_sequence(topic, 1, s2.producer_id, s2.producer_epoch)
+            assert second.produce(topic, 1, s2.producer_id, s2.producer_epoch, 1, [b"new"]).outcome is Outcome.ACCEPTED
+        finally:
+            first.close()
+            second.close()
 
     # -- state bounds ----------------------------------------------------------------------
 
