@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from idempotent import Outcome
-from idempotent.testing.conformance import BackendConformance, small_config, topic_name
+from idempotent.testing.conformance import BackendConformance, check_stale_owner_is_fenced, small_config, topic_name
 
 from .conftest import ServiceHarness
 
@@ -59,3 +59,7 @@ def test_stale_owner_is_fenced(harness: ServiceHarness) -> None:
     assert [r.value for r in second.read(topic, 0, 0, 10)] == [b"a", b"b"]
     first.abandon()
     second.close()
+
+
+def test_stale_owner_with_a_lapsed_lease_is_fenced(harness: ServiceHarness) -> None:
+    check_stale_owner_is_fenced(harness)

@@ -12,7 +12,7 @@ import pytest
 
 from idempotent import Outcome, Record
 from idempotent.errors import BackendUnavailableError
-from idempotent.testing.conformance import BackendConformance, small_config, topic_name
+from idempotent.testing.conformance import BackendConformance, check_stale_owner_is_fenced, small_config, topic_name
 
 from .conftest import ServiceHarness
 
@@ -236,3 +236,7 @@ def test_read_only_backend_does_not_take_partitions_over(harness: ServiceHarness
         assert owner.produce(topic, 0, s.producer_id, s.producer_epoch, 1, [b"b"]).outcome is Outcome.ACCEPTED
     finally:
         owner.close()
+
+
+def test_stale_owner_with_a_lapsed_lease_is_fenced(harness: ServiceHarness) -> None:
+    check_stale_owner_is_fenced(harness)

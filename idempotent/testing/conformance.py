@@ -85,6 +85,37 @@ def produce_when_owner(broker: Broker, timeout: float, *args: Any) -> Any:
             time.sleep(0.05)
 
 
+def check_stale_owner_is_fenced(harness: Harness) -> None:
+    """A broker that stops renewing (a paused process) loses its partition to another one;
+    afterwards it cannot write there, neither through the broker (its lease lapsed) nor
+    straight to the backend (the new owner fenced its writer). Needs a backend that fences."""
+    from ..backend import AppendBatch
+    from ..errors import OwnershipLostError
+
+    lease = 1.0
+    stale, fresh = harness.open(cluster_config("stale", lease)), harness.open(cluster_config("fresh", lease))
+    try:
+        topic = topic_name("stale")
+        stale.create_topic(topic, 1)
+        s = stale.init_producer()
+        assert stale.produce(topic, 0, s.producer_id, s.producer_epoch, 0, [b"a"]).outcome is Outcome.ACCEPTED
+        stale._stop.set()  # its heartbeat thread stops, as if the process were paused
+        r = produce_when_owner(fresh, lease * 10, topic, 0, s.producer_id, s.producer_epoch, 1, [b"b"])
+        assert r.outcome is Outcome.ACCEPTED
+        with pytest.raises(NotOwnerError) as refused:
+            stale.produce(topic, 0, s.producer_id, s.producer_epoch, 2, [b"stale"])
+        assert refused.value.owner_id == "fresh"
+        # below the lease: the old writer itself is fenced by the backend
+        late = stale.backend.append(topic, 0, AppendBatch(None, [Record(b"late")], time.time()), None)
+        with pytest.raises(OwnershipLostError):
+            late.result(30)
+        assert fresh.produce(topic, 0, s.producer_id, s.producer_epoch, 2, [b"c"]).outcome is Outcome.ACCEPTED
+        assert [r.value for r in fresh.read(topic, 0, 0, 10)] == [b"a", b"b", b"c"]
+    finally:
+        stale.abandon()
+        fresh.close()
+
+
 def offset_of(value: int | None) -> int:
     """An offset that must be known (fails the test when it is None)."""
     assert value is not None, "expected an offset"
