@@ -15,6 +15,7 @@ from typing import Any as _Any
 
 from ._checker import CheckerConfig, Policy
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult, RecordMetadata
+from ._ownership import Lease
 from ._records import Record, StoredRecord
 from ._types import TopicPartition
 from .aio import AsyncProducer
@@ -28,6 +29,7 @@ from .errors import (
     DeliveryTimeoutError,
     InvalidBatchError,
     InvalidTopicError,
+    NotOwnerError,
     PartitionRecoveringError,
     ProducerClosedError,
     ProducerError,
@@ -75,6 +77,8 @@ __all__ = [
     "DeliveryTimeoutError",
     "InvalidBatchError",
     "InvalidTopicError",
+    "Lease",
+    "NotOwnerError",
     "Outcome",
     "PartitionRecoveringError",
     "PartitionStats",
