@@ -1,0 +1,171 @@
+"""Several broker processes over one real Kafka or Pulsar cluster: kill -9, restarts, a paused
+stale owner. The test is the client: it routes batches to owners, follows NotOwnerError and
+resends a batch whose answer was lost. At the end the topic is read straight from the backend:
+no record stored twice, every acknowledged record where it was acknowledged."""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from typing import Any
+
+import pytest
+
+from adapters import open_backend
+from idempotent.testing.cluster import Dead, Ledger, Node, verify
+from idempotent.testing.conformance import topic_name
+
+LEASE = 2.0
+PARTITIONS = 3
+
+
+class Client:
+    """Routes each partition's batches to the broker it believes owns it."""
+
+    def __init__(self, nodes: dict[str, Node], topic: str, producer_id: int, producer_epoch: int) -> None:
+        self.nodes = nodes
+        self.topic = topic
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.route: dict[int, str] = {}
+        self.sequence = dict.fromkeys(range(PARTITIONS), 0)
+        self.batches = dict.fromkeys(range(PARTITIONS), 0)
+        self.ledger = Ledger()
+        self.not_owner = 0
+        self.suspect: dict[str, float] = {}  # node -> monotonic time it stopped answering
+
+    def next_batch(self, partition: int) -> tuple[list[str], int]:
+        n = self.batches[partition]
+        return [f"p{partition}-b{n}-r{i}" for i in range(2)], self.sequence[partition]
+
+    def request(self, partition: int, values: list[str], sequence: int) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": partition,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "base_sequence": sequence,
+            "values": values,
+        }
+
+    def _candidates(self, partition: int) -> list[str]:
+        now = time.monotonic()
+        live = [n for n, node in self.nodes.items() if node.alive() and now - self.suspect.get(n, -1e9) > LEASE]
+        first = self.route.get(partition)
+        return sorted(live, key=lambda n: (n != first, n))
+
+    def deliver(self, partition: int, timeout: float = 30.0) -> str:
+        """Send the partition's next batch until it is acknowledged; returns the broker id."""
+        values, sequence = self.next_batch(partition)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name in self._candidates(partition):
+                try:
+                    answer = self.nodes[name].call(
+                        "produce", timeout=LEASE * 2, **self.request(partition, values, sequence)
+                    )
+                except Dead:
+                    self.suspect[name] = time.monotonic()
+                    self.route.pop(partition, None)
+                    continue
+                error = answer.get("error")
+                if error == "NotOwnerError":
+                    self.not_owner += 1
+                    if answer["owner_id"] in self.nodes and answer["owner_id"] != name:
+                        self.route[partition] = answer["owner_id"]
+                    continue
+                if error is not None:  # PartitionRecoveringError, OwnershipLostError, ...: retriable
+                    assert error in ("PartitionRecoveringError", "OwnershipLostError", "BackendUnavailableError"), (
+                        answer
+                    )
+                    continue
+                assert answer["outcome"] in ("ACCEPTED", "DUPLICATE"), answer
+                self.ledger.ack(partition, values, answer)
+                self.route[partition] = name
+                self.sequence[partition] += len(values)
+                self.batches[partition] += 1
+                return name
+            time.sleep(0.1)
+        raise AssertionError(f"partition {partition}: batch {sequence} not delivered within {timeout} s")
+
+    def round(self) -> None:
+        for partition in range(PARTITIONS):
+            self.deliver(partition)
+
+
+def owned(node: Node) -> set[int]:
+    return {p for _, p in node.call("owned")["owned"]}
+
+
+def run_cluster(url: str) -> None:
+    nodes = {name: Node(url, name, LEASE, wait=False) for name in ("a", "b", "c")}
+    try:
+        for node in nodes.values():
+            node.ready()
+        a, b, c = nodes["a"], nodes["b"], nodes["c"]
+        topic = topic_name("cluster")
+        assert "error" not in a.call("create", topic=topic, partitions=PARTITIONS)
+        session = a.call("init")
+        client = Client(nodes, topic, session["producer_id"], session["producer_epoch"])
+        client.route = {0: "a", 1: "b", 2: "c"}  # each broker claims the free partition it gets first
+        for _ in range(3):
+            client.round()
+        assert (owned(a), owned(b), owned(c)) == ({0}, {1}, {2})
+
+        # kill -9 the owner of partition 0 while a batch is in flight: its outcome is unknown
+        values, sequence = client.next_batch(0)
+        a.send("produce", **client.request(0, values, sequence))
+        a.kill9()
+        assert client.deliver(0) != "a"  # taken over after the lease expired, then recovered
+        for _ in range(3):
+            client.round()
+
+        # a restart rejoins; a clean close hands partitions over without waiting for expiry
+        a.restart()
+        client.suspect.pop("a", None)
+        owner_of_0 = client.route[0]
+        nodes[owner_of_0].close()
+        client.route = {p: "a" for p in range(PARTITIONS) if client.route[p] == owner_of_0} | {
+            p: r for p, r in client.route.items() if r != owner_of_0
+        }
+        started = time.monotonic()
+        client.deliver(0)
+        assert time.monotonic() - started < LEASE  # released: no lease to wait for
+        assert 0 in owned(a)
+        client.round()
+
+        # a paused owner loses its partition; resumed, it is stale and cannot write
+        c.pause()
+        assert client.deliver(2) != "c"
+        c.resume()
+        new_owner = client.route[2]
+        values, sequence = client.next_batch(2)
+        stale = c.call("produce", **client.request(2, ["stale-0", "stale-1"], sequence))
+        assert (stale.get("error"), stale.get("owner_id")) == ("NotOwnerError", new_owner)
+        for _ in range(3):
+            client.round()
+        assert client.not_owner > 0
+    finally:
+        for node in nodes.values():
+            node.close() if node.alive() else None
+            node.stop()
+
+    backend = open_backend(url, read_only=True)
+    try:
+        counts = verify(backend.read, topic, PARTITIONS, client.ledger)
+    finally:
+        backend.close()
+    for partition, count in counts.items():
+        acked = sum(len(values) for values, _ in client.ledger.acked[partition])
+        assert count == acked, f"partition {partition}: {count} stored, {acked} acknowledged"
+
+
+@pytest.mark.kafka
+def test_brokers_over_kafka(kafka_service: Any) -> None:
+    run_cluster(kafka_service.url)
+
+
+@pytest.mark.pulsar
+def test_brokers_over_pulsar(pulsar_service: Any) -> None:
+    # the admin URL travels in the URL, so that the broker processes find it
+    run_cluster(f"{pulsar_service.url}?{urllib.parse.urlencode({'admin_url': pulsar_service.admin_url})}")
