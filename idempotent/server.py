@@ -207,7 +207,7 @@ class _Connection(asyncio.Protocol):
             self.fail(wire.encode_error(0, ProtocolError("connection ended inside a frame")))
         else:
             self.close_if_done()
-        return True
+        return self.server.ssl_context is None  # TLS cannot half-close: the transport closes
 
     def close_if_done(self) -> None:
         if self.eof and not self.in_flight and not self.backlog and self.transport is not None and not self.closing:
