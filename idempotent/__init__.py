@@ -51,13 +51,28 @@ def connect(url: str, config: BrokerConfig | None = None, **options: _Any) -> Br
     """Open a broker over the backend a URL names.
 
     URLs: ``memory://[name]`` (in-process, with fault injection), ``sqlite:///file.db`` (the
-    embedded durable default), ``kafka://host:port`` and ``pulsar://host:port``.
-    ``options`` go to the backend adapter.
+    embedded durable default), ``kafka://host:port`` and ``pulsar://host:port``: an in-process
+    broker over that backend, ``options`` go to the backend adapter. ``idem://host:port``
+    (``idems://`` over TLS): a broker server (``idempotent broker``), through a
+    :class:`~idempotent.client.RemoteBroker`; ``options`` are its options (``token``,
+    ``timeout``, ``cafile``, ...) and ``config`` must be None. ``idem://h1:p1,h2:p2``:
+    several brokers over one backend, through a :class:`~idempotent.client.ClusterBroker`
+    that routes each partition to its owner.
 
     Raises:
         ConfigError: unknown scheme, bad URL, or the backend's client library is missing.
         BackendUnavailableError: the backend could not be opened.
+        BrokerConnectionError: the broker server could not be reached.
+        AuthenticationError: the broker server refused the token.
     """
+    if url.startswith(("idem://", "idems://")):
+        from .client import ClusterBroker, RemoteBroker
+
+        if config is not None:
+            raise ConfigError("a BrokerConfig applies to in-process brokers; configure the broker server instead")
+        if "," in url:  # a list of brokers sharing one backend (docs/clustering.md)
+            return ClusterBroker(url, **options)
+        return RemoteBroker(url, **options)
     from adapters import open_backend
 
     return Broker(open_backend(url, **options), config)

@@ -492,7 +492,7 @@ class Broker:
                 retrying the same batch is safe.
             PartitionRecoveringError: retry shortly.
             NotOwnerError: another broker owns the partition (several brokers); nothing
-                changed, send it to ``owner_address``.
+                changed, send it to ``owner``.
         """
         future = self.submit_produce(topic, partition, producer_id, producer_epoch, base_sequence, records)
         try:
@@ -727,6 +727,30 @@ class Broker:
             lease = table.lease(tp)
         return None if lease is None or lease.released else lease
 
+    def owners(self, topic: str) -> list[Lease | None]:
+        """:meth:`owner_of` for every partition of ``topic``, from one read of the records.
+
+        Raises:
+            InvalidTopicError: unknown topic.
+            BackendUnavailableError: the records could not be read.
+        """
+        count = self.partitions_for(topic, create=False)
+        table = self._ownership
+        if table is None:
+            return [None] * count
+        with self._lease_lock:
+            table.observe(self.backend.load_leases(), time.monotonic())
+            leases = [table.lease(TopicPartition(topic, p)) for p in range(count)]
+        return [None if lease is None or lease.released else lease for lease in leases]
+
+    def advertise(self, address: str) -> None:
+        """Set the address written into the leases this broker claims or renews from now on
+        (a server learns its port only once it listens)."""
+        table = self._ownership
+        if table is not None:
+            with self._lease_lock:
+                table.address = address
+
     def owned(self) -> list[TopicPartition]:
         """The partitions whose lease this broker holds now (empty without a ``broker_id``)."""
         table = self._ownership
@@ -785,8 +809,8 @@ class Broker:
             f"{tp.topic}[{tp.partition}] is owned by broker {lease.broker_id!r}{where}",
             tp.topic,
             tp.partition,
-            lease.broker_id,
             lease.address,
+            lease.broker_id,
         )
 
     def renew_leases(self) -> None:

@@ -1,12 +1,20 @@
 """Several broker processes over one real Kafka or Pulsar cluster: kill -9, restarts, a paused
-stale owner. The test is the client: it routes batches to owners, follows NotOwnerError and
-resends a batch whose answer was lost. At the end the topic is read straight from the backend:
-no record stored twice, every acknowledged record where it was acknowledged."""
+stale owner. At the end the topic is read straight from the backend: no record stored twice,
+every acknowledged record where it was acknowledged, nothing stored that was not acknowledged.
+
+Two drivers: :func:`run_cluster` plays the client itself over the broker processes of
+``idempotent.testing.cluster`` (requests on stdin), so each step is deterministic;
+:func:`run_servers` runs ``idempotent broker`` servers and a :class:`~idempotent.Producer`
+on ``idem://a,b,c`` (the network client routes, follows redirects and fails over)."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 import urllib.parse
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -158,6 +166,125 @@ def run_cluster(url: str) -> None:
     for partition, count in counts.items():
         acked = sum(len(values) for values, _ in client.ledger.acked[partition])
         assert count == acked, f"partition {partition}: {count} stored, {acked} acknowledged"
+
+
+def start_server(url: str, broker_id: str, workdir: Path, listen: str = "127.0.0.1:0") -> tuple[Any, str]:
+    """An ``idempotent broker`` process with a broker id; returns it and its address."""
+    ready = workdir / f"{broker_id}.ready"
+    ready.unlink(missing_ok=True)
+    log = open(workdir / f"{broker_id}.log", "a")  # noqa: SIM115 - the child writes to it
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "idempotent", "broker", "--backend", url, "--listen", listen),
+            *("--broker-id", broker_id, "--lease-seconds", str(LEASE), "--ready-file", str(ready)),
+        ],
+        stdout=log,
+        stderr=log,
+    )
+    log.close()
+    deadline = time.monotonic() + 60
+    while not (ready.exists() and ready.read_text().endswith("\n")):
+        assert proc.poll() is None, (workdir / f"{broker_id}.log").read_text()
+        assert time.monotonic() < deadline, "broker did not start"
+        time.sleep(0.05)
+    return proc, ready.read_text().strip()
+
+
+def run_servers(url: str, workdir: Path) -> None:
+    import idempotent
+    from idempotent.client import ClusterBroker, RemoteBroker
+    from idempotent.errors import NotOwnerError
+
+    servers = {name: start_server(url, name, workdir) for name in ("a", "b", "c")}
+    address = {name: addr for name, (_, addr) in servers.items()}
+    name_of = {addr: name for name, addr in address.items()}
+    bootstrap = "idem://" + ",".join(address.values())
+    topic = topic_name("served")
+    sent: list[tuple[int, str, Any]] = []
+    try:
+        admin = idempotent.connect(bootstrap, attempt_timeout=1.0)
+        assert isinstance(admin, ClusterBroker)
+        admin.create_topic(topic, PARTITIONS)
+        warm = []  # one partition per broker to start with: each claims the one it gets first
+        for partition, name in enumerate(("a", "b", "c")):
+            with RemoteBroker(f"idem://{address[name]}") as direct:
+                session = direct.init_producer()
+                result = direct.produce(topic, partition, session.producer_id, session.producer_epoch, 0, [b"w"])
+                warm.append((partition, "w", result.base_offset))
+        assert admin.metadata([topic])[topic] == [address["a"], address["b"], address["c"]]
+        producer = idempotent.Producer(bootstrap, attempt_timeout=1.0, linger_ms=2)
+        events: list[tuple[float, str]] = [
+            (1.5, "kill"),
+            (4.0, "restart"),
+            (5.0, "pause"),
+            (5.0 + LEASE * 2.5, "resume"),
+        ]
+        killed = paused = ""
+        started = time.monotonic()
+        i = 0
+        while time.monotonic() - started < 5.0 + LEASE * 2.5 + 2.0:
+            value = f"v{i}"
+            sent.append((i % PARTITIONS, value, producer.send(topic, value, partition=i % PARTITIONS)))
+            i += 1
+            time.sleep(0.01)
+            if events and time.monotonic() - started >= events[0][0]:
+                _, event = events.pop(0)
+                if event == "kill":  # kill -9 the owner of partition 0 mid-stream
+                    killed = "a"
+                    servers[killed][0].kill()
+                    servers[killed][0].wait()
+                elif event == "restart":  # it rejoins, at its old address
+                    servers[killed] = start_server(url, killed, workdir, address[killed])
+                elif event == "pause":  # a paused owner of partition 1 (or 2) outlives its lease
+                    paused = name_of[admin.metadata([topic])[topic][1] or address["b"]]
+                    servers[paused][0].send_signal(signal.SIGSTOP)
+                elif event == "resume":
+                    servers[paused][0].send_signal(signal.SIGCONT)
+        producer.flush(60)
+        acked = [(p, v, f.result(0)) for p, v, f in sent]
+        # the resumed broker is stale: it owns nothing any more and cannot write
+        owners = admin.metadata([topic])[topic]
+        stale = RemoteBroker(f"idem://{address[paused]}")
+        try:
+            for partition, owner in enumerate(owners):
+                assert owner is not None and owner != address[paused], (partition, owners, paused, killed, address)
+                with pytest.raises(NotOwnerError) as refused:
+                    stale.produce(topic, partition, producer.producer_id, producer.producer_epoch, 10**6, [b"stale"])
+                assert refused.value.owner == owner
+        finally:
+            stale.close()
+        producer.close()
+        admin.close()
+    finally:
+        for proc, _ in servers.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        for proc, _ in servers.values():
+            proc.wait(60)
+
+    ledger = Ledger()
+    for partition, value, offset in warm:
+        ledger.ack(partition, [value], {"outcome": "ACCEPTED", "offset": offset})
+    for partition, value, metadata in acked:
+        ledger.ack(partition, [value], {"outcome": "ACCEPTED", "offset": metadata.offset})
+    backend = open_backend(url, read_only=True)
+    try:
+        counts = verify(backend.read, topic, PARTITIONS, ledger)
+    finally:
+        backend.close()
+    for partition, count in counts.items():
+        assert count == sum(1 for p, _, _ in acked if p == partition) + 1 > 1
+
+
+@pytest.mark.kafka
+def test_servers_over_kafka(kafka_service: Any, tmp_path: Path) -> None:
+    run_servers(kafka_service.url, tmp_path)
+
+
+@pytest.mark.pulsar
+def test_servers_over_pulsar(pulsar_service: Any, tmp_path: Path) -> None:
+    run_servers(f"{pulsar_service.url}?{urllib.parse.urlencode({'admin_url': pulsar_service.admin_url})}", tmp_path)
 
 
 @pytest.mark.kafka

@@ -405,7 +405,7 @@ class BackendConformance:
         try:
             with pytest.raises(NotOwnerError) as refused:
                 second.produce(topic, 0, pid, epoch, 1, [b"a1"])
-            assert (refused.value.owner_id, refused.value.owner_address) == ("a", "a.example:9092")
+            assert (refused.value.owner_id, refused.value.owner) == ("a", "a.example:9092")
             # a free partition: the second broker claims it (and learns the producer)
             assert second.produce(topic, 1, pid, epoch, 0, [b"b0"]).outcome is Outcome.ACCEPTED
             assert second.owned() == [(topic, 1)]
