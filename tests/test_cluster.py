@@ -110,7 +110,7 @@ def run_cluster(url: str) -> None:
     try:
         for node in nodes.values():
             node.ready()
-        a, b, c = nodes["a"], nodes["b"], nodes["c"]
+        a, b, c = nodes["a"], nodes["b"], nodes["c"]  # at first, each owns one partition
         topic = topic_name("cluster")
         assert "error" not in a.call("create", topic=topic, partitions=PARTITIONS)
         session = a.call("init")
@@ -143,12 +143,14 @@ def run_cluster(url: str) -> None:
         client.round()
 
         # a paused owner loses its partition; resumed, it is stale and cannot write
-        c.pause()
-        assert client.deliver(2) != "c"
-        c.resume()
+        victim = nodes[client.route[2]]
+        assert victim.alive() and sum(node.alive() for node in nodes.values()) == 2
+        victim.pause()
+        assert client.deliver(2) != victim.broker_id
+        victim.resume()
         new_owner = client.route[2]
         values, sequence = client.next_batch(2)
-        stale = c.call("produce", **client.request(2, ["stale-0", "stale-1"], sequence))
+        stale = victim.call("produce", **client.request(2, ["stale-0", "stale-1"], sequence))
         assert (stale.get("error"), stale.get("owner_id")) == ("NotOwnerError", new_owner)
         for _ in range(3):
             client.round()

@@ -91,7 +91,7 @@ class Node:
             self.proc.stdin.write(line)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError) as exc:
-            raise Dead(f"{self.broker_id}: {exc!r}") from None
+            raise Dead(f"{self.broker_id}: {exc!r} (exit status {self.proc.poll()})") from None
         return self._next
 
     def answer(self, request_id: int, timeout: float) -> dict[str, Any]:
