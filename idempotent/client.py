@@ -621,7 +621,7 @@ class ClusterBroker:
         *,
         timeout: float = 30.0,
         attempt_timeout: float = 10.0,
-        connect_timeout: float = 2.0,
+        connect_timeout: float = 0.5,
         **options: Any,
     ) -> None:
         self._scheme, self._bootstrap = parse_bootstrap(url)
@@ -630,7 +630,13 @@ class ClusterBroker:
             raise ConfigError("timeout and attempt_timeout must be positive")
         self.timeout = float(timeout)
         self._quarantine = max(1.0, float(attempt_timeout))
-        self._options = {**options, "timeout": min(timeout, attempt_timeout), "connect_timeout": connect_timeout}
+        # each link fails fast; this client does the retrying, on another broker
+        self._options = {
+            **options,
+            "timeout": min(timeout, attempt_timeout),
+            "connect_timeout": connect_timeout,
+            "retries": 0,
+        }
         self._lock = threading.Lock()
         self._links: dict[str, RemoteBroker] = {}
         self._route: dict[tuple[str, int], str] = {}
@@ -664,10 +670,14 @@ class ClusterBroker:
         return existing
 
     def _failed(self, address: str) -> None:
+        """Forget a broker that did not answer: its link, and the partitions routed to it."""
         with self._lock:
             self._down[address] = time.monotonic()
             for tp in [tp for tp, a in self._route.items() if a == address]:
                 del self._route[tp]
+            link = self._links.pop(address, None)
+        if link is not None:
+            link.close()
 
     def _candidates(self, first: str | None = None) -> list[str]:
         """Addresses to try, best first: ``first``, known live links, the bootstrap list, and
@@ -699,7 +709,7 @@ class ClusterBroker:
         for address in self._candidates():
             try:
                 return fn(self._link(address))
-            except BrokerConnectionError as exc:
+            except (BrokerConnectionError, RequestTimeoutError) as exc:
                 self._failed(address)
                 last = exc
         raise last or BrokerConnectionError(f"no broker of {self._url} could be reached")
@@ -807,9 +817,11 @@ class ClusterBroker:
             else:  # nobody or a dead broker owns it: ask again until its lease expires
                 self._later(args, out, deadline, None, exc)
             return
-        if isinstance(exc, BrokerConnectionError | RequestTimeoutError):
-            self._failed(address)
-            self._later(args, out, deadline, None, exc)
+        lost = isinstance(exc, BrokerConnectionError | RequestTimeoutError)
+        if lost or (isinstance(exc, ProducerClosedError) and not self._closed):  # our link was dropped
+            if lost:
+                self._failed(address)
+            self._later(args, out, deadline, None, exc if isinstance(exc, ProducerError) else None)
             return
         out.set_exception(exc)  # anything else is the broker's answer (retriable or not)
 
@@ -819,9 +831,10 @@ class ClusterBroker:
         out: Future[ProduceResult],
         deadline: float,
         hint: str | None,
-        error: ProducerError,
+        error: ProducerError | None,
         delay: float = 0.1,
     ) -> None:
+        error = error or BrokerConnectionError(f"no broker of {self._url} answered")
         if time.monotonic() + delay > deadline or self._closed:
             out.set_exception(error)
             return
@@ -915,11 +928,16 @@ class ClusterBroker:
     def stats(self, topic: str | None = None) -> list[PartitionStats]:
         """Every reachable broker's stats (each covers the partitions it owns), joined."""
         out: dict[tuple[str, int], PartitionStats] = {}
+        now = time.monotonic()
+        with self._lock:
+            down = {a for a, t in self._down.items() if now - t < self._quarantine}
         for address in self._candidates():
+            if address in down:
+                continue
             try:
                 for stat in self._link(address).stats(topic):
                     out.setdefault((stat.topic, stat.partition), stat)
-            except BrokerConnectionError:
+            except (BrokerConnectionError, RequestTimeoutError):
                 self._failed(address)
         return [out[k] for k in sorted(out)]
 

@@ -263,3 +263,59 @@ def memory_backend(url: str) -> Any:
 def test_server_config_is_validated() -> None:
     with pytest.raises(ConfigError):
         ServerConfig(max_in_flight=0)
+
+
+# -- several brokers: ClusterBroker ---------------------------------------------------------------
+
+
+def test_parse_bootstrap() -> None:
+    from idempotent.client import parse_bootstrap
+
+    assert parse_bootstrap("idem://h1:1,h2:2/") == ("idem", ["h1:1", "h2:2"])
+    assert parse_bootstrap("idems://h1,[::1]:5") == ("idems", ["h1:7650", "[::1]:5"])
+    for bad in ("kafka://h:1", "idem://", "idem://h:x"):
+        with pytest.raises(ConfigError):
+            parse_bootstrap(bad)
+
+
+def test_cluster_client_routes_follows_and_fails_over() -> None:
+    """Two servers over one in-memory store, each owning a partition: the client learns the
+    owners from redirects, and after one broker dies the other takes its partition over."""
+    import idempotent
+    from idempotent.client import ClusterBroker
+    from idempotent.server import BrokerServer
+    from idempotent.testing.conformance import cluster_config
+
+    from .conftest import memory_harness
+
+    harness = memory_harness()
+    servers = {}
+    for name in ("a", "b"):
+        broker = harness.open(cluster_config(name, 1.0))
+        server = BrokerServer(broker, "127.0.0.1", 0).start()
+        broker.advertise(server.advertised_address)
+        servers[name] = server
+    a, b = servers["a"], servers["b"]
+    client = idempotent.connect(f"idem://{a.address},{b.address}", attempt_timeout=1.0)
+    assert isinstance(client, ClusterBroker)
+    try:
+        client.create_topic("routed", 2)
+        with RemoteBroker(b.url) as direct:  # b claims partition 1 first
+            session = direct.init_producer()
+            assert direct.produce("routed", 1, session.producer_id, session.producer_epoch, 0, [b"b0"]).base_offset == 0
+        pid, epoch = session.producer_id, session.producer_epoch
+        assert client.produce("routed", 0, pid, epoch, 0, [b"a0"]).outcome is idempotent.Outcome.ACCEPTED
+        assert client.owner("routed", 0) == a.advertised_address  # the first broker it asked claimed it
+        assert client.produce("routed", 1, pid, epoch, 1, [b"b1"]).outcome is idempotent.Outcome.ACCEPTED
+        assert client.owner("routed", 1) == b.advertised_address  # followed b's NotOwnerError
+        assert client.metadata(["routed"]) == {"routed": [a.advertised_address, b.advertised_address]}
+        a.broker.abandon()  # a crash: its lease has to expire
+        a.close()
+        result = client.produce("routed", 0, pid, epoch, 1, [b"a1"])
+        assert (result.outcome, result.base_offset) == (idempotent.Outcome.ACCEPTED, 1)
+        assert client.owner("routed", 0) == b.advertised_address
+        assert [r.value for r in client.read("routed", 0)] == [b"a0", b"a1"]
+        assert [(s.topic, s.partition) for s in client.stats("routed")] == [("routed", 0), ("routed", 1)]
+    finally:
+        client.close()
+        b.close()
