@@ -81,6 +81,13 @@ def supersedes(current: Lease | None, proposal: Lease) -> bool:
     return proposal.epoch == current.epoch and proposal.broker_id == current.broker_id and not current.released
 
 
+def _order(lease: Lease) -> tuple[int, bool]:
+    """Records of one partition in the order the backend accepts them: by epoch, and within
+    an epoch (one holder) the release last. Any other change within an epoch is a renewal,
+    whatever its clock says."""
+    return (lease.epoch, lease.released)
+
+
 class Action(enum.Enum):
     """What a broker should do about one partition (see :meth:`OwnershipTable.decide`)."""
 
@@ -126,18 +133,26 @@ class OwnershipTable:
         """Fold the records read from the backend. Returns the partitions this broker held
         and has now lost (the stored record names another epoch or broker)."""
         lost = []
-        for lease in leases:
-            self._note(lease, now)
+        for record in leases:
+            lease = self._note(record, now)
             held = self._held.get(lease.tp)
             if held is not None and (lease.epoch != held[0] or lease.broker_id != self.broker_id or lease.released):
                 del self._held[lease.tp]
                 lost.append(lease.tp)
         return lost
 
-    def _note(self, lease: Lease, now: float) -> None:
+    def _note(self, lease: Lease, now: float) -> Lease:
+        """Keep ``lease`` when it is newer than the record seen; return the newest. Records
+        read before a newer one was seen (a slow read racing a claim) are ignored."""
         seen = self._seen.get(lease.tp)
-        if seen is None or seen.lease != lease:
+        if (
+            seen is None
+            or _order(lease) > _order(seen.lease)
+            or (_order(lease) == _order(seen.lease) and lease != seen.lease)
+        ):
             self._seen[lease.tp] = _Seen(lease, now)
+            return lease
+        return seen.lease
 
     def lease(self, tp: TopicPartition) -> Lease | None:
         """The newest record seen for a partition, or None."""

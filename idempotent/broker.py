@@ -824,13 +824,17 @@ class Broker:
         table = self._ownership
         if table is None:
             return
+        # backend I/O outside the lock: produce requests check their lease under it
+        now = time.monotonic()
+        leases = self.backend.load_leases()
         with self._lease_lock:
-            now = time.monotonic()
-            table.observe(self.backend.load_leases(), now)
+            table.observe(leases, now)
             due = table.renewals_due(now, time.time())
-            if due:
-                for proposal, stored in zip(due, self.backend.propose_leases(due), strict=True):
-                    table.settle(proposal, stored, now)
+        if due:
+            stored = self.backend.propose_leases(due)
+            with self._lease_lock:
+                for proposal, record in zip(due, stored, strict=True):
+                    table.settle(proposal, record, now)
         self._refresh_producers()
         settings = self.backend.load_settings()
         with self._lock:

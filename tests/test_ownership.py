@@ -164,3 +164,16 @@ def test_clean_close_releases_and_stats_cover_owned_partitions() -> None:
     assert second.produce("pair", 0, s.producer_id, s.producer_epoch, 1, [b"z"]).base_offset == 1
     assert second.owned() == [("pair", 0), ("pair", 1)]
     second.close()
+
+
+def test_a_stale_read_does_not_undo_a_newer_record() -> None:
+    table = OwnershipTable("b", "b:9", 3.0)
+    table.observe([lease("a", 1)], now=0.0)
+    claim = table.claim(TP, wall=5.0)
+    assert table.settle(claim, claim, started=1.0)
+    # a heartbeat that read the records before the claim was stored
+    assert table.observe([lease("a", 1)], now=1.1) == []
+    assert table.lease(TP) == claim and table.holds(TP, now=1.1)
+    table.observe([lease("b", 2, released=True)], now=1.2)
+    table.observe([lease("b", 2, renewed_at=9.0)], now=1.3)  # a renewal read before the release
+    assert table.lease(TP) == lease("b", 2, released=True)
