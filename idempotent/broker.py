@@ -22,7 +22,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -31,7 +31,7 @@ import attrs
 from ._checker import CheckerConfig, PartitionChecker, Policy, make_header, validate_header
 from ._outcomes import Outcome, ProduceResult
 from ._records import Record, StoredRecord, as_record
-from ._registry import Admission, ProducerRecord, ProducerRegistry
+from ._registry import Admission, ProducerRecord, ProducerRegistry, validate_name
 from ._types import ProducerId, TopicPartition, namespace_of
 from .backend import AppendBatch, LogBackend
 from .errors import (
@@ -325,7 +325,13 @@ class Broker:
 
     # -- producers -------------------------------------------------------------------------
 
-    def init_producer(self, producer_name: str | None = None, *, timeout: float = 30.0) -> ProducerSession:
+    def init_producer(
+        self,
+        producer_name: str | None = None,
+        *,
+        timeout: float = 30.0,
+        claim: Callable[[ProducerRecord | None], str | None] | None = None,
+    ) -> ProducerSession:
         """Allocate a producer id, or re-initialise a named producer.
 
         A named producer keeps its id, gets its epoch bumped (fencing every older instance)
@@ -333,18 +339,30 @@ class Broker:
         sequences. Batches the old instance still has in flight are waited for (up to
         ``timeout``) so that the sequences returned are final.
 
+        ``claim`` decides who owns the producer: it is called under the broker lock, before
+        anything changes, with the name's current record (None for a new name or an anonymous
+        producer), and returns the principal to record as the owner, or raises (for example
+        :class:`~idempotent.errors.AuthorizationError`, see
+        :meth:`idempotent.auth.AccessPolicy.claim`). Without it, an existing record keeps its
+        owner and a new one is unowned.
+
         Raises:
             ConfigError: bad name.
+            AuthorizationError: (from ``claim``) the caller may not use the name; nothing changed.
             BackendUnavailableError: the registry could not be stored; nothing changed.
             RequestTimeoutError: in-flight batches of the old instance did not drain.
         """
         self._check_open()
+        if producer_name is not None:
+            validate_name(producer_name)
         with self._lock:
+            previous = self._registry.by_name(producer_name) if producer_name is not None else None
+            keep = previous.principal if previous is not None else None
+            principal = claim(previous) if claim is not None else keep
             if self._registry.will_need_id(producer_name) and self._registry.needs_id_block():
                 start = self.backend.allocate_producer_ids(self.config.id_block_size)
                 self._registry.add_id_block(start, self.config.id_block_size)
-            previous = self._registry.by_name(producer_name) if producer_name is not None else None
-            record = self._registry.init(producer_name)
+            record = self._registry.init(producer_name, principal)
             try:
                 self.backend.save_producer(record)
             except BaseException:

@@ -17,7 +17,9 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     │   ├── ProducerFencedError           a newer instance took the name over         FATAL
     │   ├── UnknownProducerError          broker lost or never had this producer      RESET_PRODUCER
     │   ├── SequenceDesyncError           broker and producer disagree on sequences   BUMP_EPOCH
-    │   └── PartitionRecoveringError      partition is rebuilding its state           RETRY
+    │   ├── PartitionRecoveringError      partition is rebuilding its state           RETRY
+    │   ├── AuthenticationError           no valid credentials; connection refused    FATAL
+    │   └── AuthorizationError            the principal may not do this               FATAL
     ├── TransportError                    I/O failed; outcome unknown                 RETRY
     │   ├── BackendUnavailableError       the storage backend failed or timed out     RETRY
     │   │   ├── OwnershipLostError        another broker took the partition over      RETRY
@@ -168,6 +170,21 @@ class PartitionRecoveringError(BrokerError):
 
     recovery: ClassVar[Recovery] = Recovery.RETRY
     code: ClassVar[int] = 24
+
+
+@attrs.frozen(str=False)
+class AuthenticationError(BrokerError):
+    """The broker refused the connection's credentials (missing, invalid or expired token).
+    Nothing changed; the connection is closed."""
+
+    code: ClassVar[int] = 26
+
+
+@attrs.frozen(str=False)
+class AuthorizationError(BrokerError):
+    """The authenticated principal may not carry out this request. Nothing changed."""
+
+    code: ClassVar[int] = 27
 
 
 @attrs.frozen(str=False)
