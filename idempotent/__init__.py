@@ -49,13 +49,24 @@ def connect(url: str, config: BrokerConfig | None = None, **options: _Any) -> Br
     """Open a broker over the backend a URL names.
 
     URLs: ``memory://[name]`` (in-process, with fault injection), ``sqlite:///file.db`` (the
-    embedded durable default), ``kafka://host:port`` and ``pulsar://host:port``.
-    ``options`` go to the backend adapter.
+    embedded durable default), ``kafka://host:port`` and ``pulsar://host:port``: an in-process
+    broker over that backend, ``options`` go to the backend adapter. ``idem://host:port``
+    (``idems://`` over TLS): a broker server (``idempotent broker``), through a
+    :class:`~idempotent.client.RemoteBroker`; ``options`` are its options (``token``,
+    ``timeout``, ``cafile``, ...) and ``config`` must be None.
 
     Raises:
         ConfigError: unknown scheme, bad URL, or the backend's client library is missing.
         BackendUnavailableError: the backend could not be opened.
+        BrokerConnectionError: the broker server could not be reached.
+        AuthenticationError: the broker server refused the token.
     """
+    if url.startswith(("idem://", "idems://")):
+        from .client import RemoteBroker
+
+        if config is not None:
+            raise ConfigError("a BrokerConfig applies to in-process brokers; configure the broker server instead")
+        return RemoteBroker(url, **options)
     from adapters import open_backend
 
     return Broker(open_backend(url, **options), config)

@@ -8,6 +8,7 @@ Subcommands::
     idempotent stats URL [TOPIC] [--json]
     idempotent token (--secret-file F | --private-key F [--algorithm A]) --sub NAME [--role R ...]
                      [--ttl SECONDS] [--audience A] [--issuer I] [--roles-claim CLAIM]
+    idempotent broker --backend URL [--listen HOST:PORT] [--tls-cert F --tls-key F] [options]
     idempotent services ...
     idempotent --version
 
@@ -219,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--issuer", help="the iss claim the broker expects")
     token.add_argument("--roles-claim", default="roles", help="claim (dotted path) for the roles (default roles)")
     token.set_defaults(handler=cmd_token)
+    _add_broker_command(commands)
 
     commands.add_parser(
         "services",
@@ -819,6 +821,60 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     finally:
         broker.close()
+
+
+# -- broker server ---------------------------------------------------------------------------
+
+
+def _add_broker_command(commands: Any) -> None:
+    broker = commands.add_parser(
+        "broker",
+        help="serve a backend to producers over the network (idem:// or idems://)",
+        description="Run a broker server: the sequence checker over BACKEND, served over TCP "
+        "(TLS with --tls-cert/--tls-key). Clients connect with idem://HOST:PORT (idems:// for "
+        "TLS). SIGTERM or Ctrl-C stops accepting, answers what is in flight, and exits.",
+    )
+    broker.add_argument("--backend", metavar="URL", required=True, help="sqlite:///file.db, kafka://..., pulsar://...")
+    broker.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:7650", help="default 127.0.0.1:7650")
+    broker.add_argument("--advertise", metavar="HOST:PORT", help="address clients should use (default: --listen)")
+    broker.add_argument("--tls-cert", metavar="FILE", help="serve TLS with this certificate chain (PEM)")
+    broker.add_argument("--tls-key", metavar="FILE", help="private key of --tls-cert (PEM)")
+    broker.add_argument("--tls-client-ca", metavar="FILE", help="require client certificates signed by this CA")
+    broker.add_argument("--max-in-flight", metavar="N", type=_int_type(1, "--max-in-flight"), default=64)
+    broker.add_argument("--max-frame", metavar="BYTES", type=_int_type(1024, "--max-frame"), default=16 * 1024 * 1024)
+    broker.add_argument("--idle-timeout", metavar="S", type=_float_type, default=300.0)
+    broker.add_argument("--ready-file", metavar="PATH", help="write the listening address here once serving")
+    broker.set_defaults(handler=cmd_broker)
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    """``idempotent broker``: serve a backend over the network until SIGTERM/SIGINT."""
+    import logging
+
+    from .server import BrokerServer, ServerConfig, parse_listen, server_ssl_context
+
+    host, port = parse_listen(args.listen)
+    if args.tls_key and not args.tls_cert:
+        raise CliError("--tls-key needs --tls-cert")
+    context = server_ssl_context(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
+    config = ServerConfig(max_frame=args.max_frame, max_in_flight=args.max_in_flight, idle_timeout=args.idle_timeout)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from . import connect
+
+    broker = connect(args.backend)
+    if not isinstance(broker, Broker):
+        broker.close()
+        raise CliError("--backend must name a storage backend (sqlite://, kafka://, pulsar://, memory://)")
+    server = BrokerServer(broker, host, port, ssl_context=context, advertised_address=args.advertise, config=config)
+
+    def ready(served: BrokerServer) -> None:
+        _err(f"serving {broker.url} on {served.url}")
+        if args.ready_file:
+            with open(args.ready_file, "w") as out:
+                out.write(served.address + "\n")
+
+    server.run(on_ready=ready)
+    return 0
 
 
 # -- services ------------------------------------------------------------------------------

@@ -12,12 +12,14 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     │   ├── InvalidBatchError             malformed batch; broker state unchanged     FATAL
     │   ├── InvalidTopicError             bad topic name or partition                 FATAL
     │   ├── QueueFullError                local buffer full; poll or flush first      RETRY
-    │   └── ProducerClosedError           the producer or broker is closed            FATAL
+    │   ├── ProducerClosedError           the producer or broker is closed            FATAL
+    │   └── ProtocolError                 a frame broke the wire protocol             FATAL
     ├── BrokerError                       the broker refused                           (varies)
     │   ├── ProducerFencedError           a newer instance took the name over         FATAL
     │   ├── UnknownProducerError          broker lost or never had this producer      RESET_PRODUCER
     │   ├── SequenceDesyncError           broker and producer disagree on sequences   BUMP_EPOCH
     │   ├── PartitionRecoveringError      partition is rebuilding its state           RETRY
+    │   ├── NotOwnerError                 another broker owns the partition; follow   RETRY
     │   ├── AuthenticationError           no valid credentials; connection refused    FATAL
     │   └── AuthorizationError            the principal may not do this               FATAL
     ├── TransportError                    I/O failed; outcome unknown                 RETRY
@@ -25,6 +27,7 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     │   │   ├── OwnershipLostError        another broker took the partition over      RETRY
     │   │   └── EntryTooLargeError        a batch exceeds the backend's entry limit   RETRY
     │   ├── RequestTimeoutError           no answer in time                           RETRY
+    │   ├── BrokerConnectionError         cannot reach the broker, or connection lost RETRY
     │   └── DeliveryTimeoutError          a sent batch outlived delivery_timeout      BUMP_EPOCH
     └── DeliveryFailed                    a message's terminal failure, set on its future;
                                           ``status`` says NOT_PERSISTED or POSSIBLY_PERSISTED,
@@ -130,6 +133,15 @@ class ProducerClosedError(UsageError):
 
 
 @attrs.frozen(str=False)
+class ProtocolError(UsageError):
+    """A frame broke the wire protocol (malformed, too large, unknown operation, bad argument
+    type or range, unsupported version). Nothing changed on the broker; a frame that cannot
+    be parsed at all also closes the connection."""
+
+    code: ClassVar[int] = 16
+
+
+@attrs.frozen(str=False)
 class BrokerError(ProducerError):
     """The broker refused a request for a reason on its side."""
 
@@ -170,6 +182,18 @@ class PartitionRecoveringError(BrokerError):
 
     recovery: ClassVar[Recovery] = Recovery.RETRY
     code: ClassVar[int] = 24
+
+
+@attrs.frozen(str=False)
+class NotOwnerError(BrokerError):
+    """This broker does not own the partition. ``owner`` is the address (``host:port``) of
+    the broker that does, or "" when unknown; send the request there (or ask ``metadata``)."""
+
+    topic: str = ""
+    partition: int = -1
+    owner: str = ""
+    recovery: ClassVar[Recovery] = Recovery.RETRY
+    code: ClassVar[int] = 25
 
 
 @attrs.frozen(str=False)
@@ -223,6 +247,14 @@ class RequestTimeoutError(TransportError):
     """No answer arrived in time."""
 
     code: ClassVar[int] = 32
+
+
+@attrs.frozen(str=False)
+class BrokerConnectionError(TransportError):
+    """The broker server could not be reached, or the connection broke while requests were
+    outstanding (their outcome is unknown; resending them is safe)."""
+
+    code: ClassVar[int] = 36
 
 
 @attrs.frozen(str=False)

@@ -1,0 +1,540 @@
+"""The wire protocol of the broker server, without I/O (see ``docs/protocol.md``).
+
+A connection carries *frames*: a 4-byte big-endian unsigned length ``N`` followed by ``N``
+bytes of one MessagePack value. Every frame is a MessagePack array whose first element says
+what it is::
+
+    request   [0, correlation_id, op, args]      client -> server
+    response  [1, correlation_id, result]        server -> client
+    error     [2, correlation_id, error]         server -> client
+
+``correlation_id`` is an unsigned 32-bit integer chosen by the client (1 and up; the server
+answers with the same id, in any order); 0 in an error frame means the connection as a
+whole. ``args`` and ``result`` are maps with string keys; ``error`` is the map
+``{"code", "name", "message", "recovery", "fields"}`` of an :mod:`idempotent.errors` class.
+
+Everything here is pure: :class:`FrameDecoder` turns bytes into frame bodies,
+:func:`parse_request` turns a body into a validated :class:`Request` or a
+:class:`BadRequest`, and the ``encode_*``/``decode_*`` functions convert the broker's value
+types to and from plain MessagePack values.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, NamedTuple
+
+import attrs
+import msgpack
+
+from ._outcomes import Outcome, ProduceResult
+from ._records import Record, StoredRecord
+from ._types import MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID, MAX_SEQUENCE, TopicPartition
+from .broker import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
+from .errors import ConfigError, InvalidBatchError, InvalidTopicError, ProducerError, ProtocolError
+
+#: The protocol version this module speaks (the ``version`` of ``hello``).
+PROTOCOL_VERSION: Final = 1
+#: Every version this module can serve.
+SUPPORTED_VERSIONS: Final = frozenset({1})
+#: Default largest frame body (bytes) either side accepts; the server announces its own.
+DEFAULT_MAX_FRAME: Final = 16 * 1024 * 1024
+#: Frame kinds (first element of every frame).
+REQUEST: Final = 0
+RESPONSE: Final = 1
+ERROR: Final = 2
+#: Highest correlation id (unsigned 32-bit).
+MAX_CORRELATION_ID: Final = 2**32 - 1
+#: Largest ``max_records`` of one ``read``.
+MAX_READ_RECORDS: Final = 10_000
+#: Longest string argument (topic names are limited further by the broker).
+MAX_STRING: Final = 4096
+#: Longest ``timeout`` argument in seconds.
+MAX_TIMEOUT: Final = 3600.0
+
+_LENGTH = struct.Struct(">I")
+
+
+# -- framing -------------------------------------------------------------------------------
+
+
+def frame(body: bytes) -> bytes:
+    """Prefix ``body`` with its length."""
+    return _LENGTH.pack(len(body)) + body
+
+
+def pack(value: Any) -> bytes:
+    """One MessagePack value as a complete frame."""
+    return frame(msgpack.packb(value, use_bin_type=True))
+
+
+class FrameTooLarge(NamedTuple):
+    """The peer announced a frame over the limit; the stream cannot be trusted any more."""
+
+    length: int
+    limit: int
+
+
+class FrameDecoder:
+    """Splits a byte stream into frame bodies. Feed it whatever arrives; it keeps partial frames.
+
+    After a :class:`FrameTooLarge` event it yields nothing more (the connection must close).
+    """
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._buffer = bytearray()
+        self._broken = False
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete frame held back."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[bytes | FrameTooLarge]:
+        """Add received bytes; return the frames completed by them, in order."""
+        if self._broken:
+            return []
+        buffer = self._buffer
+        buffer += data
+        out: list[bytes | FrameTooLarge] = []
+        start = 0
+        end = len(buffer)
+        while end - start >= 4:
+            (length,) = _LENGTH.unpack_from(buffer, start)
+            if length > self.max_frame:
+                self._broken = True
+                buffer.clear()
+                out.append(FrameTooLarge(length, self.max_frame))
+                return out
+            if end - start - 4 < length:
+                break
+            out.append(bytes(buffer[start + 4 : start + 4 + length]))
+            start += 4 + length
+        if start:
+            del buffer[:start]
+        return out
+
+
+# -- requests ------------------------------------------------------------------------------
+
+
+class Request(NamedTuple):
+    """A validated request: ``args`` holds every argument of ``op``, defaults filled in."""
+
+    correlation_id: int
+    op: str
+    args: dict[str, Any]
+
+
+class BadRequest(NamedTuple):
+    """A request the server refuses without running it.
+
+    ``correlation_id`` is 0 when the frame was too broken to carry one; ``fatal`` says the
+    connection must be closed after the error frame (the stream cannot be trusted).
+    """
+
+    correlation_id: int
+    error: ProducerError
+    fatal: bool
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Final = _Required()
+
+Check = Callable[[str, Any], Any]
+
+
+def _bad(name: str, value: Any, want: str) -> ProtocolError:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return ProtocolError(f"argument {name!r} must be {want}, got {shown}")
+
+
+def _int(lo: int, hi: int) -> Check:
+    def check(name: str, value: Any) -> int:
+        if type(value) is not int or not lo <= value <= hi:
+            raise _bad(name, value, f"an int in {lo}..{hi}")
+        return value
+
+    return check
+
+
+def _str(name: str, value: Any) -> str:
+    if type(value) is not str or len(value) > MAX_STRING:
+        raise _bad(name, value, f"a string of at most {MAX_STRING} characters")
+    return value
+
+
+def _opt(check: Check) -> Check:
+    def optional(name: str, value: Any) -> Any:
+        return None if value is None else check(name, value)
+
+    return optional
+
+
+def _bool(name: str, value: Any) -> bool:
+    if type(value) is not bool:
+        raise _bad(name, value, "true or false")
+    return value
+
+
+def _timeout(name: str, value: Any) -> float:
+    if type(value) not in (int, float) or not 0 <= value <= MAX_TIMEOUT:
+        raise _bad(name, value, f"a number of seconds in 0..{MAX_TIMEOUT:g}")
+    return float(value)
+
+
+def _topics(name: str, value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if type(value) is not list or len(value) > MAX_PARTITIONS:
+        raise _bad(name, value, "nil or an array of topic names")
+    return [_str(name, v) for v in value]
+
+
+def _bytes_or_nil(name: str, value: Any) -> bytes | None:
+    if value is None or type(value) is bytes:
+        return value
+    raise _bad(name, value, "bin or nil")
+
+
+def _records(name: str, value: Any) -> list[Record]:
+    if type(value) is not list or not 1 <= len(value) <= MAX_BATCH_RECORDS:
+        raise _bad(name, value, f"an array of 1..{MAX_BATCH_RECORDS} records")
+    out = []
+    for item in value:
+        if item is None or type(item) is bytes:
+            out.append(Record(item))
+            continue
+        if type(item) is not list or len(item) != 3:
+            raise _bad(name, item, "records that are bin, nil, or [value, key, headers]")
+        val, key, headers = item
+        _bytes_or_nil("record value", val)
+        _bytes_or_nil("record key", key)
+        if type(headers) is not list:
+            raise _bad("record headers", headers, "an array of [name, value] pairs")
+        pairs = []
+        for pair in headers:
+            if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str or type(pair[1]) is not bytes:
+                raise _bad("record headers", pair, "[str name, bin value] pairs")
+            pairs.append((pair[0], pair[1]))
+        out.append(Record(val, key, tuple(pairs)))
+    return out
+
+
+_TOPIC: Final[Check] = _str
+_PARTITION: Final = _int(0, MAX_PARTITIONS - 1)
+
+#: Arguments of every operation: name -> (check, default or REQUIRED). A bad value is a
+#: ProtocolError, except for the arguments in ``_ERRORS``, whose errors are those the
+#: in-process broker raises for the same mistake.
+SCHEMAS: Final[dict[str, dict[str, tuple[Check, Any]]]] = {
+    "hello": {
+        "version": (_int(0, 2**31 - 1), REQUIRED),
+        "token": (_opt(_str), None),
+        "client": (_opt(_str), None),
+    },
+    "ping": {},
+    "metadata": {"topics": (_topics, None), "create": (_bool, False)},
+    "init_producer": {"producer_name": (_opt(_str), None), "timeout": (_timeout, 30.0)},
+    "produce": {
+        "topic": (_TOPIC, REQUIRED),
+        "partition": (_PARTITION, REQUIRED),
+        "producer_id": (_int(0, MAX_PRODUCER_ID), REQUIRED),
+        "producer_epoch": (_int(0, MAX_EPOCH), REQUIRED),
+        "base_sequence": (_int(0, MAX_SEQUENCE), REQUIRED),
+        "records": (_records, REQUIRED),
+    },
+    "read": {
+        "topic": (_TOPIC, REQUIRED),
+        "partition": (_PARTITION, REQUIRED),
+        "offset": (_int(0, 2**63 - 1), 0),
+        "max_records": (_int(1, MAX_READ_RECORDS), 500),
+    },
+    "end_offset": {"topic": (_TOPIC, REQUIRED), "partition": (_PARTITION, REQUIRED)},
+    "create_topic": {"name": (_TOPIC, REQUIRED), "partitions": (_int(1, MAX_PARTITIONS), 1)},
+    "topics": {},
+    "partitions_for": {"topic": (_TOPIC, REQUIRED), "create": (_bool, True)},
+    "stats": {"topic": (_opt(_str), None)},
+    "set_deduplication": {
+        "enabled": (_opt(_bool), REQUIRED),
+        "topic": (_opt(_str), None),
+        "namespace": (_opt(_str), None),
+    },
+    "set_policy": {
+        "policy": (_opt(_str), REQUIRED),
+        "topic": (_opt(_str), None),
+        "namespace": (_opt(_str), None),
+    },
+}
+
+_ERRORS: Final[dict[str, type[ProducerError]]] = {
+    "topic": InvalidTopicError,
+    "partition": InvalidTopicError,
+    "name": InvalidTopicError,
+    "partitions": InvalidTopicError,
+    "producer_id": InvalidBatchError,
+    "producer_epoch": InvalidBatchError,
+    "base_sequence": InvalidBatchError,
+    "records": InvalidBatchError,
+    "offset": ConfigError,
+    "max_records": ConfigError,
+}
+
+#: Operations that change broker state (an authorizer may want to treat them apart).
+WRITE_OPS: Final = frozenset({"init_producer", "produce", "create_topic", "set_deduplication", "set_policy"})
+#: Operations that need the admin role in a deployment with authorization.
+ADMIN_OPS: Final = frozenset({"create_topic", "set_deduplication", "set_policy"})
+
+
+def validate_args(op: str, args: Any) -> dict[str, Any]:
+    """Check ``args`` of ``op`` against its schema; return them with defaults filled in.
+
+    Unknown keys are ignored (a newer client may send more). Raises ProtocolError, or for
+    a bad topic, partition, batch field, offset or count the error the broker itself raises
+    for it (InvalidTopicError, InvalidBatchError, ConfigError).
+    """
+    schema = SCHEMAS.get(op)
+    if schema is None:
+        raise ProtocolError(f"unknown operation {op!r}")
+    if type(args) is not dict:
+        raise ProtocolError(f"arguments of {op!r} must be a map, got {type(args).__name__}")
+    out: dict[str, Any] = {}
+    for name, (check, default) in schema.items():
+        if name in args:
+            try:
+                out[name] = check(name, args[name])
+            except ProtocolError as exc:
+                raise _ERRORS.get(name, ProtocolError)(exc.message) from None
+        elif default is REQUIRED:
+            raise ProtocolError(f"{op!r} needs the argument {name!r}")
+        else:
+            out[name] = default
+    return out
+
+
+def parse_request(body: bytes) -> Request | BadRequest:
+    """Decode and validate one request frame body. Never raises."""
+    try:
+        value = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        return BadRequest(0, ProtocolError(f"malformed frame: not one MessagePack value ({type(exc).__name__})"), True)
+    if type(value) is not list or len(value) != 4 or value[0] != REQUEST or type(value[0]) is not int:
+        return BadRequest(0, ProtocolError("a request frame must be the array [0, correlation_id, op, args]"), True)
+    _, correlation_id, op, args = value
+    if type(correlation_id) is not int or not 1 <= correlation_id <= MAX_CORRELATION_ID:
+        return BadRequest(0, ProtocolError(f"correlation_id must be an int in 1..{MAX_CORRELATION_ID}"), True)
+    if type(op) is not str:
+        return BadRequest(correlation_id, ProtocolError("op must be a string"), False)
+    try:
+        return Request(correlation_id, op, validate_args(op, args))
+    except ProducerError as exc:
+        return BadRequest(correlation_id, exc, False)
+    except Exception as exc:  # a record or value the broker's types refuse
+        return BadRequest(correlation_id, ProtocolError(f"bad argument of {op!r}: {exc}"), False)
+
+
+def encode_request(correlation_id: int, op: str, args: Mapping[str, Any]) -> bytes:
+    """A complete request frame."""
+    return pack([REQUEST, correlation_id, op, dict(args)])
+
+
+def encode_response(correlation_id: int, result: Mapping[str, Any]) -> bytes:
+    """A complete response frame."""
+    return pack([RESPONSE, correlation_id, dict(result)])
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+def error_to_wire(error: ProducerError) -> dict[str, Any]:
+    """The error map of an error frame."""
+    fields: dict[str, Any] = {}
+    for field in attrs.fields(type(error)):
+        if field.name == "message":
+            continue
+        value = getattr(error, field.name)
+        fields[field.name] = value.value if isinstance(value, enum.Enum) else value
+    return {
+        "code": type(error).code,
+        "name": type(error).__name__,
+        "message": error.message,
+        "recovery": error.recovery.value,
+        "fields": fields,
+    }
+
+
+def encode_error(correlation_id: int, error: ProducerError) -> bytes:
+    """A complete error frame."""
+    return pack([ERROR, correlation_id, error_to_wire(error)])
+
+
+def error_from_wire(value: Any) -> ProducerError:
+    """Rebuild the exception an error map describes: same class (by code), same fields.
+
+    A malformed map gives a ProtocolError; an unknown code gives the root ProducerError.
+    """
+    if type(value) is not dict or type(value.get("code")) is not int or type(value.get("message")) is not str:
+        return ProtocolError(f"malformed error frame from the broker: {value!r:.200}")
+    cls = ProducerError.for_code(value["code"])
+    kwargs: dict[str, Any] = {}
+    raw = value.get("fields")
+    if type(raw) is dict:
+        for field in attrs.fields(cls):
+            if field.name == "message" or field.name not in raw:
+                continue
+            item = raw[field.name]
+            default = field.default
+            if isinstance(default, enum.Enum):
+                try:
+                    item = type(default)(item)
+                except ValueError:
+                    continue
+            elif default is not attrs.NOTHING and default is not None and type(item) is not type(default):
+                continue
+            kwargs[field.name] = item
+    try:
+        return cls(value["message"], **kwargs)
+    except Exception:
+        return cls(value["message"])
+
+
+# -- value types ---------------------------------------------------------------------------
+
+
+def encode_records(records: Sequence[Record | bytes | str | None]) -> list[Any]:
+    """Records as the ``records`` argument of ``produce``: bin/nil for a bare value, else
+    ``[value, key, headers]``. Raises TypeError for a value that is not a record."""
+    out: list[Any] = []
+    append = out.append
+    for item in records:
+        if item is None or type(item) is bytes:
+            append(item)
+        elif isinstance(item, str):
+            append(item.encode())
+        elif isinstance(item, Record):
+            if item.key is None and not item.headers:
+                append(item.value)
+            else:
+                append([item.value, item.key, [list(h) for h in item.headers]])
+        elif isinstance(item, bytearray | memoryview):
+            append(bytes(item))
+        else:
+            raise TypeError(f"records must be bytes, str, None or Record, not {type(item).__name__}")
+    return out
+
+
+def encode_result(result: ProduceResult) -> dict[str, Any]:
+    """The result map of ``produce``."""
+    return {
+        "outcome": result.outcome.value,
+        "base_offset": result.base_offset,
+        "expected_sequence": result.expected_sequence,
+        "producer_epoch": result.producer_epoch,
+    }
+
+
+def decode_result(value: Mapping[str, Any]) -> ProduceResult:
+    """The inverse of :func:`encode_result`."""
+    return ProduceResult(
+        Outcome(value["outcome"]), value.get("base_offset"), value.get("expected_sequence"), value.get("producer_epoch")
+    )
+
+
+def encode_session(session: ProducerSession) -> dict[str, Any]:
+    """The result map of ``init_producer``."""
+    return {
+        "producer_id": session.producer_id,
+        "producer_epoch": session.producer_epoch,
+        "producer_name": session.producer_name,
+        "last_sequences": [[tp.topic, tp.partition, seq] for tp, seq in session.last_sequences.items()],
+        "state_lost": session.state_lost,
+    }
+
+
+def decode_session(value: Mapping[str, Any]) -> ProducerSession:
+    """The inverse of :func:`encode_session`."""
+    return ProducerSession(
+        value["producer_id"],
+        value["producer_epoch"],
+        value["producer_name"],
+        LastSequences({TopicPartition(t, p): s for t, p, s in value["last_sequences"]}),
+        bool(value.get("state_lost", False)),
+    )
+
+
+def encode_stored(record: StoredRecord) -> list[Any]:
+    """One record of a ``read`` result."""
+    return [
+        record.offset,
+        record.producer_id,
+        record.producer_epoch,
+        record.sequence,
+        record.key,
+        record.value,
+        [list(h) for h in record.headers],
+        record.timestamp,
+    ]
+
+
+def decode_stored(value: Sequence[Any]) -> StoredRecord:
+    """The inverse of :func:`encode_stored`."""
+    offset, producer_id, producer_epoch, sequence, key, val, headers, timestamp = value
+    return StoredRecord(
+        offset, producer_id, producer_epoch, sequence, key, val, tuple((n, v) for n, v in headers), timestamp
+    )
+
+
+def encode_stats(stats: PartitionStats) -> dict[str, Any]:
+    """One partition of a ``stats`` result."""
+    out = attrs.asdict(stats, recurse=False)
+    out["producers"] = [attrs.asdict(p) for p in stats.producers]
+    return out
+
+
+def decode_stats(value: Mapping[str, Any]) -> PartitionStats:
+    """The inverse of :func:`encode_stats`."""
+    names = [f.name for f in attrs.fields(PartitionStats)]
+    kwargs = {name: value[name] for name in names if name != "producers"}
+    producers = tuple(ProducerStats(**p) for p in value["producers"])
+    return PartitionStats(**kwargs, producers=producers)
+
+
+__all__ = [
+    "DEFAULT_MAX_FRAME",
+    "ERROR",
+    "PROTOCOL_VERSION",
+    "REQUEST",
+    "RESPONSE",
+    "SCHEMAS",
+    "BadRequest",
+    "FrameDecoder",
+    "FrameTooLarge",
+    "Request",
+    "decode_result",
+    "decode_session",
+    "decode_stats",
+    "decode_stored",
+    "encode_error",
+    "encode_records",
+    "encode_request",
+    "encode_response",
+    "encode_result",
+    "encode_session",
+    "encode_stats",
+    "encode_stored",
+    "error_from_wire",
+    "error_to_wire",
+    "frame",
+    "pack",
+    "parse_request",
+    "validate_args",
+]

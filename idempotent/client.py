@@ -1,0 +1,554 @@
+"""The network client: :class:`RemoteBroker` implements the Broker API against a broker server.
+
+``idempotent.connect("idem://host:port")`` returns one (``idems://`` for TLS), and so does
+``Producer("idem://host:port")`` under the hood. Requests are pipelined over one TCP
+connection: each gets a correlation id, a background reader thread completes its future
+when the answer arrives. Errors the server reports are raised as the same
+:mod:`idempotent.errors` class with the same fields; I/O failures are
+:class:`~idempotent.errors.BrokerConnectionError` (connection refused or lost: the outcome of
+requests in flight is unknown, resending is safe) and
+:class:`~idempotent.errors.RequestTimeoutError`. A broken connection is re-established on the
+next request (with backoff, up to ``connect_timeout``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import select
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import msgpack
+import tenacity
+
+from . import _protocol as wire
+from .errors import (
+    AuthenticationError,
+    BrokerConnectionError,
+    ConfigError,
+    InvalidBatchError,
+    ProducerClosedError,
+    ProducerError,
+    ProtocolError,
+    RequestTimeoutError,
+    UsageError,
+)
+
+if TYPE_CHECKING:
+    from ._checker import Policy
+    from ._outcomes import ProduceResult
+    from ._records import Record, StoredRecord
+    from .broker import PartitionStats, ProducerSession
+
+#: Port of ``idem://host`` without an explicit port.
+DEFAULT_PORT = 7650
+
+_Decode = Callable[[dict[str, Any]], Any]
+
+#: Operations whose repetition has no further effect: retried after transport errors.
+_REPEATABLE = frozenset(wire.SCHEMAS) - {"hello", "init_producer", "produce"}
+
+
+def _same(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+def parse_url(url: str) -> tuple[str, int, bool]:
+    """``idem://host:port`` or ``idems://host:port`` -> (host, port, tls). Raises ConfigError."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"bad broker URL {url!r}: {exc}") from None
+    if parts.scheme not in ("idem", "idems") or not parts.hostname:
+        raise ConfigError(f"bad broker URL {url!r}: expected idem://host:port or idems://host:port")
+    if parts.path not in ("", "/") or parts.query:
+        raise ConfigError(f"bad broker URL {url!r}: no path or query allowed")
+    return parts.hostname, port or DEFAULT_PORT, parts.scheme == "idems"
+
+
+class _Link:
+    """One established connection: pending requests by correlation id and the reader thread."""
+
+    def __init__(self, sock: socket.socket, owner: RemoteBroker, hello: dict[str, Any]) -> None:
+        self.sock = sock
+        self.owner = owner
+        self.hello = hello
+        self.max_frame = int(hello.get("max_frame", wire.DEFAULT_MAX_FRAME))
+        self.pending: dict[int, tuple[Future[Any], _Decode, float]] = {}
+        self.lock = threading.Lock()
+        self.write_lock = threading.Lock()
+        self.alive = True
+        self.ids = itertools.count(2)
+        self.thread = threading.Thread(target=self._read_loop, name="idempotent-client-reader", daemon=True)
+        self.thread.start()
+
+    def next_id(self) -> int:
+        cid = next(self.ids)
+        if cid > wire.MAX_CORRELATION_ID:  # wrap; ids still pending that long ago are long failed
+            self.ids = itertools.count(2)
+            cid = 1
+        return cid
+
+    def submit(self, op: str, args: dict[str, Any], decode: _Decode, timeout: float) -> Future[Any]:
+        future: Future[Any] = Future()
+        with self.lock:
+            if not self.alive:
+                future.set_exception(BrokerConnectionError(f"connection to {self.owner.url} is closed"))
+                return future
+            cid = self.next_id()
+            self.pending[cid] = (future, decode, time.monotonic() + timeout)
+        try:
+            data = wire.encode_request(cid, op, args)
+        except Exception as exc:  # a value MessagePack cannot carry
+            with self.lock:
+                self.pending.pop(cid, None)
+            future.set_exception(UsageError(f"cannot encode the arguments of {op!r}: {exc}"))
+            return future
+        if len(data) - 4 > self.max_frame:
+            with self.lock:
+                self.pending.pop(cid, None)
+            future.set_exception(
+                InvalidBatchError(f"a {op!r} request of {len(data)} bytes exceeds the broker's frame limit")
+            )
+            return future
+        try:
+            with self.write_lock:
+                self.sock.sendall(data)
+        except (OSError, ValueError) as exc:
+            self.fail(BrokerConnectionError(f"sending to {self.owner.url} failed: {exc}"))
+        return future
+
+    def fail(self, error: ProducerError) -> None:
+        """Mark the link dead and fail everything pending with ``error``."""
+        with self.lock:
+            self.alive = False
+            pending = list(self.pending.values())
+            self.pending.clear()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        for future, _, _ in pending:
+            if not future.done():
+                future.set_exception(error)
+
+    def _read_loop(self) -> None:
+        decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME * 4)
+        sock = self.sock
+        try:
+            while self.alive:
+                pending_tls = isinstance(sock, ssl.SSLSocket) and sock.pending()
+                if not pending_tls:
+                    ready, _, _ = select.select([sock], [], [], 0.1)
+                    if not ready:
+                        self._expire()
+                        continue
+                try:
+                    data = sock.recv(1 << 18)
+                except ssl.SSLWantReadError:
+                    continue
+                if not data:
+                    self.fail(BrokerConnectionError(f"{self.owner.url} closed the connection"))
+                    return
+                for body in decoder.feed(data):
+                    if isinstance(body, wire.FrameTooLarge):
+                        self.fail(ProtocolError(f"the broker sent a frame of {body.length} bytes"))
+                        return
+                    self._deliver(body)
+                self._expire()
+        except (OSError, ValueError) as exc:
+            self.fail(BrokerConnectionError(f"connection to {self.owner.url} failed: {exc}"))
+        except Exception as exc:  # never leave futures hanging on a bug or a garbled frame
+            self.fail(ProtocolError(f"bad answer from {self.owner.url}: {exc!r}"))
+
+    def _deliver(self, body: bytes) -> None:
+        frame = msgpack.unpackb(body, raw=False)
+        if type(frame) is not list or len(frame) != 3 or frame[0] not in (wire.RESPONSE, wire.ERROR):
+            raise ValueError(f"unexpected frame {frame!r:.100}")
+        kind, cid, value = frame
+        if cid == 0:  # about the connection as a whole: it is about to close
+            error = wire.error_from_wire(value) if kind == wire.ERROR else ProtocolError("bad connection frame")
+            if isinstance(error, ProducerClosedError | RequestTimeoutError):
+                error = BrokerConnectionError(f"{self.owner.url}: {error.message}")
+            self.fail(error)
+            return
+        with self.lock:
+            entry = self.pending.pop(cid, None)
+        if entry is None:  # timed out earlier
+            return
+        future, decode, _ = entry
+        if kind == wire.ERROR:
+            future.set_exception(wire.error_from_wire(value))
+            return
+        try:
+            result = decode(value)
+        except Exception as exc:
+            future.set_exception(ProtocolError(f"malformed answer from {self.owner.url}: {exc!r}"))
+            return
+        future.set_result(result)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        expired = []
+        with self.lock:
+            if not self.pending:
+                return
+            for cid, (_future, _, deadline) in list(self.pending.items()):
+                if deadline < now:
+                    expired.append(self.pending.pop(cid)[0])
+        for future in expired:
+            if not future.done():
+                future.set_exception(RequestTimeoutError(f"no answer from {self.owner.url} in time"))
+
+
+class RemoteBroker:
+    """The Broker API of a broker server, over TCP or TLS. Thread-safe.
+
+    Args:
+        url: ``idem://host:port`` or ``idems://host:port`` (TLS).
+        token: credentials sent in the handshake (for a server with an authenticator).
+        timeout: seconds to wait for each answer (``init_producer`` adds its own timeout).
+        connect_timeout: seconds to keep trying to (re)connect before failing a request.
+        cafile: CA bundle to verify the server's certificate (TLS); default: the system's.
+        verify: False accepts any server certificate (TLS; for tests only).
+        certfile, keyfile: a client certificate (TLS servers that require one).
+        ssl_context: a ready client-side context instead of the options above.
+        client_name: sent in the handshake, for the server's logs.
+        retries: how often a request that is safe to repeat (everything but ``produce`` and
+            ``init_producer``, which the producer retries itself) is resent after a lost
+            connection or a timeout.
+
+    Raises:
+        ConfigError: bad URL or options.
+        BrokerConnectionError: the server could not be reached within ``connect_timeout``.
+        AuthenticationError: the server refused the token.
+        ProtocolError: the server does not speak this protocol version.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        cafile: str | None = None,
+        verify: bool = True,
+        certfile: str | None = None,
+        keyfile: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        client_name: str | None = None,
+        retries: int = 3,
+    ) -> None:
+        self.host, self.port, tls = parse_url(url)
+        self._url = url
+        self.token = token
+        if not timeout > 0 or not connect_timeout > 0:
+            raise ConfigError("timeout and connect_timeout must be positive")
+        self.timeout = float(timeout)
+        self.connect_timeout = float(connect_timeout)
+        self.client_name = client_name or "idempotent-python"
+        if not isinstance(retries, int) or retries < 0:
+            raise ConfigError("retries must be a non-negative int")
+        self.retries = retries
+        self._ssl: ssl.SSLContext | None = None
+        if tls:
+            if ssl_context is not None:
+                self._ssl = ssl_context
+            else:
+                try:
+                    context = ssl.create_default_context(cafile=cafile)
+                    if certfile:
+                        context.load_cert_chain(certfile, keyfile)
+                except (OSError, ssl.SSLError) as exc:
+                    raise ConfigError(f"cannot load TLS files: {exc}") from None
+                if not verify:
+                    context.check_hostname = False
+                    context.verify_mode = ssl.CERT_NONE
+                self._ssl = context
+        elif ssl_context is not None or cafile or certfile:
+            raise ConfigError("TLS options need an idems:// URL")
+        self._lock = threading.Lock()
+        self._link: _Link | None = None
+        self._closed = False
+        self._connect()
+
+    # -- connection ------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The URL this client was opened with."""
+        return self._url
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """The server's answer to the handshake (version, limits, principal, address)."""
+        link = self._current()
+        return dict(link.hello)
+
+    def _current(self) -> _Link:
+        link = self._link
+        if link is not None and link.alive:
+            return link
+        return self._connect()
+
+    def _connect(self) -> _Link:
+        with self._lock:
+            if self._closed:
+                raise ProducerClosedError(f"client for {self._url} is closed")
+            link = self._link
+            if link is not None and link.alive:
+                return link
+            for attempt in tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(BrokerConnectionError),
+                wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=1.0, jitter=0.05),
+                stop=tenacity.stop_after_delay(self.connect_timeout),
+                reraise=True,
+            ):
+                with attempt:
+                    self._link = self._open()
+            assert self._link is not None
+            return self._link
+
+    def _open(self) -> _Link:
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+        except OSError as exc:
+            raise BrokerConnectionError(f"cannot connect to {self._url}: {exc}") from None
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._ssl is not None:
+                sock = self._ssl.wrap_socket(sock, server_hostname=self.host)
+            hello = {"version": wire.PROTOCOL_VERSION, "token": self.token, "client": self.client_name}
+            sock.sendall(wire.encode_request(1, "hello", hello))
+            answer = self._read_one(sock)
+            sock.settimeout(None)
+        except ssl.SSLCertVerificationError as exc:
+            sock.close()
+            raise ConfigError(f"TLS verification of {self._url} failed: {exc.verify_message}") from None
+        except (OSError, ValueError) as exc:
+            sock.close()
+            raise BrokerConnectionError(f"handshake with {self._url} failed: {exc}") from None
+        except BaseException:
+            sock.close()
+            raise
+        kind, cid, value = answer
+        if kind == wire.ERROR:
+            sock.close()
+            raise wire.error_from_wire(value)
+        if kind != wire.RESPONSE or cid != 1 or type(value) is not dict:
+            sock.close()
+            raise ProtocolError(f"{self._url} answered the handshake with {answer!r:.100}")
+        return _Link(sock, self, value)
+
+    def _read_one(self, sock: socket.socket) -> list[Any]:
+        decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME)
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                raise BrokerConnectionError(f"{self._url} closed the connection during the handshake")
+            for body in decoder.feed(data):
+                if isinstance(body, wire.FrameTooLarge):
+                    raise ProtocolError("oversized handshake answer")
+                frame = msgpack.unpackb(body, raw=False)
+                if type(frame) is not list or len(frame) != 3:
+                    raise ProtocolError(f"{self._url} does not speak the idempotent protocol")
+                return frame
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def submit(
+        self, op: str, args: dict[str, Any], decode: _Decode = _same, timeout: float | None = None
+    ) -> Future[Any]:
+        """Send one request; return the future of its decoded result (see ``docs/protocol.md``).
+
+        Failures (server errors, I/O) end up on the future, except ProducerClosedError after
+        :meth:`close`, which is raised.
+        """
+        try:
+            link = self._current()
+        except (BrokerConnectionError, AuthenticationError, ProtocolError, ConfigError) as exc:
+            failed: Future[Any] = Future()
+            failed.set_exception(exc)
+            return failed
+        return link.submit(op, args, decode, self.timeout if timeout is None else timeout)
+
+    def call(self, op: str, args: dict[str, Any], decode: _Decode = _same, timeout: float | None = None) -> Any:
+        """Send one request and wait for its result. Raises what the server reported.
+
+        Requests that are safe to repeat (every operation but ``init_producer`` and
+        ``produce``) are sent again, up to ``retries`` times, after a lost connection or a
+        timeout."""
+        if op not in _REPEATABLE or self.retries == 0:
+            return self._call_once(op, args, decode, timeout)
+        for attempt in tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type((BrokerConnectionError, RequestTimeoutError)),
+            wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=1.0, jitter=0.05),
+            stop=tenacity.stop_after_attempt(self.retries + 1),
+            reraise=True,
+        ):
+            with attempt:
+                return self._call_once(op, args, decode, timeout)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _call_once(self, op: str, args: dict[str, Any], decode: _Decode, timeout: float | None) -> Any:
+        wait = self.timeout if timeout is None else timeout
+        future = self.submit(op, args, decode, wait)
+        try:
+            return future.result(wait + 5)
+        except TimeoutError:
+            raise RequestTimeoutError(f"no answer from {self._url} within {wait:g} s") from None
+
+    def ping(self) -> float:
+        """Round-trip time of one request, in seconds."""
+        started = time.perf_counter()
+        self.call("ping", {})
+        return time.perf_counter() - started
+
+    def metadata(self, topics: Sequence[str] | None = None, *, create: bool = False) -> dict[str, list[str | None]]:
+        """Owner address (``host:port``, None when unknown) of every partition of ``topics``
+        (default: every topic)."""
+        args = {"topics": None if topics is None else list(topics), "create": create}
+        result = self.call("metadata", args)
+        topics_map: dict[str, list[str | None]] = result["topics"]
+        return topics_map
+
+    # -- BrokerAPI -------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        """Create a topic. Raises InvalidTopicError (bad name, or it exists with another count)."""
+        self.call("create_topic", {"name": name, "partitions": partitions})
+
+    def topics(self) -> dict[str, int]:
+        """Every topic and its partition count."""
+        result: dict[str, int] = self.call("topics", {})["topics"]
+        return result
+
+    def partitions_for(self, topic: str, *, create: bool = True) -> int:
+        """Partition count of ``topic``; created with the default count when ``create``."""
+        count: int = self.call("partitions_for", {"topic": topic, "create": create})["partitions"]
+        return count
+
+    def init_producer(self, producer_name: str | None = None, *, timeout: float = 30.0) -> ProducerSession:
+        """Allocate a producer id, or re-initialise a named producer (epoch bumped).
+
+        Raises what the broker raises (see :meth:`idempotent.broker.Broker.init_producer`),
+        plus the I/O errors of this client.
+        """
+        session: ProducerSession = self.call(
+            "init_producer",
+            {"producer_name": producer_name, "timeout": timeout},
+            wire.decode_session,
+            timeout=timeout + self.timeout,
+        )
+        return session
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+    ) -> ProduceResult:
+        """Check a batch and store it if accepted; block until durable."""
+        future = self.submit_produce(topic, partition, producer_id, producer_epoch, base_sequence, records)
+        try:
+            return future.result(self.timeout + 5)
+        except TimeoutError:
+            raise RequestTimeoutError(f"no answer from {self._url} within {self.timeout:g} s") from None
+
+    def submit_produce(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+    ) -> Future[ProduceResult]:
+        """Send a batch; return the future of its result. Batches of one partition are sent,
+        and stored, in the order of these calls.
+
+        Raises:
+            InvalidBatchError: records that cannot be encoded (nothing sent).
+            ProducerClosedError: this client is closed.
+        """
+        if isinstance(records, bytes | str) or not isinstance(records, Sequence):
+            raise InvalidBatchError("records must be a list of bytes values or Record objects")
+        try:
+            encoded = wire.encode_records(records)
+        except TypeError as exc:
+            raise InvalidBatchError(str(exc)) from None
+        args = {
+            "topic": topic,
+            "partition": partition,
+            "producer_id": producer_id,
+            "producer_epoch": producer_epoch,
+            "base_sequence": base_sequence,
+            "records": encoded,
+        }
+        future: Future[ProduceResult] = self.submit("produce", args, wire.decode_result)
+        return future
+
+    def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[StoredRecord]:
+        """Up to ``max_records`` stored records from ``offset`` on (the server may return fewer
+        to keep its answer under its frame limit)."""
+        max_records = min(max_records, wire.MAX_READ_RECORDS) if isinstance(max_records, int) else max_records
+        result = self.call(
+            "read", {"topic": topic, "partition": partition, "offset": offset, "max_records": max_records}
+        )
+        return [wire.decode_stored(r) for r in result["records"]]
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        """The offset the next stored record of the partition will get."""
+        offset: int = self.call("end_offset", {"topic": topic, "partition": partition})["offset"]
+        return offset
+
+    def stats(self, topic: str | None = None) -> list[PartitionStats]:
+        """Checker state of every partition (of one topic)."""
+        result = self.call("stats", {"topic": topic})
+        return [wire.decode_stats(s) for s in result["partitions"]]
+
+    def set_deduplication(
+        self, enabled: bool | None, *, topic: str | None = None, namespace: str | None = None
+    ) -> None:
+        """Switch deduplication at topic, namespace or broker level (None clears)."""
+        self.call("set_deduplication", {"enabled": enabled, "topic": topic, "namespace": namespace})
+
+    def set_policy(
+        self, policy: Policy | str | None, *, topic: str | None = None, namespace: str | None = None
+    ) -> None:
+        """Set the sequence policy at one level (None clears). Raises ConfigError for an unknown one."""
+        value = getattr(policy, "value", policy)
+        self.call("set_policy", {"policy": value, "topic": topic, "namespace": namespace})
+
+    def close(self) -> None:
+        """Close the connection; requests still in flight fail with ProducerClosedError
+        (their outcome is unknown). Data the server acknowledged stays stored."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            link = self._link
+        if link is not None:
+            link.fail(ProducerClosedError(f"client for {self._url} was closed"))
+            if link.thread is not threading.current_thread():
+                link.thread.join(5)
+
+    def __enter__(self) -> RemoteBroker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["DEFAULT_PORT", "RemoteBroker", "parse_url"]

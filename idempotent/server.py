@@ -1,0 +1,732 @@
+"""The broker server: the Broker API over TCP (optionally TLS), for many clients at once.
+
+An asyncio shell around the pure :mod:`idempotent._protocol` and an in-process
+:class:`~idempotent.broker.Broker` (see ``docs/protocol.md`` for the wire format)::
+
+    server = BrokerServer(idempotent.connect("sqlite:///log.db"), "127.0.0.1", 0)
+    server.start()                 # serves from a background thread
+    print(server.address)          # "127.0.0.1:54321"
+    ...
+    server.close()                 # stop accepting, answer what is in flight, close the broker
+
+Threads: one event loop thread does all socket I/O and framing. Produce requests go to a
+fixed set of *lanes* (threads), a partition always to the same lane, so batches of one
+partition reach ``Broker.submit_produce`` in the order they arrived, across connections.
+Every other request runs on a small thread pool. Answers go back through the loop.
+
+Backpressure: a connection stops being read while it has ``max_in_flight`` requests
+unanswered or while its peer does not read its answers; the server as a whole stops reading
+every connection while ``max_pending`` requests are queued.
+
+Hooks: an ``authenticator`` turns the handshake's token into a principal (or raises) before
+anything else happens on the connection; an ``authorizer`` sees ``(principal, op, args)``
+before every request runs and may refuse it by raising; an ``owner_of`` callable says which
+broker (``host:port``) owns a partition, and a produce for a partition owned elsewhere is
+answered with :class:`~idempotent.errors.NotOwnerError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import queue
+import signal
+import socket
+import ssl
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+import attrs
+
+from . import __version__
+from . import _protocol as wire
+from .broker import Broker
+from .errors import (
+    AuthenticationError,
+    BackendUnavailableError,
+    ConfigError,
+    NotOwnerError,
+    ProducerClosedError,
+    ProducerError,
+    ProtocolError,
+    RequestTimeoutError,
+)
+
+log = logging.getLogger("idempotent.server")
+
+
+@attrs.frozen
+class Principal:
+    """Who a connection acts for. The default authenticator gives everyone ``ANONYMOUS``."""
+
+    name: str | None
+    roles: frozenset[str] = frozenset()
+
+
+ANONYMOUS = Principal(None)
+
+
+class Authenticator(Protocol):
+    """Turns the handshake's token into a principal; raises AuthenticationError to refuse.
+
+    It runs on a worker thread before any other request of the connection, so it may block.
+    """
+
+    def __call__(self, token: str | None) -> object: ...
+
+
+class Authorizer(Protocol):
+    """Sees every request (after the handshake) before it runs; raises (for example
+    AuthorizationError) to refuse it. ``args`` are the validated arguments of ``op``."""
+
+    def __call__(self, principal: object, op: str, args: Mapping[str, Any]) -> None: ...
+
+
+def allow_anonymous(token: str | None) -> object:
+    """The default authenticator: every connection is :data:`ANONYMOUS`, tokens are ignored."""
+    return ANONYMOUS
+
+
+def allow_all(principal: object, op: str, args: Mapping[str, Any]) -> None:
+    """The default authorizer: everything is allowed."""
+
+
+@attrs.frozen
+class ServerConfig:
+    """Limits of a broker server.
+
+    Attributes:
+        max_frame: largest frame body accepted (and announced in ``hello``).
+        max_in_flight: unanswered requests per connection before it stops being read.
+        max_pending: unanswered requests over all connections before the server stops reading.
+        lanes: threads that submit produce requests (a partition always uses the same one).
+        workers: threads for every other request.
+        handshake_timeout: seconds a new connection has to complete ``hello``.
+        idle_timeout: seconds a connection may stay silent with nothing in flight.
+        frame_timeout: seconds a started frame may take to arrive completely (slow senders).
+        drain_timeout: seconds ``close`` waits for in-flight requests to be answered.
+    """
+
+    max_frame: int = wire.DEFAULT_MAX_FRAME
+    max_in_flight: int = 64
+    max_pending: int = 4096
+    lanes: int = 4
+    workers: int = 8
+    handshake_timeout: float = 10.0
+    idle_timeout: float = 300.0
+    frame_timeout: float = 30.0
+    drain_timeout: float = 30.0
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_frame < 1024 or self.max_in_flight < 1 or self.max_pending < 1:
+            raise ConfigError("max_frame must be at least 1024, max_in_flight and max_pending at least 1")
+        if self.lanes < 1 or self.workers < 1:
+            raise ConfigError("lanes and workers must be at least 1")
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: framing, handshake, flow control. Runs on the loop thread."""
+
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.decoder = wire.FrameDecoder(server.config.max_frame)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.principal: object = None
+        self.greeted = False
+        self.greeting = False
+        self.closing = False
+        self.in_flight = 0
+        self.backlog: deque[bytes] = deque()
+        self.out: list[bytes] = []
+        self.flush_scheduled = False
+        self.write_paused = False
+        self.read_paused = False
+        self.eof = False
+        now = time.monotonic()
+        self.opened_at = now
+        self.last_frame_at = now
+        self.partial_since: float | None = None
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        self.server._connections.add(self)
+        if self.server._draining:
+            self.fail(wire.encode_error(0, ProducerClosedError("the broker server is shutting down")))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server._connections.discard(self)
+        self.server._pending -= len(self.backlog)
+        self.backlog.clear()
+        self.server._resume_all()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        for item in self.decoder.feed(data):
+            if isinstance(item, wire.FrameTooLarge):
+                self.fail(
+                    wire.encode_error(
+                        0, ProtocolError(f"frame of {item.length} bytes exceeds the limit of {item.limit}")
+                    )
+                )
+                return
+            self.backlog.append(item)
+            self.server._pending += 1
+        now = time.monotonic()
+        if self.backlog:
+            self.last_frame_at = now
+        if not self.decoder.buffered:
+            self.partial_since = None
+        elif self.partial_since is None or self.backlog:
+            self.partial_since = now
+        self.pump()
+
+    def eof_received(self) -> bool:
+        """The peer finished sending: answer what it sent, then close (half-close)."""
+        self.eof = True
+        if self.decoder.buffered:  # a frame that can never complete
+            self.fail(wire.encode_error(0, ProtocolError("connection ended inside a frame")))
+        else:
+            self.close_if_done()
+        return True
+
+    def close_if_done(self) -> None:
+        if self.eof and not self.in_flight and not self.backlog and self.transport is not None and not self.closing:
+            self.flush()
+            self.closing = True
+            self.transport.close()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self.update_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self.update_reading()
+
+    # -- request flow ------------------------------------------------------------------------
+
+    def pump(self) -> None:
+        """Dispatch backlogged frames while the in-flight limit allows."""
+        limit = self.server.config.max_in_flight
+        while self.backlog and self.in_flight < limit and not self.closing:
+            if self.greeting:  # nothing else runs before the handshake has been answered
+                break
+            body = self.backlog.popleft()
+            self.server._pending -= 1
+            self.handle(body)
+        self.update_reading()
+        self.close_if_done()
+
+    def update_reading(self) -> None:
+        if self.transport is None or self.closing:
+            return
+        server = self.server
+        want_pause = (
+            self.write_paused
+            or self.in_flight + len(self.backlog) >= server.config.max_in_flight
+            or server._pending >= server.config.max_pending
+            or server._draining
+        )
+        if want_pause and not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
+        elif not want_pause and self.read_paused:
+            self.read_paused = False
+            self.transport.resume_reading()
+
+    def handle(self, body: bytes) -> None:
+        request = wire.parse_request(body)
+        if isinstance(request, wire.BadRequest):
+            frame = wire.encode_error(request.correlation_id, request.error)
+            if request.fatal:
+                self.fail(frame)
+            else:
+                self.send(frame)
+            return
+        if not self.greeted:
+            if request.op != "hello":
+                self.fail(wire.encode_error(request.correlation_id, ProtocolError("the first request must be 'hello'")))
+                return
+            self.greeting = True
+            self.in_flight += 1
+            self.server._executor.submit(self.server._hello, self, request)
+            return
+        if request.op == "hello":
+            self.send(wire.encode_error(request.correlation_id, ProtocolError("'hello' was already answered")))
+            return
+        self.in_flight += 1
+        self.server._dispatch(self, request)
+
+    def answered(self, frame: bytes, *, greeted: object = None, fatal: bool = False) -> None:
+        """A worker finished a request (called on the loop thread)."""
+        self.in_flight -= 1
+        if self.greeting:
+            self.greeting = False
+            if not fatal:
+                self.greeted = True
+                self.principal = greeted
+        if fatal:
+            self.fail(frame)
+            return
+        self.send(frame)
+        self.pump()
+        self.close_if_done()
+        self.server._request_done()
+
+    def send(self, frame: bytes) -> None:
+        if self.closing or self.transport is None:
+            return
+        self.out.append(frame)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.server._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.flush_scheduled = False
+        if self.out and self.transport is not None and not self.transport.is_closing():
+            data = b"".join(self.out)
+            self.out.clear()
+            self.transport.write(data)
+
+    def fail(self, frame: bytes) -> None:
+        """Send a last error frame and close (after what is queued for the peer)."""
+        if self.closing or self.transport is None:
+            return
+        self.out.append(frame)
+        self.flush()
+        self.closing = True
+        self.server._pending -= len(self.backlog)
+        self.backlog.clear()
+        self.transport.close()
+
+    def check_timeouts(self, now: float) -> None:
+        cfg = self.server.config
+        if self.closing:
+            return
+        if not self.greeted and not self.greeting and now - self.opened_at > cfg.handshake_timeout:
+            self.fail(wire.encode_error(0, ProtocolError(f"no 'hello' within {cfg.handshake_timeout:g} s")))
+        elif self.partial_since is not None and now - self.partial_since > cfg.frame_timeout:
+            self.fail(
+                wire.encode_error(0, ProtocolError(f"a frame took longer than {cfg.frame_timeout:g} s to arrive"))
+            )
+        elif self.in_flight == 0 and not self.backlog and now - self.last_frame_at > cfg.idle_timeout:
+            self.fail(wire.encode_error(0, RequestTimeoutError(f"connection idle for {cfg.idle_timeout:g} s")))
+
+
+class BrokerServer:
+    """Serves a :class:`~idempotent.broker.Broker` over TCP (or TLS with ``ssl_context``).
+
+    Args:
+        broker: the broker to serve; closed by :meth:`close` when ``close_broker``.
+        host, port: where to listen; port 0 picks a free port (see :attr:`address`).
+        ssl_context: a server-side :class:`ssl.SSLContext` to serve TLS (``idems://``).
+        authenticator: token -> principal, raising to refuse (default: anonymous for all).
+        authorizer: ``(principal, op, args)`` -> None, raising to refuse (default: allow).
+        owner_of: ``(topic, partition)`` -> owning broker address or None when unknown
+            (default: this broker owns everything).
+        advertised_address: the ``host:port`` clients should use for this broker (metadata);
+            default: the listening address.
+        config: limits and timeouts.
+
+    Raises:
+        ConfigError: bad limits.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        authenticator: Authenticator | None = None,
+        authorizer: Authorizer | None = None,
+        owner_of: Callable[[str, int], str | None] | None = None,
+        advertised_address: str | None = None,
+        config: ServerConfig | None = None,
+        close_broker: bool = True,
+    ) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.authenticator: Authenticator = authenticator or allow_anonymous
+        self.authorizer: Authorizer = authorizer or allow_all
+        self.owner_of = owner_of
+        self.config = config or ServerConfig()
+        self.close_broker = close_broker
+        self._advertised = advertised_address
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self._server: asyncio.Server | None = None
+        self._connections: set[_Connection] = set()
+        self._pending = 0
+        self._draining = False
+        self._stopped: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+        self._executor = ThreadPoolExecutor(self.config.workers, thread_name_prefix="idempotent-server")
+        self._lanes: list[queue.SimpleQueue[tuple[_Connection, wire.Request] | None]] = []
+        self._lane_threads: list[threading.Thread] = []
+        self._closed = False
+        self._sweeper: asyncio.Task[None] | None = None
+        self.requests = itertools.count()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """``host:port`` this server listens on (after :meth:`start`)."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def advertised_address(self) -> str:
+        """The address metadata gives for this broker."""
+        return self._advertised or self.address
+
+    @property
+    def url(self) -> str:
+        """``idem://host:port`` (``idems://`` with TLS) for :func:`idempotent.connect`."""
+        return f"{'idems' if self.ssl_context else 'idem'}://{self.address}"
+
+    def start(self) -> BrokerServer:
+        """Listen and serve from a background thread; return once listening.
+
+        Raises:
+            ConfigError: the address cannot be bound.
+        """
+        self._thread = threading.Thread(target=self._run_thread, name="idempotent-server-loop", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._start_error is not None:
+            raise ConfigError(f"cannot listen on {self.host}:{self.port}: {self._start_error}")
+        return self
+
+    def _run_thread(self) -> None:
+        asyncio.run(self.serve())
+
+    def run(self, on_ready: Callable[[BrokerServer], None] | None = None) -> None:
+        """Serve in this thread until SIGTERM/SIGINT (or :meth:`close`), then shut down.
+
+        ``on_ready`` is called (on the loop thread) once the server listens.
+
+        Raises:
+            ConfigError: the address cannot be bound.
+        """
+        asyncio.run(self.serve(handle_signals=True, on_ready=on_ready))
+        if self._start_error is not None:
+            raise ConfigError(f"cannot listen on {self.host}:{self.port}: {self._start_error}")
+
+    async def serve(
+        self, *, handle_signals: bool = False, on_ready: Callable[[BrokerServer], None] | None = None
+    ) -> None:
+        """Serve on the running loop until :meth:`close` (or a signal), then drain and stop."""
+        self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        try:
+            self._server = await self._loop.create_server(
+                lambda: _Connection(self),
+                self.host,
+                self.port,
+                ssl=self.ssl_context,
+                reuse_address=True,
+                backlog=512,
+            )
+        except OSError as exc:
+            self._start_error = exc
+            self._ready.set()
+            return
+        sock = self._server.sockets[0]
+        self.host, self.port = sock.getsockname()[:2]
+        for i in range(self.config.lanes):
+            lane: queue.SimpleQueue[tuple[_Connection, wire.Request] | None] = queue.SimpleQueue()
+            thread = threading.Thread(target=self._lane_loop, args=(lane,), name=f"idempotent-lane-{i}", daemon=True)
+            thread.start()
+            self._lanes.append(lane)
+            self._lane_threads.append(thread)
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    self._loop.add_signal_handler(sig, self._stopped.set)
+        self._sweeper = asyncio.create_task(self._sweep())
+        self._ready.set()
+        log.info("serving %s on %s", self.broker.url, self.address)
+        if on_ready is not None:
+            on_ready(self)
+        await self._stopped.wait()
+        await self._shutdown()
+
+    async def _sweep(self) -> None:
+        cfg = self.config
+        period = max(0.01, min(cfg.handshake_timeout, cfg.idle_timeout, cfg.frame_timeout, 1.0) / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for conn in list(self._connections):
+                conn.check_timeouts(now)
+
+    async def _shutdown(self) -> None:
+        self._draining = True
+        assert self._server is not None
+        self._server.close()
+        for conn in list(self._connections):
+            conn.update_reading()
+        deadline = time.monotonic() + self.config.drain_timeout
+        while any(c.in_flight for c in self._connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self._connections):
+            conn.flush()
+            conn.fail(wire.encode_error(0, ProducerClosedError("the broker server is shutting down")))
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for lane in self._lanes:
+            lane.put(None)
+        await self._loop.run_in_executor(None, self._stop_threads)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    def _stop_threads(self) -> None:
+        for thread in self._lane_threads:
+            thread.join(10)
+        self._executor.shutdown(wait=True)
+        if self.close_broker:
+            self.broker.close()
+
+    def close(self) -> None:
+        """Stop accepting, answer the requests in flight (up to ``drain_timeout``), close
+        every connection, then close the broker (when ``close_broker``). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._loop is not None and self._stopped is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._stopped.set)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(self.config.drain_timeout + 30)
+
+    def __enter__(self) -> BrokerServer:
+        return self.start() if self._thread is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- dispatch (loop thread) ---------------------------------------------------------------
+
+    def _request_done(self) -> None:
+        if self._pending < self.config.max_pending:
+            self._resume_all()
+
+    def _resume_all(self) -> None:
+        for conn in list(self._connections):
+            if conn.read_paused:
+                conn.update_reading()
+
+    def _dispatch(self, conn: _Connection, request: wire.Request) -> None:
+        next(self.requests)
+        if request.op == "produce":
+            args = request.args
+            lane = zlib.crc32(args["topic"].encode()) + args["partition"]
+            self._lanes[lane % len(self._lanes)].put((conn, request))
+        else:
+            self._executor.submit(self._run_request, conn, request)
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    def _reply(self, conn: _Connection, frame: bytes, **kw: Any) -> None:
+        # a RuntimeError means the loop is gone (hard stop): nobody is left to answer
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(lambda: conn.answered(frame, **kw))
+
+    def _hello(self, conn: _Connection, request: wire.Request) -> None:
+        args = request.args
+        cid = request.correlation_id
+        if args["version"] not in wire.SUPPORTED_VERSIONS:
+            error = ProtocolError(
+                f"protocol version {args['version']} is not supported; this broker speaks "
+                f"{sorted(wire.SUPPORTED_VERSIONS)}"
+            )
+            self._reply(conn, wire.encode_error(cid, error), fatal=True)
+            return
+        try:
+            principal = self.authenticator(args["token"])
+        except ProducerError as exc:
+            self._reply(conn, wire.encode_error(cid, exc), fatal=True)
+            return
+        except Exception as exc:
+            self._reply(conn, wire.encode_error(cid, AuthenticationError(f"authentication failed: {exc}")), fatal=True)
+            return
+        result = {
+            "version": wire.PROTOCOL_VERSION,
+            "server": f"idempotent/{__version__}",
+            "broker": self.advertised_address,
+            "max_frame": self.config.max_frame,
+            "max_in_flight": self.config.max_in_flight,
+            "principal": getattr(principal, "name", None),
+        }
+        self._reply(conn, wire.encode_response(cid, result), greeted=principal)
+
+    def _lane_loop(self, lane: queue.SimpleQueue[tuple[_Connection, wire.Request] | None]) -> None:
+        while True:
+            item = lane.get()
+            if item is None:
+                return
+            conn, request = item
+            cid = request.correlation_id
+            try:
+                future = self._submit_produce(conn, request)
+            except ProducerError as exc:
+                self._reply(conn, wire.encode_error(cid, exc))
+                continue
+            except Exception as exc:
+                log.exception("produce failed")
+                self._reply(conn, wire.encode_error(cid, BackendUnavailableError(f"produce failed: {exc!r}")))
+                continue
+            future.add_done_callback(lambda f, c=conn, i=cid: self._produced(c, i, f))  # type: ignore[misc]
+
+    def _submit_produce(self, conn: _Connection, request: wire.Request) -> Future[Any]:
+        a = request.args
+        self.authorizer(conn.principal, "produce", a)
+        self._check_owner(a["topic"], a["partition"])
+        return self.broker.submit_produce(
+            a["topic"], a["partition"], a["producer_id"], a["producer_epoch"], a["base_sequence"], a["records"]
+        )
+
+    def _produced(self, conn: _Connection, cid: int, future: Future[Any]) -> None:
+        exc = future.exception()
+        if exc is None:
+            frame = wire.encode_response(cid, wire.encode_result(future.result()))
+        elif isinstance(exc, ProducerError):
+            frame = wire.encode_error(cid, exc)
+        else:
+            frame = wire.encode_error(cid, BackendUnavailableError(f"produce failed: {exc!r}"))
+        self._reply(conn, frame)
+
+    def _check_owner(self, topic: str, partition: int) -> None:
+        if self.owner_of is None:
+            return
+        owner = self.owner_of(topic, partition)
+        if owner != self.advertised_address:
+            raise NotOwnerError(
+                f"{topic}[{partition}] is owned by {owner or 'an unknown broker'}, not {self.advertised_address}",
+                topic,
+                partition,
+                owner or "",
+            )
+
+    def _run_request(self, conn: _Connection, request: wire.Request) -> None:
+        cid = request.correlation_id
+        try:
+            self.authorizer(conn.principal, request.op, request.args)
+            result = self._call(request.op, request.args)
+            frame = wire.encode_response(cid, result)
+        except ProducerError as exc:
+            frame = wire.encode_error(cid, exc)
+        except Exception as exc:
+            log.exception("%s failed", request.op)
+            frame = wire.encode_error(cid, BackendUnavailableError(f"{request.op} failed: {exc!r}"))
+        self._reply(conn, frame)
+
+    def _call(self, op: str, a: dict[str, Any]) -> dict[str, Any]:
+        broker = self.broker
+        if op == "ping":
+            return {}
+        if op == "init_producer":
+            return wire.encode_session(broker.init_producer(a["producer_name"], timeout=a["timeout"]))
+        if op == "read":
+            records = broker.read(a["topic"], a["partition"], a["offset"], a["max_records"])
+            budget = self.config.max_frame // 2
+            out: list[list[Any]] = []
+            for record in records:
+                budget -= 64 + len(record.value or b"") + len(record.key or b"")
+                budget -= sum(len(n) + len(v) + 8 for n, v in record.headers)
+                if budget < 0 and out:
+                    break
+                out.append(wire.encode_stored(record))
+            return {"records": out}
+        if op == "end_offset":
+            return {"offset": broker.end_offset(a["topic"], a["partition"])}
+        if op == "create_topic":
+            broker.create_topic(a["name"], a["partitions"])
+            return {}
+        if op == "topics":
+            return {"topics": broker.topics()}
+        if op == "partitions_for":
+            return {"partitions": broker.partitions_for(a["topic"], create=a["create"])}
+        if op == "stats":
+            return {"partitions": [wire.encode_stats(s) for s in broker.stats(a["topic"])]}
+        if op == "set_deduplication":
+            broker.set_deduplication(a["enabled"], topic=a["topic"], namespace=a["namespace"])
+            return {}
+        if op == "set_policy":
+            broker.set_policy(a["policy"], topic=a["topic"], namespace=a["namespace"])
+            return {}
+        if op == "metadata":
+            return self._metadata(a["topics"], a["create"])
+        raise ProtocolError(f"unknown operation {op!r}")  # pragma: no cover - the schema refuses it first
+
+    def _metadata(self, topics: list[str] | None, create: bool) -> dict[str, Any]:
+        names = sorted(self.broker.topics()) if topics is None else topics
+        out: dict[str, list[str | None]] = {}
+        for name in names:
+            count = self.broker.partitions_for(name, create=create)
+            if self.owner_of is None:
+                out[name] = [self.advertised_address] * count
+            else:
+                out[name] = [self.owner_of(name, p) for p in range(count)]
+        return {"broker": self.advertised_address, "topics": out}
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port``) -> (host, port). Raises ConfigError."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"expected host:port, got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def server_ssl_context(certfile: str, keyfile: str | None = None, cafile: str | None = None) -> ssl.SSLContext:
+    """A TLS server context from a certificate chain and key; with ``cafile``, clients must
+    present a certificate signed by it. Raises ConfigError when the files cannot be loaded."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(certfile, keyfile)
+        if cafile:
+            context.load_verify_locations(cafile)
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load TLS files: {exc}") from None
+    return context
+
+
+__all__ = [
+    "ANONYMOUS",
+    "Authenticator",
+    "Authorizer",
+    "BrokerServer",
+    "Principal",
+    "ServerConfig",
+    "allow_all",
+    "allow_anonymous",
+    "parse_listen",
+    "server_ssl_context",
+]

@@ -1,0 +1,265 @@
+"""The network client: the Broker API over TCP, same errors, reconnects, exactly-once end to end."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+import pytest
+
+import idempotent
+from idempotent import Outcome, Policy, Producer, Record
+from idempotent.api import BrokerAPI
+from idempotent.broker import Broker, BrokerConfig
+from idempotent.client import RemoteBroker, parse_url
+from idempotent.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    BrokerConnectionError,
+    ConfigError,
+    InvalidBatchError,
+    InvalidTopicError,
+    NotOwnerError,
+    ProducerClosedError,
+    Recovery,
+)
+from idempotent.server import BrokerServer, Principal, ServerConfig
+from idempotent.testing.conformance import small_config
+from idempotent.testing.faults import FaultyBroker, LinkFaults
+from idempotent.testing.proxy import FaultyProxy, ProxyFaults
+
+from .conftest import memory_harness
+
+
+def open_broker(config: BrokerConfig | None = None) -> Broker:
+    return memory_harness().open(config or BrokerConfig(maintenance_interval=0))
+
+
+@pytest.fixture
+def server() -> Iterator[BrokerServer]:
+    with BrokerServer(open_broker()) as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server: BrokerServer) -> Iterator[RemoteBroker]:
+    with RemoteBroker(server.url) as c:
+        yield c
+
+
+def test_urls_and_connect() -> None:
+    assert parse_url("idem://h:1") == ("h", 1, False)
+    assert parse_url("idems://h") == ("h", 7650, True)
+    for bad in ("idem://", "http://h:1", "idem://h:1/x", "idem://h:99999"):
+        with pytest.raises(ConfigError):
+            parse_url(bad)
+    with pytest.raises(ConfigError):
+        idempotent.connect("idem://h:1", BrokerConfig())
+    with pytest.raises(ConfigError):
+        RemoteBroker("idem://127.0.0.1:1", cafile="ca.pem")
+
+
+def test_is_a_broker_api_and_answers_like_the_broker(server: BrokerServer, client: RemoteBroker) -> None:
+    local = server.broker
+    assert isinstance(client, BrokerAPI) and client.url == server.url
+    client.create_topic("a/t", 2)
+    with pytest.raises(InvalidTopicError):
+        client.create_topic("a/t", 3)
+    assert client.topics() == local.topics() == {"a/t": 2}
+    assert client.partitions_for("auto") == 1 and "auto" in local.topics()
+    with pytest.raises(InvalidTopicError):
+        client.partitions_for("nope", create=False)
+    s = client.init_producer("named")
+    records = [b"a", "b", None, Record(b"c", b"key", {"h": b"1", "g": "2"})]
+    assert client.produce("a/t", 1, s.producer_id, s.producer_epoch, 0, records).base_offset == 0
+    assert client.read("a/t", 1) == local.read("a/t", 1)
+    assert [r.value for r in client.read("a/t", 1, 1, 2)] == [b"b", None]
+    assert client.read("a/t", 1)[3].headers == (("h", b"1"), ("g", b"2"))
+    assert client.end_offset("a/t", 1) == 4
+    again = client.init_producer("named")
+    assert (again.producer_id, again.producer_epoch) == (s.producer_id, s.producer_epoch + 1)
+    assert again.last_sequences[("a/t", 1)] == 3 and again.last_sequences == local.init_producer("named").last_sequences
+    fenced = client.produce("a/t", 1, s.producer_id, s.producer_epoch, 4, [b"zombie"])
+    assert fenced.outcome is Outcome.FENCED and fenced.producer_epoch == s.producer_epoch + 2
+    assert client.stats("a/t") == local.stats("a/t")
+    client.set_policy(Policy.MONOTONIC, topic="a/t")
+    assert local.policy_for("a/t") is Policy.MONOTONIC
+    client.set_policy(None, topic="a/t")
+    client.set_deduplication(False, namespace="a")
+    assert not local.deduplication_enabled("a/t")
+    client.set_deduplication(None, namespace="a")
+    assert local.deduplication_enabled("a/t")
+
+
+def test_server_errors_come_back_as_the_same_class_with_fields(client: RemoteBroker) -> None:
+    with pytest.raises(ConfigError) as policy:
+        client.set_policy("lenient")
+    assert "lenient" in str(policy.value)
+    with pytest.raises(InvalidTopicError):
+        client.read("missing", 0)
+    s = client.init_producer()
+    gap = client.produce("t", 0, s.producer_id, s.producer_epoch, 9, [b"x"])
+    assert gap.outcome is Outcome.OUT_OF_ORDER_SEQUENCE and gap.expected_sequence == 0
+    with pytest.raises(InvalidBatchError):
+        client.produce("t", 0, s.producer_id, s.producer_epoch, 0, [])
+    with pytest.raises(InvalidBatchError):
+        client.submit_produce("t", 0, s.producer_id, s.producer_epoch, 0, [12])  # type: ignore[list-item]
+
+
+def test_not_owner_carries_the_owner_address() -> None:
+    def owner_of(topic: str, partition: int) -> str | None:
+        return "10.0.0.9:7650" if partition == 1 else server.advertised_address
+
+    server = BrokerServer(open_broker(), owner_of=owner_of).start()
+    try:
+        with RemoteBroker(server.url) as client:
+            client.create_topic("owned", 2)
+            assert client.metadata(["owned"]) == {"owned": [server.address, "10.0.0.9:7650"]}
+            s = client.init_producer()
+            assert client.produce("owned", 0, s.producer_id, s.producer_epoch, 0, [b"x"]).outcome is Outcome.ACCEPTED
+            with pytest.raises(NotOwnerError) as info:
+                client.produce("owned", 1, s.producer_id, s.producer_epoch, 0, [b"x"])
+            error = info.value
+            assert (error.topic, error.partition, error.owner) == ("owned", 1, "10.0.0.9:7650")
+            assert error.recovery is Recovery.RETRY
+            assert attrs.astuple(pickle.loads(pickle.dumps(error))) == attrs.astuple(error)
+            assert server.broker.end_offset("owned", 1) == 0
+    finally:
+        server.close()
+
+
+def test_authenticator_and_authorizer_hooks() -> None:
+    seen: list[tuple[object, str]] = []
+
+    def authenticate(token: str | None) -> object:
+        if token != "secret":
+            raise AuthenticationError("bad token")
+        return Principal("alice", frozenset({"writer"}))
+
+    def authorize(principal: object, op: str, args: Mapping[str, Any]) -> None:
+        seen.append((principal, op))
+        if op == "create_topic":
+            from idempotent.errors import AuthorizationError
+
+            raise AuthorizationError(f"{getattr(principal, 'name', None)} may not {op}")
+
+    server = BrokerServer(open_broker(), authenticator=authenticate, authorizer=authorize).start()
+    try:
+        for token in (None, "wrong"):
+            with pytest.raises(AuthenticationError):
+                RemoteBroker(server.url, token=token, connect_timeout=1)
+        assert seen == [] and server.broker.producer_record(0) is None
+        with RemoteBroker(server.url, token="secret") as client:
+            assert client.server_info["principal"] == "alice"
+            with pytest.raises(AuthorizationError):
+                client.create_topic("x")
+            assert client.topics() == {}
+            assert seen == [(Principal("alice", frozenset({"writer"})), "create_topic"), (seen[0][0], "topics")]
+    finally:
+        server.close()
+
+
+def test_unreachable_server_is_a_connection_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(BrokerConnectionError) as info:
+        RemoteBroker(f"idem://127.0.0.1:{port}", connect_timeout=0.3)
+    assert info.value.retriable
+
+
+def test_lost_connection_fails_in_flight_and_reconnects(server: BrokerServer) -> None:
+    proxy = FaultyProxy(server.address).start()
+    try:
+        with RemoteBroker(f"idem://{proxy.address}", connect_timeout=5) as client:
+            client.create_topic("t")
+            proxy.cut_all()
+            threading.Event().wait(0.1)
+            future = client.submit("topics", {})
+            error = future.exception(5)
+            assert error is None or isinstance(error, BrokerConnectionError)
+            assert client.topics() == {"t": 1}  # a new connection
+    finally:
+        proxy.close()
+
+
+def test_closed_client_refuses_requests(server: BrokerServer) -> None:
+    client = RemoteBroker(server.url)
+    client.close()
+    client.close()
+    with pytest.raises(ProducerClosedError):
+        client.topics()
+
+
+def test_producer_over_the_network(server: BrokerServer) -> None:
+    url = server.url
+    with Producer(url, "job", linger_ms=1) as producer:
+        assert isinstance(producer.broker, RemoteBroker)
+        futures = [producer.send("t", f"{i}".encode()) for i in range(500)]
+        assert producer.flush(30) == 0
+        assert [f.result().sequence for f in futures] == list(range(500))
+    with Producer(url, "job") as resumed:
+        assert resumed.producer_epoch == 1 and resumed.last_sequence("t", 0) == 499
+        assert resumed.send("t", b"500").result().offset == 500
+
+
+def _check_exactly_once(broker: Broker, topic: str, count: int, metadata: list[Any]) -> None:
+    for p in (0, 1):
+        log = broker.read(topic, p, 0, 10_000)
+        expected = [f"m{i}".encode() for i in range(p, count, 2)]
+        assert [r.value for r in log] == expected, "log must hold every message once, in send order"
+        assert [r.sequence for r in log] == list(range(len(expected)))
+    for i, meta in enumerate(metadata):
+        if meta.offset is None:  # a resend answered DUPLICATE after its batch left the checker's window
+            assert meta.duplicate
+            continue
+        assert broker.read(topic, meta.partition, meta.offset, 1)[0].value == f"m{i}".encode()
+    assert sum(m.offset is not None for m in metadata) > len(metadata) // 2
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_exactly_once_through_the_server_under_injected_faults(seed: int) -> None:
+    faults = LinkFaults(drop_request=0.15, drop_response=0.15, duplicate=0.15, seed=seed)
+    harness = memory_harness()
+    broker = FaultyBroker(memory_backend(harness.url), small_config(), faults)
+    with BrokerServer(broker) as server:
+        broker.create_topic("lossy", 2)
+        with Producer(server.url, "lossy", linger_ms=1, max_batch_records=7, request_timeout_ms=2000) as producer:
+            futures = [producer.send("lossy", f"m{i}".encode(), partition=i % 2) for i in range(400)]
+            assert producer.flush(60) == 0
+            metadata = [f.result() for f in futures]
+        assert sum(faults.injected.values()) > 10
+        _check_exactly_once(broker, "lossy", 400, metadata)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_exactly_once_over_a_lossy_network(server: BrokerServer, seed: int) -> None:
+    faults = ProxyFaults(drop_request=0.05, drop_response=0.05, duplicate_request=0.1, cut=0.02, seed=seed)
+    proxy = FaultyProxy(server.address, faults).start()
+    try:
+        server.broker.create_topic("net", 2)
+        with Producer(
+            f"idem://{proxy.address}", linger_ms=1, max_batch_records=7, request_timeout_ms=500, timeout=0.5
+        ) as producer:
+            futures = [producer.send("net", f"m{i}".encode(), partition=i % 2) for i in range(400)]
+            assert producer.flush(60) == 0
+            metadata = [f.result() for f in futures]
+        assert faults.injected["cut"] and faults.injected["drop_response"] and faults.injected["duplicate_request"]
+        _check_exactly_once(server.broker, "net", 400, metadata)
+    finally:
+        proxy.close()
+
+
+def memory_backend(url: str) -> Any:
+    from adapters import open_backend
+
+    return open_backend(url)
+
+
+def test_server_config_is_validated() -> None:
+    with pytest.raises(ConfigError):
+        ServerConfig(max_in_flight=0)

@@ -1,0 +1,422 @@
+"""The broker server: serving, flow control, shutdown, and bad input from clients (with fuzzing)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import idempotent
+from idempotent import Outcome, Producer
+from idempotent._records import Record, StoredRecord
+from idempotent.broker import Broker, BrokerConfig
+from idempotent.client import RemoteBroker
+from idempotent.errors import (
+    ConfigError,
+    InvalidBatchError,
+    InvalidTopicError,
+    ProducerClosedError,
+    ProducerError,
+    ProtocolError,
+    RequestTimeoutError,
+)
+from idempotent.server import BrokerServer, ServerConfig
+
+from .conftest import memory_harness
+
+
+def open_broker(**config: Any) -> Broker:
+    return memory_harness().open(BrokerConfig(maintenance_interval=0, **config))
+
+
+@pytest.fixture
+def server() -> Iterator[BrokerServer]:
+    with BrokerServer(open_broker(), config=ServerConfig(handshake_timeout=5, frame_timeout=5)) as srv:
+        yield srv
+
+
+class Raw:
+    """A hand-driven connection: frames in, frames out, nothing hidden."""
+
+    def __init__(self, address: str, hello: bool = True) -> None:
+        host, _, port = address.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.buffer = b""
+        if hello:
+            self.request(1, "hello", {"version": 1})
+            kind, cid, result = self.frame()
+            assert (kind, cid) == (1, 1) and result["version"] == 1
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def request(self, cid: int, op: str, args: Any) -> None:
+        self.send(frame(msgpack.packb([0, cid, op, args])))
+
+    def frame(self) -> list[Any]:
+        """The next frame; raises EOFError when the server closed the connection."""
+        while len(self.buffer) < 4 or len(self.buffer) < 4 + struct.unpack(">I", self.buffer[:4])[0]:
+            data = self.sock.recv(65536)
+            if not data:
+                raise EOFError
+            self.buffer += data
+        (length,) = struct.unpack(">I", self.buffer[:4])
+        body, self.buffer = self.buffer[4 : 4 + length], self.buffer[4 + length :]
+        value: list[Any] = msgpack.unpackb(body)
+        return value
+
+    def closed(self) -> bool:
+        """True when the server closed the connection (after whatever frames were pending)."""
+        try:
+            while True:
+                self.frame()
+        except EOFError:
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def snapshot(broker: Broker) -> tuple[Any, ...]:
+    """Everything a bad request could have changed."""
+    topics = broker.topics()
+    ends = {(t, p): broker.end_offset(t, p) for t, n in topics.items() for p in range(n)}
+    producers = [broker.producer_record(pid) for pid in range(5)]
+    return topics, ends, producers, [(s.topic, s.partition, s.position, s.producers) for s in broker.stats()]
+
+
+def test_serves_the_broker_api_on_a_free_port(server: BrokerServer) -> None:
+    assert server.port != 0 and server.url == f"idem://127.0.0.1:{server.port}"
+    with RemoteBroker(server.url) as client:
+        session = client.init_producer("one")
+        result = client.produce("t", 0, session.producer_id, session.producer_epoch, 0, [b"a", Record(b"b", b"k")])
+        assert result == idempotent.ProduceResult(Outcome.ACCEPTED, base_offset=0)
+        assert [r.value for r in server.broker.read("t", 0)] == [b"a", b"b"]
+        assert client.metadata() == {"t": [server.address]}
+        assert client.server_info["broker"] == server.address and client.ping() > 0
+
+
+def test_pipelined_batches_of_one_partition_keep_their_order(server: BrokerServer) -> None:
+    with RemoteBroker(server.url) as client:
+        client.create_topic("order", 2)
+        s = client.init_producer()
+        futures = [
+            client.submit_produce("order", i % 2, s.producer_id, s.producer_epoch, (i // 2) * 3, [b"x", b"y", b"z"])
+            for i in range(200)
+        ]
+        outcomes = [f.result(30).outcome for f in futures]
+    assert outcomes == [Outcome.ACCEPTED] * 200
+    assert server.broker.end_offset("order", 0) == server.broker.end_offset("order", 1) == 300
+
+
+def test_many_producers_and_connections_at_once(server: BrokerServer) -> None:
+    server.broker.create_topic("many", 3)
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        try:
+            with Producer(server.url, f"p{n}", linger_ms=1, max_batch_records=20) as producer:
+                for i in range(300):
+                    producer.send("many", f"{n}-{i}".encode(), partition=i % 3)
+                assert producer.flush(60) == 0
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    values = [r.value for p in range(3) for r in server.broker.read("many", p, 0, 10_000)]
+    assert sorted(values) == sorted(f"{n}-{i}".encode() for n in range(8) for i in range(300))
+    for p in range(3):  # every producer's records of a partition are in its send order
+        for n in range(8):
+            mine = [r.value for r in server.broker.read("many", p, 0, 10_000) if r.value.startswith(f"{n}-".encode())]
+            assert mine == [f"{n}-{i}".encode() for i in range(p, 300, 3)]
+
+
+class GatedBroker(Broker):
+    """A broker whose reads wait for a gate, counting how many run at once."""
+
+    def __init__(self, inner: Broker) -> None:
+        super().__init__(inner.backend, inner.config)
+        self.gate = threading.Event()
+        self.running = 0
+        self.most = 0
+        self.lock = threading.Lock()
+
+    def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[StoredRecord]:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        self.gate.wait(30)
+        with self.lock:
+            self.running -= 1
+        return super().read(topic, partition, offset, max_records)
+
+
+def test_in_flight_limit_stops_reading_a_connection() -> None:
+    broker = GatedBroker(open_broker())
+    broker.create_topic("t")
+    with BrokerServer(broker, config=ServerConfig(max_in_flight=2, workers=8)) as server:
+        raw = Raw(server.address)
+        for cid in range(10, 20):
+            raw.request(cid, "read", {"topic": "t", "partition": 0})
+        time.sleep(0.3)
+        assert broker.most == 2  # eight more are waiting unread
+        broker.gate.set()
+        answers = sorted(raw.frame()[1] for _ in range(10))
+        assert answers == list(range(10, 20)) and broker.most == 2
+        raw.close()
+
+
+def test_close_answers_what_is_in_flight_then_closes_the_broker() -> None:
+    broker = GatedBroker(open_broker())
+    broker.create_topic("t")
+    server = BrokerServer(broker, config=ServerConfig(max_in_flight=16, workers=8)).start()
+    raw = Raw(server.address)
+    for cid in range(10, 15):
+        raw.request(cid, "read", {"topic": "t", "partition": 0})
+    while broker.running < 5:
+        time.sleep(0.01)
+    closer = threading.Thread(target=server.close)
+    closer.start()
+    time.sleep(0.2)
+    with pytest.raises(OSError):  # no longer accepting
+        socket.create_connection(("127.0.0.1", server.port), timeout=1).recv(1)
+    broker.gate.set()
+    answers = [raw.frame() for _ in range(5)]
+    assert sorted(a[1] for a in answers) == list(range(10, 15)) and all(a[0] == 1 for a in answers)
+    last = raw.frame()  # then a goodbye and the close
+    assert last[0] == 2 and last[1] == 0 and last[2]["code"] == ProducerClosedError.code
+    assert raw.closed()
+    closer.join(10)
+    with pytest.raises(ProducerClosedError):
+        broker.init_producer()
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+TOPIC = "bad-input"
+GOOD = {"topic": TOPIC, "partition": 0, "producer_id": 0, "producer_epoch": 0, "base_sequence": 3, "records": [b"v"]}
+
+# (name, frame bytes, error code, connection closed)
+BAD: list[tuple[str, bytes, int, bool]] = [
+    ("garbage", frame(b"\xc1\xc1\xc1"), ProtocolError.code, True),
+    ("truncated msgpack", frame(msgpack.packb([0, 7, "ping", {}])[:-2]), ProtocolError.code, True),
+    ("not an array", frame(msgpack.packb({"op": "ping"})), ProtocolError.code, True),
+    ("wrong kind", frame(msgpack.packb([1, 7, "ping", {}])), ProtocolError.code, True),
+    ("correlation id 0", frame(msgpack.packb([0, 0, "ping", {}])), ProtocolError.code, True),
+    ("correlation id too big", frame(msgpack.packb([0, 2**32, "ping", {}])), ProtocolError.code, True),
+    ("unknown op", frame(msgpack.packb([0, 7, "drop_everything", {}])), ProtocolError.code, False),
+    ("op not a string", frame(msgpack.packb([0, 7, 5, {}])), ProtocolError.code, False),
+    ("args not a map", frame(msgpack.packb([0, 7, "produce", [1, 2]])), ProtocolError.code, False),
+    ("missing argument", frame(msgpack.packb([0, 7, "produce", {"topic": TOPIC}])), ProtocolError.code, False),
+    *[
+        (f"bad {key}", frame(msgpack.packb([0, 7, "produce", {**GOOD, key: value}])), code, False)
+        for key, value, code in [
+            ("partition", -1, InvalidTopicError.code),
+            ("partition", "0", InvalidTopicError.code),
+            ("partition", 1, InvalidTopicError.code),  # the topic has one partition
+            ("producer_id", 2**63, InvalidBatchError.code),
+            ("producer_id", -5, InvalidBatchError.code),
+            ("producer_epoch", 2**15, InvalidBatchError.code),
+            ("base_sequence", 2**31, InvalidBatchError.code),
+            ("base_sequence", 1.5, InvalidBatchError.code),
+            ("records", [], InvalidBatchError.code),
+            ("records", b"v", InvalidBatchError.code),
+            ("records", [5], InvalidBatchError.code),
+            ("records", [[b"v", b"k"]], InvalidBatchError.code),
+            ("records", [[b"v", None, [["h", 5]]]], InvalidBatchError.code),
+            ("topic", None, InvalidTopicError.code),
+            ("topic", "x" * 5000, InvalidTopicError.code),
+            ("topic", "bad name!", InvalidTopicError.code),
+        ]
+    ],
+    ("read max_records 0", frame(msgpack.packb([0, 7, "read", {"topic": TOPIC, "partition": 0, "max_records": 0}])),
+     ConfigError.code, False),
+    ("second hello", frame(msgpack.packb([0, 7, "hello", {"version": 1}])), ProtocolError.code, False),
+    ("frame over the limit", struct.pack(">I", 2**31) + b"xx", ProtocolError.code, True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "data", "code", "closes"), BAD, ids=[b[0] for b in BAD])
+def test_bad_frames_get_an_error_and_change_nothing(
+    server: BrokerServer, name: str, data: bytes, code: int, closes: bool
+) -> None:
+    with RemoteBroker(server.url) as good:
+        good.create_topic(TOPIC)
+        s = good.init_producer()
+        good.produce(TOPIC, 0, s.producer_id, s.producer_epoch, 0, [b"a", b"b", b"c"])
+        before = snapshot(server.broker)
+        raw = Raw(server.address)
+        raw.send(data)
+        kind, cid, error = raw.frame()
+        assert kind == 2 and error["code"] == code and error["message"]
+        assert error["name"] == ProducerError.for_code(code).__name__
+        assert cid == (0 if closes else 7)
+        if closes:
+            assert raw.closed()
+        else:
+            raw.request(8, "ping", {})
+            assert raw.frame() == [1, 8, {}]
+        raw.close()
+        assert snapshot(server.broker) == before
+        assert good.produce(TOPIC, 0, s.producer_id, s.producer_epoch, 3, [b"d"]).outcome is Outcome.ACCEPTED
+
+
+def test_requests_before_hello_and_bad_versions_are_refused(server: BrokerServer) -> None:
+    raw = Raw(server.address, hello=False)
+    raw.request(3, "init_producer", {"producer_name": "sneaky"})
+    assert raw.frame()[2]["code"] == ProtocolError.code and raw.closed()
+    raw = Raw(server.address, hello=False)
+    raw.request(1, "hello", {"version": 99})
+    kind, cid, error = raw.frame()
+    assert (kind, cid, error["code"]) == (2, 1, ProtocolError.code) and "version" in error["message"]
+    assert raw.closed()
+    assert server.broker.producer_record(0) is None
+
+
+def test_silent_slow_and_idle_connections_are_closed() -> None:
+    config = ServerConfig(handshake_timeout=0.3, frame_timeout=0.3, idle_timeout=0.5)
+    with BrokerServer(open_broker(), config=config) as server:
+        silent = Raw(server.address, hello=False)  # half-open: connects, never speaks
+        slow = Raw(server.address)
+        slow.send(struct.pack(">I", 100) + b"\x94")  # starts a frame, never finishes it
+        idle = Raw(server.address)
+        with RemoteBroker(server.url) as good:
+            for raw, words in ((silent, "hello"), (slow, "frame took"), (idle, "idle")):
+                kind, cid, error = raw.frame()
+                assert (kind, cid) == (2, 0) and words in error["message"]
+                assert raw.closed()
+            assert good.topics() == {}  # the others were served meanwhile
+
+
+def test_connection_ending_mid_frame_or_half_closed(server: BrokerServer) -> None:
+    raw = Raw(server.address)
+    raw.request(5, "topics", {})
+    raw.sock.shutdown(socket.SHUT_WR)  # half-close: the answer still comes
+    assert raw.frame() == [1, 5, {"topics": {}}] and raw.closed()
+    raw = Raw(server.address)
+    raw.send(struct.pack(">I", 50) + b"\x94\x00")
+    raw.sock.shutdown(socket.SHUT_WR)
+    assert raw.frame()[2]["code"] == ProtocolError.code and raw.closed()
+
+
+# -- fuzzing -----------------------------------------------------------------------------------
+
+SEEDS = [
+    [0, 5, "ping", {}],
+    [0, 6, "read", {"topic": TOPIC, "partition": 0, "offset": 0, "max_records": 5}],
+    [0, 7, "stats", {"topic": TOPIC}],
+    [0, 8, "produce", {**GOOD, "producer_id": 4242}],  # an unknown producer: refused, nothing stored
+    [0, 9, "metadata", {"topics": [TOPIC], "create": False}],
+    [0, 10, "end_offset", {"topic": TOPIC, "partition": 0}],
+]
+
+
+@st.composite
+def mutated_frames(draw: st.DrawFn) -> bytes:
+    body = bytearray(msgpack.packb(draw(st.sampled_from(SEEDS))))
+    for _ in range(draw(st.integers(0, 4))):
+        action = draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
+        at = draw(st.integers(0, max(0, len(body) - 1)))
+        if action == "flip" and body:
+            body[at] = draw(st.integers(0, 255))
+        elif action == "insert":
+            body[at:at] = draw(st.binary(min_size=1, max_size=8))
+        elif action == "delete" and body:
+            del body[at]
+        elif action == "truncate":
+            del body[at:]
+    length = len(body) if draw(st.integers(0, 9)) else draw(st.integers(0, 2**32 - 1))
+    return struct.pack(">I", length) + bytes(body)
+
+
+scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=9)
+msgpack_values = st.recursive(
+    scalars | st.binary(max_size=9),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
+    max_leaves=20,
+)
+
+
+@st.composite
+def structured_frames(draw: st.DrawFn) -> bytes:
+    op = draw(st.sampled_from(["ping", "read", "produce", "stats", "metadata", "end_offset", "nope", "hello"]))
+    args = draw(st.dictionaries(st.sampled_from([*list(GOOD), "offset", "max_records", "create"]), msgpack_values))
+    return frame(msgpack.packb([draw(st.sampled_from([0, 0, 0, 1, 2])), draw(st.integers(0, 2**33)), op, args]))
+
+
+@pytest.fixture(scope="module")
+def fuzz_target() -> Iterator[tuple[BrokerServer, RemoteBroker, tuple[Any, ...]]]:
+    broker = open_broker(auto_create_topics=False)
+    broker.create_topic(TOPIC)
+    s = broker.init_producer()
+    broker.produce(TOPIC, 0, s.producer_id, s.producer_epoch, 0, [b"a", b"b", b"c"])
+    config = ServerConfig(handshake_timeout=2, frame_timeout=2, max_frame=64 * 1024)
+    with BrokerServer(broker, config=config) as server, RemoteBroker(server.url) as good:
+        yield server, good, snapshot(broker)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(chunks=st.lists(mutated_frames() | structured_frames() | st.binary(max_size=64), min_size=1, max_size=4))
+def test_fuzzed_frames_never_hurt_the_server(
+    fuzz_target: tuple[BrokerServer, RemoteBroker, tuple[Any, ...]], chunks: Sequence[bytes]
+) -> None:
+    server, good, before = fuzz_target
+    raw = Raw(server.address)
+    raw.sock.settimeout(5)
+    try:
+        raw.send(b"".join(chunks))
+        raw.sock.shutdown(socket.SHUT_WR)
+    except OSError:  # the server may close early after a fatal frame
+        pass
+    frames = []
+    try:
+        while True:
+            frames.append(raw.frame())
+    except (EOFError, ConnectionResetError):
+        pass
+    raw.close()
+    for kind, cid, body in frames:  # only well-formed answers
+        assert kind in (1, 2) and isinstance(cid, int) and isinstance(body, dict)
+        if kind == 2:
+            assert {"code", "name", "message", "recovery", "fields"} <= set(body)
+    assert good.ping() > 0
+    assert snapshot(server.broker) == before
+
+
+def test_a_client_request_that_never_gets_answered_times_out() -> None:
+    broker = GatedBroker(open_broker())
+    broker.create_topic("t")
+    with BrokerServer(broker) as server, RemoteBroker(server.url, timeout=0.3, retries=0) as client:
+        with pytest.raises(RequestTimeoutError):
+            client.read("t", 0)
+        future: Future[Any] = client.submit("read", {"topic": "t", "partition": 0})
+        broker.gate.set()
+        assert future.result(5) == {"records": []}
+
+
+def test_listen_errors_are_config_errors() -> None:
+    with BrokerServer(open_broker()) as first:
+        second = BrokerServer(open_broker(), "127.0.0.1", first.port)
+        with pytest.raises(idempotent.ConfigError):
+            second.start()
+        second.broker.close()
