@@ -13,20 +13,26 @@ against an :class:`AccessPolicy`, a pure set of rules:
   epoch. Because the owner is part of the persisted record, the binding survives broker
   restarts and is the same on every broker that loads the registry.
 * **Admin role.** A principal holding the admin role (``"admin"`` by default) may do
-  everything: change deduplication and policy settings, read every producer's state, and
-  initialise or produce as any producer (the owner stays the same).
-* Everything else (listing and creating topics, reading) is open to every principal that
-  passed authentication. Operations the policy does not know are for admins only.
+  everything: create topics with a chosen partition count, change deduplication and policy
+  settings, read every producer's state (``stats``), and initialise or produce as any
+  producer (the owner stays the same).
+* Everything else (``ping``, ``metadata``, ``topics``, ``partitions_for``, ``read``,
+  ``end_offset``) is open to every principal that passed authentication; ``metadata`` and
+  ``partitions_for`` may create an unknown topic with the broker's default partition count,
+  as a producer's first send does. Operations the policy does not know are for admins only.
 
-Three ways to authenticate:
+Two authenticators:
 
-* :class:`AllowAll` (no security, the default): every connection is the anonymous
-  principal holding the admin role, so nothing is refused, and new producers are unowned.
+* :class:`AllowAll` (no security): every connection is the anonymous principal holding the
+  admin role, so nothing is refused, and new producers are unowned.
 * :class:`JWTAuthenticator`: a signed JSON Web Token (PyJWT), HMAC with a shared secret
   (HS256/384/512) or a public key (RS*, PS*, ES*, EdDSA). The principal's name is the
   ``sub`` claim and its roles come from a configurable claim. With ``required=False``, a
   connection without a token is the anonymous principal without roles: it may use only
   unowned producers (a migration mode).
+
+:class:`BrokerGuard` binds an authenticator and a policy to a broker's registry and
+provides the hooks :class:`~idempotent.server.BrokerServer` calls.
 
 Time is an argument (``now``, seconds since the epoch), so the rules run in tests without a
 clock.
@@ -36,7 +42,8 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -401,14 +408,16 @@ class Access(enum.Enum):
 #: the access rule of every broker operation; operations not listed need the admin role
 DEFAULT_RULES: Mapping[str, Access] = MappingProxyType(
     {
+        "ping": Access.ANY,
+        "metadata": Access.ANY,
         "topics": Access.ANY,
         "partitions_for": Access.ANY,
-        "create_topic": Access.ANY,
         "read": Access.ANY,
         "end_offset": Access.ANY,
         "init_producer": Access.PRODUCER_NAME,
         "produce": Access.PRODUCER_ID,
         "submit_produce": Access.PRODUCER_ID,
+        "create_topic": Access.ADMIN,
         "stats": Access.ADMIN,
         "set_deduplication": Access.ADMIN,
         "set_policy": Access.ADMIN,
@@ -502,6 +511,60 @@ class AccessPolicy:
         raise AuthorizationError(f"producer id {producer_id} belongs to another principal than {principal}")
 
 
+class BrokerGuard:
+    """The security hooks of a broker server: an :class:`Authenticator` and an
+    :class:`AccessPolicy` applied to one broker's registry. An I/O shell: it reads the clock
+    and looks producer records up; the decisions are the policy's.
+
+    Pass ``authenticator=guard.authenticate, authorizer=guard.authorize, claim=guard.claim``
+    to :class:`~idempotent.server.BrokerServer`.
+    """
+
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        policy: AccessPolicy,
+        lookup: Callable[[int], ProducerRecord | None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.authenticator = authenticator
+        self.policy = policy
+        self._lookup = lookup
+        self._clock = clock
+
+    def authenticate(self, token: str | None) -> Principal:
+        """The connection's principal.
+
+        Raises:
+            AuthenticationError: see :meth:`Authenticator.authenticate`.
+        """
+        return self.authenticator.authenticate(token, self._clock())
+
+    def authorize(self, principal: object, operation: str, args: Mapping[str, Any]) -> None:
+        """Refuse a request ``principal`` may not make (before it runs; nothing changes).
+        ``init_producer`` is decided later, by :meth:`claim`, under the broker lock.
+
+        Raises:
+            AuthorizationError: an admin operation without the admin role, or a produce
+                request with another principal's producer id.
+        """
+        if not isinstance(principal, Principal):
+            raise AuthorizationError("the connection has no principal")
+        if self.policy.check(principal, operation) is Access.PRODUCER_ID:
+            producer_id = args["producer_id"]
+            self.policy.check_producer(principal, producer_id, self._lookup(producer_id))
+
+    def claim(self, principal: object, producer_name: str | None, previous: ProducerRecord | None) -> str | None:
+        """:meth:`AccessPolicy.claim` for the connection's principal.
+
+        Raises:
+            AuthorizationError: see :meth:`AccessPolicy.claim`.
+        """
+        if not isinstance(principal, Principal):
+            raise AuthorizationError("the connection has no principal")
+        return self.policy.claim(principal, producer_name, previous)
+
+
 __all__ = [
     "ADMIN_ROLE",
     "ANONYMOUS",
@@ -511,6 +574,7 @@ __all__ = [
     "AccessPolicy",
     "AllowAll",
     "Authenticator",
+    "BrokerGuard",
     "JWTAuthenticator",
     "Principal",
     "mint_token",

@@ -9,6 +9,7 @@ Subcommands::
     idempotent token (--secret-file F | --private-key F [--algorithm A]) --sub NAME [--role R ...]
                      [--ttl SECONDS] [--audience A] [--issuer I] [--roles-claim CLAIM]
     idempotent broker --backend URL [--listen HOST:PORT] [--tls-cert F --tls-key F] [options]
+                      [--auth-jwt-secret-file F | --auth-jwt-public-key F] [--auth-* options]
     idempotent services ...
     idempotent --version
 
@@ -840,6 +841,31 @@ def _add_broker_command(commands: Any) -> None:
     broker.add_argument("--tls-cert", metavar="FILE", help="serve TLS with this certificate chain (PEM)")
     broker.add_argument("--tls-key", metavar="FILE", help="private key of --tls-cert (PEM)")
     broker.add_argument("--tls-client-ca", metavar="FILE", help="require client certificates signed by this CA")
+    auth = broker.add_argument_group("authentication (see docs/security.md)")
+    key = auth.add_mutually_exclusive_group()
+    key.add_argument("--auth-jwt-secret-file", metavar="FILE", help="require HMAC-signed JWTs (HS256) with this secret")
+    key.add_argument("--auth-jwt-public-key", metavar="FILE", help="require JWTs signed by this PEM public key's owner")
+    auth.add_argument(
+        "--auth-jwt-algorithm",
+        metavar="ALG",
+        action="append",
+        help="accepted algorithm (repeatable; default HS256 with a secret, every one of the key's type with a key)",
+    )
+    auth.add_argument("--auth-audience", metavar="AUD", help="tokens must name this audience (aud)")
+    auth.add_argument("--auth-issuer", metavar="ISS", help="tokens must come from this issuer (iss)")
+    auth.add_argument("--auth-leeway", metavar="S", type=_float_type, default=30.0, help="clock skew allowed (30)")
+    auth.add_argument("--auth-roles-claim", metavar="CLAIM", default="roles", help="claim holding the roles (roles)")
+    auth.add_argument("--auth-admin-role", metavar="ROLE", default="admin", help="role of administrators (admin)")
+    auth.add_argument(
+        "--auth-optional",
+        action="store_true",
+        help="let connections without a token in, as the anonymous principal (migration only)",
+    )
+    auth.add_argument(
+        "--auth-adopt-unowned",
+        action="store_true",
+        help="let a principal take over producer names created before authentication was on",
+    )
     broker.add_argument("--max-in-flight", metavar="N", type=_int_type(1, "--max-in-flight"), default=64)
     broker.add_argument("--max-frame", metavar="BYTES", type=_int_type(1024, "--max-frame"), default=16 * 1024 * 1024)
     broker.add_argument("--idle-timeout", metavar="S", type=_float_type, default=300.0)
@@ -856,6 +882,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
     if args.tls_key and not args.tls_cert:
         raise CliError("--tls-key needs --tls-cert")
+    jwt_options = ("auth_jwt_algorithm", "auth_audience", "auth_issuer", "auth_optional", "auth_adopt_unowned")
+    if not (args.auth_jwt_secret_file or args.auth_jwt_public_key) and any(getattr(args, o) for o in jwt_options):
+        raise CliError("the --auth-* options need --auth-jwt-secret-file or --auth-jwt-public-key")
     context = server_ssl_context(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     config = ServerConfig(max_frame=args.max_frame, max_in_flight=args.max_in_flight, idle_timeout=args.idle_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -865,7 +894,14 @@ def cmd_broker(args: argparse.Namespace) -> int:
     if not isinstance(broker, Broker):
         broker.close()
         raise CliError("--backend must name a storage backend (sqlite://, kafka://, pulsar://, memory://)")
-    server = BrokerServer(broker, host, port, ssl_context=context, advertised_address=args.advertise, config=config)
+    try:
+        security = _broker_security(args, broker)
+    except BaseException:
+        broker.close()
+        raise
+    server = BrokerServer(
+        broker, host, port, ssl_context=context, advertised_address=args.advertise, config=config, **security
+    )
 
     def ready(served: BrokerServer) -> None:
         _err(f"serving {broker.url} on {served.url}")
@@ -875,6 +911,33 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
     server.run(on_ready=ready)
     return 0
+
+
+def _broker_security(args: argparse.Namespace, broker: Broker) -> dict[str, Any]:
+    """The server's authenticator, authorizer and claim hooks from the ``--auth-*`` options
+    (none without a JWT key: every connection may do everything)."""
+    from .auth import AccessPolicy, BrokerGuard, JWTAuthenticator
+
+    if not (args.auth_jwt_secret_file or args.auth_jwt_public_key):
+        return {}
+    options: dict[str, Any] = {
+        "audience": args.auth_audience,
+        "issuer": args.auth_issuer,
+        "leeway": args.auth_leeway,
+        "roles_claim": args.auth_roles_claim,
+        "required": not args.auth_optional,
+    }
+    if args.auth_jwt_secret_file:
+        authenticator = JWTAuthenticator.from_secret_file(
+            args.auth_jwt_secret_file, args.auth_jwt_algorithm or ("HS256",), **options
+        )
+    else:
+        authenticator = JWTAuthenticator.from_public_key_file(
+            args.auth_jwt_public_key, args.auth_jwt_algorithm, **options
+        )
+    policy = AccessPolicy(admin_role=args.auth_admin_role, adopt_unowned=args.auth_adopt_unowned)
+    guard = BrokerGuard(authenticator, policy, broker.producer_record)
+    return {"authenticator": guard.authenticate, "authorizer": guard.authorize, "claim": guard.claim}
 
 
 # -- services ------------------------------------------------------------------------------

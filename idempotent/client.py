@@ -29,6 +29,7 @@ import msgpack
 import tenacity
 
 from . import _protocol as wire
+from . import tls as tls_contexts
 from .errors import (
     AuthenticationError,
     BrokerConnectionError,
@@ -263,12 +264,9 @@ class RemoteBroker:
             if ssl_context is not None:
                 self._ssl = ssl_context
             else:
-                try:
-                    context = ssl.create_default_context(cafile=cafile)
-                    if certfile:
-                        context.load_cert_chain(certfile, keyfile)
-                except (OSError, ssl.SSLError) as exc:
-                    raise ConfigError(f"cannot load TLS files: {exc}") from None
+                context = tls_contexts.client_context(
+                    cafile, certfile=certfile or None, keyfile=keyfile, check_hostname=verify
+                )
                 if not verify:
                     context.check_hostname = False
                     context.verify_mode = ssl.CERT_NONE
@@ -333,6 +331,11 @@ class RemoteBroker:
         except ssl.SSLCertVerificationError as exc:
             sock.close()
             raise ConfigError(f"TLS verification of {self._url} failed: {exc.verify_message}") from None
+        except ssl.SSLError as exc:
+            sock.close()
+            if exc.reason == "WRONG_VERSION_NUMBER":  # the peer answered, but not in TLS
+                raise ConfigError(f"{self._url} does not speak TLS; use idem:// for a plain listener") from None
+            raise BrokerConnectionError(f"TLS handshake with {self._url} failed: {exc}") from None
         except (OSError, ValueError) as exc:
             sock.close()
             raise BrokerConnectionError(f"handshake with {self._url} failed: {exc}") from None

@@ -225,7 +225,11 @@ def rec(owner: str | None, name: str | None = "job") -> ProducerRecord:
     [
         ("topics", Access.ANY),
         ("read", Access.ANY),
-        ("create_topic", Access.ANY),
+        ("ping", Access.ANY),
+        ("metadata", Access.ANY),
+        ("partitions_for", Access.ANY),
+        ("end_offset", Access.ANY),
+        ("create_topic", Access.ADMIN),
         ("init_producer", Access.PRODUCER_NAME),
         ("produce", Access.PRODUCER_ID),
         ("stats", Access.ADMIN),
