@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import select
 import socket
 import ssl
@@ -209,17 +210,40 @@ class _Link:
                 future.set_exception(RequestTimeoutError(f"no answer from {self.owner.url} in time"))
 
 
+def _token_from_environment() -> str | None:
+    """``IDEMPOTENT_TOKEN``, else the contents of ``IDEMPOTENT_TOKEN_FILE``, else None.
+
+    Raises:
+        ConfigError: the token file cannot be read.
+    """
+    token = os.environ.get("IDEMPOTENT_TOKEN")
+    if token:
+        return token.strip()
+    path = os.environ.get("IDEMPOTENT_TOKEN_FILE")
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read IDEMPOTENT_TOKEN_FILE {path!r}: {exc}") from None
+
+
 class RemoteBroker:
     """The Broker API of a broker server, over TCP or TLS. Thread-safe.
 
     Args:
         url: ``idem://host:port`` or ``idems://host:port`` (TLS).
-        token: credentials sent in the handshake (for a server with an authenticator).
+        token: credentials sent in the handshake (for a server with an authenticator);
+            default: the environment variable ``IDEMPOTENT_TOKEN``, else the contents of the
+            file ``IDEMPOTENT_TOKEN_FILE`` names (see ``docs/security.md``).
         timeout: seconds to wait for each answer (``init_producer`` adds its own timeout).
         connect_timeout: seconds to keep trying to (re)connect before failing a request.
-        cafile: CA bundle to verify the server's certificate (TLS); default: the system's.
+        cafile: CA bundle to verify the server's certificate (TLS); default:
+            ``IDEMPOTENT_TLS_CA``, else the system's trust store.
         verify: False accepts any server certificate (TLS; for tests only).
-        certfile, keyfile: a client certificate (TLS servers that require one).
+        certfile, keyfile: a client certificate (TLS servers that require one); default:
+            ``IDEMPOTENT_TLS_CERT`` and ``IDEMPOTENT_TLS_KEY``.
         ssl_context: a ready client-side context instead of the options above.
         client_name: sent in the handshake, for the server's logs.
         retries: how often a request that is safe to repeat (everything but ``produce`` and
@@ -250,7 +274,11 @@ class RemoteBroker:
     ) -> None:
         self.host, self.port, tls = parse_url(url)
         self._url = url
-        self.token = token
+        self.token = token if token is not None else _token_from_environment()
+        if tls and ssl_context is None:
+            cafile = cafile or os.environ.get("IDEMPOTENT_TLS_CA") or None
+            certfile = certfile or os.environ.get("IDEMPOTENT_TLS_CERT") or None
+            keyfile = keyfile or os.environ.get("IDEMPOTENT_TLS_KEY") or None
         if not timeout > 0 or not connect_timeout > 0:
             raise ConfigError("timeout and connect_timeout must be positive")
         self.timeout = float(timeout)

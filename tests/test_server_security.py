@@ -351,3 +351,25 @@ def test_broker_command_auth_options_need_a_key(capsys: pytest.CaptureFixture[st
     (tmp_path / "short").write_bytes(b"short")
     assert cli.main(["broker", "--backend", url, "--auth-jwt-secret-file", str(tmp_path / "short")]) == 2
     assert "at least 32 bytes" in capsys.readouterr().err
+
+
+def test_clients_take_token_and_tls_files_from_the_environment(
+    server: BrokerServer, certs: CertFiles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IDEMPOTENT_TLS_CA", str(certs.ca_cert))
+    (tmp_path / "token").write_text(ROOT + "\n")
+    monkeypatch.setenv("IDEMPOTENT_TOKEN_FILE", str(tmp_path / "token"))
+    with idempotent.connect(server.url) as root:
+        assert root.server_info["principal"] == "root"  # type: ignore[attr-defined]
+        assert root.stats() == []
+    monkeypatch.setenv("IDEMPOTENT_TOKEN", ALICE)  # wins over the file
+    with Producer(server.url, producer_name="env-job") as producer:
+        assert producer.send("events", b"x", partition=0).result(10).offset == 0
+    assert (r := server.broker.producer_record(0)) is not None and r.principal == "alice"
+    monkeypatch.delenv("IDEMPOTENT_TOKEN")
+    monkeypatch.setenv("IDEMPOTENT_TOKEN_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="IDEMPOTENT_TOKEN_FILE"):
+        RemoteBroker(server.url)
+    monkeypatch.delenv("IDEMPOTENT_TOKEN_FILE")
+    with pytest.raises(AuthenticationError):
+        RemoteBroker(server.url, connect_timeout=1)
