@@ -905,6 +905,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
     def ready(served: BrokerServer) -> None:
         _err(f"serving {broker.url} on {served.url}")
+        if security and context is None:
+            _err("warning: tokens travel in clear text; serve TLS (--tls-cert) when authenticating")
         if args.ready_file:
             with open(args.ready_file, "w") as out:
                 out.write(served.address + "\n")
