@@ -888,12 +888,12 @@ def cmd_broker(args: argparse.Namespace) -> int:
     context = server_ssl_context(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     config = ServerConfig(max_frame=args.max_frame, max_in_flight=args.max_in_flight, idle_timeout=args.idle_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.backend.startswith(("idem://", "idems://")):
+        raise CliError("--backend must name a storage backend (sqlite://, kafka://, pulsar://, memory://)")
     from . import connect
 
     broker = connect(args.backend)
-    if not isinstance(broker, Broker):
-        broker.close()
-        raise CliError("--backend must name a storage backend (sqlite://, kafka://, pulsar://, memory://)")
+    assert isinstance(broker, Broker)
     try:
         security = _broker_security(args, broker)
     except BaseException:

@@ -36,6 +36,7 @@ from .errors import (
     BrokerConnectionError,
     ConfigError,
     InvalidBatchError,
+    NotOwnerError,
     ProducerClosedError,
     ProducerError,
     ProtocolError,
@@ -79,8 +80,9 @@ def parse_url(url: str) -> tuple[str, int, bool]:
 class _Link:
     """One established connection: pending requests by correlation id and the reader thread."""
 
-    def __init__(self, sock: socket.socket, owner: RemoteBroker, hello: dict[str, Any]) -> None:
+    def __init__(self, sock: socket.socket, owner: RemoteBroker, hello: dict[str, Any], address: str) -> None:
         self.sock = sock
+        self.address = address
         self.owner = owner
         self.hello = hello
         self.max_frame = int(hello.get("max_frame", wire.DEFAULT_MAX_FRAME))
@@ -103,7 +105,7 @@ class _Link:
         future: Future[Any] = Future()
         with self.lock:
             if not self.alive:
-                future.set_exception(BrokerConnectionError(f"connection to {self.owner.url} is closed"))
+                future.set_exception(BrokerConnectionError(f"connection to {self.address} is closed"))
                 return future
             cid = self.next_id()
             self.pending[cid] = (future, decode, time.monotonic() + timeout)
@@ -125,7 +127,7 @@ class _Link:
             with self.write_lock:
                 self.sock.sendall(data)
         except (OSError, ValueError) as exc:
-            self.fail(BrokerConnectionError(f"sending to {self.owner.url} failed: {exc}"))
+            self.fail(BrokerConnectionError(f"sending to {self.address} failed: {exc}"))
         return future
 
     def fail(self, error: ProducerError) -> None:
@@ -157,7 +159,7 @@ class _Link:
                 except ssl.SSLWantReadError:
                     continue
                 if not data:
-                    self.fail(BrokerConnectionError(f"{self.owner.url} closed the connection"))
+                    self.fail(BrokerConnectionError(f"{self.address} closed the connection"))
                     return
                 for body in decoder.feed(data):
                     if isinstance(body, wire.FrameTooLarge):
@@ -166,9 +168,9 @@ class _Link:
                     self._deliver(body)
                 self._expire()
         except (OSError, ValueError) as exc:
-            self.fail(BrokerConnectionError(f"connection to {self.owner.url} failed: {exc}"))
+            self.fail(BrokerConnectionError(f"connection to {self.address} failed: {exc}"))
         except Exception as exc:  # never leave futures hanging on a bug or a garbled frame
-            self.fail(ProtocolError(f"bad answer from {self.owner.url}: {exc!r}"))
+            self.fail(ProtocolError(f"bad answer from {self.address}: {exc!r}"))
 
     def _deliver(self, body: bytes) -> None:
         frame = msgpack.unpackb(body, raw=False)
@@ -178,7 +180,7 @@ class _Link:
         if cid == 0:  # about the connection as a whole: it is about to close
             error = wire.error_from_wire(value) if kind == wire.ERROR else ProtocolError("bad connection frame")
             if isinstance(error, ProducerClosedError | RequestTimeoutError):
-                error = BrokerConnectionError(f"{self.owner.url}: {error.message}")
+                error = BrokerConnectionError(f"{self.address}: {error.message}")
             self.fail(error)
             return
         with self.lock:
@@ -192,7 +194,7 @@ class _Link:
         try:
             result = decode(value)
         except Exception as exc:
-            future.set_exception(ProtocolError(f"malformed answer from {self.owner.url}: {exc!r}"))
+            future.set_exception(ProtocolError(f"malformed answer from {self.address}: {exc!r}"))
             return
         future.set_result(result)
 
@@ -207,7 +209,7 @@ class _Link:
                     expired.append(self.pending.pop(cid)[0])
         for future in expired:
             if not future.done():
-                future.set_exception(RequestTimeoutError(f"no answer from {self.owner.url} in time"))
+                future.set_exception(RequestTimeoutError(f"no answer from {self.address} in time"))
 
 
 def _token_from_environment() -> str | None:
@@ -302,9 +304,13 @@ class RemoteBroker:
         elif ssl_context is not None or cafile or certfile:
             raise ConfigError("TLS options need an idems:// URL")
         self._lock = threading.Lock()
-        self._link: _Link | None = None
+        self.address = f"{self.host}:{self.port}"
+        #: one connection per broker address; the URL's broker is the bootstrap one
+        self._links: dict[str, _Link] = {}
+        #: (topic, partition) -> owner address learnt from NotOwnerError or metadata
+        self._routes: dict[tuple[str, int], str] = {}
         self._closed = False
-        self._connect()
+        self._connect(self.address)
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -319,17 +325,17 @@ class RemoteBroker:
         link = self._current()
         return dict(link.hello)
 
-    def _current(self) -> _Link:
-        link = self._link
+    def _current(self, address: str | None = None) -> _Link:
+        link = self._links.get(address or self.address)
         if link is not None and link.alive:
             return link
-        return self._connect()
+        return self._connect(address or self.address)
 
-    def _connect(self) -> _Link:
+    def _connect(self, address: str) -> _Link:
         with self._lock:
             if self._closed:
                 raise ProducerClosedError(f"client for {self._url} is closed")
-            link = self._link
+            link = self._links.get(address)
             if link is not None and link.alive:
                 return link
             for attempt in tenacity.Retrying(
@@ -339,19 +345,21 @@ class RemoteBroker:
                 reraise=True,
             ):
                 with attempt:
-                    self._link = self._open()
-            assert self._link is not None
-            return self._link
+                    link = self._links[address] = self._open(address)
+            assert link is not None
+            return link
 
-    def _open(self) -> _Link:
+    def _open(self, address: str) -> _Link:
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
-        except OSError as exc:
-            raise BrokerConnectionError(f"cannot connect to {self._url}: {exc}") from None
+            sock = socket.create_connection((host, int(port)), timeout=self.connect_timeout)
+        except (OSError, ValueError) as exc:
+            raise BrokerConnectionError(f"cannot connect to {address}: {exc}") from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._ssl is not None:
-                sock = self._ssl.wrap_socket(sock, server_hostname=self.host)
+                sock = self._ssl.wrap_socket(sock, server_hostname=host)
             hello = {"version": wire.PROTOCOL_VERSION, "token": self.token, "client": self.client_name}
             sock.sendall(wire.encode_request(1, "hello", hello))
             answer = self._read_one(sock)
@@ -377,7 +385,7 @@ class RemoteBroker:
         if kind != wire.RESPONSE or cid != 1 or type(value) is not dict:
             sock.close()
             raise ProtocolError(f"{self._url} answered the handshake with {answer!r:.100}")
-        return _Link(sock, self, value)
+        return _Link(sock, self, value, address)
 
     def _read_one(self, sock: socket.socket) -> list[Any]:
         decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME)
@@ -396,15 +404,22 @@ class RemoteBroker:
     # -- requests --------------------------------------------------------------------------------
 
     def submit(
-        self, op: str, args: dict[str, Any], decode: _Decode = _same, timeout: float | None = None
+        self,
+        op: str,
+        args: dict[str, Any],
+        decode: _Decode = _same,
+        timeout: float | None = None,
+        *,
+        address: str | None = None,
     ) -> Future[Any]:
-        """Send one request; return the future of its decoded result (see ``docs/protocol.md``).
+        """Send one request (to the broker at ``address``, default the URL's); return the
+        future of its decoded result (see ``docs/protocol.md``).
 
         Failures (server errors, I/O) end up on the future, except ProducerClosedError after
         :meth:`close`, which is raised.
         """
         try:
-            link = self._current()
+            link = self._current(address)
         except (BrokerConnectionError, AuthenticationError, ProtocolError, ConfigError) as exc:
             failed: Future[Any] = Future()
             failed.set_exception(exc)
@@ -449,6 +464,13 @@ class RemoteBroker:
         args = {"topics": None if topics is None else list(topics), "create": create}
         result = self.call("metadata", args)
         topics_map: dict[str, list[str | None]] = result["topics"]
+        with self._lock:  # route each partition's batches to its owner from now on
+            for topic, owners in topics_map.items():
+                for partition, owner in enumerate(owners):
+                    if owner and owner != self.address:
+                        self._routes[(topic, partition)] = owner
+                    else:
+                        self._routes.pop((topic, partition), None)
         return topics_map
 
     # -- BrokerAPI -------------------------------------------------------------------------------
@@ -527,8 +549,31 @@ class RemoteBroker:
             "base_sequence": base_sequence,
             "records": encoded,
         }
-        future: Future[ProduceResult] = self.submit("produce", args, wire.decode_result)
+        key = (topic, partition)
+        owner = self._routes.get(key)
+        future: Future[ProduceResult] = self.submit("produce", args, wire.decode_result, address=owner)
+        future.add_done_callback(lambda f: self._learn_owner(key, owner, f))
         return future
+
+    def _learn_owner(self, key: tuple[str, int], used: str | None, future: Future[Any]) -> None:
+        """After NotOwnerError, send the partition's next requests to the owner it names
+        (or back to the URL's broker when it names none). The producer resends the batch."""
+        error = future.exception()
+        if isinstance(error, NotOwnerError):
+            with self._lock:
+                if self._routes.get(key) == used:
+                    if error.owner and error.owner != self.address:
+                        self._routes[key] = error.owner
+                    else:
+                        self._routes.pop(key, None)
+        elif isinstance(error, BrokerConnectionError) and used is not None:
+            with self._lock:  # the owner went away: ask the URL's broker next time
+                if self._routes.get(key) == used:
+                    del self._routes[key]
+
+    def owner_of(self, topic: str, partition: int) -> str:
+        """The broker address this client sends the partition's batches to."""
+        return self._routes.get((topic, partition), self.address)
 
     def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[StoredRecord]:
         """Up to ``max_records`` stored records from ``offset`` on (the server may return fewer
@@ -569,8 +614,8 @@ class RemoteBroker:
             if self._closed:
                 return
             self._closed = True
-            link = self._link
-        if link is not None:
+            links = list(self._links.values())
+        for link in links:
             link.fail(ProducerClosedError(f"client for {self._url} was closed"))
             if link.thread is not threading.current_thread():
                 link.thread.join(5)

@@ -182,7 +182,8 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        for item in self.decoder.feed(data):
+        frames = self.decoder.feed(data)
+        for item in frames:
             if isinstance(item, wire.FrameTooLarge):
                 self.fail(
                     wire.encode_error(
@@ -193,11 +194,11 @@ class _Connection(asyncio.Protocol):
             self.backlog.append(item)
             self.server._pending += 1
         now = time.monotonic()
-        if self.backlog:
+        if frames:
             self.last_frame_at = now
         if not self.decoder.buffered:
             self.partial_since = None
-        elif self.partial_since is None or self.backlog:
+        elif self.partial_since is None or frames:  # a new frame started
             self.partial_since = now
         self.pump()
 
@@ -208,7 +209,7 @@ class _Connection(asyncio.Protocol):
             self.fail(wire.encode_error(0, ProtocolError("connection ended inside a frame")))
         else:
             self.close_if_done()
-        return True
+        return self.server.ssl_context is None  # TLS cannot half-close: the transport closes
 
     def close_if_done(self) -> None:
         if self.eof and not self.in_flight and not self.backlog and self.transport is not None and not self.closing:

@@ -475,3 +475,41 @@ def test_file_with_3_partitions_resumes_after_two_kills(tmp_path: Path) -> None:
     # The same file named by an absolute path is the same input (the same producer).
     fourth, _ = finish([url, "events", "--file", str(data)], Path("/"))
     assert fourth["sent"] == 0
+
+
+# -- broker server -------------------------------------------------------------------------
+
+
+def test_broker_command_serves_and_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "idempotent", "broker", "--backend", url, "--listen", "127.0.0.1:0",
+         "--ready-file", str(ready)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (ready.exists() and ready.read_text().endswith("\n")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the broker did not start"
+            time.sleep(0.05)
+        address = ready.read_text().strip()
+        with Producer(f"idem://{address}", "cli-served") as producer:
+            assert producer.send("t", b"over the wire").result().offset == 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.stderr is not None and f"idem://{address}" in proc.stderr.read()
+    with idempotent.connect(url) as broker:
+        assert [r.value for r in broker.read("t", 0)] == [b"over the wire"]
+        assert broker.stats("t")[0].snapshot_position == 1  # closed cleanly: a final snapshot
+
+
+def test_broker_command_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["broker", "--backend", "memory://", "--listen", "nohost"]) == 2
+    assert "host:port" in capsys.readouterr().err
+    assert cli.main(["broker", "--backend", "memory://", "--tls-key", "k.pem"]) == 2
+    assert cli.main(["broker", "--backend", "idem://127.0.0.1:1"]) == 2

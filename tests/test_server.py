@@ -6,6 +6,7 @@ import socket
 import struct
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -420,3 +421,32 @@ def test_listen_errors_are_config_errors() -> None:
         with pytest.raises(idempotent.ConfigError):
             second.start()
         second.broker.close()
+
+
+# -- over the real backends ----------------------------------------------------------------------
+
+
+def _exactly_once_through_a_server(url: str, options: dict[str, Any]) -> None:
+    broker = idempotent.connect(url, BrokerConfig(maintenance_interval=0), **options)
+    topic = f"served-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, 2)
+    with BrokerServer(broker) as server:
+        with Producer(server.url, f"served-{topic}", linger_ms=2, max_batch_records=50) as producer:
+            futures = [producer.send(topic, f"m{i}".encode(), partition=i % 2) for i in range(600)]
+            assert producer.flush(120) == 0
+            offsets = [f.result().offset for f in futures]
+        with RemoteBroker(server.url) as client:
+            for p in (0, 1):
+                values = [r.value for r in client.read(topic, p, 0, 10_000)]
+                assert values == [f"m{i}".encode() for i in range(p, 600, 2)]
+            assert client.read(topic, 1, offsets[599], 1)[0].value == b"m599"
+
+
+@pytest.mark.kafka
+def test_server_over_kafka(kafka_service: Any) -> None:
+    _exactly_once_through_a_server(kafka_service.url, {})
+
+
+@pytest.mark.pulsar
+def test_server_over_pulsar(pulsar_service: Any) -> None:
+    _exactly_once_through_a_server(pulsar_service.url, {"admin_url": pulsar_service.admin_url})
