@@ -273,8 +273,10 @@ class Reader:
 
     def _apply_start(self, start: Start | MessageId | Iterable[MessageId], inclusive: bool) -> None:
         if start == "earliest" or start == "latest":
-            for part in self._parts.values():
-                self._seek_part(part, self._broker.end_offset(self._topic, part.partition) if start == "latest" else 0)
+            # learn every end first, so that a failure moves nothing
+            ends = {p: self._broker.end_offset(self._topic, p) if start == "latest" else 0 for p in self._parts}
+            for p, part in self._parts.items():
+                self._seek_part(part, ends[p])
             return
         if isinstance(start, MessageId):
             ids: list[MessageId] = [start]
