@@ -217,7 +217,7 @@ class Reader:
         connect_options: passed to :func:`idempotent.connect` with a URL.
 
     Multi-partition order: partitions are served in turn, one message at a time, skipping
-    those with nothing to read; within a partition, offset order.
+    those with nothing to read; within a partition, offset order. Not thread-safe.
 
     Raises:
         ConfigError: bad URL or argument, a start MessageId of another topic or partition.

@@ -26,11 +26,19 @@ def fill(broker: Broker, topic: str, partitions: int, sends: Sequence[int]) -> l
     return send(broker, topic, sends, start=0)
 
 
-def send(broker: Broker, topic: str, sends: Sequence[int], start: int) -> list[tuple[int, bytes]]:
+def send(
+    broker: Broker, topic: str, sends: Sequence[int], start: int, *, batched: bool = False
+) -> list[tuple[int, bytes]]:
+    """One batch per record, or (``batched``) as few batches as the producer makes."""
     out = [(p, f"v{start + i}".encode()) for i, p in enumerate(sends)]
-    with Producer(broker, producer_name=f"writer-{topic}", linger_ms=0) as producer:
+    with Producer(broker, producer_name=f"writer-{topic}", linger_ms=50 if batched else 0) as producer:
+        futures = []
         for p, value in out:
-            producer.send(topic, value, key=b"k", partition=p, headers={"h": value}).result(timeout=60)
+            futures.append(producer.send(topic, value, key=b"k", partition=p, headers={"h": value}))
+            if not batched:
+                futures[-1].result(timeout=60)
+        for future in futures:
+            future.result(timeout=60)
     return out
 
 
@@ -63,7 +71,8 @@ class ReaderSuite:
     def test_resume_after_a_message_id(self, harness: Any) -> None:
         with harness.open() as broker:
             topic = topic_name()
-            sent = fill(broker, topic, 1, [0] * 6)
+            broker.create_topic(topic, 1)
+            sent = send(broker, topic, [0] * 6, 0, batched=True)  # resume inside a batch (a Pulsar entry)
             with Reader(broker, topic) as reader:
                 head = [reader.read_next(30) for _ in range(3)]
             stored = head[-1].message_id.serialize()  # what an application would keep
