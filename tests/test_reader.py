@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,11 +20,16 @@ from idempotent.testing.conformance import topic_name
 from .conftest import LocalHarness, ServiceHarness, memory_harness, sqlite_harness
 
 
-def fill(broker: Broker, topic: str, partitions: int, sends: Sequence[int]) -> list[tuple[int, bytes]]:
-    """Create ``topic`` and store one record per entry of ``sends`` (its partition);
-    returns ``(partition, value)`` in send order."""
+def fill(
+    broker: Broker, topic: str, partitions: int, sends: Sequence[int], *, batched: bool = False
+) -> list[tuple[int, bytes]]:
+    """Create ``topic`` and store one record per entry of ``sends`` (its partition), and
+    wait until they are visible; returns ``(partition, value)`` in send order."""
     broker.create_topic(topic, partitions)
-    return send(broker, topic, sends, start=0)
+    out = send(broker, topic, sends, start=0, batched=batched)
+    for p in range(partitions):
+        wait_visible(broker, topic, p, list(sends).count(p))
+    return out
 
 
 def send(
@@ -40,6 +46,15 @@ def send(
         for future in futures:
             future.result(timeout=60)
     return out
+
+
+def wait_visible(broker: Broker, topic: str, partition: int, count: int) -> None:
+    """Wait until ``count`` records are readable: on Kafka an acknowledged record becomes
+    visible to committed reads only once its transaction marker is written, just after."""
+    deadline = time.monotonic() + 30
+    while len(broker.read(topic, partition, 0, count)) < count:
+        assert time.monotonic() < deadline, "records never became visible"
+        time.sleep(0.01)
 
 
 def values(messages: Sequence[Any]) -> list[bytes | None]:
@@ -71,8 +86,7 @@ class ReaderSuite:
     def test_resume_after_a_message_id(self, harness: Any) -> None:
         with harness.open() as broker:
             topic = topic_name()
-            broker.create_topic(topic, 1)
-            sent = send(broker, topic, [0] * 6, 0, batched=True)  # resume inside a batch (a Pulsar entry)
+            sent = fill(broker, topic, 1, [0] * 6, batched=True)  # resume inside a batch (a Pulsar entry)
             with Reader(broker, topic) as reader:
                 head = [reader.read_next(30) for _ in range(3)]
             stored = head[-1].message_id.serialize()  # what an application would keep
