@@ -7,7 +7,8 @@ effects of processing, see :mod:`idempotent.state`) and starts the next Reader a
 
 Order: within a partition, messages come in offset order. A Reader over several partitions
 serves them in turn, one message at a time (partition 0, 1, ..., then 0 again), skipping
-partitions that have nothing to read; it keeps one position per partition.
+partitions that have nothing to read at their turn (nothing fetched, and nothing new or
+waiting for their next poll); it keeps one position per partition.
 
 Offsets are not dense on every backend (Pulsar offsets encode ledger, entry and batch index;
 Kafka transaction markers take offsets), so a position is a lower bound: the Reader reads
@@ -193,6 +194,8 @@ class _Partition:
     position: int
     poll: _PollState
     buffer: deque[Message] = attrs.field(factory=deque)
+    #: the last read returned ``max_records``: more is probably stored
+    more: bool = False
 
 
 class Reader:
@@ -303,6 +306,7 @@ class Reader:
     @staticmethod
     def _seek_part(part: _Partition, position: int) -> None:
         part.position = position
+        part.more = False
         part.buffer.clear()
         part.poll.found()
 
@@ -337,9 +341,11 @@ class Reader:
 
     def _fetch(self, part: _Partition) -> bool:
         """Fill the partition's buffer from the broker; False when nothing new is stored."""
-        if self._broker.end_offset(self._topic, part.partition) <= part.position:
+        # a full read suggests more is stored: skip the end_offset question then
+        if not part.more and self._broker.end_offset(self._topic, part.partition) <= part.position:
             return False
         records = self._broker.read(self._topic, part.partition, part.position, self._max_records)
+        part.more = len(records) >= self._max_records
         for record in records:
             if record.offset >= part.position:  # a backend may hand back the start's neighbours
                 part.buffer.append(Message.from_stored(self._topic, part.partition, record))
@@ -347,21 +353,24 @@ class Reader:
         return bool(part.buffer)
 
     def _take(self, now: float, *, force: bool) -> Message | None:
-        """The next message in turn, fetching for partitions that are due (all, with
-        ``force``); None when no partition has one now."""
+        """The next message in turn: from partitions with fetched messages or due for a
+        poll; then, with ``force``, polling the others too. None when none has one now."""
         count = len(self._order)
-        for step in range(count):
-            index = (self._turn + step) % count
-            part = self._parts[self._order[index]]
-            if not part.buffer:
-                if not (force or part.poll.due(now)):
-                    continue
-                if not self._fetch(part):
-                    part.poll.empty(now)
-                    continue
-                part.poll.found()
-            self._turn = (index + 1) % count
-            return part.buffer.popleft()
+        polled: set[int] = set()
+        for forced in (False, True) if force else (False,):
+            for step in range(count):
+                index = (self._turn + step) % count
+                part = self._parts[self._order[index]]
+                if not part.buffer:
+                    if part.partition in polled or not (forced or part.poll.due(now)):
+                        continue
+                    polled.add(part.partition)
+                    if not self._fetch(part):
+                        part.poll.empty(now)
+                        continue
+                    part.poll.found()
+                self._turn = (index + 1) % count
+                return part.buffer.popleft()
         return None
 
     def read_next(self, timeout: float | None = None) -> Message:

@@ -6,6 +6,7 @@ import pickle
 import threading
 import time
 import urllib.parse
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 from idempotent import Broker, MessageId, Producer, Reader
 from idempotent.errors import ConfigError, InvalidTopicError, ProducerClosedError, ReadTimeoutError
-from idempotent.reader import MESSAGE_ID_VERSION
+from idempotent.reader import MESSAGE_ID_VERSION, _PollState
 from idempotent.testing.conformance import topic_name
 
 from .conftest import LocalHarness, ServiceHarness, memory_harness, sqlite_harness
@@ -52,7 +53,7 @@ def wait_visible(broker: Broker, topic: str, partition: int, count: int) -> None
     """Wait until ``count`` records are readable: on Kafka an acknowledged record becomes
     visible to committed reads only once its transaction marker is written, just after."""
     deadline = time.monotonic() + 30
-    while len(broker.read(topic, partition, 0, count)) < count:
+    while count and len(broker.read(topic, partition, 0, count)) < count:
         assert time.monotonic() < deadline, "records never became visible"
         time.sleep(0.01)
 
@@ -279,3 +280,71 @@ def test_message_id_rejects_garbage(data: Any) -> None:
 def test_message_id_validates(args: tuple[Any, Any, Any]) -> None:
     with pytest.raises(ConfigError):
         MessageId(*args)
+
+
+# -- polling -------------------------------------------------------------------------------
+
+
+def test_poll_backoff_is_pure_and_bounded() -> None:
+    poll = _PollState(0.005, 0.04)
+    assert poll.due(0.0)
+    waits = []
+    for now in (1.0, 2.0, 3.0, 4.0, 5.0):
+        poll.empty(now)
+        waits.append(round(poll.next_poll - now, 6))
+        assert not poll.due(now) and poll.due(poll.next_poll)
+    assert waits == [0.005, 0.01, 0.02, 0.04, 0.04]
+    poll.found()
+    assert poll.due(0.0)
+    poll.empty(10.0)
+    assert poll.next_poll == pytest.approx(10.005)
+
+
+class CountingBroker:
+    """Counts end_offset and read calls per partition."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.inner = broker
+        self.calls: Counter[int] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        self.calls[partition] += 1
+        return self.inner.end_offset(topic, partition)
+
+    def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[Any]:
+        self.calls[partition] += 1
+        return self.inner.read(topic, partition, offset, max_records)
+
+
+def test_idle_partitions_are_not_polled_per_message() -> None:
+    with memory_harness().open() as inner:
+        topic = topic_name()
+        fill(inner, topic, 3, [0] * 200)
+        broker: Any = CountingBroker(inner)
+        with Reader(broker, topic, max_records=10) as reader:
+            assert values([reader.read_next(10) for _ in range(200)]) == [f"v{i}".encode() for i in range(200)]
+        # partition 0 needs 20 reads (plus a few end_offset checks); the empty partitions are
+        # asked on a backoff, not once per message
+        assert broker.calls[0] <= 30
+        assert broker.calls[1] <= 20 and broker.calls[2] <= 20
+
+
+def test_an_idle_reader_sleeps() -> None:
+    with memory_harness().open() as inner:
+        topic = topic_name()
+        inner.create_topic(topic, 2)
+        broker: Any = CountingBroker(inner)
+        with (
+            Reader(broker, topic, min_poll_interval=0.01, max_poll_interval=0.1) as reader,
+            pytest.raises(ReadTimeoutError),
+        ):
+            reader.read_next(0.5)
+        # at most: a first poll, then waits of 10, 20, 40, 80 and 100 ms (no busy loop)
+        assert 1 <= broker.calls[0] <= 9 and 1 <= broker.calls[1] <= 9
