@@ -380,7 +380,7 @@ class Reader:
             ReadTimeoutError: nothing arrived in time; the position is unchanged, call again.
             ProducerClosedError: the reader is closed.
             BackendUnavailableError, InvalidTopicError: a read failed; the position is
-                unchanged (messages not returned are read again), so calling again is safe.
+                unchanged (messages fetched but not returned are kept), so calling again is safe.
         """
         self._check_open()
         start = time.monotonic()
