@@ -11,6 +11,8 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import idempotent
 from idempotent._registry import ProducerRecord
@@ -25,6 +27,7 @@ from idempotent.auth import (
     Principal,
     mint_token,
 )
+from idempotent.broker import BrokerConfig
 from idempotent.errors import AuthenticationError, AuthorizationError, ConfigError
 
 SECRET = b"s" * 32
@@ -355,3 +358,65 @@ def test_token_command_signs_what_the_authenticator_accepts(tmp_path: Path, caps
     assert cli.main(["token", "--secret-file", str(tmp_path / "missing"), "--sub", "x"]) == 2
     assert cli.main(["token", "--secret-file", str(tmp_path / "secret"), "--sub", ""]) == 2
     assert capsys.readouterr().out == ""
+
+
+PRINCIPALS = [ALICE, MALLORY, ANONYMOUS, ADMIN]
+
+
+def model_owner(who: Principal, previous: ProducerRecord | None, adopt: bool) -> str | type[AuthorizationError] | None:
+    """What ``claim`` must answer, written out independently of the policy's code."""
+    if previous is None:
+        return who.name
+    if "admin" in who.roles:
+        return previous.principal
+    if previous.principal == who.name:
+        return who.name
+    if previous.principal is None and adopt and who.name is not None:
+        return who.name
+    return AuthorizationError
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(PRINCIPALS), st.sampled_from(["a", "b", None]), st.booleans(), st.integers(0, 50)),
+        max_size=25,
+    ),
+    adopt=st.booleans(),
+)
+def test_owners_never_change_and_refusals_follow_the_owner(
+    steps: list[tuple[Principal, str | None, bool, int]], adopt: bool
+) -> None:
+    """Against a real broker: a producer's owner is fixed at creation, a non-admin is refused
+    exactly when the record belongs to someone else, and a refusal changes nothing."""
+    policy = AccessPolicy(adopt_unowned=adopt)
+    broker = idempotent.connect("memory://", BrokerConfig(maintenance_interval=0))
+    try:
+        legacy = broker.init_producer("b")  # unowned, as if created before authentication
+        owners: dict[int, str | None] = {legacy.producer_id: None}
+        for who, name, produce, pick in steps:
+            before = broker.backend.load_producers()
+            if produce:
+                pid = sorted(owners)[pick % len(owners)]
+                allowed = "admin" in who.roles or owners[pid] == who.name
+                try:
+                    policy.check_producer(who, pid, broker.producer_record(pid))
+                    assert allowed
+                except AuthorizationError:
+                    assert not allowed
+                continue
+            previous = next((r for r in before if name is not None and r.producer_name == name), None)
+            expected = model_owner(who, previous, adopt)
+            try:
+                session = broker.init_producer(name, claim=lambda prev, w=who, n=name: policy.claim(w, n, prev))
+            except AuthorizationError:
+                assert expected is AuthorizationError
+                assert broker.backend.load_producers() == before
+                continue
+            record = broker.producer_record(session.producer_id)
+            assert record is not None and record.principal == expected
+            if previous is not None and previous.principal is not None:
+                assert record.principal == previous.principal  # an owner, once set, stays
+            owners[session.producer_id] = record.principal
+    finally:
+        broker.close()
