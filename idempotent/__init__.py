@@ -20,6 +20,7 @@ from ._types import TopicPartition
 from .aio import AsyncProducer
 from .api import BrokerAPI
 from .broker import Broker, BrokerConfig, PartitionStats, ProducerSession
+from .dedup import DuplicateFilter, DuplicateVerdict
 from .errors import (
     BackendUnavailableError,
     BrokerError,
@@ -33,6 +34,7 @@ from .errors import (
     ProducerError,
     ProducerFencedError,
     QueueFullError,
+    ReadTimeoutError,
     Recovery,
     RequestTimeoutError,
     SequenceDesyncError,
@@ -41,6 +43,8 @@ from .errors import (
     UsageError,
 )
 from .producer import Producer
+from .reader import Message, MessageId, Reader
+from .state import SqliteCheckpoint
 
 __version__ = "0.1.0"
 
@@ -84,8 +88,12 @@ __all__ = [
     "DeliveryFailed",
     "DeliveryStatus",
     "DeliveryTimeoutError",
+    "DuplicateFilter",
+    "DuplicateVerdict",
     "InvalidBatchError",
     "InvalidTopicError",
+    "Message",
+    "MessageId",
     "Outcome",
     "PartitionRecoveringError",
     "PartitionStats",
@@ -97,11 +105,14 @@ __all__ = [
     "ProducerFencedError",
     "ProducerSession",
     "QueueFullError",
+    "ReadTimeoutError",
+    "Reader",
     "Record",
     "RecordMetadata",
     "Recovery",
     "RequestTimeoutError",
     "SequenceDesyncError",
+    "SqliteCheckpoint",
     "StoredRecord",
     "TopicPartition",
     "TransportError",
