@@ -78,12 +78,23 @@ def parse_url(url: str) -> tuple[str, int, bool]:
 
 
 class _Link:
-    """One established connection: pending requests by correlation id and the reader thread."""
+    """One established connection: pending requests by correlation id and the reader thread.
 
-    def __init__(self, sock: socket.socket, owner: RemoteBroker, hello: dict[str, Any], address: str) -> None:
+    Callers write requests (one at a time, under ``write_lock``); the reader thread reads
+    answers. A TLS socket is non-blocking and every call into it holds ``io_lock``, because
+    one SSL connection must not be used by two threads at once.
+    """
+
+    def __init__(self, sock: socket.socket, hello: dict[str, Any], address: str, send_timeout: float) -> None:
         self.sock = sock
         self.address = address
-        self.owner = owner
+        self.tls = isinstance(sock, ssl.SSLSocket)
+        self.send_timeout = send_timeout
+        if self.tls:
+            sock.setblocking(False)
+        else:
+            sock.settimeout(send_timeout)  # only sends can block: reads wait in select first
+        self.io_lock = threading.Lock()
         self.hello = hello
         self.max_frame = int(hello.get("max_frame", wire.DEFAULT_MAX_FRAME))
         self.pending: dict[int, tuple[Future[Any], _Decode, float]] = {}
@@ -125,10 +136,31 @@ class _Link:
             return future
         try:
             with self.write_lock:
-                self.sock.sendall(data)
+                self._send(data)
         except (OSError, ValueError) as exc:
             self.fail(BrokerConnectionError(f"sending to {self.address} failed: {exc}"))
         return future
+
+    def _send(self, data: bytes) -> None:
+        if not self.tls:
+            self.sock.sendall(data)
+            return
+        view = memoryview(data)
+        deadline = time.monotonic() + self.send_timeout
+        while view:
+            if not self.alive:
+                raise OSError("the connection was closed")
+            with self.io_lock:
+                try:
+                    sent = self.sock.send(view)
+                except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
+                    sent = 0
+            if sent:
+                view = view[sent:]
+                continue
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not send for {self.send_timeout:g} s")
+            select.select([], [self.sock], [], 0.05)
 
     def fail(self, error: ProducerError) -> None:
         """Mark the link dead and fail everything pending with ``error``."""
@@ -148,16 +180,20 @@ class _Link:
         sock = self.sock
         try:
             while self.alive:
-                pending_tls = isinstance(sock, ssl.SSLSocket) and sock.pending()
-                if not pending_tls:
+                buffered = self.tls and sock.pending()  # type: ignore[attr-defined]
+                if not buffered:
                     ready, _, _ = select.select([sock], [], [], 0.1)
                     if not ready:
                         self._expire()
                         continue
-                try:
+                if self.tls:
+                    with self.io_lock:
+                        try:
+                            data = sock.recv(1 << 18)
+                        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                            continue
+                else:
                     data = sock.recv(1 << 18)
-                except ssl.SSLWantReadError:
-                    continue
                 if not data:
                     self.fail(BrokerConnectionError(f"{self.address} closed the connection"))
                     return
@@ -363,7 +399,6 @@ class RemoteBroker:
             hello = {"version": wire.PROTOCOL_VERSION, "token": self.token, "client": self.client_name}
             sock.sendall(wire.encode_request(1, "hello", hello))
             answer = self._read_one(sock)
-            sock.settimeout(None)
         except ssl.SSLCertVerificationError as exc:
             sock.close()
             raise ConfigError(f"TLS verification of {self._url} failed: {exc.verify_message}") from None
@@ -385,7 +420,7 @@ class RemoteBroker:
         if kind != wire.RESPONSE or cid != 1 or type(value) is not dict:
             sock.close()
             raise ProtocolError(f"{self._url} answered the handshake with {answer!r:.100}")
-        return _Link(sock, self, value, address)
+        return _Link(sock, value, address, self.timeout)
 
     def _read_one(self, sock: socket.socket) -> list[Any]:
         decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME)

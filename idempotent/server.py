@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import logging
 import queue
 import signal
@@ -397,7 +396,6 @@ class BrokerServer:
         self._lane_threads: list[threading.Thread] = []
         self._closed = False
         self._sweeper: asyncio.Task[None] | None = None
-        self.requests = itertools.count()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -548,7 +546,6 @@ class BrokerServer:
                 conn.update_reading()
 
     def _dispatch(self, conn: _Connection, request: wire.Request) -> None:
-        next(self.requests)
         if request.op == "produce":
             args = request.args
             lane = zlib.crc32(args["topic"].encode()) + args["partition"]
@@ -564,6 +561,14 @@ class BrokerServer:
             self._loop.call_soon_threadsafe(lambda: conn.answered(frame, **kw))
 
     def _hello(self, conn: _Connection, request: wire.Request) -> None:
+        try:
+            self._greet(conn, request)
+        except Exception as exc:  # never leave a connection waiting for its handshake
+            log.exception("hello failed")
+            error = BackendUnavailableError(f"hello failed: {exc!r}")
+            self._reply(conn, wire.encode_error(request.correlation_id, error), fatal=True)
+
+    def _greet(self, conn: _Connection, request: wire.Request) -> None:
         args = request.args
         cid = request.correlation_id
         if args["version"] not in wire.SUPPORTED_VERSIONS:
@@ -587,7 +592,7 @@ class BrokerServer:
             "broker": self.advertised_address,
             "max_frame": self.config.max_frame,
             "max_in_flight": self.config.max_in_flight,
-            "principal": getattr(principal, "name", None),
+            "principal": _principal_name(principal),
         }
         self._reply(conn, wire.encode_response(cid, result), greeted=principal)
 
@@ -702,6 +707,11 @@ class BrokerServer:
             else:
                 out[name] = [self.owner_of(name, p) for p in range(count)]
         return {"broker": self.advertised_address, "topics": out}
+
+
+def _principal_name(principal: object) -> str | None:
+    name = getattr(principal, "name", None)
+    return None if name is None else str(name)
 
 
 def parse_listen(text: str) -> tuple[str, int]:

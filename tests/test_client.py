@@ -293,3 +293,13 @@ def memory_backend(url: str) -> Any:
 def test_server_config_is_validated() -> None:
     with pytest.raises(ConfigError):
         ServerConfig(max_in_flight=0)
+
+
+def test_reader_over_the_network(server: BrokerServer) -> None:
+    from idempotent.reader import Reader
+
+    with Producer(server.url) as producer:
+        for i in range(20):
+            producer.send("read-me", f"{i}".encode())
+    with Reader(server.url, "read-me") as reader:
+        assert [reader.read_next(5).value for _ in range(20)] == [f"{i}".encode() for i in range(20)]

@@ -326,7 +326,7 @@ SEEDS = [
     [0, 5, "ping", {}],
     [0, 6, "read", {"topic": TOPIC, "partition": 0, "offset": 0, "max_records": 5}],
     [0, 7, "stats", {"topic": TOPIC}],
-    [0, 8, "produce", {**GOOD, "producer_id": 4242}],  # an unknown producer: refused, nothing stored
+    [0, 8, "produce", {**GOOD, "topic": "ghost"}],  # an unknown topic (no auto-creation): nothing stored
     [0, 9, "metadata", {"topics": [TOPIC], "create": False}],
     [0, 10, "end_offset", {"topic": TOPIC, "partition": 0}],
 ]
@@ -377,12 +377,15 @@ def fuzz_target() -> Iterator[tuple[BrokerServer, RemoteBroker, tuple[Any, ...]]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(chunks=st.lists(mutated_frames() | structured_frames() | st.binary(max_size=64), min_size=1, max_size=4))
+@given(
+    chunks=st.lists(mutated_frames() | structured_frames() | st.binary(max_size=64), min_size=1, max_size=4),
+    hello=st.booleans(),
+)
 def test_fuzzed_frames_never_hurt_the_server(
-    fuzz_target: tuple[BrokerServer, RemoteBroker, tuple[Any, ...]], chunks: Sequence[bytes]
+    fuzz_target: tuple[BrokerServer, RemoteBroker, tuple[Any, ...]], chunks: Sequence[bytes], hello: bool
 ) -> None:
     server, good, before = fuzz_target
-    raw = Raw(server.address)
+    raw = Raw(server.address, hello=hello)
     raw.sock.settimeout(5)
     try:
         raw.send(b"".join(chunks))
@@ -402,6 +405,20 @@ def test_fuzzed_frames_never_hurt_the_server(
             assert {"code", "name", "message", "recovery", "fields"} <= set(body)
     assert good.ping() > 0
     assert snapshot(server.broker) == before
+
+
+def test_frame_limit_on_both_sides() -> None:
+    config = ServerConfig(max_frame=64 * 1024)
+    with BrokerServer(open_broker(), config=config) as server, RemoteBroker(server.url) as client:
+        s = client.init_producer()
+        with pytest.raises(InvalidBatchError):  # refused before sending: it would not fit a frame
+            client.produce("big", 0, s.producer_id, s.producer_epoch, 0, [b"x" * 70_000])
+        for i in range(10):
+            client.produce("big", 0, s.producer_id, s.producer_epoch, i, [bytes([i]) * 10_000])
+        first = client.read("big", 0, 0, 10)  # trimmed to stay well inside the frame limit
+        assert 1 <= len(first) < 10 and [r.offset for r in first] == list(range(len(first)))
+        rest = client.read("big", 0, len(first), 10)
+        assert rest[0].value == bytes([len(first)]) * 10_000
 
 
 def test_a_client_request_that_never_gets_answered_times_out() -> None:
