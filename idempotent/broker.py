@@ -193,6 +193,7 @@ class Broker:
         self._lock = threading.RLock()
         self._registry = ProducerRegistry(backend.load_producers())
         self._settings = dict(backend.load_settings())
+        self._settings_changes = 0
         self._topics = dict(backend.list_topics())
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._observers: tuple[BrokerObserver, ...] = ()
@@ -321,10 +322,31 @@ class Broker:
             key = f"{kind}:broker"
         with self._lock:
             self.backend.save_setting(key, value)
+            self._settings_changes += 1
             if value is None:
                 self._settings.pop(key, None)
             else:
                 self._settings[key] = value
+
+    def refresh_settings(self) -> bool:
+        """Reload the deduplication and policy settings from the backend, so that changes
+        stored there by another process (``idempotent admin`` on a backend URL) apply here.
+        :meth:`maintain` calls it, so a running broker follows them within
+        ``maintenance_interval`` seconds.
+
+        Returns:
+            False when the backend could not be read; the settings in force are kept.
+        """
+        with self._lock:
+            changes = self._settings_changes
+        try:
+            loaded = dict(self.backend.load_settings())  # not under the lock: it may be a network call
+        except ProducerError:
+            return False
+        with self._lock:
+            if changes == self._settings_changes:  # else a change made here meanwhile is newer: keep it
+                self._settings = loaded
+        return True
 
     def _resolve(self, kind: str, topic: str) -> str | None:
         settings = self._settings
@@ -791,8 +813,10 @@ class Broker:
             return self._ready(part).state()
 
     def maintain(self, now: float | None = None) -> None:
-        """Expire idle producers and write snapshots that are due (time-based trigger)."""
+        """Expire idle producers, write snapshots that are due (time-based trigger), and
+        reload the deduplication settings from the backend (see :meth:`refresh_settings`)."""
         now = time.time() if now is None else now
+        self.refresh_settings()
         with self._lock:
             parts = list(self._partitions.values())
         for part in parts:
