@@ -12,6 +12,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -734,3 +735,37 @@ def test_admin_backend_failure_exits_1(tmp_path: Path, capsys: pytest.CaptureFix
     code, out, err = run(capsys, "admin", "--url", url, "stats", "t")
     assert (code, out) == (1, "")
     assert err.startswith("error: ") and "Traceback" not in err
+
+
+@pytest.mark.kafka
+def test_admin_next_to_a_running_kafka_broker(kafka_service: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from idempotent.testing.conformance import small_config, topic_name
+
+    url = kafka_service.url
+    running = idempotent.connect(url, small_config())
+    topic = topic_name("admin")
+    try:
+        running.create_topic(topic, 1)
+        s = running.init_producer("admin-test")
+        accepted = idempotent.Outcome.ACCEPTED
+        assert running.produce(topic, 0, s.producer_id, s.producer_epoch, 0, [b"a", b"b"]).outcome is accepted
+        # reads open Kafka read-only: the running broker keeps its partition
+        code, out, err = run(capsys, "admin", "--url", url, "describe-producers", topic, "--json")
+        assert code == 0, err
+        assert [(r["producer_name"], r["last_sequence"], r["last_offset"]) for r in json.loads(out)] == [
+            ("admin-test", 1, 1)
+        ]
+        code, out, err = run(capsys, "admin", "--url", url, "stats", topic)
+        assert code == 0, err
+        assert out.startswith(f"topic {topic}: 1 partition(s), deduplication on, policy strict, 1 ready")
+        assert running.produce(topic, 0, s.producer_id, s.producer_epoch, 2, [b"c"]).outcome is accepted
+        # a change goes through the Kafka metadata log; the running broker reloads it in its sweep
+        code, out, err = run(capsys, "admin", "--url", url, "set-deduplication", topic, "--policy", "monotonic")
+        assert (code, out) == (0, f"topic {topic!r}: policy monotonic\n"), err
+        assert isinstance(running, idempotent.Broker)
+        running.maintain()
+        assert running.policy_for(topic).value == "monotonic"
+        gap = running.produce(topic, 0, s.producer_id, s.producer_epoch, 10, [b"d"])
+        assert gap.outcome is accepted  # monotonic: holes allowed
+    finally:
+        running.close()
