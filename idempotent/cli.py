@@ -6,6 +6,10 @@ Subcommands::
     idempotent tail URL TOPIC [--partition P] [--offset O | --from-beginning] [--max N]
                               [--follow] [--format text|json]
     idempotent stats URL [TOPIC] [--json]
+    idempotent admin [--url URL] set-deduplication (TOPIC | NAMESPACE/ | --broker)
+                     [--enable | --disable | --clear] [--policy strict|monotonic|clear]
+    idempotent admin [--url URL] stats TOPIC [--json]
+    idempotent admin [--url URL] describe-producers TOPIC [--partition P] [--json]
     idempotent services ...
     idempotent --version
 
@@ -18,7 +22,9 @@ partition; every record up to it is skipped and the rest is sent. Records that w
 flight at the crash and sent again are recognised by the broker as duplicates.
 
 ``tail`` and ``stats`` never write to the log: they open the backend read-only (no topic is
-created, no snapshot or producer record is stored), so they may run next to a writer.
+created, no snapshot or producer record is stored), so they may run next to a writer; so do
+``admin stats`` and ``admin describe-producers`` on a backend URL. ``admin`` takes its URL
+from ``--url`` or ``$IDEMPOTENT_URL`` (see ``docs/operations.md``).
 
 Exit codes: 0 success, 1 failure (a delivery failed, the broker refused), 2 bad usage or
 input (bad option, URL or file, unknown topic, a layout that does not match the topic),
@@ -897,8 +903,16 @@ def _add_admin_parser(commands: Any) -> None:
     dedup.add_argument("target", metavar="TOPIC|NAMESPACE/", nargs="?", help="a topic, or a namespace ending in '/'")
     dedup.add_argument("--broker", action="store_true", help="change the broker-wide default instead")
     switch = dedup.add_mutually_exclusive_group()
-    switch.add_argument("--enable", dest="dedup", action="store_const", const="enable", help="reject duplicates")
-    switch.add_argument("--disable", dest="dedup", action="store_const", const="disable", help="accept every batch")
+    switch.add_argument(
+        "--enable", dest="dedup", action="store_const", const="enable", help="check duplicates and gaps"
+    )
+    switch.add_argument(
+        "--disable",
+        dest="dedup",
+        action="store_const",
+        const="disable",
+        help="accept every well-formed batch (no duplicate or gap check)",
+    )
     switch.add_argument("--clear", dest="dedup", action="store_const", const="clear", help="remove the setting")
     dedup.add_argument(
         "--policy",

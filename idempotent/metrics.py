@@ -323,23 +323,4 @@ def start_metrics_server(broker: Broker, host: str = "127.0.0.1", port: int = DE
     return MetricsServer(metrics, httpd, thread)
 
 
-def parse_listen(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``[v6]:PORT``, ``:PORT`` for every interface, or ``HOST`` alone).
-
-    Raises:
-        ConfigError: not of that form, or the port is outside 0..65535.
-    """
-    host, sep, port_text = text.rpartition(":")
-    if not sep or "]" in port_text or (":" in host and not host.startswith("[")):
-        host, port_text = text, str(default_port)
-    host = host.strip("[]") or "0.0.0.0"
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigError(f"expected HOST:PORT, got {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"port must be 0..65535, got {port}")
-    return host, port
-
-
-__all__ = ["DEFAULT_PORT", "ERROR", "BrokerMetrics", "MetricsServer", "parse_listen", "start_metrics_server"]
+__all__ = ["DEFAULT_PORT", "ERROR", "BrokerMetrics", "MetricsServer", "start_metrics_server"]

@@ -16,7 +16,7 @@ from idempotent import Outcome
 from idempotent._checker import CheckerConfig
 from idempotent.broker import Broker, BrokerConfig
 from idempotent.errors import BackendUnavailableError, ConfigError, InvalidTopicError
-from idempotent.metrics import BrokerMetrics, MetricsServer, parse_listen, start_metrics_server
+from idempotent.metrics import BrokerMetrics, MetricsServer, start_metrics_server
 from idempotent.observer import BrokerObserver
 
 from .conftest import memory_harness, sqlite_harness
@@ -251,23 +251,3 @@ def test_metrics_server_refuses_a_busy_port_and_leaves_nothing_running() -> None
             start_metrics_server(broker, "127.0.0.1", busy.getsockname()[1])
     assert broker._observers == ()
     broker.close()
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("127.0.0.1:9100", ("127.0.0.1", 9100)),
-        (":9100", ("0.0.0.0", 9100)),
-        ("[::1]:9100", ("::1", 9100)),
-        ("::1", ("::1", 9464)),
-        ("localhost", ("localhost", 9464)),
-    ],
-)
-def test_parse_listen(text: str, expected: tuple[str, int]) -> None:
-    assert parse_listen(text) == expected
-
-
-@pytest.mark.parametrize("text", ["host:port", "host:70000", "host:-1"])
-def test_parse_listen_refuses(text: str) -> None:
-    with pytest.raises(ConfigError):
-        parse_listen(text)
