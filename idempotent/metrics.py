@@ -23,11 +23,13 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+import attrs
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from . import __version__
+from ._outcomes import Outcome
 from .errors import ConfigError, InvalidTopicError, ProducerError
 from .observer import BrokerObserver
 
@@ -139,6 +141,7 @@ class BrokerMetrics(BrokerObserver):
             ["kind", "result"],
             registry=r,
         )
+        self._series: dict[str, _TopicSeries] = {}
         self._state = _StateCollector(broker)
         r.register(self._state)
         self._closed = False
@@ -170,24 +173,36 @@ class BrokerMetrics(BrokerObserver):
         ):
             self.registry.unregister(collector)
 
+    def _topic(self, topic: str) -> _TopicSeries:
+        """The per-topic series of the produce path, created once per topic (``labels`` is slow)."""
+        series = self._series.get(topic)
+        if series is None:
+            series = self._series[topic] = _TopicSeries(
+                {o: self.produce_requests.labels(topic, o) for o in (*(o.name for o in Outcome), ERROR)},
+                self.records_appended.labels(topic),
+                self.bytes_appended.labels(topic),
+            )
+        return series
+
     # -- events (BrokerObserver) --------------------------------------------------------------
 
     def produce_completed(
         self, topic: str, partition: int, result: ProduceResult, record_count: int, byte_count: int, seconds: float
     ) -> None:
-        outcome = result.outcome.name
-        self.produce_requests.labels(topic, outcome).inc()
+        series = self._topic(topic)
+        outcome = result.outcome
+        series.requests[outcome.name].inc()
         self.produce_seconds.observe(seconds)
-        if outcome == "ACCEPTED":
-            self.records_appended.labels(topic).inc(record_count)
-            self.bytes_appended.labels(topic).inc(byte_count)
+        if outcome is Outcome.ACCEPTED:
+            series.records.inc(record_count)
+            series.bytes.inc(byte_count)
 
     def produce_failed(self, topic: str, partition: int, error: BaseException, seconds: float) -> None:
         # A request for a topic the broker does not have must not create a label value per
         # name a client sends: such requests are counted under topic="".
         if isinstance(error, InvalidTopicError) or topic not in self.broker.topics():
             topic = ""
-        self.produce_requests.labels(topic, ERROR).inc()
+        self._topic(topic).requests[ERROR].inc()
         self.produce_errors.labels(topic, type(error).__name__).inc()
         self.produce_seconds.observe(seconds)
 
@@ -209,6 +224,13 @@ class BrokerMetrics(BrokerObserver):
 
     def producer_initialised(self, named: bool, ok: bool) -> None:
         self.producer_inits.labels("named" if named else "new", "ok" if ok else "failed").inc()
+
+
+@attrs.frozen
+class _TopicSeries:
+    requests: dict[str, Counter]
+    records: Counter
+    bytes: Counter
 
 
 #: (name, help) of every gauge the state collector reports per partition.
