@@ -373,3 +373,21 @@ def test_clients_take_token_and_tls_files_from_the_environment(
     monkeypatch.delenv("IDEMPOTENT_TOKEN_FILE")
     with pytest.raises(AuthenticationError):
         RemoteBroker(server.url, connect_timeout=1)
+
+
+def test_admin_command_needs_an_admin_token(
+    server: BrokerServer, certs: CertFiles, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from idempotent import cli
+
+    server.broker.create_topic("t", 1)
+    monkeypatch.setenv("IDEMPOTENT_TLS_CA", str(certs.ca_cert))
+    monkeypatch.setenv("IDEMPOTENT_TOKEN", ALICE)
+    before = state(server.broker)
+    assert cli.main(["admin", "--url", server.url, "set-deduplication", "t", "--disable"]) == 1
+    assert cli.main(["admin", "--url", server.url, "stats", "t"]) == 1
+    assert "'admin' role" in capsys.readouterr().err
+    assert state(server.broker) == before
+    monkeypatch.setenv("IDEMPOTENT_TOKEN", ROOT)
+    assert cli.main(["admin", "--url", server.url, "set-deduplication", "t", "--disable"]) == 0
+    assert server.broker.deduplication_enabled("t") is False
