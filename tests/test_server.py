@@ -7,7 +7,7 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -91,6 +91,21 @@ class Raw:
 
 def frame(body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + body
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def snapshot(broker: Broker) -> tuple[Any, ...]:
@@ -179,7 +194,8 @@ def test_in_flight_limit_stops_reading_a_connection() -> None:
         raw = Raw(server.address)
         for cid in range(10, 20):
             raw.request(cid, "read", {"topic": "t", "partition": 0})
-        time.sleep(0.3)
+        wait_until(lambda: broker.running == 2)
+        time.sleep(0.2)  # room for a wrong third dispatch to show
         assert broker.most == 2  # eight more are waiting unread
         broker.gate.set()
         answers = sorted(raw.frame()[1] for _ in range(10))
@@ -194,13 +210,10 @@ def test_close_answers_what_is_in_flight_then_closes_the_broker() -> None:
     raw = Raw(server.address)
     for cid in range(10, 15):
         raw.request(cid, "read", {"topic": "t", "partition": 0})
-    while broker.running < 5:
-        time.sleep(0.01)
+    wait_until(lambda: broker.running == 5)
     closer = threading.Thread(target=server.close)
     closer.start()
-    time.sleep(0.2)
-    with pytest.raises(OSError):  # no longer accepting
-        socket.create_connection(("127.0.0.1", server.port), timeout=1).recv(1)
+    wait_until(lambda: not accepts(server.port))  # no longer accepting
     broker.gate.set()
     answers = [raw.frame() for _ in range(5)]
     assert sorted(a[1] for a in answers) == list(range(10, 15)) and all(a[0] == 1 for a in answers)
