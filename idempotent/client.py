@@ -36,7 +36,6 @@ from .errors import (
     BrokerConnectionError,
     ConfigError,
     InvalidBatchError,
-    NotOwnerError,
     ProducerClosedError,
     ProducerError,
     ProtocolError,
@@ -341,12 +340,9 @@ class RemoteBroker:
             raise ConfigError("TLS options need an idems:// URL")
         self._lock = threading.Lock()
         self.address = f"{self.host}:{self.port}"
-        #: one connection per broker address; the URL's broker is the bootstrap one
-        self._links: dict[str, _Link] = {}
-        #: (topic, partition) -> owner address learnt from NotOwnerError or metadata
-        self._routes: dict[tuple[str, int], str] = {}
+        self._link: _Link | None = None
         self._closed = False
-        self._connect(self.address)
+        self._connect()
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -361,17 +357,17 @@ class RemoteBroker:
         link = self._current()
         return dict(link.hello)
 
-    def _current(self, address: str | None = None) -> _Link:
-        link = self._links.get(address or self.address)
+    def _current(self) -> _Link:
+        link = self._link
         if link is not None and link.alive:
             return link
-        return self._connect(address or self.address)
+        return self._connect()
 
-    def _connect(self, address: str) -> _Link:
+    def _connect(self) -> _Link:
         with self._lock:
             if self._closed:
                 raise ProducerClosedError(f"client for {self._url} is closed")
-            link = self._links.get(address)
+            link = self._link
             if link is not None and link.alive:
                 return link
             for attempt in tenacity.Retrying(
@@ -381,21 +377,19 @@ class RemoteBroker:
                 reraise=True,
             ):
                 with attempt:
-                    link = self._links[address] = self._open(address)
-            assert link is not None
-            return link
+                    self._link = self._open()
+            assert self._link is not None
+            return self._link
 
-    def _open(self, address: str) -> _Link:
-        host, _, port = address.rpartition(":")
-        host = host.strip("[]")
+    def _open(self) -> _Link:
         try:
-            sock = socket.create_connection((host, int(port)), timeout=self.connect_timeout)
-        except (OSError, ValueError) as exc:
-            raise BrokerConnectionError(f"cannot connect to {address}: {exc}") from None
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+        except OSError as exc:
+            raise BrokerConnectionError(f"cannot connect to {self._url}: {exc}") from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._ssl is not None:
-                sock = self._ssl.wrap_socket(sock, server_hostname=host)
+                sock = self._ssl.wrap_socket(sock, server_hostname=self.host)
             hello = {"version": wire.PROTOCOL_VERSION, "token": self.token, "client": self.client_name}
             sock.sendall(wire.encode_request(1, "hello", hello))
             answer = self._read_one(sock)
@@ -420,7 +414,7 @@ class RemoteBroker:
         if kind != wire.RESPONSE or cid != 1 or type(value) is not dict:
             sock.close()
             raise ProtocolError(f"{self._url} answered the handshake with {answer!r:.100}")
-        return _Link(sock, value, address, self.timeout)
+        return _Link(sock, value, self.address, self.timeout)
 
     def _read_one(self, sock: socket.socket) -> list[Any]:
         decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME)
@@ -439,22 +433,15 @@ class RemoteBroker:
     # -- requests --------------------------------------------------------------------------------
 
     def submit(
-        self,
-        op: str,
-        args: dict[str, Any],
-        decode: _Decode = _same,
-        timeout: float | None = None,
-        *,
-        address: str | None = None,
+        self, op: str, args: dict[str, Any], decode: _Decode = _same, timeout: float | None = None
     ) -> Future[Any]:
-        """Send one request (to the broker at ``address``, default the URL's); return the
-        future of its decoded result (see ``docs/protocol.md``).
+        """Send one request; return the future of its decoded result (see ``docs/protocol.md``).
 
         Failures (server errors, I/O) end up on the future, except ProducerClosedError after
         :meth:`close`, which is raised.
         """
         try:
-            link = self._current(address)
+            link = self._current()
         except (BrokerConnectionError, AuthenticationError, ProtocolError, ConfigError) as exc:
             failed: Future[Any] = Future()
             failed.set_exception(exc)
@@ -499,13 +486,6 @@ class RemoteBroker:
         args = {"topics": None if topics is None else list(topics), "create": create}
         result = self.call("metadata", args)
         topics_map: dict[str, list[str | None]] = result["topics"]
-        with self._lock:  # route each partition's batches to its owner from now on
-            for topic, owners in topics_map.items():
-                for partition, owner in enumerate(owners):
-                    if owner and owner != self.address:
-                        self._routes[(topic, partition)] = owner
-                    else:
-                        self._routes.pop((topic, partition), None)
         return topics_map
 
     # -- BrokerAPI -------------------------------------------------------------------------------
@@ -584,31 +564,8 @@ class RemoteBroker:
             "base_sequence": base_sequence,
             "records": encoded,
         }
-        key = (topic, partition)
-        owner = self._routes.get(key)
-        future: Future[ProduceResult] = self.submit("produce", args, wire.decode_result, address=owner)
-        future.add_done_callback(lambda f: self._learn_owner(key, owner, f))
+        future: Future[ProduceResult] = self.submit("produce", args, wire.decode_result)
         return future
-
-    def _learn_owner(self, key: tuple[str, int], used: str | None, future: Future[Any]) -> None:
-        """After NotOwnerError, send the partition's next requests to the owner it names
-        (or back to the URL's broker when it names none). The producer resends the batch."""
-        error = future.exception()
-        if isinstance(error, NotOwnerError):
-            with self._lock:
-                if self._routes.get(key) == used:
-                    if error.owner and error.owner != self.address:
-                        self._routes[key] = error.owner
-                    else:
-                        self._routes.pop(key, None)
-        elif isinstance(error, BrokerConnectionError) and used is not None:
-            with self._lock:  # the owner went away: ask the URL's broker next time
-                if self._routes.get(key) == used:
-                    del self._routes[key]
-
-    def owner_of(self, topic: str, partition: int) -> str:
-        """The broker address this client sends the partition's batches to."""
-        return self._routes.get((topic, partition), self.address)
 
     def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[StoredRecord]:
         """Up to ``max_records`` stored records from ``offset`` on (the server may return fewer
@@ -649,8 +606,8 @@ class RemoteBroker:
             if self._closed:
                 return
             self._closed = True
-            links = list(self._links.values())
-        for link in links:
+            link = self._link
+        if link is not None:
             link.fail(ProducerClosedError(f"client for {self._url} was closed"))
             if link.thread is not threading.current_thread():
                 link.thread.join(5)

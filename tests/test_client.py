@@ -127,39 +127,9 @@ def test_not_owner_carries_the_owner_address() -> None:
             assert error.recovery is Recovery.RETRY
             assert attrs.astuple(pickle.loads(pickle.dumps(error))) == attrs.astuple(error)
             assert server.broker.end_offset("owned", 1) == 0
-            assert client.owner_of("owned", 1) == "127.0.0.1:1"  # where its batches go next
             assert client.metadata(["owned"]) == {"owned": [server.address, "127.0.0.1:1"]}
     finally:
         server.close()
-
-
-def test_client_follows_not_owner_to_the_owning_broker() -> None:
-    broker = open_broker()
-    servers: list[BrokerServer] = []
-
-    def owner_of(topic: str, partition: int) -> str | None:
-        return servers[partition % 2].advertised_address
-
-    servers.append(BrokerServer(broker, owner_of=owner_of, close_broker=False).start())
-    servers.append(BrokerServer(broker, owner_of=owner_of).start())
-    first, second = servers
-    try:
-        broker.create_topic("split", 2)
-        with Producer(first.url, "split", linger_ms=1, max_batch_records=5) as producer:
-            futures = [producer.send("split", f"m{i}".encode(), partition=i % 2) for i in range(100)]
-            assert producer.flush(30) == 0
-            client = producer.broker
-            assert isinstance(client, RemoteBroker)
-            assert client.owner_of("split", 0) == first.address and client.owner_of("split", 1) == second.address
-        assert [f.result().offset for f in futures[1::2]] == list(range(50))
-        for p in (0, 1):
-            assert [r.value for r in broker.read("split", p)] == [f"m{i}".encode() for i in range(p, 100, 2)]
-        with RemoteBroker(second.url) as other:
-            assert other.metadata(["split"]) == {"split": [first.address, second.address]}
-            assert other.owner_of("split", 0) == first.address
-    finally:
-        first.close()
-        second.close()
 
 
 def test_authenticator_and_authorizer_hooks() -> None:
