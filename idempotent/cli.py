@@ -878,6 +878,9 @@ def _add_broker_command(commands: Any) -> None:
     broker.add_argument("--max-frame", metavar="BYTES", type=_int_type(1024, "--max-frame"), default=16 * 1024 * 1024)
     broker.add_argument("--idle-timeout", metavar="S", type=_float_type, default=300.0)
     broker.add_argument("--ready-file", metavar="PATH", help="write the listening address here once serving")
+    broker.add_argument(
+        "--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics"
+    )
     broker.set_defaults(handler=cmd_broker)
 
 
@@ -919,7 +922,21 @@ def cmd_broker(args: argparse.Namespace) -> int:
             with open(args.ready_file, "w") as out:
                 out.write(served.address + "\n")
 
-    server.run(on_ready=ready)
+    metrics = None
+    if args.metrics_listen:
+        from .metrics import start_metrics_server
+
+        try:
+            metrics = start_metrics_server(broker, *parse_listen(args.metrics_listen))
+        except BaseException:
+            broker.close()
+            raise
+        _err(f"metrics on {metrics.url}")
+    try:
+        server.run(on_ready=ready)
+    finally:
+        if metrics is not None:
+            metrics.close()
     return 0
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import functools
 import json
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -484,9 +486,12 @@ def test_file_with_3_partitions_resumes_after_two_kills(tmp_path: Path) -> None:
 def test_broker_command_serves_and_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     url = f"sqlite:///{tmp_path / 'log.db'}"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        metrics_port = probe.getsockname()[1]
     proc = subprocess.Popen(
         [sys.executable, "-m", "idempotent", "broker", "--backend", url, "--listen", "127.0.0.1:0",
-         "--ready-file", str(ready)],
+         "--ready-file", str(ready), "--metrics-listen", f"127.0.0.1:{metrics_port}"],
         stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
@@ -498,6 +503,9 @@ def test_broker_command_serves_and_stops_gracefully_on_sigterm(tmp_path: Path) -
         address = ready.read_text().strip()
         with Producer(f"idem://{address}", "cli-served") as producer:
             assert producer.send("t", b"over the wire").result().offset == 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
+            scraped = page.read().decode()
+        assert 'idempotent_produce_requests_total{outcome="ACCEPTED",topic="t"} 1.0' in scraped
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:
