@@ -42,6 +42,7 @@ def unpack_producer(value: bytes) -> ProducerRecord:
         producer_epoch=Epoch(int(record.producer_epoch)),
         state_lost=bool(record.state_lost),
         partitions=tuple((str(t), int(p)) for t, p in record.partitions),
+        principal=None if record.principal is None else str(record.principal),
     )
 
 

@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS snapshots (
 CREATE TABLE IF NOT EXISTS producers (
     producer_id INTEGER PRIMARY KEY, name TEXT UNIQUE, producer_epoch INTEGER NOT NULL,
     state_lost INTEGER NOT NULL DEFAULT 0, partitions BLOB);
+CREATE TABLE IF NOT EXISTS producer_principals (producer_id INTEGER PRIMARY KEY, principal TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, broker_id TEXT NOT NULL, address TEXT NOT NULL,
@@ -267,20 +268,36 @@ class SQLiteBackend:
     def load_producers(self) -> list[ProducerRecord]:
         with self._lock, _mapped(self.url):
             rows = self._db.execute(
-                "SELECT producer_id, producer_epoch, name, state_lost, partitions FROM producers"
+                "SELECT p.producer_id, p.producer_epoch, p.name, p.state_lost, p.partitions, o.principal "
+                "FROM producers p LEFT JOIN producer_principals o USING (producer_id)"
             ).fetchall()
         return [
             ProducerRecord(
-                ProducerId(p), Epoch(e), n, bool(s), tuple((t, q) for t, q in msgpack.unpackb(parts or b"\x90"))
+                ProducerId(p),
+                Epoch(e),
+                n,
+                bool(s),
+                tuple((t, q) for t, q in msgpack.unpackb(parts or b"\x90")),
+                owner,
             )
-            for p, e, n, s, parts in rows
+            for p, e, n, s, parts, owner in rows
         ]
 
     def save_producer(self, record: ProducerRecord) -> None:
         with self._lock, _mapped(self.url), self._tx() as db:
             if record.producer_name is not None:
+                moved = (record.producer_name, record.producer_id)
                 db.execute(
-                    "DELETE FROM producers WHERE name=? AND producer_id<>?", (record.producer_name, record.producer_id)
+                    "DELETE FROM producer_principals WHERE producer_id IN "
+                    "(SELECT producer_id FROM producers WHERE name=? AND producer_id<>?)",
+                    moved,
+                )
+                db.execute("DELETE FROM producers WHERE name=? AND producer_id<>?", moved)
+            if record.principal is None:
+                db.execute("DELETE FROM producer_principals WHERE producer_id=?", (record.producer_id,))
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO producer_principals VALUES (?,?)", (record.producer_id, record.principal)
                 )
             db.execute(
                 "INSERT OR REPLACE INTO producers VALUES (?,?,?,?,?)",

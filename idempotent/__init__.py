@@ -21,6 +21,7 @@ from ._types import TopicPartition
 from .aio import AsyncProducer
 from .api import BrokerAPI
 from .broker import Broker, BrokerConfig, PartitionStats, ProducerSession
+from .dedup import DuplicateFilter, DuplicateVerdict
 from .errors import (
     BackendUnavailableError,
     BrokerError,
@@ -35,6 +36,7 @@ from .errors import (
     ProducerError,
     ProducerFencedError,
     QueueFullError,
+    ReadTimeoutError,
     Recovery,
     RequestTimeoutError,
     SequenceDesyncError,
@@ -43,6 +45,8 @@ from .errors import (
     UsageError,
 )
 from .producer import Producer
+from .reader import Message, MessageId, Reader
+from .state import SqliteCheckpoint
 
 __version__ = "0.1.0"
 
@@ -90,9 +94,13 @@ __all__ = [
     "DeliveryFailed",
     "DeliveryStatus",
     "DeliveryTimeoutError",
+    "DuplicateFilter",
+    "DuplicateVerdict",
     "InvalidBatchError",
     "InvalidTopicError",
     "Lease",
+    "Message",
+    "MessageId",
     "NotOwnerError",
     "Outcome",
     "PartitionRecoveringError",
@@ -105,11 +113,14 @@ __all__ = [
     "ProducerFencedError",
     "ProducerSession",
     "QueueFullError",
+    "ReadTimeoutError",
+    "Reader",
     "Record",
     "RecordMetadata",
     "Recovery",
     "RequestTimeoutError",
     "SequenceDesyncError",
+    "SqliteCheckpoint",
     "StoredRecord",
     "TopicPartition",
     "TransportError",

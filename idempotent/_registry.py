@@ -10,6 +10,12 @@ lives of one broker) never give out the same id. Every initialised producer has 
 ``state_lost`` is set when a partition evicted the producer's state: from then on the
 producer may not start on a partition where it has no state, because it cannot prove that
 its next sequence is new there. Re-initialising clears the flag.
+
+``principal`` names the authenticated principal that owns the producer (see
+:mod:`idempotent.auth`): it is set when the record is created and carried over to every later
+epoch, also when the name moves to a fresh id. ``None`` means unowned (created by a broker
+without authentication). The registry stores what the caller decides; the access rules live
+in :class:`idempotent.auth.AccessPolicy`.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ class ProducerRecord:
     #: partitions a named producer has written to (sorted), so that re-initialising it
     #: only has to look at those; empty for anonymous producers
     partitions: tuple[tuple[str, int], ...] = ()
+    #: the principal owning this producer, None when unowned; new fields go last (encodings
+    #: of older records are shorter and decode with the default)
+    principal: str | None = None
 
 
 class Admission:
@@ -107,20 +116,21 @@ class ProducerRegistry:
 
     # -- transitions (the caller persists the returned record) -----------------------------
 
-    def init(self, name: str | None) -> ProducerRecord:
-        """Initialise a producer and return its new record.
+    def init(self, name: str | None, principal: str | None = None) -> ProducerRecord:
+        """Initialise a producer and return its new record, owned by ``principal``.
 
         Raises:
             RuntimeError: an id is needed and ``needs_id_block()`` was not served first.
         """
         if name is None:
-            record = ProducerRecord(self._take_id(), Epoch(0))
+            record = ProducerRecord(self._take_id(), Epoch(0), principal=principal)
         else:
             old = self._by_name.get(validate_name(name))
             if old is None or old.producer_epoch >= MAX_EPOCH:
-                record = ProducerRecord(self._take_id(), Epoch(0), name)
+                record = ProducerRecord(self._take_id(), Epoch(0), name, principal=principal)
             else:
-                record = ProducerRecord(old.producer_id, Epoch(old.producer_epoch + 1), name, False, old.partitions)
+                epoch = Epoch(old.producer_epoch + 1)
+                record = ProducerRecord(old.producer_id, epoch, name, False, old.partitions, principal)
         self._store(record)
         return record
 

@@ -27,6 +27,16 @@ resends only once no answer is outstanding, then all pending resends in sequence
 (followed by new batches once every resend is out).
 Every message ends in exactly one event: :class:`BatchDelivered` or :class:`BatchFailed`.
 
+Application-chosen sequences (PIP-6 style): :meth:`ProducerSequencer.add` takes an optional
+``sequence``. Records with consecutive explicit sequences share a batch, a jump seals the open
+batch and starts a new one at that sequence, and a batch never mixes sequences the partition
+already acknowledged with new ones. An explicit batch keeps its sequences at drain time; the
+partition's next implicit sequence moves past it unless it lies entirely behind. Under the
+broker's ``monotonic`` policy a jump is accepted; under ``strict`` the broker answers
+OUT_OF_ORDER_SEQUENCE with a sequence that is none of ours, so the producer fails with
+SequenceDesyncError. A batch at or below the stored sequence comes back as DUPLICATE.
+Jumps must stay under half the int32 ring (about a billion).
+
 The sequencer reads no clock and does no I/O; the shell (``producer.py``) passes ``now``,
 sends what :meth:`batches_to_send` returns, feeds answers back and sleeps until
 :meth:`next_deadline`.
@@ -42,7 +52,7 @@ import attrs
 
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult
 from ._records import Record
-from ._sequence import at_or_before, last_sequence_of, next_sequence
+from ._sequence import at_or_before, is_valid_sequence, last_sequence_of, next_sequence
 from ._types import DEFAULT_MAX_IN_FLIGHT, NO_SEQUENCE, TopicPartition
 from .errors import (
     ConfigError,
@@ -53,6 +63,7 @@ from .errors import (
     Recovery,
     SequenceDesyncError,
     UnknownProducerError,
+    UsageError,
 )
 
 
@@ -84,6 +95,8 @@ class OutgoingBatch:
     sent_at: float = 0.0
     #: the partition's last acknowledged sequence when the latest attempt was sent.
     acked_at_send: int = NO_SEQUENCE
+    #: True when the application chose the sequences (``base_sequence`` set at add time).
+    explicit: bool = False
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -197,26 +210,41 @@ class ProducerSequencer:
 
     # -- input -----------------------------------------------------------------------------
 
-    def add(self, topic: str, partition: int, record: Record, now: float) -> int:
+    def add(self, topic: str, partition: int, record: Record, now: float, sequence: int | None = None) -> int:
         """Queue a record and return its handle (reported back in the batch's ``handles``).
 
+        Args:
+            sequence: the record's sequence chosen by the application (``0 .. 2**31-1``), or
+                None to number it after the partition's previous record.
+
         Raises:
+            UsageError: ``sequence`` is not a valid sequence; nothing queued.
             ProducerError: the producer has failed (the error that failed it).
         """
         if self.failure is not None:
             raise self.failure
+        if sequence is not None and (
+            not isinstance(sequence, int) or isinstance(sequence, bool) or not is_valid_sequence(sequence)
+        ):
+            raise UsageError(f"sequence must be an int in 0..2147483647, got {sequence!r}")
         tp = TopicPartition(topic, partition)
         ps = self._partitions.get(tp)
         if ps is None:
             ps = self._partitions[tp] = _Partition(next_sequence(self._last.get(tp, NO_SEQUENCE)))
         batch = ps.open
         size = record.size
-        if batch is not None and (len(batch.records) >= self.max_batch_records or batch.size + size > self.batch_size):
+        if batch is not None and (
+            len(batch.records) >= self.max_batch_records
+            or batch.size + size > self.batch_size
+            or (sequence is not None and not self._continues(batch, sequence))
+        ):
             self._seal(ps)
             batch = None
         if batch is None:
             self.wakeup = True
             batch = OutgoingBatch(self._next_batch_id, topic, partition, [], [], now)
+            if sequence is not None:
+                batch.base_sequence, batch.explicit = sequence, True
             self._next_batch_id += 1
             self._batches[batch.batch_id] = batch
             ps.open = batch
@@ -230,6 +258,15 @@ class ProducerSequencer:
             self._seal(ps)  # full: do not wait for linger
             self.wakeup = True
         return handle
+
+    def _continues(self, batch: OutgoingBatch, sequence: int) -> bool:
+        """Whether a record with explicit ``sequence`` may join the open ``batch``: the batch
+        is explicit, the sequence is its next one, and it does not cross the acknowledged
+        sequence (a batch half stored and half new would be refused by the broker)."""
+        if not batch.explicit or sequence != next_sequence(batch.base_sequence, len(batch.records)):
+            return False
+        acked = self._acked.get(batch.topic_partition, NO_SEQUENCE)
+        return at_or_before(sequence, acked) == at_or_before(batch.base_sequence, acked)
 
     def flush(self) -> None:
         """Seal every open batch now, and keep sealing at once until :meth:`end_flush`."""
@@ -267,8 +304,11 @@ class ProducerSequencer:
                     continue  # new batches follow once every resend is out
             while ps.queued and len(ps.inflight) < self.max_in_flight:
                 batch = ps.queued.popleft()
-                batch.base_sequence = ps.next_sequence
-                ps.next_sequence = next_sequence(ps.next_sequence, len(batch.records))
+                if not batch.explicit:
+                    batch.base_sequence = ps.next_sequence
+                    ps.next_sequence = next_sequence(ps.next_sequence, len(batch.records))
+                elif at_or_before(ps.next_sequence, last_sequence_of(batch.base_sequence, len(batch.records))):
+                    ps.next_sequence = next_sequence(batch.base_sequence, len(batch.records))
                 ps.inflight.append(batch)
                 out.append(self._transmit(batch, now))
         return out

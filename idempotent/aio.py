@@ -61,6 +61,8 @@ class AsyncProducer:
         key: bytes | str | None = None,
         partition: int | None = None,
         headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+        *,
+        sequence: int | None = None,
     ) -> asyncio.Future[RecordMetadata]:
         """Queue a record; return a future of its metadata. Waits while the buffer is full.
 
@@ -71,7 +73,7 @@ class AsyncProducer:
         delay = 0.001
         while True:
             try:
-                future = producer.send(topic, value, key, partition, headers)
+                future = producer.send(topic, value, key, partition, headers, sequence=sequence)
                 break
             except QueueFullError:
                 await asyncio.sleep(delay)
@@ -85,9 +87,11 @@ class AsyncProducer:
         key: bytes | str | None = None,
         partition: int | None = None,
         headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+        *,
+        sequence: int | None = None,
     ) -> RecordMetadata:
         """Send one record and wait until it is delivered (or raise DeliveryFailed)."""
-        return await (await self.send(topic, value, key, partition, headers))
+        return await (await self.send(topic, value, key, partition, headers, sequence=sequence))
 
     async def flush(self, timeout: float | None = None) -> int:
         """Wait until every queued message has ended; return how many are unfinished."""

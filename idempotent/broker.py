@@ -22,17 +22,16 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
 
 import attrs
 
-from ._checker import CheckerConfig, PartitionChecker, Policy, make_header, validate_header
+from ._checker import CheckerConfig, PartitionChecker, Policy, Ticket, make_header, validate_header
 from ._outcomes import Outcome, ProduceResult
 from ._ownership import RENEW_FRACTION, Action, Lease, OwnershipTable
 from ._records import Record, StoredRecord, as_record
-from ._registry import Admission, ProducerRecord, ProducerRegistry
+from ._registry import Admission, ProducerRecord, ProducerRegistry, validate_name
 from ._types import ProducerId, TopicPartition, namespace_of
 from .backend import AppendBatch, LogBackend
 from .errors import (
@@ -47,6 +46,7 @@ from .errors import (
     RequestTimeoutError,
     UnknownProducerError,
 )
+from .observer import BrokerObserver, notify
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-/]{1,249}$")
 MAX_PARTITIONS = 10_000
@@ -180,6 +180,15 @@ class PartitionStats:
     producers: tuple[ProducerStats, ...]
 
 
+@attrs.frozen
+class _Ticket:
+    """One append in flight: the checker's ticket, when it started, whether a snapshot rides along."""
+
+    push: Ticket
+    started: float
+    with_snapshot: bool
+
+
 class _Partition:
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
@@ -205,10 +214,12 @@ class Broker:
         self._lock = threading.RLock()
         self._registry = ProducerRegistry(backend.load_producers())
         self._settings = dict(backend.load_settings())
+        self._settings_changes = 0
         self._topics = dict(backend.list_topics())
         self._partitions: dict[TopicPartition, _Partition] = {}
+        self._observers: tuple[BrokerObserver, ...] = ()
         self._stop = threading.Event()
-        self._completions: queue.SimpleQueue[tuple[_Partition, Any, Future[int], Future[ProduceResult]] | None] = (
+        self._completions: queue.SimpleQueue[tuple[_Partition, _Ticket, Future[int], Future[ProduceResult]] | None] = (
             queue.SimpleQueue()
         )
         self._completer = threading.Thread(target=self._complete_loop, name="idempotent-completions", daemon=True)
@@ -232,6 +243,17 @@ class Broker:
     def url(self) -> str:
         """The backend URL this broker stores into."""
         return self.backend.url
+
+    def add_observer(self, observer: BrokerObserver) -> None:
+        """Tell ``observer`` about every later event (see :mod:`idempotent.observer`)."""
+        with self._lock:
+            if observer not in self._observers:
+                self._observers = (*self._observers, observer)
+
+    def remove_observer(self, observer: BrokerObserver) -> None:
+        """Stop telling ``observer`` about events; no error when it was not added."""
+        with self._lock:
+            self._observers = tuple(o for o in self._observers if o is not observer)
 
     # -- topics ----------------------------------------------------------------------------
 
@@ -337,10 +359,31 @@ class Broker:
             key = f"{kind}:broker"
         with self._lock:
             self.backend.save_setting(key, value)
+            self._settings_changes += 1
             if value is None:
                 self._settings.pop(key, None)
             else:
                 self._settings[key] = value
+
+    def refresh_settings(self) -> bool:
+        """Reload the deduplication and policy settings from the backend, so that changes
+        stored there by another process (``idempotent admin`` on a backend URL) apply here.
+        :meth:`maintain` calls it, so a running broker follows them within
+        ``maintenance_interval`` seconds.
+
+        Returns:
+            False when the backend could not be read; the settings in force are kept.
+        """
+        with self._lock:
+            changes = self._settings_changes
+        try:
+            loaded = dict(self.backend.load_settings())  # not under the lock: it may be a network call
+        except ProducerError:
+            return False
+        with self._lock:
+            if changes == self._settings_changes:  # else a change made here meanwhile is newer: keep it
+                self._settings = loaded
+        return True
 
     def _resolve(self, kind: str, topic: str) -> str | None:
         settings = self._settings
@@ -362,7 +405,13 @@ class Broker:
 
     # -- producers -------------------------------------------------------------------------
 
-    def init_producer(self, producer_name: str | None = None, *, timeout: float = 30.0) -> ProducerSession:
+    def init_producer(
+        self,
+        producer_name: str | None = None,
+        *,
+        timeout: float = 30.0,
+        claim: Callable[[ProducerRecord | None], str | None] | None = None,
+    ) -> ProducerSession:
         """Allocate a producer id, or re-initialise a named producer.
 
         A named producer keeps its id, gets its epoch bumped (fencing every older instance)
@@ -370,20 +419,43 @@ class Broker:
         sequences. Batches the old instance still has in flight are waited for (up to
         ``timeout``) so that the sequences returned are final.
 
+        ``claim`` decides who owns the producer: it is called under the broker lock, before
+        anything changes, with the name's current record (None for a new name or an anonymous
+        producer), and returns the principal to record as the owner, or raises (for example
+        :class:`~idempotent.errors.AuthorizationError`, see
+        :meth:`idempotent.auth.AccessPolicy.claim`). Without it, an existing record keeps its
+        owner and a new one is unowned.
+
         Raises:
             ConfigError: bad name.
+            AuthorizationError: (from ``claim``) the caller may not use the name; nothing changed.
             BackendUnavailableError: the registry could not be stored; nothing changed.
             RequestTimeoutError: in-flight batches of the old instance did not drain.
         """
+        try:
+            session = self._init_producer(producer_name, timeout, claim)
+        except BaseException:
+            notify(self._observers, "producer_initialised", producer_name is not None, False)
+            raise
+        notify(self._observers, "producer_initialised", producer_name is not None, True)
+        return session
+
+    def _init_producer(
+        self, producer_name: str | None, timeout: float, claim: Callable[[ProducerRecord | None], str | None] | None
+    ) -> ProducerSession:
         self._check_open()
         if self._ownership is not None:
             self._refresh_producers()  # other brokers may have initialised it or noted partitions
+        if producer_name is not None:
+            validate_name(producer_name)
         with self._lock:
+            previous = self._registry.by_name(producer_name) if producer_name is not None else None
+            keep = previous.principal if previous is not None else None
+            principal = claim(previous) if claim is not None else keep
             if self._registry.will_need_id(producer_name) and self._registry.needs_id_block():
                 start = self.backend.allocate_producer_ids(self.config.id_block_size)
                 self._registry.add_id_block(start, self.config.id_block_size)
-            previous = self._registry.by_name(producer_name) if producer_name is not None else None
-            record = self._registry.init(producer_name)
+            record = self._registry.init(producer_name, principal)
             try:
                 self.backend.save_producer(record)
             except BaseException:
@@ -516,6 +588,38 @@ class Broker:
         Batches submitted for one partition are written in submission order, so a client may
         pipeline several. Input errors are raised here; backend errors end up on the future.
         """
+        observers = self._observers
+        if not observers:
+            return self._submit(topic, partition, producer_id, producer_epoch, base_sequence, records)[0]
+        started = time.monotonic()
+        try:
+            future, size = self._submit(topic, partition, producer_id, producer_epoch, base_sequence, records)
+        except BaseException as exc:
+            notify(observers, "produce_failed", topic, partition, exc, time.monotonic() - started)
+            raise
+        count = len(records)
+
+        def done(f: Future[ProduceResult]) -> None:
+            seconds = time.monotonic() - started
+            exc = f.exception()
+            if exc is not None:
+                notify(observers, "produce_failed", topic, partition, exc, seconds)
+            else:
+                notify(observers, "produce_completed", topic, partition, f.result(), count, size, seconds)
+
+        future.add_done_callback(done)
+        return future
+
+    def _submit(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+    ) -> tuple[Future[ProduceResult], int]:
+        """``submit_produce`` without observers; also returns the batch's size in bytes."""
         self._check_open()
         header = make_header(
             producer_id, producer_epoch, base_sequence, len(records) if hasattr(records, "__len__") else 0
@@ -553,10 +657,11 @@ class Broker:
                 self._refresh_producers()  # initialised through another broker
                 admission = self._registry.admit(producer_id, producer_epoch)
             if admission == Admission.UNKNOWN:
-                return _done(ProduceResult(Outcome.UNKNOWN_PRODUCER))
+                return _done(ProduceResult(Outcome.UNKNOWN_PRODUCER)), total
             if admission == Admission.FENCED:
                 record = self._registry.lookup(producer_id)
-                return _done(ProduceResult(Outcome.FENCED, producer_epoch=record.producer_epoch if record else None))
+                fenced = ProduceResult(Outcome.FENCED, producer_epoch=record.producer_epoch if record else None)
+                return _done(fenced), total
             result = checker.check(
                 header,
                 admitted=admission == Admission.ADMITTED,
@@ -564,14 +669,14 @@ class Broker:
                 enabled=self.deduplication_enabled(topic),
             )
             if result.outcome is not Outcome.ACCEPTED:
-                return _done(result)
+                return _done(result), total
             if checker.producer(producer_id) is None:
                 if len(checker.producers()) >= self.config.checker.max_producers:
                     self._evict(part, checker, checker.evict_over_capacity(room_for=1), now)
                     checker = self._ready(part)
                 self._note_partition(producer_id, part.tp)
             snapshot = checker.snapshot(now) if checker.pending == 0 and checker.snapshot_due(now) else None
-            ticket = checker.push(header, now)
+            ticket = _Ticket(checker.push(header, now), time.monotonic(), snapshot is not None)
             part.outstanding += 1
             try:
                 appended = self.backend.append(topic, partition, AppendBatch(header, batch_records, now), snapshot)
@@ -587,7 +692,7 @@ class Broker:
                 # An asynchronous backend: its thread only queues the completion, so it never
                 # waits for a broker lock (it may be needed to finish a snapshot write).
                 appended.add_done_callback(lambda f: self._completions.put((part, ticket, f, out)))
-        return out
+        return out, total
 
     def _complete_loop(self) -> None:
         while True:
@@ -601,17 +706,23 @@ class Broker:
                 if not future.done():
                     future.set_exception(BackendUnavailableError(f"completing an append failed: {exc!r}"))
 
-    def _appended(self, part: _Partition, ticket: Any, appended: Future[int], out: Future[ProduceResult]) -> None:
+    def _appended(self, part: _Partition, ticket: _Ticket, appended: Future[int], out: Future[ProduceResult]) -> None:
         exc = appended.exception()
+        observers = self._observers
+        if observers:
+            seconds = time.monotonic() - ticket.started
+            notify(observers, "append_completed", part.tp.topic, part.tp.partition, seconds, exc is None)
+            if ticket.with_snapshot:
+                notify(observers, "snapshot_written", part.tp.topic, part.tp.partition, exc is None)
         with part.lock:
             part.outstanding -= 1
             checker = part.checker
             if exc is not None:
-                if checker is not None and checker.generation == ticket.generation:
+                if checker is not None and checker.generation == ticket.push.generation:
                     checker.discard_pending()
                 part.failed = True
             elif checker is not None:
-                checker.commit(ticket, appended.result())
+                checker.commit(ticket.push, appended.result())
                 now = time.time()
                 if checker.snapshot_due(now) and checker.entries_since_snapshot >= 2 * checker.config.snapshot_entries:
                     self._write_snapshot(part, checker, now)
@@ -628,7 +739,9 @@ class Broker:
             self.backend.write_snapshot(part.tp.topic, part.tp.partition, checker.snapshot(now))
         except ProducerError:
             checker.entries_since_snapshot = max(checker.entries_since_snapshot, 1)
+            notify(self._observers, "snapshot_written", part.tp.topic, part.tp.partition, False)
             return False
+        notify(self._observers, "snapshot_written", part.tp.topic, part.tp.partition, True)
         return True
 
     def _evict(self, part: _Partition, checker: PartitionChecker, evicted: list[ProducerId], now: float) -> None:
@@ -641,6 +754,7 @@ class Broker:
             return
         if self._write_snapshot(part, checker, now):
             self._evicted(evicted)
+            notify(self._observers, "producers_evicted", part.tp.topic, part.tp.partition, len(evicted))
         else:
             part.checker = None
 
@@ -694,6 +808,7 @@ class Broker:
         part.checker, part.failed = checker, False
         part.recovery_seconds = time.monotonic() - started
         part.replayed = replayed
+        notify(self._observers, "partition_recovered", topic, partition, part.recovery_seconds, replayed)
         self._sweep(part, checker, now)
         if part.checker is None:
             raise PartitionRecoveringError(f"{part.tp}: could not store the snapshot after evictions; retry")
@@ -892,25 +1007,46 @@ class Broker:
 
     # -- observability and maintenance -------------------------------------------------------
 
-    def stats(self, topic: str | None = None) -> list[PartitionStats]:
+    def stats(self, topic: str | None = None, *, recover: bool = True) -> list[PartitionStats]:
         """Checker state of every partition (of one topic), recovering partitions as needed.
-        With several brokers, only of the partitions this broker owns."""
+        With several brokers, only of the partitions this broker owns.
+
+        With ``recover`` False only the partitions whose checker is already in memory are
+        reported and none is recovered or read from the backend (what a metrics scrape needs).
+
+        Raises:
+            InvalidTopicError: unknown topic.
+            PartitionRecoveringError: a partition never loaded cannot be recovered yet.
+            BackendUnavailableError: recovering a partition failed.
+        """
         self._check_open()
         names = [topic] if topic is not None else sorted(self.topics())
         out = []
         now = time.time()
         for name in names:
             for p in range(self.partitions_for(name, create=False)):
-                part = self._partition(name, p, create=False)
+                if recover:
+                    part = self._partition(name, p, create=False)
+                else:
+                    with self._lock:
+                        loaded = self._partitions.get(TopicPartition(name, p))
+                    if loaded is None:
+                        continue
+                    part = loaded
                 if not self._serving(part):
                     continue  # another broker owns it (several brokers): ask that one
                 with part.lock:
-                    try:
-                        checker = self._ready(part)
-                    except PartitionRecoveringError:
+                    if not recover:
                         if part.checker is None:
-                            raise
+                            continue
                         checker = part.checker
+                    else:
+                        try:
+                            checker = self._ready(part)
+                        except PartitionRecoveringError:
+                            if part.checker is None:
+                                raise
+                            checker = part.checker
                     producers = tuple(
                         ProducerStats(
                             pid,
@@ -949,8 +1085,10 @@ class Broker:
             return self._ready(part).state()
 
     def maintain(self, now: float | None = None) -> None:
-        """Expire idle producers and write snapshots that are due (time-based trigger)."""
+        """Expire idle producers, write snapshots that are due (time-based trigger), and
+        reload the deduplication settings from the backend (see :meth:`refresh_settings`)."""
         now = time.time() if now is None else now
+        self.refresh_settings()
         with self._lock:
             parts = list(self._partitions.values())
         for part in parts:

@@ -6,7 +6,14 @@ Subcommands::
     idempotent tail URL TOPIC [--partition P] [--offset O | --from-beginning] [--max N]
                               [--follow] [--format text|json]
     idempotent stats URL [TOPIC] [--json]
+    idempotent token (--secret-file F | --private-key F [--algorithm A]) --sub NAME [--role R ...]
+                     [--ttl SECONDS] [--audience A] [--issuer I] [--roles-claim CLAIM]
     idempotent broker --backend URL [--listen HOST:PORT] [--tls-cert F --tls-key F] [--broker-id ID] [options]
+                      [--auth-jwt-secret-file F | --auth-jwt-public-key F] [--auth-* options]
+    idempotent admin [--url URL] set-deduplication (TOPIC | NAMESPACE/ | --broker)
+                     [--enable | --disable | --clear] [--policy strict|monotonic|clear]
+    idempotent admin [--url URL] stats TOPIC [--json]
+    idempotent admin [--url URL] describe-producers TOPIC [--partition P] [--json]
     idempotent services ...
     idempotent --version
 
@@ -19,7 +26,9 @@ partition; every record up to it is skipped and the rest is sent. Records that w
 flight at the crash and sent again are recognised by the broker as duplicates.
 
 ``tail`` and ``stats`` never write to the log: they open the backend read-only (no topic is
-created, no snapshot or producer record is stored), so they may run next to a writer.
+created, no snapshot or producer record is stored), so they may run next to a writer; so do
+``admin stats`` and ``admin describe-producers`` on a backend URL. ``admin`` takes its URL
+from ``--url`` or ``$IDEMPOTENT_URL`` (see ``docs/operations.md``).
 
 Exit codes: 0 success, 1 failure (a delivery failed, the broker refused), 2 bad usage or
 input (bad option, URL or file, unknown topic, a layout that does not match the topic),
@@ -29,6 +38,7 @@ input (bad option, URL or file, unknown topic, a layout that does not match the 
 from __future__ import annotations
 
 import argparse
+import datetime
 import hashlib
 import importlib
 import itertools
@@ -53,7 +63,7 @@ from ._types import SEQUENCE_SPACE
 from .api import BrokerAPI
 from .backend import AppendBatch, LogBackend
 from .broker import Broker, BrokerConfig, PartitionStats, validate_topic
-from .errors import DeliveryFailed, ProducerError, UsageError
+from .errors import DeliveryFailed, InvalidTopicError, ProducerError, UsageError
 from .producer import Producer
 
 #: Futures kept before the oldest are checked; bounds memory for inputs of any length.
@@ -199,7 +209,28 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", action="store_true", help="print a JSON list")
     stats.set_defaults(handler=cmd_stats)
 
+    token = commands.add_parser(
+        "token",
+        help="sign an access token for a broker server",
+        description="Print a signed JWT for a broker server that authenticates with tokens (see docs/security.md).",
+    )
+    key = token.add_mutually_exclusive_group(required=True)
+    key.add_argument("--secret-file", metavar="F", help="HMAC secret shared with the broker (HS256/384/512)")
+    key.add_argument("--private-key", metavar="F", help="PEM private key whose public key the broker has")
+    token.add_argument(
+        "--algorithm",
+        default=None,
+        help="HS256 (default with --secret-file), RS256 (default with --private-key), ES256, EdDSA, ...",
+    )
+    token.add_argument("--sub", required=True, help="the principal's name")
+    token.add_argument("--role", action="append", default=[], help="a role, e.g. admin (repeatable)")
+    token.add_argument("--ttl", type=_float_type, default=3600.0, help="seconds the token is valid (default 3600)")
+    token.add_argument("--audience", help="the aud claim the broker expects")
+    token.add_argument("--issuer", help="the iss claim the broker expects")
+    token.add_argument("--roles-claim", default="roles", help="claim (dotted path) for the roles (default roles)")
+    token.set_defaults(handler=cmd_token)
     _add_broker_command(commands)
+    _add_admin_parser(commands)
 
     commands.add_parser(
         "services",
@@ -828,6 +859,31 @@ def _add_broker_command(commands: Any) -> None:
     broker.add_argument("--tls-cert", metavar="FILE", help="serve TLS with this certificate chain (PEM)")
     broker.add_argument("--tls-key", metavar="FILE", help="private key of --tls-cert (PEM)")
     broker.add_argument("--tls-client-ca", metavar="FILE", help="require client certificates signed by this CA")
+    auth = broker.add_argument_group("authentication (see docs/security.md)")
+    key = auth.add_mutually_exclusive_group()
+    key.add_argument("--auth-jwt-secret-file", metavar="FILE", help="require HMAC-signed JWTs (HS256) with this secret")
+    key.add_argument("--auth-jwt-public-key", metavar="FILE", help="require JWTs signed by this PEM public key's owner")
+    auth.add_argument(
+        "--auth-jwt-algorithm",
+        metavar="ALG",
+        action="append",
+        help="accepted algorithm (repeatable; default HS256 with a secret, every one of the key's type with a key)",
+    )
+    auth.add_argument("--auth-audience", metavar="AUD", help="tokens must name this audience (aud)")
+    auth.add_argument("--auth-issuer", metavar="ISS", help="tokens must come from this issuer (iss)")
+    auth.add_argument("--auth-leeway", metavar="S", type=_float_type, default=30.0, help="clock skew allowed (30)")
+    auth.add_argument("--auth-roles-claim", metavar="CLAIM", default="roles", help="claim holding the roles (roles)")
+    auth.add_argument("--auth-admin-role", metavar="ROLE", default="admin", help="role of administrators (admin)")
+    auth.add_argument(
+        "--auth-optional",
+        action="store_true",
+        help="let connections without a token in, as the anonymous principal (migration only)",
+    )
+    auth.add_argument(
+        "--auth-adopt-unowned",
+        action="store_true",
+        help="let a principal take over producer names created before authentication was on",
+    )
     broker.add_argument("--max-in-flight", metavar="N", type=_int_type(1, "--max-in-flight"), default=64)
     broker.add_argument("--max-frame", metavar="BYTES", type=_int_type(1024, "--max-frame"), default=16 * 1024 * 1024)
     broker.add_argument("--idle-timeout", metavar="S", type=_float_type, default=300.0)
@@ -845,6 +901,9 @@ def _add_broker_command(commands: Any) -> None:
         default=10.0,
         help="with --broker-id: partitions of a broker silent this long are taken over (default 10)",
     )
+    broker.add_argument(
+        "--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics"
+    )
     broker.set_defaults(handler=cmd_broker)
 
 
@@ -857,6 +916,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
     if args.tls_key and not args.tls_cert:
         raise CliError("--tls-key needs --tls-cert")
+    jwt_options = ("auth_jwt_algorithm", "auth_audience", "auth_issuer", "auth_optional", "auth_adopt_unowned")
+    if not (args.auth_jwt_secret_file or args.auth_jwt_public_key) and any(getattr(args, o) for o in jwt_options):
+        raise CliError("the --auth-* options need --auth-jwt-secret-file or --auth-jwt-public-key")
     context = server_ssl_context(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     config = ServerConfig(max_frame=args.max_frame, max_in_flight=args.max_in_flight, idle_timeout=args.idle_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -871,21 +933,429 @@ def cmd_broker(args: argparse.Namespace) -> int:
         )
     broker = connect(args.backend, broker_config)
     assert isinstance(broker, Broker)
-    server = BrokerServer(broker, host, port, ssl_context=context, advertised_address=args.advertise, config=config)
+    try:
+        security = _broker_security(args, broker)
+    except BaseException:
+        broker.close()
+        raise
+    server = BrokerServer(
+        broker, host, port, ssl_context=context, advertised_address=args.advertise, config=config, **security
+    )
 
     def ready(served: BrokerServer) -> None:
         if args.broker_id is not None and not args.advertise:
             broker.advertise(served.advertised_address)  # the port is known once bound
         _err(f"serving {broker.url} on {served.url}")
+        if security and context is None:
+            _err("warning: tokens travel in clear text; serve TLS (--tls-cert) when authenticating")
         if args.ready_file:
             with open(args.ready_file, "w") as out:
                 out.write(served.address + "\n")
 
-    server.run(on_ready=ready)
+    metrics = None
+    if args.metrics_listen:
+        from .metrics import start_metrics_server
+
+        try:
+            metrics = start_metrics_server(broker, *parse_listen(args.metrics_listen))
+        except BaseException:
+            broker.close()
+            raise
+        _err(f"metrics on {metrics.url}")
+    try:
+        server.run(on_ready=ready)
+    finally:
+        if metrics is not None:
+            metrics.close()
     return 0
 
 
+def _broker_security(args: argparse.Namespace, broker: Broker) -> dict[str, Any]:
+    """The server's authenticator, authorizer and claim hooks from the ``--auth-*`` options
+    (none without a JWT key: every connection may do everything)."""
+    from .auth import AccessPolicy, BrokerGuard, JWTAuthenticator
+
+    if not (args.auth_jwt_secret_file or args.auth_jwt_public_key):
+        return {}
+    options: dict[str, Any] = {
+        "audience": args.auth_audience,
+        "issuer": args.auth_issuer,
+        "leeway": args.auth_leeway,
+        "roles_claim": args.auth_roles_claim,
+        "required": not args.auth_optional,
+    }
+    if args.auth_jwt_secret_file:
+        authenticator = JWTAuthenticator.from_secret_file(
+            args.auth_jwt_secret_file, args.auth_jwt_algorithm or ("HS256",), **options
+        )
+    else:
+        authenticator = JWTAuthenticator.from_public_key_file(
+            args.auth_jwt_public_key, args.auth_jwt_algorithm, **options
+        )
+    policy = AccessPolicy(admin_role=args.auth_admin_role, adopt_unowned=args.auth_adopt_unowned)
+    guard = BrokerGuard(authenticator, policy, broker.producer_record)
+    return {"authenticator": guard.authenticate, "authorizer": guard.authorize, "claim": guard.claim}
+
+
+# -- admin ---------------------------------------------------------------------------------
+#
+# ``idempotent admin``: deduplication settings and checker state of a broker, over the
+# BrokerAPI surface, so that the same commands work on a backend URL (a broker opened in this
+# process) and on a broker server (``idem://host:port``).
+
+#: Environment variable the admin commands read the broker URL from when --url is not given.
+URL_ENV = "IDEMPOTENT_URL"
+#: Schemes of a broker server: ``stats`` and ``describe-producers`` ask it, nothing is opened here.
+SERVER_SCHEMES = ("idem", "idems")
+_POLICY_CHOICES = ("strict", "monotonic", "clear")
+
+
+@attrs.frozen
+class AdminTarget:
+    """What ``set-deduplication`` changes: a topic, a namespace, or the broker-wide default."""
+
+    kind: str  # "topic", "namespace" or "broker"
+    name: str | None
+
+    def describe(self) -> str:
+        if self.kind == "broker":
+            return "broker default"
+        if self.kind == "namespace":
+            return "root namespace" if self.name == "" else f"namespace {self.name!r}"
+        return f"topic {self.name!r}"
+
+    def keywords(self) -> dict[str, str]:
+        """The ``topic=`` / ``namespace=`` keyword of ``set_deduplication`` and ``set_policy``."""
+        return {} if self.name is None else {self.kind: self.name}
+
+
+def parse_admin_target(text: str | None) -> AdminTarget:
+    """The target of ``set-deduplication``: a topic, or a namespace when it ends with ``/``.
+
+    A topic's namespace is the part of its name before its last ``/`` (``tenant/ns/orders``
+    is in namespace ``tenant/ns``, ``orders`` in the root namespace ``""``), as
+    :func:`idempotent._types.namespace_of` defines. So ``tenant/ns/`` names the namespace
+    ``tenant/ns``, ``/`` the root namespace, anything else a topic; None is the broker-wide
+    default.
+
+    Raises:
+        InvalidTopicError: the topic or namespace name is not valid.
+    """
+    if text is None:
+        return AdminTarget("broker", None)
+    if text == "/":
+        return AdminTarget("namespace", "")
+    if text.endswith("/"):
+        name = text[:-1]
+        try:
+            validate_topic(name)
+            if name.endswith("/"):
+                raise InvalidTopicError(name)
+        except InvalidTopicError:
+            raise InvalidTopicError(
+                f"invalid namespace {text!r}: a namespace is a topic name prefix ending in '/', like 'tenant/ns/'"
+            ) from None
+        return AdminTarget("namespace", name)
+    return AdminTarget("topic", validate_topic(text))
+
+
+def _policy_type(text: str) -> str:
+    if text not in _POLICY_CHOICES:
+        raise argparse.ArgumentTypeError(f"unknown policy {text!r}: use strict, monotonic or clear")
+    return text
+
+
+def _add_admin_parser(commands: Any) -> None:
+    admin = commands.add_parser(
+        "admin",
+        help="deduplication settings and producer state of a broker",
+        description="Change deduplication settings and inspect the checker state of a broker. "
+        f"The broker is --url, else ${URL_ENV}: a broker server (idem://host:port) or a backend "
+        "URL (sqlite:///..., kafka://..., pulsar://...). stats and describe-producers only read; "
+        "on a backend URL they open it read-only, never taking a partition over from a running broker.",
+    )
+    admin.add_argument("--url", metavar="URL", help=f"the broker (default: ${URL_ENV})")
+    verbs = admin.add_subparsers(dest="admin_command", metavar="ADMIN_COMMAND", required=True)
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--url", metavar="URL", default=argparse.SUPPRESS, help=f"the broker (default: ${URL_ENV})")
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    dedup = verbs.add_parser(
+        "set-deduplication",
+        help="switch deduplication or set the sequence policy of a topic, a namespace, or the broker",
+        description="Switch deduplication on or off, or set the sequence policy, for a topic, a "
+        "namespace (a name ending in '/': 'tenant/ns/' is the namespace of 'tenant/ns/orders', "
+        "'/' the root namespace of names without '/'), or with --broker the broker-wide default. "
+        "The most specific setting applies: topic, then namespace, then broker, then the "
+        "broker's configuration. --clear removes a setting so that the next level applies.",
+    )
+    dedup.add_argument("target", metavar="TOPIC|NAMESPACE/", nargs="?", help="a topic, or a namespace ending in '/'")
+    dedup.add_argument("--broker", action="store_true", help="change the broker-wide default instead")
+    switch = dedup.add_mutually_exclusive_group()
+    switch.add_argument(
+        "--enable", dest="dedup", action="store_const", const="enable", help="check duplicates and gaps"
+    )
+    switch.add_argument(
+        "--disable",
+        dest="dedup",
+        action="store_const",
+        const="disable",
+        help="accept every well-formed batch (no duplicate or gap check)",
+    )
+    switch.add_argument("--clear", dest="dedup", action="store_const", const="clear", help="remove the setting")
+    dedup.add_argument(
+        "--policy",
+        type=_policy_type,
+        metavar="strict|monotonic|clear",
+        help="sequence policy: strict (a gap is refused), monotonic (gaps allowed), clear (remove the setting)",
+    )
+    dedup.add_argument(
+        "--allow-unknown",
+        action="store_true",
+        help="configure a topic that does not exist yet (it applies once the topic is created)",
+    )
+    common(dedup)
+    dedup.set_defaults(handler=cmd_admin_set_deduplication)
+
+    stats = verbs.add_parser(
+        "stats",
+        help="deduplication status, policy, producers and snapshot state of a topic",
+        description="Show a topic's deduplication status and policy and, per partition: ready or "
+        "recovering, log position, snapshot position and age, and every producer's id, name, "
+        "epoch, last sequence and last offset.",
+    )
+    stats.add_argument("topic", metavar="TOPIC")
+    common(stats)
+    stats.set_defaults(handler=cmd_admin_stats)
+
+    producers = verbs.add_parser(
+        "describe-producers",
+        help="the producers a topic's partitions track",
+        description="List the producers each partition of a topic tracks: id, name, epoch, last "
+        "sequence, last offset and the time of its last stored record.",
+    )
+    producers.add_argument("topic", metavar="TOPIC")
+    producers.add_argument("--partition", metavar="P", type=_int_type(0, "--partition"), help="only this partition")
+    common(producers)
+    producers.set_defaults(handler=cmd_admin_describe_producers)
+
+
+def admin_url(args: argparse.Namespace) -> str:
+    """The broker URL of an admin command: ``--url``, else ``$IDEMPOTENT_URL``.
+
+    Raises:
+        CliError: neither is set.
+    """
+    url: str | None = getattr(args, "url", None) or os.environ.get(URL_ENV)
+    if not url:
+        raise CliError(f"no broker URL: give --url URL or set {URL_ENV}")
+    return url
+
+
+def _require_database(url: str) -> None:
+    """Refuse a ``sqlite://`` URL whose file does not exist (opening it would create it)."""
+    if urlsplit(url).scheme == "sqlite":
+        from adapters.sqlite import parse_sqlite_url
+
+        path, _ = parse_sqlite_url(url)
+        if not os.path.exists(path):
+            raise CliError(f"no database file {path!r} (from {url})")
+
+
+def open_admin(url: str, *, write: bool) -> BrokerAPI:
+    """The broker handle of an admin command.
+
+    A broker server is connected to. A backend URL is opened in this process: read-only
+    (:func:`open_read_only`) unless ``write``; a ``sqlite://`` file must exist either way.
+
+    Raises:
+        CliError: a missing sqlite file.
+        ConfigError: bad URL.
+        BackendUnavailableError: the broker or backend cannot be reached.
+    """
+    from . import connect
+
+    if urlsplit(url).scheme in SERVER_SCHEMES:
+        return connect(url)
+    if not write:
+        return open_read_only(url)
+    _require_database(url)
+    return connect(url, BrokerConfig(auto_create_topics=False, maintenance_interval=0))
+
+
+def cmd_admin_set_deduplication(args: argparse.Namespace) -> int:
+    """``idempotent admin set-deduplication``: change a deduplication or policy setting."""
+    if args.broker and args.target is not None:
+        raise CliError("give a TOPIC, a NAMESPACE/ or --broker, not both")
+    if not args.broker and args.target is None:
+        raise CliError("give a TOPIC, a NAMESPACE/ (ending in '/'), or --broker for the broker-wide default")
+    if args.dedup is None and args.policy is None:
+        raise CliError("nothing to change: give --enable, --disable or --clear, and/or --policy")
+    target = parse_admin_target(args.target)
+    url = admin_url(args)
+    broker = open_admin(url, write=True)
+    try:
+        if target.kind == "topic" and not args.allow_unknown and target.name not in broker.topics():
+            known = ", ".join(sorted(broker.topics())) or "none"
+            raise CliError(
+                f"unknown topic {target.name!r} in {broker.url} (topics: {known}); give --allow-unknown to "
+                "configure a topic before it is created, or end a namespace with '/'"
+            )
+        changes: dict[str, str] = {}
+        if args.dedup is not None:
+            enabled = {"enable": True, "disable": False, "clear": None}[args.dedup]
+            broker.set_deduplication(enabled, **target.keywords())
+            changes["deduplication"] = {"enable": "enabled", "disable": "disabled", "clear": "cleared"}[args.dedup]
+        if args.policy is not None:
+            broker.set_policy(None if args.policy == "clear" else args.policy, **target.keywords())
+            changes["policy"] = "cleared" if args.policy == "clear" else args.policy
+    finally:
+        broker.close()
+    if args.json:
+        print(json.dumps({"target": target.kind, "name": target.name, **changes}))
+    else:
+        text = ", ".join(f"{what} {how}" for what, how in changes.items())
+        print(f"{target.describe()}: {text}")
+    return 0
+
+
+def cmd_admin_stats(args: argparse.Namespace) -> int:
+    """``idempotent admin stats``: a topic's deduplication status and checker state."""
+    validate_topic(args.topic)
+    broker = open_admin(admin_url(args), write=False)
+    try:
+        count = _partition_count(broker, args.topic)
+        stats = broker.stats(args.topic)
+    finally:
+        broker.close()
+    first = stats[0] if stats else None
+    summary = {
+        "topic": args.topic,
+        "partitions": count,
+        "deduplication": first.deduplication if first else None,
+        "policy": first.policy if first else None,
+        "ready": sum(1 for s in stats if s.status == "ready"),
+        "recovering": sum(1 for s in stats if s.status == "recovering"),
+    }
+    if args.json:
+        print(json.dumps({**summary, "partition_stats": [_stats_dict(s) for s in stats]}, indent=2))
+        return 0
+    dedup = "on" if summary["deduplication"] else "off"
+    print(
+        f"topic {args.topic}: {count} partition(s), deduplication {dedup}, policy {summary['policy']}, "
+        f"{summary['ready']} ready, {summary['recovering']} recovering"
+    )
+    for s in stats:
+        print()
+        print(format_stats(s))
+    return 0
+
+
+def producer_rows(stats: Sequence[PartitionStats], partition: int | None = None) -> list[dict[str, Any]]:
+    """One row per producer and partition, as ``describe-producers`` prints them."""
+    return [
+        {
+            "topic": s.topic,
+            "partition": s.partition,
+            "producer_id": p.producer_id,
+            "producer_name": p.producer_name,
+            "producer_epoch": p.producer_epoch,
+            "last_sequence": p.last_sequence,
+            "last_offset": p.last_offset,
+            "last_timestamp": p.last_timestamp,
+        }
+        for s in stats
+        if partition is None or s.partition == partition
+        for p in s.producers
+    ]
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: frozenset[int] = frozenset()) -> list[str]:
+    """Aligned columns: numbers to the right, the columns in ``left`` to the left."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return [
+        "  ".join(
+            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in [header, *rows]
+    ]
+
+
+def cmd_admin_describe_producers(args: argparse.Namespace) -> int:
+    """``idempotent admin describe-producers``: the producers each partition tracks."""
+    validate_topic(args.topic)
+    broker = open_admin(admin_url(args), write=False)
+    try:
+        count = _partition_count(broker, args.topic)
+        if args.partition is not None and args.partition >= count:
+            raise CliError(f"topic {args.topic!r} has partitions 0..{count - 1}, not {args.partition}")
+        rows = producer_rows(broker.stats(args.topic), args.partition)
+    finally:
+        broker.close()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        where = f"{args.topic}[{args.partition}]" if args.partition is not None else f"topic {args.topic}"
+        print(f"no producers tracked on {where}")
+        return 0
+    header = ("PARTITION", "PRODUCER_ID", "NAME", "EPOCH", "LAST_SEQUENCE", "LAST_OFFSET", "LAST_TIMESTAMP")
+    table = [
+        (
+            str(r["partition"]),
+            str(r["producer_id"]),
+            r["producer_name"] if r["producer_name"] is not None else "-",
+            str(r["producer_epoch"]),
+            str(r["last_sequence"]),
+            str(r["last_offset"]),
+            _iso(r["last_timestamp"]),
+        )
+        for r in rows
+    ]
+    print("\n".join(_table(header, table, left=frozenset({2, 6}))))
+    return 0
+
+
+def _iso(timestamp: float) -> str:
+    """A record timestamp (seconds since the epoch) as UTC ISO 8601 with milliseconds."""
+    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).isoformat(timespec="milliseconds")
+
+
 # -- services ------------------------------------------------------------------------------
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    """Print a signed token (``idempotent token``)."""
+    from .auth import mint_token
+
+    path = args.secret_file or args.private_key
+    try:
+        with open(path, "rb") as handle:
+            key = handle.read()
+    except OSError as exc:
+        raise CliError(f"cannot read {path!r}: {exc.strerror}") from None
+    if args.secret_file:
+        key = key.rstrip(b"\r\n")
+    algorithm = args.algorithm or ("HS256" if args.secret_file else "RS256")
+    if args.secret_file and not algorithm.startswith("HS"):
+        raise CliError("--secret-file signs only HS256, HS384 or HS512")
+    if args.private_key and algorithm.startswith("HS"):
+        raise CliError("--private-key signs RS*, PS*, ES* or EdDSA; use --secret-file for HS*")
+    print(
+        mint_token(
+            key,
+            args.sub,
+            now=time.time(),
+            ttl=args.ttl,
+            roles=args.role,
+            algorithm=algorithm,
+            audience=args.audience,
+            issuer=args.issuer,
+            roles_claim=args.roles_claim,
+        )
+    )
+    return 0
 
 
 def cmd_services(argv: list[str]) -> int:

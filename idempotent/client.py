@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import select
 import socket
 import ssl
@@ -30,6 +31,7 @@ import msgpack
 import tenacity
 
 from . import _protocol as wire
+from . import tls as tls_contexts
 from ._types import TopicPartition
 from .broker import LastSequences
 from .errors import (
@@ -79,11 +81,23 @@ def parse_url(url: str) -> tuple[str, int, bool]:
 
 
 class _Link:
-    """One established connection: pending requests by correlation id and the reader thread."""
+    """One established connection: pending requests by correlation id and the reader thread.
 
-    def __init__(self, sock: socket.socket, owner: RemoteBroker, hello: dict[str, Any]) -> None:
+    Callers write requests (one at a time, under ``write_lock``); the reader thread reads
+    answers. A TLS socket is non-blocking and every call into it holds ``io_lock``, because
+    one SSL connection must not be used by two threads at once.
+    """
+
+    def __init__(self, sock: socket.socket, hello: dict[str, Any], address: str, send_timeout: float) -> None:
         self.sock = sock
-        self.owner = owner
+        self.address = address
+        self.tls = isinstance(sock, ssl.SSLSocket)
+        self.send_timeout = send_timeout
+        if self.tls:
+            sock.setblocking(False)
+        else:
+            sock.settimeout(send_timeout)  # only sends can block: reads wait in select first
+        self.io_lock = threading.Lock()
         self.hello = hello
         self.max_frame = int(hello.get("max_frame", wire.DEFAULT_MAX_FRAME))
         self.pending: dict[int, tuple[Future[Any], _Decode, float]] = {}
@@ -105,7 +119,7 @@ class _Link:
         future: Future[Any] = Future()
         with self.lock:
             if not self.alive:
-                future.set_exception(BrokerConnectionError(f"connection to {self.owner.url} is closed"))
+                future.set_exception(BrokerConnectionError(f"connection to {self.address} is closed"))
                 return future
             cid = self.next_id()
             self.pending[cid] = (future, decode, time.monotonic() + timeout)
@@ -125,10 +139,31 @@ class _Link:
             return future
         try:
             with self.write_lock:
-                self.sock.sendall(data)
+                self._send(data)
         except (OSError, ValueError) as exc:
-            self.fail(BrokerConnectionError(f"sending to {self.owner.url} failed: {exc}"))
+            self.fail(BrokerConnectionError(f"sending to {self.address} failed: {exc}"))
         return future
+
+    def _send(self, data: bytes) -> None:
+        if not self.tls:
+            self.sock.sendall(data)
+            return
+        view = memoryview(data)
+        deadline = time.monotonic() + self.send_timeout
+        while view:
+            if not self.alive:
+                raise OSError("the connection was closed")
+            with self.io_lock:
+                try:
+                    sent = self.sock.send(view)
+                except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
+                    sent = 0
+            if sent:
+                view = view[sent:]
+                continue
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not send for {self.send_timeout:g} s")
+            select.select([], [self.sock], [], 0.05)
 
     def fail(self, error: ProducerError) -> None:
         """Mark the link dead and fail everything pending with ``error``."""
@@ -148,18 +183,22 @@ class _Link:
         sock = self.sock
         try:
             while self.alive:
-                pending_tls = isinstance(sock, ssl.SSLSocket) and sock.pending()
-                if not pending_tls:
+                buffered = self.tls and sock.pending()  # type: ignore[attr-defined]
+                if not buffered:
                     ready, _, _ = select.select([sock], [], [], 0.1)
                     if not ready:
                         self._expire()
                         continue
-                try:
+                if self.tls:
+                    with self.io_lock:
+                        try:
+                            data = sock.recv(1 << 18)
+                        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                            continue
+                else:
                     data = sock.recv(1 << 18)
-                except ssl.SSLWantReadError:
-                    continue
                 if not data:
-                    self.fail(BrokerConnectionError(f"{self.owner.url} closed the connection"))
+                    self.fail(BrokerConnectionError(f"{self.address} closed the connection"))
                     return
                 for body in decoder.feed(data):
                     if isinstance(body, wire.FrameTooLarge):
@@ -168,9 +207,9 @@ class _Link:
                     self._deliver(body)
                 self._expire()
         except (OSError, ValueError) as exc:
-            self.fail(BrokerConnectionError(f"connection to {self.owner.url} failed: {exc}"))
+            self.fail(BrokerConnectionError(f"connection to {self.address} failed: {exc}"))
         except Exception as exc:  # never leave futures hanging on a bug or a garbled frame
-            self.fail(ProtocolError(f"bad answer from {self.owner.url}: {exc!r}"))
+            self.fail(ProtocolError(f"bad answer from {self.address}: {exc!r}"))
 
     def _deliver(self, body: bytes) -> None:
         frame = msgpack.unpackb(body, raw=False)
@@ -180,7 +219,7 @@ class _Link:
         if cid == 0:  # about the connection as a whole: it is about to close
             error = wire.error_from_wire(value) if kind == wire.ERROR else ProtocolError("bad connection frame")
             if isinstance(error, ProducerClosedError | RequestTimeoutError):
-                error = BrokerConnectionError(f"{self.owner.url}: {error.message}")
+                error = BrokerConnectionError(f"{self.address}: {error.message}")
             self.fail(error)
             return
         with self.lock:
@@ -194,7 +233,7 @@ class _Link:
         try:
             result = decode(value)
         except Exception as exc:
-            future.set_exception(ProtocolError(f"malformed answer from {self.owner.url}: {exc!r}"))
+            future.set_exception(ProtocolError(f"malformed answer from {self.address}: {exc!r}"))
             return
         future.set_result(result)
 
@@ -209,7 +248,26 @@ class _Link:
                     expired.append(self.pending.pop(cid)[0])
         for future in expired:
             if not future.done():
-                future.set_exception(RequestTimeoutError(f"no answer from {self.owner.url} in time"))
+                future.set_exception(RequestTimeoutError(f"no answer from {self.address} in time"))
+
+
+def _token_from_environment() -> str | None:
+    """``IDEMPOTENT_TOKEN``, else the contents of ``IDEMPOTENT_TOKEN_FILE``, else None.
+
+    Raises:
+        ConfigError: the token file cannot be read.
+    """
+    token = os.environ.get("IDEMPOTENT_TOKEN")
+    if token:
+        return token.strip()
+    path = os.environ.get("IDEMPOTENT_TOKEN_FILE")
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read IDEMPOTENT_TOKEN_FILE {path!r}: {exc}") from None
 
 
 class RemoteBroker:
@@ -217,12 +275,16 @@ class RemoteBroker:
 
     Args:
         url: ``idem://host:port`` or ``idems://host:port`` (TLS).
-        token: credentials sent in the handshake (for a server with an authenticator).
+        token: credentials sent in the handshake (for a server with an authenticator);
+            default: the environment variable ``IDEMPOTENT_TOKEN``, else the contents of the
+            file ``IDEMPOTENT_TOKEN_FILE`` names (see ``docs/security.md``).
         timeout: seconds to wait for each answer (``init_producer`` adds its own timeout).
         connect_timeout: seconds to keep trying to (re)connect before failing a request.
-        cafile: CA bundle to verify the server's certificate (TLS); default: the system's.
+        cafile: CA bundle to verify the server's certificate (TLS); default:
+            ``IDEMPOTENT_TLS_CA``, else the system's trust store.
         verify: False accepts any server certificate (TLS; for tests only).
-        certfile, keyfile: a client certificate (TLS servers that require one).
+        certfile, keyfile: a client certificate (TLS servers that require one); default:
+            ``IDEMPOTENT_TLS_CERT`` and ``IDEMPOTENT_TLS_KEY``.
         ssl_context: a ready client-side context instead of the options above.
         client_name: sent in the handshake, for the server's logs.
         retries: how often a request that is safe to repeat (everything but ``produce`` and
@@ -253,7 +315,11 @@ class RemoteBroker:
     ) -> None:
         self.host, self.port, tls = parse_url(url)
         self._url = url
-        self.token = token
+        self.token = token if token is not None else _token_from_environment()
+        if tls and ssl_context is None:
+            cafile = cafile or os.environ.get("IDEMPOTENT_TLS_CA") or None
+            certfile = certfile or os.environ.get("IDEMPOTENT_TLS_CERT") or None
+            keyfile = keyfile or os.environ.get("IDEMPOTENT_TLS_KEY") or None
         if not timeout > 0 or not connect_timeout > 0:
             raise ConfigError("timeout and connect_timeout must be positive")
         self.timeout = float(timeout)
@@ -267,12 +333,9 @@ class RemoteBroker:
             if ssl_context is not None:
                 self._ssl = ssl_context
             else:
-                try:
-                    context = ssl.create_default_context(cafile=cafile)
-                    if certfile:
-                        context.load_cert_chain(certfile, keyfile)
-                except (OSError, ssl.SSLError) as exc:
-                    raise ConfigError(f"cannot load TLS files: {exc}") from None
+                context = tls_contexts.client_context(
+                    cafile, certfile=certfile or None, keyfile=keyfile, check_hostname=verify
+                )
                 if not verify:
                     context.check_hostname = False
                     context.verify_mode = ssl.CERT_NONE
@@ -280,6 +343,7 @@ class RemoteBroker:
         elif ssl_context is not None or cafile or certfile:
             raise ConfigError("TLS options need an idems:// URL")
         self._lock = threading.Lock()
+        self.address = f"{self.host}:{self.port}"
         self._link: _Link | None = None
         self._closed = False
         self._connect()
@@ -333,10 +397,14 @@ class RemoteBroker:
             hello = {"version": wire.PROTOCOL_VERSION, "token": self.token, "client": self.client_name}
             sock.sendall(wire.encode_request(1, "hello", hello))
             answer = self._read_one(sock)
-            sock.settimeout(None)
         except ssl.SSLCertVerificationError as exc:
             sock.close()
             raise ConfigError(f"TLS verification of {self._url} failed: {exc.verify_message}") from None
+        except ssl.SSLError as exc:
+            sock.close()
+            if exc.reason == "WRONG_VERSION_NUMBER":  # the peer answered, but not in TLS
+                raise ConfigError(f"{self._url} does not speak TLS; use idem:// for a plain listener") from None
+            raise BrokerConnectionError(f"TLS handshake with {self._url} failed: {exc}") from None
         except (OSError, ValueError) as exc:
             sock.close()
             raise BrokerConnectionError(f"handshake with {self._url} failed: {exc}") from None
@@ -350,7 +418,7 @@ class RemoteBroker:
         if kind != wire.RESPONSE or cid != 1 or type(value) is not dict:
             sock.close()
             raise ProtocolError(f"{self._url} answered the handshake with {answer!r:.100}")
-        return _Link(sock, self, value)
+        return _Link(sock, value, self.address, self.timeout)
 
     def _read_one(self, sock: socket.socket) -> list[Any]:
         decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME)

@@ -27,6 +27,7 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     │   │   ├── OwnershipLostError        another broker took the partition over      RETRY
     │   │   └── EntryTooLargeError        a batch exceeds the backend's entry limit   RETRY
     │   ├── RequestTimeoutError           no answer in time                           RETRY
+    │   │   └── ReadTimeoutError          Reader.read_next: no message in time        RETRY
     │   ├── BrokerConnectionError         cannot reach the broker, or connection lost RETRY
     │   └── DeliveryTimeoutError          a sent batch outlived delivery_timeout      BUMP_EPOCH
     └── DeliveryFailed                    a message's terminal failure, set on its future;
@@ -250,6 +251,14 @@ class RequestTimeoutError(TransportError):
     """No answer arrived in time."""
 
     code: ClassVar[int] = 32
+
+
+@attrs.frozen(str=False)
+class ReadTimeoutError(RequestTimeoutError):
+    """``Reader.read_next`` found no message within its timeout. Nothing was lost and the
+    reader's position is unchanged: call again to keep waiting."""
+
+    code: ClassVar[int] = 38
 
 
 @attrs.frozen(str=False)

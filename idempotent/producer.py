@@ -181,8 +181,18 @@ class Producer:
         key: bytes | str | None = None,
         partition: int | None = None,
         headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+        *,
+        sequence: int | None = None,
     ) -> Future[RecordMetadata]:
         """Queue a record for exactly-once delivery.
+
+        Args:
+            sequence: an application-chosen sequence for the record (for example its offset
+                in a replayable source), ``0 .. 2**31-1``. Consecutive sequences share a
+                batch. Under the broker's ``monotonic`` policy any increase is accepted; under
+                ``strict`` a jump fails the producer with SequenceDesyncError. A sequence at or
+                below the partition's stored one resolves as a duplicate
+                (``RecordMetadata.duplicate``). None numbers the record after the previous one.
 
         Returns:
             A future resolving to :class:`RecordMetadata`, or failing with
@@ -190,7 +200,8 @@ class Producer:
             record may have been persisted).
 
         Raises:
-            UsageError: bad argument types, unknown partition (nothing queued).
+            UsageError: bad argument types, unknown partition, invalid ``sequence`` (nothing
+                queued).
             QueueFullError: ``max_buffered_records`` unfinished records; flush first.
             ProducerClosedError: the producer is closed.
             ProducerError: the producer failed earlier (fenced, unknown producer, ...).
@@ -210,7 +221,7 @@ class Producer:
                 raise ProducerClosedError("producer is closed")
             if self._seq.unfinished >= self._max_buffered:
                 raise QueueFullError(f"{self._seq.unfinished} records are waiting; flush() or slow down")
-            handle = self._seq.add(topic, partition, record, time.monotonic())
+            handle = self._seq.add(topic, partition, record, time.monotonic(), sequence)
             self._futures[handle] = future
             if self._seq.wakeup:  # only a new or sealed batch moves the sender's next deadline
                 self._seq.wakeup = False

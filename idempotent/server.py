@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import functools
 import logging
 import queue
 import signal
@@ -48,8 +48,10 @@ from typing import Any, Protocol
 
 import attrs
 
-from . import __version__
+from . import __version__, tls
 from . import _protocol as wire
+from ._registry import ProducerRecord
+from .auth import ANONYMOUS, Principal
 from .broker import Broker
 from .errors import (
     AuthenticationError,
@@ -63,17 +65,6 @@ from .errors import (
 )
 
 log = logging.getLogger("idempotent.server")
-
-
-@attrs.frozen
-class Principal:
-    """Who a connection acts for. The default authenticator gives everyone ``ANONYMOUS``."""
-
-    name: str | None
-    roles: frozenset[str] = frozenset()
-
-
-ANONYMOUS = Principal(None)
 
 
 class Authenticator(Protocol):
@@ -90,6 +81,15 @@ class Authorizer(Protocol):
     AuthorizationError) to refuse it. ``args`` are the validated arguments of ``op``."""
 
     def __call__(self, principal: object, op: str, args: Mapping[str, Any]) -> None: ...
+
+
+class Claimer(Protocol):
+    """Decides, under the broker lock, whether ``principal`` may initialise ``producer_name``
+    (None: an anonymous producer) whose current record is ``previous`` (None when new), and
+    returns the principal name to record as its owner; raises (AuthorizationError) to refuse.
+    See :meth:`idempotent.auth.AccessPolicy.claim`."""
+
+    def __call__(self, principal: object, producer_name: str | None, previous: ProducerRecord | None) -> str | None: ...
 
 
 def allow_anonymous(token: str | None) -> object:
@@ -184,7 +184,8 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        for item in self.decoder.feed(data):
+        frames = self.decoder.feed(data)
+        for item in frames:
             if isinstance(item, wire.FrameTooLarge):
                 self.fail(
                     wire.encode_error(
@@ -195,11 +196,11 @@ class _Connection(asyncio.Protocol):
             self.backlog.append(item)
             self.server._pending += 1
         now = time.monotonic()
-        if self.backlog:
+        if frames:
             self.last_frame_at = now
         if not self.decoder.buffered:
             self.partial_since = None
-        elif self.partial_since is None or self.backlog:
+        elif self.partial_since is None or frames:  # a new frame started
             self.partial_since = now
         self.pump()
 
@@ -345,6 +346,9 @@ class BrokerServer:
         ssl_context: a server-side :class:`ssl.SSLContext` to serve TLS (``idems://``).
         authenticator: token -> principal, raising to refuse (default: anonymous for all).
         authorizer: ``(principal, op, args)`` -> None, raising to refuse (default: allow).
+        claim: ``(principal, producer_name, previous record)`` -> owner, raising to refuse;
+            runs inside ``init_producer`` under the broker lock (default: an existing
+            producer keeps its owner, a new one is unowned). See :class:`Claimer`.
         owner_of: ``(topic, partition)`` -> owning broker address or None when unknown
             (default: this broker owns everything).
         advertised_address: the ``host:port`` clients should use for this broker (metadata);
@@ -364,6 +368,7 @@ class BrokerServer:
         ssl_context: ssl.SSLContext | None = None,
         authenticator: Authenticator | None = None,
         authorizer: Authorizer | None = None,
+        claim: Claimer | None = None,
         owner_of: Callable[[str, int], str | None] | None = None,
         advertised_address: str | None = None,
         config: ServerConfig | None = None,
@@ -375,6 +380,7 @@ class BrokerServer:
         self.ssl_context = ssl_context
         self.authenticator: Authenticator = authenticator or allow_anonymous
         self.authorizer: Authorizer = authorizer or allow_all
+        self.claim = claim
         self.owner_of = owner_of
         self.config = config or ServerConfig()
         self.close_broker = close_broker
@@ -393,7 +399,6 @@ class BrokerServer:
         self._lane_threads: list[threading.Thread] = []
         self._closed = False
         self._sweeper: asyncio.Task[None] | None = None
-        self.requests = itertools.count()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -544,7 +549,6 @@ class BrokerServer:
                 conn.update_reading()
 
     def _dispatch(self, conn: _Connection, request: wire.Request) -> None:
-        next(self.requests)
         if request.op == "produce":
             args = request.args
             lane = zlib.crc32(args["topic"].encode()) + args["partition"]
@@ -560,6 +564,14 @@ class BrokerServer:
             self._loop.call_soon_threadsafe(lambda: conn.answered(frame, **kw))
 
     def _hello(self, conn: _Connection, request: wire.Request) -> None:
+        try:
+            self._greet(conn, request)
+        except Exception as exc:  # never leave a connection waiting for its handshake
+            log.exception("hello failed")
+            error = BackendUnavailableError(f"hello failed: {exc!r}")
+            self._reply(conn, wire.encode_error(request.correlation_id, error), fatal=True)
+
+    def _greet(self, conn: _Connection, request: wire.Request) -> None:
         args = request.args
         cid = request.correlation_id
         if args["version"] not in wire.SUPPORTED_VERSIONS:
@@ -583,7 +595,7 @@ class BrokerServer:
             "broker": self.advertised_address,
             "max_frame": self.config.max_frame,
             "max_in_flight": self.config.max_in_flight,
-            "principal": getattr(principal, "name", None),
+            "principal": _principal_name(principal),
         }
         self._reply(conn, wire.encode_response(cid, result), greeted=principal)
 
@@ -639,7 +651,7 @@ class BrokerServer:
         cid = request.correlation_id
         try:
             self.authorizer(conn.principal, request.op, request.args)
-            result = self._call(request.op, request.args)
+            result = self._call(request.op, request.args, conn.principal)
             frame = wire.encode_response(cid, result)
         except ProducerError as exc:
             frame = wire.encode_error(cid, exc)
@@ -648,12 +660,14 @@ class BrokerServer:
             frame = wire.encode_error(cid, BackendUnavailableError(f"{request.op} failed: {exc!r}"))
         self._reply(conn, frame)
 
-    def _call(self, op: str, a: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, op: str, a: dict[str, Any], principal: object = ANONYMOUS) -> dict[str, Any]:
         broker = self.broker
         if op == "ping":
             return {}
         if op == "init_producer":
-            return wire.encode_session(broker.init_producer(a["producer_name"], timeout=a["timeout"]))
+            name = a["producer_name"]
+            claim = None if self.claim is None else functools.partial(self.claim, principal, name)
+            return wire.encode_session(broker.init_producer(name, timeout=a["timeout"], claim=claim))
         if op == "read":
             records = broker.read(a["topic"], a["partition"], a["offset"], a["max_records"])
             budget = self.config.max_frame // 2
@@ -705,6 +719,11 @@ class BrokerServer:
         return {"broker": self.advertised_address, "topics": out}
 
 
+def _principal_name(principal: object) -> str | None:
+    name = getattr(principal, "name", None)
+    return None if name is None else str(name)
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     """``host:port`` (``[v6]:port``) -> (host, port). Raises ConfigError."""
     host, sep, port = text.rpartition(":")
@@ -715,17 +734,9 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def server_ssl_context(certfile: str, keyfile: str | None = None, cafile: str | None = None) -> ssl.SSLContext:
     """A TLS server context from a certificate chain and key; with ``cafile``, clients must
-    present a certificate signed by it. Raises ConfigError when the files cannot be loaded."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        context.load_cert_chain(certfile, keyfile)
-        if cafile:
-            context.load_verify_locations(cafile)
-            context.verify_mode = ssl.CERT_REQUIRED
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"cannot load TLS files: {exc}") from None
-    return context
+    present a certificate signed by it (see :func:`idempotent.tls.server_context`).
+    Raises ConfigError when the files cannot be loaded."""
+    return tls.server_context(certfile, keyfile, client_ca=cafile or None)
 
 
 __all__ = [
@@ -733,6 +744,7 @@ __all__ = [
     "Authenticator",
     "Authorizer",
     "BrokerServer",
+    "Claimer",
     "Principal",
     "ServerConfig",
     "allow_all",

@@ -10,6 +10,7 @@ import pytest
 import idempotent
 from adapters.memory import MemoryBackend
 from idempotent import Outcome
+from idempotent.broker import Broker, BrokerConfig
 from idempotent.errors import BackendUnavailableError, ConfigError, ProducerClosedError
 
 from .conftest import memory_harness
@@ -150,3 +151,34 @@ def test_unknown_scheme_is_a_config_error() -> None:
         idempotent.connect("redis://localhost")
     with pytest.raises(ConfigError):
         idempotent.connect("sqlite://")
+
+
+def test_refresh_settings_follows_the_backend_and_keeps_newer_local_changes() -> None:
+    url = memory_harness().url
+
+    class Racing(MemoryBackend):
+        race: Broker | None = None
+
+        def load_settings(self) -> dict[str, str]:
+            stale = super().load_settings()
+            if self.race is not None:  # a change through this broker lands while the load is under way
+                broker, self.race = self.race, None
+                broker.set_deduplication(False, topic="t")
+            return stale
+
+    backend = Racing(url)
+    broker = Broker(backend, BrokerConfig(maintenance_interval=0))
+    other = idempotent.connect(url)  # another broker over the same store
+    other.set_policy("monotonic", namespace="")
+    assert broker.policy_for("t").value == "strict"
+    assert broker.refresh_settings()
+    assert broker.policy_for("t").value == "monotonic"
+    backend.race = broker
+    assert broker.refresh_settings()
+    assert not broker.deduplication_enabled("t")  # the stale load did not undo it
+    backend.faults.crash = True
+    assert not broker.refresh_settings()  # unreadable: the settings in force stay
+    assert broker.policy_for("t").value == "monotonic" and not broker.deduplication_enabled("t")
+    backend.faults.crash = False
+    other.close()
+    broker.close()

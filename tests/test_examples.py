@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+
+import idempotent
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,3 +25,69 @@ def test_quickstart(tmp_path: Path) -> None:
     assert "resend of sequences 3..4: DUPLICATE at original offset 3" in out
     assert "the log holds 5 records" in out
     assert "epoch 1" in out
+
+
+def _example(name: str, *args: str) -> subprocess.Popen[str]:
+    """Start an example with this checkout's package first on the path."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / name), *args], stdout=subprocess.PIPE, text=True, env=env
+    )
+
+
+def _finish(child: subprocess.Popen[str]) -> str:
+    out, _ = child.communicate(timeout=120)
+    assert child.returncode == 0, out
+    return out
+
+
+def _kill_after(child: subprocess.Popen[str], marker: str, times: int) -> None:
+    """SIGKILL the child once it printed ``times`` lines containing ``marker``."""
+    assert child.stdout is not None
+    seen = 0
+    while seen < times:
+        line = child.stdout.readline()
+        assert line, "the example ended before it could be killed"
+        seen += marker in line
+    child.send_signal(signal.SIGKILL)
+    child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+
+
+def test_file_replay_producer_killed_and_resumed(tmp_path: Path) -> None:
+    lines = [f"record {i}".encode() for i in range(3000)]
+    source = tmp_path / "input.txt"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    log = tmp_path / "log.db"
+    _kill_after(_example("file_replay_producer.py", str(source), str(log), "--rate", "3000"), "acknowledged", 3)
+    with idempotent.Reader(f"sqlite:///{log}", "lines") as reader:
+        stored = len(list(reader))
+    assert 300 <= stored < len(lines)  # killed mid-file
+    out = _finish(_example("file_replay_producer.py", str(source), str(log)))
+    assert f"last stored line {stored - 1}, sending lines {stored}..2999" in out
+    assert "the topic holds 3000 records; each line of the file exactly once, in order: True" in out
+    with idempotent.Reader(f"sqlite:///{log}", "lines") as reader:
+        assert [(m.sequence, m.value) for m in reader] == list(enumerate(lines))
+    out = _finish(_example("file_replay_producer.py", str(source), str(log), "--from-start"))
+    assert "sent 0 new lines, 3000 duplicates" in out
+
+
+def test_effectively_once_consumer_killed_and_resumed(tmp_path: Path) -> None:
+    log, state = tmp_path / "log.db", tmp_path / "state.db"
+    args = [str(log), str(state), "--commit-every", "7"]
+    _kill_after(_example("effectively_once_consumer.py", *args, "--seed", "600", "--pause", "0.003"), "committed", 10)
+    with sqlite3.connect(state) as db:
+        counted = db.execute("SELECT SUM(n) FROM counts").fetchone()[0]
+    assert counted % 7 == 0 and 70 <= counted < 600  # whole transactions only, killed mid-stream
+    with idempotent.SqliteCheckpoint(state, name="event-counter") as checkpoint:
+        assert checkpoint.position("events") == idempotent.MessageId("events", 0, counted - 1)
+    out = _finish(_example("effectively_once_consumer.py", *args))
+    assert f"resuming after events[0]@{counted - 1}" in out
+    assert "counted 600 events: {'key-0': 120, 'key-1': 120, 'key-2': 120, 'key-3': 120, 'key-4': 120}" in out
+    with sqlite3.connect(state) as db:
+        assert db.execute("SELECT key, n FROM counts ORDER BY key").fetchall() == [(f"key-{k}", 120) for k in range(5)]
+
+
+def test_effectively_once_consumer_standalone() -> None:
+    out = _finish(_example("effectively_once_consumer.py"))
+    assert "published 1000 events" in out and "counted 1000 events" in out

@@ -114,3 +114,44 @@ def test_asyncio_producer(tmp_path: Path) -> None:
             return [r.offset for r in results]
 
     assert asyncio.run(main()) == list(range(100))
+
+
+# -- application-chosen sequences ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_explicit_sequences_with_gaps_under_monotonic(backend: str, tmp_path: Path) -> None:
+    url = memory_harness().url if backend == "memory" else f"sqlite:///{tmp_path / 'm.db'}"
+    broker = idempotent.connect(url)
+    broker.create_topic("ids", 1)
+    broker.set_policy("monotonic", topic="ids")
+    with Producer(broker, "replayer", linger_ms=1) as producer:
+        metas = [producer.send("ids", f"r{s}", partition=0, sequence=s) for s in (0, 1, 2, 7, 100, 101)]
+        assert producer.flush(10) == 0
+        assert [m.result().sequence for m in metas] == [0, 1, 2, 7, 100, 101]
+        assert not any(m.result().duplicate for m in metas)
+        assert producer.last_sequence("ids", 0) == 101
+        again = producer.send("ids", "r7", partition=0, sequence=7).result(10)
+        assert again.duplicate
+    # the restarted producer continues after the highest stored sequence
+    with Producer(broker, "replayer", linger_ms=1) as producer:
+        assert producer.last_sequence("ids", 0) == 101
+        assert producer.send("ids", "r100", partition=0, sequence=100).result(10).duplicate
+        assert not producer.send("ids", "r500", partition=0, sequence=500).result(10).duplicate
+    values = [r.value for r in broker.read("ids", 0, 0, 100)]
+    assert values == [b"r0", b"r1", b"r2", b"r7", b"r100", b"r101", b"r500"]
+    broker.close()
+
+
+def test_explicit_consecutive_sequences_work_under_strict_and_a_jump_is_refused() -> None:
+    broker = memory_harness().open()
+    broker.create_topic("ids", 1)
+    with Producer(broker, linger_ms=1) as producer:
+        for s in range(5):
+            producer.send("ids", f"r{s}", partition=0, sequence=s)
+        assert producer.flush(10) == 0
+        jump = producer.send("ids", "r9", partition=0, sequence=9)
+        with pytest.raises(DeliveryFailed) as info:
+            jump.result(10)
+        assert isinstance(info.value.__cause__, idempotent.SequenceDesyncError)
+    assert [r.sequence for r in broker.read("ids", 0, 0, 100)] == [0, 1, 2, 3, 4]

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import re
+import socket
 import struct
+import uuid
+from pathlib import Path
 
 import attrs
 import msgpack
 import pytest
 
+import idempotent
 import idempotent.errors as errors
 from idempotent import _protocol as wire
 from idempotent._outcomes import Outcome, ProduceResult
 from idempotent._records import Record, StoredRecord
 from idempotent._types import TopicPartition
 from idempotent.broker import LastSequences, ProducerSession
+from idempotent.server import BrokerServer
 
 from .test_errors import all_errors
 
@@ -101,3 +107,49 @@ def test_value_round_trips() -> None:
     ]  # fmt: skip
     with pytest.raises(TypeError):
         wire.encode_records([1])  # type: ignore[list-item]
+
+
+# -- the worked example of docs/protocol.md, byte for byte ---------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "protocol.md"
+
+
+def documented_frames() -> list[tuple[str, bytes]]:
+    """Every ```hex-client / ```hex-server block of the document, in order."""
+    blocks = re.findall(r"^```hex-(client|server)\n(.*?)^```", DOC.read_text(), flags=re.M | re.S)
+    return [(side, bytes.fromhex(text)) for side, text in blocks]
+
+
+def test_documented_frames_are_well_formed() -> None:
+    frames = documented_frames()
+    assert [side for side, _ in frames] == ["client", "server"] * 6
+    for side, data in frames:
+        (length,) = struct.unpack(">I", data[:4])
+        assert length == len(data) - 4
+        decoder = wire.FrameDecoder()
+        [body] = decoder.feed(data)
+        assert isinstance(body, bytes)
+        if side == "client":
+            request = wire.parse_request(body)
+            assert isinstance(request, wire.Request), request
+            assert wire.encode_request(request.correlation_id, request.op, msgpack.unpackb(body)[3]) == data
+        else:
+            assert msgpack.unpackb(body)[0] in (wire.RESPONSE, wire.ERROR)
+
+
+def test_documented_session_replays_byte_for_byte() -> None:
+    broker = idempotent.connect(f"memory://{uuid.uuid4().hex}")
+    with BrokerServer(broker, advertised_address="127.0.0.1:7650") as server:
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        decoder = wire.FrameDecoder()
+        received: list[bytes | wire.FrameTooLarge] = []
+        with sock:
+            for side, data in documented_frames():
+                if side == "client":
+                    sock.sendall(data)
+                    continue
+                while not received:
+                    received += decoder.feed(sock.recv(65536))
+                got = received.pop(0)
+                assert isinstance(got, bytes)
+                assert wire.frame(got).hex(" ") == data.hex(" ")

@@ -63,3 +63,31 @@ def test_state_lost_until_reinit() -> None:
 def test_bad_names(name: str) -> None:
     with pytest.raises(ConfigError):
         registry().init(name)
+
+
+def test_owner_is_kept_by_every_epoch_and_by_a_moved_name() -> None:
+    from idempotent._registry import ProducerRecord
+
+    r = registry()
+    first = r.init("job", "alice")
+    assert first.principal == "alice"
+    assert r.init("job", "alice").principal == "alice"
+    assert r.init(None, "bob").principal == "bob"
+    r = ProducerRegistry([ProducerRecord(first.producer_id, MAX_EPOCH, "job", principal="alice")])  # type: ignore[arg-type]
+    r.add_id_block(200, 5)
+    moved = r.init("job", "alice")
+    assert (moved.producer_id, moved.principal) == (200, "alice")
+
+
+def test_meta_encoding_carries_the_owner_and_reads_older_records() -> None:
+    import msgpack
+
+    from adapters._meta import pack_producer, unpack_producer
+    from idempotent._registry import ProducerRecord
+
+    record = ProducerRecord(7, 3, "job", True, (("t", 0), ("t", 2)), "alice")  # type: ignore[arg-type]
+    assert unpack_producer(pack_producer(record)) == record
+    older = msgpack.packb([7, 3, "job", False, [["t", 0]]])  # written before records had owners
+    assert unpack_producer(older) == ProducerRecord(7, 3, "job", False, (("t", 0),), None)  # type: ignore[arg-type]
+    newer = msgpack.packb([7, 3, "job", False, [], "alice", "a-later-field"])
+    assert unpack_producer(newer).principal == "alice"

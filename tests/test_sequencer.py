@@ -35,6 +35,7 @@ from idempotent.errors import (
     ProducerFencedError,
     SequenceDesyncError,
     UnknownProducerError,
+    UsageError,
 )
 
 PID = 7
@@ -952,3 +953,68 @@ def test_random_schedules_every_handle_gets_exactly_one_event(seed: int) -> None
         assert values[h] in logged
         if event.base_offset is not None:
             assert logged[values[h]] == event.base_offset + i
+
+
+# -- application-chosen sequences ----------------------------------------------------------------
+
+
+def test_explicit_consecutive_sequences_share_a_batch_and_a_jump_starts_a_new_one() -> None:
+    seq = make()
+    for s in (0, 1, 2, 10, 11, 40):
+        seq.add("t", 0, rec(s), 0.0, s)
+    batches = seq.batches_to_send(0.0)
+    assert [(b.base_sequence, len(b.records)) for b in batches] == [(0, 3), (10, 2), (40, 1)]
+    assert seq.next_sequence("t", 0) == 41
+    seq.add("t", 0, rec("implicit"), 0.0)
+    [implicit] = seq.batches_to_send(0.0)
+    assert implicit.base_sequence == 41
+
+
+def test_implicit_records_continue_an_open_explicit_batch() -> None:
+    seq = make()
+    seq.add("t", 0, rec(0), 0.0, 100)
+    seq.add("t", 0, rec(1), 0.0)
+    [batch] = seq.batches_to_send(0.0)
+    assert (batch.base_sequence, len(batch.records)) == (100, 2)
+
+
+def test_explicit_sequence_zero_and_max_are_valid_and_bad_ones_are_usage_errors() -> None:
+    seq = make()
+    seq.add("t", 0, rec(0), 0.0, 0)
+    seq.add("t", 1, rec(0), 0.0, MAX_SEQUENCE)
+    for bad in (-1, MAX_SEQUENCE + 1, True, 1.0, "3"):
+        with pytest.raises(UsageError):
+            seq.add("t", 0, rec(0), 0.0, bad)  # type: ignore[arg-type]
+    assert seq.unfinished == 2
+    assert {(b.partition, b.base_sequence) for b in seq.batches_to_send(0.0)} == {(0, 0), (1, MAX_SEQUENCE)}
+
+
+def test_explicit_batch_behind_the_stored_sequence_does_not_move_next_back() -> None:
+    seq = make(last_sequences={TP: 9})
+    for s in (3, 4):
+        seq.add("t", 0, rec(s), 0.0, s)
+    [old] = seq.batches_to_send(0.0)
+    assert (old.base_sequence, len(old.records)) == (3, 2)
+    assert seq.next_sequence("t", 0) == 10
+    answer(seq, old, ProduceResult(Outcome.DUPLICATE, base_offset=None))
+    [event] = drain(seq)
+    assert isinstance(event, BatchDelivered) and event.duplicate
+    assert seq.last_acknowledged("t", 0) == 9
+
+
+def test_explicit_batch_never_straddles_the_acknowledged_sequence() -> None:
+    seq = make(last_sequences={TP: 5})
+    for s in range(3, 9):
+        seq.add("t", 0, rec(s), 0.0, s)
+    batches = seq.batches_to_send(0.0)
+    assert [(b.base_sequence, len(b.records)) for b in batches] == [(3, 3), (6, 3)]
+
+
+def test_explicit_jump_refused_under_strict_fails_the_producer_with_desync() -> None:
+    seq = make()
+    seq.add("t", 0, rec(0), 0.0, 5)
+    [batch] = seq.batches_to_send(0.0)
+    answer(seq, batch, ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0))
+    [event] = drain(seq)
+    assert isinstance(event, BatchFailed) and isinstance(event.error, SequenceDesyncError)
+    assert isinstance(seq.failure, SequenceDesyncError)

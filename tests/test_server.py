@@ -6,7 +6,8 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -90,6 +91,21 @@ class Raw:
 
 def frame(body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + body
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def snapshot(broker: Broker) -> tuple[Any, ...]:
@@ -178,7 +194,8 @@ def test_in_flight_limit_stops_reading_a_connection() -> None:
         raw = Raw(server.address)
         for cid in range(10, 20):
             raw.request(cid, "read", {"topic": "t", "partition": 0})
-        time.sleep(0.3)
+        wait_until(lambda: broker.running == 2)
+        time.sleep(0.2)  # room for a wrong third dispatch to show
         assert broker.most == 2  # eight more are waiting unread
         broker.gate.set()
         answers = sorted(raw.frame()[1] for _ in range(10))
@@ -193,13 +210,10 @@ def test_close_answers_what_is_in_flight_then_closes_the_broker() -> None:
     raw = Raw(server.address)
     for cid in range(10, 15):
         raw.request(cid, "read", {"topic": "t", "partition": 0})
-    while broker.running < 5:
-        time.sleep(0.01)
+    wait_until(lambda: broker.running == 5)
     closer = threading.Thread(target=server.close)
     closer.start()
-    time.sleep(0.2)
-    with pytest.raises(OSError):  # no longer accepting
-        socket.create_connection(("127.0.0.1", server.port), timeout=1).recv(1)
+    wait_until(lambda: not accepts(server.port))  # no longer accepting
     broker.gate.set()
     answers = [raw.frame() for _ in range(5)]
     assert sorted(a[1] for a in answers) == list(range(10, 15)) and all(a[0] == 1 for a in answers)
@@ -325,7 +339,7 @@ SEEDS = [
     [0, 5, "ping", {}],
     [0, 6, "read", {"topic": TOPIC, "partition": 0, "offset": 0, "max_records": 5}],
     [0, 7, "stats", {"topic": TOPIC}],
-    [0, 8, "produce", {**GOOD, "producer_id": 4242}],  # an unknown producer: refused, nothing stored
+    [0, 8, "produce", {**GOOD, "topic": "ghost"}],  # an unknown topic (no auto-creation): nothing stored
     [0, 9, "metadata", {"topics": [TOPIC], "create": False}],
     [0, 10, "end_offset", {"topic": TOPIC, "partition": 0}],
 ]
@@ -376,12 +390,15 @@ def fuzz_target() -> Iterator[tuple[BrokerServer, RemoteBroker, tuple[Any, ...]]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(chunks=st.lists(mutated_frames() | structured_frames() | st.binary(max_size=64), min_size=1, max_size=4))
+@given(
+    chunks=st.lists(mutated_frames() | structured_frames() | st.binary(max_size=64), min_size=1, max_size=4),
+    hello=st.booleans(),
+)
 def test_fuzzed_frames_never_hurt_the_server(
-    fuzz_target: tuple[BrokerServer, RemoteBroker, tuple[Any, ...]], chunks: Sequence[bytes]
+    fuzz_target: tuple[BrokerServer, RemoteBroker, tuple[Any, ...]], chunks: Sequence[bytes], hello: bool
 ) -> None:
     server, good, before = fuzz_target
-    raw = Raw(server.address)
+    raw = Raw(server.address, hello=hello)
     raw.sock.settimeout(5)
     try:
         raw.send(b"".join(chunks))
@@ -403,6 +420,20 @@ def test_fuzzed_frames_never_hurt_the_server(
     assert snapshot(server.broker) == before
 
 
+def test_frame_limit_on_both_sides() -> None:
+    config = ServerConfig(max_frame=64 * 1024)
+    with BrokerServer(open_broker(), config=config) as server, RemoteBroker(server.url) as client:
+        s = client.init_producer()
+        with pytest.raises(InvalidBatchError):  # refused before sending: it would not fit a frame
+            client.produce("big", 0, s.producer_id, s.producer_epoch, 0, [b"x" * 70_000])
+        for i in range(10):
+            client.produce("big", 0, s.producer_id, s.producer_epoch, i, [bytes([i]) * 10_000])
+        first = client.read("big", 0, 0, 10)  # trimmed to stay well inside the frame limit
+        assert 1 <= len(first) < 10 and [r.offset for r in first] == list(range(len(first)))
+        rest = client.read("big", 0, len(first), 10)
+        assert rest[0].value == bytes([len(first)]) * 10_000
+
+
 def test_a_client_request_that_never_gets_answered_times_out() -> None:
     broker = GatedBroker(open_broker())
     broker.create_topic("t")
@@ -420,3 +451,32 @@ def test_listen_errors_are_config_errors() -> None:
         with pytest.raises(idempotent.ConfigError):
             second.start()
         second.broker.close()
+
+
+# -- over the real backends ----------------------------------------------------------------------
+
+
+def _exactly_once_through_a_server(url: str, options: dict[str, Any]) -> None:
+    broker = idempotent.connect(url, BrokerConfig(maintenance_interval=0), **options)
+    topic = f"served-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, 2)
+    with BrokerServer(broker) as server:
+        with Producer(server.url, f"served-{topic}", linger_ms=2, max_batch_records=50) as producer:
+            futures = [producer.send(topic, f"m{i}".encode(), partition=i % 2) for i in range(600)]
+            assert producer.flush(120) == 0
+            offsets = [f.result().offset for f in futures]
+        with RemoteBroker(server.url) as client:
+            for p in (0, 1):
+                values = [r.value for r in client.read(topic, p, 0, 10_000)]
+                assert values == [f"m{i}".encode() for i in range(p, 600, 2)]
+            assert client.read(topic, 1, offsets[599], 1)[0].value == b"m599"
+
+
+@pytest.mark.kafka
+def test_server_over_kafka(kafka_service: Any) -> None:
+    _exactly_once_through_a_server(kafka_service.url, {})
+
+
+@pytest.mark.pulsar
+def test_server_over_pulsar(pulsar_service: Any) -> None:
+    _exactly_once_through_a_server(pulsar_service.url, {"admin_url": pulsar_service.admin_url})

@@ -34,7 +34,7 @@ from .._outcomes import Outcome
 from .._ownership import Lease
 from .._records import Record
 from ..broker import Broker, BrokerConfig
-from ..errors import ConfigError, InvalidBatchError, InvalidTopicError, NotOwnerError
+from ..errors import AuthorizationError, ConfigError, InvalidBatchError, InvalidTopicError, NotOwnerError
 from ..producer import Producer
 from .faults import FaultyBroker, LinkFaults
 
@@ -455,6 +455,43 @@ class BackendConformance:
         finally:
             first.close()
             second.close()
+
+    def test_producer_owners_survive_broker_restart(self, harness: Harness) -> None:
+        """The principal owning a producer is stored with its record and kept by every epoch."""
+        name = f"owned-{uuid.uuid4().hex[:8]}"
+        b1 = harness.open(small_config())
+        topic = self._topic(b1)
+        owned = b1.init_producer(name, claim=lambda previous: "alice")
+        anonymous = b1.init_producer(claim=lambda previous: "bob")
+        unowned = b1.init_producer(f"{name}-legacy")
+        b1.produce(topic, 0, owned.producer_id, owned.producer_epoch, 0, [b"a"])  # notes a partition
+        b1.close()
+        b2 = harness.open(small_config())
+        try:
+            assert (r := b2.producer_record(owned.producer_id)) is not None and r.principal == "alice"
+            assert r.partitions == ((topic, 0),)
+            assert (r := b2.producer_record(anonymous.producer_id)) is not None and r.principal == "bob"
+            assert (r := b2.producer_record(unowned.producer_id)) is not None and r.principal is None
+            seen: list[str | None] = []
+
+            def refuse(previous: Any) -> str | None:
+                seen.append(previous.principal)
+                raise AuthorizationError("not yours")
+
+            with pytest.raises(AuthorizationError):
+                b2.init_producer(name, claim=refuse)
+            assert seen == ["alice"]
+            assert (r := b2.producer_record(owned.producer_id)) is not None and r.producer_epoch == owned.producer_epoch
+            again = b2.init_producer(name)  # without a claim the owner stays
+            assert again.producer_epoch == owned.producer_epoch + 1
+        finally:
+            b2.close()
+        b3 = harness.open(small_config())
+        try:
+            assert (r := b3.producer_record(owned.producer_id)) is not None
+            assert (r.producer_epoch, r.principal) == (owned.producer_epoch + 1, "alice")
+        finally:
+            b3.close()
 
     # -- state bounds ----------------------------------------------------------------------
 
