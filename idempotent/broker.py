@@ -931,7 +931,7 @@ class Broker:
     def renew_leases(self) -> None:
         """Read every ownership record and renew the leases this broker holds that are due
         (the heartbeat; the lease thread calls it every sixth of ``lease_duration``). Also
-        picks up producers, topics and settings that other brokers stored.
+        picks up producers and settings that other brokers stored.
 
         Raises:
             BackendUnavailableError: the backend failed; leases not renewed in time lapse.
