@@ -156,6 +156,26 @@ def test_error_mapping(cause: Exception, status: DeliveryStatus, name: str, fata
     assert "failed" in err.str() and name in repr(err)
 
 
+def test_a_message_that_timed_out_before_it_was_sent_is_not_fatal() -> None:
+    err = compat.kafka_error_for(_failed(DeliveryStatus.NOT_PERSISTED, DeliveryTimeoutError("not sent")), False)
+    assert (err.name(), err.fatal(), err.status()) == ("_MSG_TIMED_OUT", False, MessageStatus.NOT_PERSISTED)
+
+
+def test_a_sent_message_that_times_out_stops_the_producer(url: str) -> None:
+    errors: list[KafkaError] = []
+    producer = _producer(url, error_cb=errors.append, **{"message.timeout.ms": 100, "linger.ms": 0})
+    producer.producer.broker.backend.faults.delay = 0.5  # type: ignore[attr-defined]  # stored, acked late
+    reports: list[tuple[Any, Any]] = []
+    producer.produce("t", b"a", on_delivery=lambda err, msg: reports.append((err, msg)))
+    assert producer.flush(10) == 0
+    ((err, msg),) = reports
+    assert (err.name(), err.fatal(), msg.status()) == ("_MSG_TIMED_OUT", True, MessageStatus.POSSIBLY_PERSISTED)
+    assert [e.name() for e in errors] == ["_MSG_TIMED_OUT"]
+    with pytest.raises(KafkaException, match="_MSG_TIMED_OUT"):
+        producer.produce("t", b"b")
+    producer.close()
+
+
 def test_librdkafka_codes() -> None:
     assert (KafkaError._MSG_TIMED_OUT, KafkaError._QUEUE_FULL, KafkaError._FENCED) == (-192, -184, -144)
     assert (KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError.UNKNOWN_PRODUCER_ID, KafkaError.PRODUCER_FENCED) == (
@@ -183,7 +203,8 @@ def test_fenced_producer_reports_fatal_error(url: str) -> None:
     assert [e.code() for e in errors] == [KafkaError._FENCED] and errors[0].fatal()
     with pytest.raises(KafkaException) as raised:
         old.produce("t", b"c")
-    assert raised.value.args[0].fatal()
+    assert raised.value.args[0].code() == KafkaError._FATAL and raised.value.args[0].fatal()
+    assert "_FENCED" in raised.value.args[0].str()
     new.produce("t", b"d")
     assert new.flush(10) == 0
     assert [r.value for r in new.producer.broker.read("t", 0)] == [b"a", b"d"]
@@ -305,6 +326,12 @@ def test_unsupported_calls_are_refused(url: str) -> None:
     with pytest.raises(KafkaException) as raised:
         producer.produce("t", b"a")
     assert raised.value.args[0].code() == KafkaError._DESTROY
+
+
+def test_names_outside_the_surface_say_so() -> None:
+    for name in ("Consumer", "AdminClient", "SerializingProducer"):
+        with pytest.raises(AttributeError, match=f"confluent_kafka.{name} is not provided"):
+            getattr(compat, name)
 
 
 def test_default_broker_is_sqlite_in_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

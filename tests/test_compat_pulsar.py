@@ -195,6 +195,19 @@ def test_client_refuses_unsupported_options(url: str, options: dict[str, Any]) -
         compat.Client(url, **options)
 
 
+@pytest.mark.parametrize("service_url", ["pulsar+ssl://localhost:6651", "http://localhost:8080"])
+def test_client_refuses_other_service_urls(service_url: str) -> None:
+    with pytest.raises(compat.InvalidConfiguration, match="scheme"):
+        compat.Client(service_url)
+
+
+def test_names_outside_the_surface_say_so() -> None:
+    with pytest.raises(AttributeError, match=r"pulsar\.ConsoleLogger is not provided"):
+        compat.ConsoleLogger  # noqa: B018
+    with pytest.raises(compat.InvalidConfiguration, match="logger"):
+        compat.Client("memory://", logger=object())  # type: ignore[arg-type]
+
+
 def test_client_accepts_tuning_options_without_effect(url: str) -> None:
     client = compat.Client(url, io_threads=4, connection_timeout_ms=5000, operation_timeout_seconds=10)
     client.create_producer("t").send(b"a")

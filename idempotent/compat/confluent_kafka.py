@@ -419,11 +419,12 @@ class Message:
         )
 
 
-def kafka_error_for(error: BaseException) -> KafkaError:
+def kafka_error_for(error: BaseException, stopped: bool | None = None) -> KafkaError:
     """The :class:`KafkaError` a confluent-kafka application sees for an idempotent error.
 
     A :class:`~idempotent.errors.DeliveryFailed` is mapped through its cause and carries the
-    message's status; errors that stop the producer are ``fatal()``.
+    message's status. ``fatal()`` is ``stopped`` when given (whether the error stopped the
+    producer), else true for the errors that stop a producer when they end a sent batch.
     """
     status = None
     cause: BaseException = error
@@ -431,35 +432,48 @@ def kafka_error_for(error: BaseException) -> KafkaError:
         status = _STATUS[error.status]
         if error.__cause__ is not None:
             cause = error.__cause__
-    text = str(error)
+    code, retriable = _code_for(cause, status)
+    if isinstance(cause, ProducerClosedError | UsageError):
+        fatal = False
+    elif stopped is not None:
+        fatal = stopped
+    else:
+        fatal = isinstance(
+            cause, ProducerFencedError | UnknownProducerError | SequenceDesyncError | DeliveryTimeoutError
+        )
+    return KafkaError(code, str(error), fatal=fatal, retriable=retriable and not fatal, status=status, cause=error)
+
+
+def _code_for(cause: BaseException, status: MessageStatus | None) -> tuple[int, bool]:
+    """``(code, retriable)`` for an idempotent error."""
     if isinstance(cause, ProducerFencedError):
-        return KafkaError(KafkaError._FENCED, text, fatal=True, status=status, cause=error)
+        return KafkaError._FENCED, False
     if isinstance(cause, UnknownProducerError):
-        return KafkaError(KafkaError.UNKNOWN_PRODUCER_ID, text, fatal=True, status=status, cause=error)
+        return KafkaError.UNKNOWN_PRODUCER_ID, False
     if isinstance(cause, SequenceDesyncError):
-        return KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, text, fatal=True, status=status, cause=error)
+        return KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, False
     if isinstance(cause, DeliveryTimeoutError):
-        return KafkaError(KafkaError._MSG_TIMED_OUT, text, fatal=True, status=status, cause=error)
+        return KafkaError._MSG_TIMED_OUT, False
     if isinstance(cause, ProducerClosedError):
-        code = KafkaError._PURGE_INFLIGHT if status is MessageStatus.POSSIBLY_PERSISTED else KafkaError._PURGE_QUEUE
-        return KafkaError(code, text, status=status, cause=error)
+        inflight = status is MessageStatus.POSSIBLY_PERSISTED
+        return (KafkaError._PURGE_INFLIGHT if inflight else KafkaError._PURGE_QUEUE), False
     if isinstance(cause, EntryTooLargeError):
-        return KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, text, status=status, cause=error)
+        return KafkaError.MSG_SIZE_TOO_LARGE, False
     if isinstance(cause, RequestTimeoutError):
-        return KafkaError(KafkaError._TIMED_OUT, text, retriable=True, status=status, cause=error)
+        return KafkaError._TIMED_OUT, True
     if isinstance(cause, PartitionRecoveringError):
-        return KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, text, retriable=True, status=status, cause=error)
+        return KafkaError.NOT_ENOUGH_REPLICAS, True
     if isinstance(cause, TransportError):
-        return KafkaError(KafkaError._TRANSPORT, text, retriable=True, status=status, cause=error)
+        return KafkaError._TRANSPORT, True
     if isinstance(cause, InvalidTopicError):
-        return KafkaError(KafkaError.TOPIC_EXCEPTION, text, status=status, cause=error)
+        return KafkaError.TOPIC_EXCEPTION, False
     if isinstance(cause, InvalidBatchError):
-        return KafkaError(KafkaError.INVALID_RECORD, text, status=status, cause=error)
+        return KafkaError.INVALID_RECORD, False
     if isinstance(cause, QueueFullError):
-        return KafkaError(KafkaError._QUEUE_FULL, text, retriable=True, status=status, cause=error)
+        return KafkaError._QUEUE_FULL, True
     if isinstance(cause, UsageError):
-        return KafkaError(KafkaError._INVALID_ARG, text, status=status, cause=error)
-    return KafkaError(KafkaError._FAIL, text, status=status, cause=error)
+        return KafkaError._INVALID_ARG, False
+    return KafkaError._FAIL, False
 
 
 # -- configuration ---------------------------------------------------------------------------
@@ -796,6 +810,7 @@ class Producer:
             reports.outstanding += 1
             reports.outstanding_bytes += size
         only_errors = self._config.only_errors
+        inner = self._producer
 
         def done(f: Future[RecordMetadata]) -> None:
             exc = f.exception()
@@ -816,7 +831,9 @@ class Producer:
                     latency=latency,
                 )
             else:
-                err = kafka_error_for(exc)
+                failure = inner.failure
+                stopped = failure is not None and (exc is failure or exc.__cause__ is failure)
+                err = kafka_error_for(exc, stopped)
                 sequence = exc.sequence if isinstance(exc, DeliveryFailed) else -1
                 msg = Message(
                     topic,
@@ -864,7 +881,7 @@ class Producer:
     def _fatal_error(self) -> KafkaError:
         fatal = self._reports.fatal
         assert fatal is not None
-        return KafkaError(fatal.code(), fatal.str(), fatal=True, cause=fatal.cause)
+        return KafkaError(KafkaError._FATAL, f"{fatal.name()}: {fatal.str()}", fatal=True, cause=fatal.cause)
 
     # -- reports -----------------------------------------------------------------------------
 
@@ -1006,3 +1023,12 @@ class Producer:
     def set_sasl_credentials(self, *args: Any, **kwargs: Any) -> None:
         """Refused: raises KafkaException ``_NOT_IMPLEMENTED``."""
         raise _not_implemented("set_sasl_credentials() is not supported: credentials belong to the backend")
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise AttributeError(
+        f"confluent_kafka.{name} is not provided by idempotent.compat.confluent_kafka, which covers the "
+        "Producer only (see docs/migration.md)"
+    )

@@ -945,3 +945,12 @@ __all__ = [
     "UnknownError",
     "topic_name",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise AttributeError(
+        f"pulsar.{name} is not provided by idempotent.compat.pulsar, which covers Client, Producer, "
+        "MessageId, Result and the exceptions (see docs/migration.md)"
+    )
