@@ -163,6 +163,7 @@ class CutProxy:
         self._links: list[_Link] = []
         self._server = socket.create_server((host, listen_port), reuse_port=False)
         self._server.settimeout(0.2)
+        self.port: int = self._server.getsockname()[1]
         self._closed = False
         self._thread = threading.Thread(target=self._accept, name="cut-proxy", daemon=True)
         self._thread.start()
