@@ -21,8 +21,9 @@ raises ``BufferError`` when ``queue.buffering.max.messages`` messages (or
 objects with librdkafka's codes and names, plus the message's :class:`MessageStatus`
 (persisted, not persisted, possibly persisted).
 
-Every configuration key and argument outside the supported surface (``docs/migration.md``)
-raises :class:`KafkaException` with ``_INVALID_ARG`` or ``_NOT_IMPLEMENTED`` naming it.
+Every configuration key, argument value and method outside the supported surface
+(``docs/migration.md``) raises :class:`KafkaException` with ``_INVALID_ARG`` or
+``_NOT_IMPLEMENTED`` naming it; unknown keyword arguments raise ``TypeError``.
 """
 
 from __future__ import annotations

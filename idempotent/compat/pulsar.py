@@ -584,7 +584,10 @@ class Client:
         return producer
 
     def _refused(self, what: str) -> OperationNotSupported:
-        return OperationNotSupported(f"Client.{what}() is not supported by idempotent.compat.pulsar: it publishes only")
+        return OperationNotSupported(
+            f"Client.{what}() is not supported by idempotent.compat.pulsar: it publishes only; "
+            "read with idempotent.Reader (docs/consuming.md)"
+        )
 
     def subscribe(self, *args: Any, **kwargs: Any) -> None:
         """Refused: raises :class:`OperationNotSupported`."""
