@@ -960,9 +960,6 @@ class Producer:
         with self._reports.cond:
             return self._reports.outstanding
 
-    def __bool__(self) -> bool:
-        return True
-
     def close(self, timeout: float | None = -1) -> bool:
         """Flush (up to ``timeout``), then release the producer and, when the last user of
         it, the broker. Reports not served by then are dropped; messages not yet delivered
