@@ -433,3 +433,26 @@ def test_twin_run_native_client_duplicates_drop_in_does_not(kafka_service: Any) 
     assert faults.injected["drop_response"] == 1
     assert sorted(delivered) == expected
     assert sorted(_read_values(info.bootstrap, drop_in_topic)) == expected
+
+
+def test_exactly_once_through_a_lossy_network_to_a_broker_server() -> None:
+    """The user code through the drop-in, to a broker server behind a proxy that cuts
+    connections, loses answers and duplicates requests: every order stored once."""
+    import idempotent
+    from idempotent.server import BrokerServer
+    from idempotent.testing.proxy import FaultyProxy, ProxyFaults
+
+    faults = ProxyFaults(drop_response=0.1, duplicate_request=0.1, cut=0.05, seed=3)
+    with BrokerServer(idempotent.connect("memory://")) as server:
+        proxy = FaultyProxy(server.address, faults).start()
+        try:
+            remote = idempotent.connect(f"idem://{proxy.address}", timeout=0.5)
+            conf = {"idempotent.broker": remote, "request.timeout.ms": 500, "linger.ms": 0, "batch.num.messages": 1}
+            delivered = publish_orders(compat, conf, "orders", 200)
+            remote.close()
+        finally:
+            proxy.close()
+        assert faults.injected["drop_response"] and faults.injected["duplicate_request"] and faults.injected["cut"]
+        assert sorted(delivered) == sorted(f"order-{i}".encode() for i in range(200))
+        stored = [r.value for r in server.broker.read("orders", 0, 0, 1000)]
+        assert stored == [f"order-{i}".encode() for i in range(200)]

@@ -355,3 +355,28 @@ def test_twin_run_native_client_duplicates_drop_in_does_not(pulsar_service: Any)
     assert results == [compat.Result.Ok] * count
     stored = _read_values(info.bootstrap, f"persistent://public/default/{drop_in_topic}-partition-0")
     assert sorted(stored) == expected
+
+
+def test_exactly_once_through_a_lossy_network_to_a_broker_server() -> None:
+    """The user code through the drop-in, to a broker server behind a proxy that cuts
+    connections, loses answers and duplicates requests: every order stored once."""
+    import idempotent
+    from idempotent.server import BrokerServer
+    from idempotent.testing.proxy import FaultyProxy, ProxyFaults
+
+    faults = ProxyFaults(drop_response=0.1, duplicate_request=0.1, cut=0.05, seed=3)
+    with BrokerServer(idempotent.connect("memory://")) as server:
+        proxy = FaultyProxy(server.address, faults).start()
+        try:
+            remote = idempotent.connect(f"idem://{proxy.address}", timeout=0.25)
+            client = compat.Client(remote)
+            producer = client.create_producer("orders", producer_name="orders-feed")
+            ids = [producer.send(f"order-{i}".encode(), sequence_id=i) for i in range(100)]
+            client.close()
+            remote.close()
+        finally:
+            proxy.close()
+        assert faults.injected["drop_response"] and faults.injected["duplicate_request"] and faults.injected["cut"]
+        assert [m.offset() for m in ids] == list(range(100))
+        stored = [r.value for r in server.broker.read("public/default/orders", 0, 0, 1000)]
+        assert stored == [f"order-{i}".encode() for i in range(100)]
