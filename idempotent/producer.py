@@ -156,6 +156,13 @@ class Producer:
         return self._session.producer_name
 
     @property
+    def failure(self) -> ProducerError | None:
+        """The error that stopped this producer (fenced, timed out, closed, ...), or None
+        while it can send."""
+        with self._cond:
+            return self._seq.failure
+
+    @property
     def broker(self) -> BrokerAPI:
         """The broker this producer sends to."""
         return self._broker

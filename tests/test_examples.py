@@ -7,7 +7,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import idempotent
 
@@ -91,3 +95,65 @@ def test_effectively_once_consumer_killed_and_resumed(tmp_path: Path) -> None:
 def test_effectively_once_consumer_standalone() -> None:
     out = _finish(_example("effectively_once_consumer.py"))
     assert "published 1000 events" in out and "counted 1000 events" in out
+
+
+def _run(script: Path, *args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+    environment = {k: v for k, v in os.environ.items() if k != "IDEMPOTENT_BROKER_URL"}
+    environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), environment.get("PYTHONPATH", "")])
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=cwd,
+        env=environment,
+    ).stdout
+
+
+def _native(example: str, module: str, tmp_path: Path) -> Path:
+    """The example with its one drop-in line replaced by the native import."""
+    source = (ROOT / "examples" / example).read_text()
+    drop_in = f"from idempotent.compat import {module}\n"
+    assert source.count(drop_in) == 1
+    native = tmp_path / f"native_{example}"
+    native.write_text(source.replace(drop_in, f"import {module}\n"))
+    imports = [line for line in native.read_text().splitlines() if line.startswith(("import ", "from "))]
+    assert not [line for line in imports if "idempotent" in line]
+    return native
+
+
+def test_drop_in_kafka(tmp_path: Path) -> None:
+    out = _run(ROOT / "examples" / "drop_in_kafka.py", cwd=tmp_path)
+    assert "order 5 stored in orders [0] at offset 4" in out
+    assert "5 orders delivered, 0 failed, 0 pending" in out
+    assert (tmp_path / "idempotent.db").exists()  # the embedded default, in the working directory
+
+
+def test_drop_in_pulsar(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'payments.db'}"
+    out = _run(ROOT / "examples" / "drop_in_pulsar.py", url, cwd=tmp_path)
+    assert "payment 4 stored at (0,4,0,-1)" in out
+    assert "resent payment 3: (0,3,0,-1) (already stored)" in out
+    assert "resent payment 4: (0,4,0,-1) (already stored)" in out
+    assert "stored a second time" not in out
+    again = _run(ROOT / "examples" / "drop_in_pulsar.py", url, cwd=tmp_path)
+    assert "resuming at position 5" in again and "last sequence id 4" in again
+
+
+@pytest.mark.kafka
+def test_drop_in_kafka_example_is_native_confluent_kafka_code(kafka_service: Any, tmp_path: Path) -> None:
+    out = _run(_native("drop_in_kafka.py", "confluent_kafka", tmp_path), kafka_service.bootstrap, cwd=tmp_path)
+    assert "5 orders delivered, 0 failed, 0 pending" in out
+
+
+@pytest.mark.pulsar
+def test_drop_in_pulsar_example_is_native_pulsar_code(pulsar_service: Any, tmp_path: Path) -> None:
+    topic = f"payments-{uuid.uuid4().hex[:8]}"
+    native = _native("drop_in_pulsar.py", "pulsar", tmp_path)
+    native.write_text(native.read_text().replace("public/default/payments", f"public/default/{topic}"))
+    out = _run(native, pulsar_service.bootstrap, cwd=tmp_path)
+    assert "payment 4 stored at" in out
+    # without deduplication on the namespace (Pulsar's default) the resends are stored again
+    assert "resent payment 4:" in out and "(stored a second time)" in out

@@ -23,13 +23,18 @@ from ..errors import RequestTimeoutError
 
 @attrs.define
 class LinkFaults:
-    """Probabilities per produce request (each in 0..1), and the seed."""
+    """Probabilities per produce request (each in 0..1), and the seed.
+
+    ``drop_first_responses`` loses the answers to the first that many produce requests for
+    certain (after the batch was processed), like a connection cut before the response.
+    """
 
     drop_request: float = 0.0
     drop_response: float = 0.0
     duplicate: float = 0.0
     seed: int = 0
     injected: dict[str, int] = attrs.field(factory=lambda: {"drop_request": 0, "drop_response": 0, "duplicate": 0})
+    drop_first_responses: int = 0
 
 
 class FaultyBroker(Broker):
@@ -62,7 +67,11 @@ class FaultyBroker(Broker):
         if roll() < f.duplicate:
             f.injected["duplicate"] += 1
             super().submit_produce(topic, partition, producer_id, producer_epoch, base_sequence, records)
-        if roll() < f.drop_response:
+        lost_answer = roll() < f.drop_response
+        if f.drop_first_responses > 0:
+            f.drop_first_responses -= 1
+            lost_answer = True
+        if lost_answer:
             f.injected["drop_response"] += 1
             out: Future[ProduceResult] = Future()
 

@@ -86,6 +86,13 @@ class ServiceInfo:
     admin_url: str | None
     pid: int
     workdir: str
+    #: Kafka only: a second listener, advertised at ``127.0.0.1:proxy_port`` and bound at
+    #: ``relay_port``. Nothing listens on ``proxy_port`` until a test starts a proxy there
+    #: that forwards to ``relay_port``; a client bootstrapped through that proxy then keeps
+    #: talking through it (Kafka hands out the advertised address of the listener a
+    #: request came in on), so the proxy can cut connections at chosen requests.
+    proxy_port: int | None = None
+    relay_port: int | None = None
 
 
 @attrs.frozen
@@ -117,7 +124,7 @@ _SPECS: dict[str, _Spec] = {
         version_property="kafka.version",
         main_class="kafka.Kafka",
         marker_jar="kafka_2.13-",
-        port_keys=("port", "controller_port"),
+        port_keys=("port", "controller_port", "relay_port", "proxy_port"),
         jvm_flags=(
             "-Xms256m",
             "-Xmx512m",
@@ -579,6 +586,8 @@ def _info(state: Mapping[str, Any]) -> ServiceInfo:
             admin_url=None,
             pid=int(state["pid"]),
             workdir=str(state["workdir"]),
+            proxy_port=ports.get("proxy_port"),
+            relay_port=ports.get("relay_port"),
         )
     return ServiceInfo(
         name=name,

@@ -1,0 +1,11 @@
+"""Drop-in producer modules for code written against confluent-kafka or pulsar-client.
+
+Change one import line and keep the rest of the code::
+
+    from idempotent.compat import confluent_kafka   # instead of: import confluent_kafka
+    from idempotent.compat import pulsar            # instead of: import pulsar
+
+Every record then goes through this project's broker and its sequence checker, so retries
+never store a record twice. The supported surface, and what is refused, is listed option by
+option in ``docs/migration.md``; anything outside it fails with an error naming the option.
+"""

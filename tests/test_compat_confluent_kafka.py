@@ -1,0 +1,458 @@
+"""idempotent.compat.confluent_kafka: the drop-in surface on the embedded backends, and a
+twin run of the same user code with the real confluent-kafka client against a real Kafka."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters import open_backend
+from adapters.memory import reset_store
+from idempotent import DeliveryFailed, DeliveryStatus, ProducerFencedError, Recovery
+from idempotent.compat import confluent_kafka as compat
+from idempotent.compat.confluent_kafka import KafkaError, KafkaException, MessageStatus
+from idempotent.errors import DeliveryTimeoutError, ProducerClosedError, SequenceDesyncError, UnknownProducerError
+from idempotent.testing.faults import FaultyBroker, LinkFaults
+from idempotent.testing.native_proxy import CutProxy, kafka_produce
+
+
+def publish_orders(kafka: Any, conf: dict[str, Any], topic: str, count: int) -> list[bytes]:
+    """Ordinary confluent-kafka application code: produce, poll, flush, count deliveries."""
+    producer = kafka.Producer(conf)
+    delivered: list[bytes] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is None:
+            delivered.append(msg.value())
+
+    for i in range(count):
+        producer.produce(topic, value=f"order-{i}".encode(), key=b"customer-1", on_delivery=report)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    return delivered
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    name = uuid.uuid4().hex
+    reset_store(name)
+    yield f"memory://{name}"
+    reset_store(name)
+
+
+def _producer(url: str, **conf: Any) -> compat.Producer:
+    return compat.Producer({"bootstrap.servers": "ignored:9092", "idempotent.broker.url": url, **conf})
+
+
+# -- delivery reports ----------------------------------------------------------------------
+
+
+def test_reports_are_served_only_from_poll_in_the_calling_thread(url: str) -> None:
+    producer = _producer(url)
+    seen: list[tuple[Any, Any, int]] = []
+    for i in range(5):
+        producer.produce(
+            "t", f"v{i}".encode(), on_delivery=lambda err, msg: seen.append((err, msg, threading.get_ident()))
+        )
+    assert producer.producer.flush(10) == 0  # every message is stored ...
+    assert seen == []  # ... but no report is served until poll
+    assert len(producer) == 5
+    assert producer.poll(0) == 5
+    assert [msg.value() for _, msg, _ in seen] == [f"v{i}".encode() for i in range(5)]
+    assert {thread for _, _, thread in seen} == {threading.get_ident()}
+    assert all(err is None for err, _, _ in seen)
+    assert [msg.offset() for _, msg, _ in seen] == [0, 1, 2, 3, 4]
+    assert len(producer) == 0
+    assert producer.poll(0) == 0
+    producer.close()
+
+
+def test_flush_serves_every_report_and_callback_alias(url: str) -> None:
+    producer = _producer(url, **{"linger.ms": 1000})  # flush must not wait for the linger
+    seen: list[Any] = []
+    producer.produce("t", b"a", key="k", headers={"h": "1"}, callback=lambda err, msg: seen.append(msg))
+    producer.produce("t", "b", headers=[("h", b"2")], on_delivery=lambda err, msg: seen.append(msg))
+    assert producer.flush(10) == 0
+    assert len(producer) == 0
+    first, second = seen
+    assert (first.topic(), first.partition(), first.offset(), first.key(), first.value()) == ("t", 0, 0, b"k", b"a")
+    assert first.headers() == [("h", b"1")] and second.headers() == [("h", b"2")] and second.value() == b"b"
+    assert first.timestamp()[0] == compat.TIMESTAMP_CREATE_TIME and first.timestamp()[1] > 0
+    assert first.error() is None and first.status() is MessageStatus.PERSISTED and len(first) == 1
+    assert (first.sequence(), second.sequence(), first.duplicate()) == (0, 1, False)
+    producer.close()
+
+
+def test_delivery_report_only_error_and_conf_on_delivery(url: str) -> None:
+    seen: list[Any] = []
+    producer = _producer(url, on_delivery=lambda err, msg: seen.append(msg), **{"delivery.report.only.error": True})
+    producer.produce("t", b"a")
+    assert producer.flush(10) == 0
+    assert seen == [] and len(producer) == 0
+    producer.close()
+    producer = _producer(url, on_delivery=lambda err, msg: seen.append(msg))
+    producer.produce("t", b"b")
+    producer.flush(10)
+    assert [m.value() for m in seen] == [b"b"]
+    producer.close()
+
+
+def test_buffer_error_when_the_local_queue_is_full(url: str) -> None:
+    producer = _producer(url, **{"queue.buffering.max.messages": 3})
+    for i in range(3):
+        producer.produce("t", f"v{i}".encode())
+    producer.producer.flush(10)
+    with pytest.raises(BufferError, match="Queue full"):
+        producer.produce("t", b"one too many")  # delivered, but the reports were not served yet
+    assert producer.poll(0) == 3
+    producer.produce("t", b"fits again")
+    assert producer.flush(10) == 0
+    producer.close()
+
+
+def test_buffer_error_on_kbytes(url: str) -> None:
+    producer = _producer(url, **{"queue.buffering.max.kbytes": 1})
+    producer.produce("t", b"x" * 600)
+    with pytest.raises(BufferError):
+        producer.produce("t", b"x" * 600)
+    producer.flush(10)
+    producer.produce("t", b"x" * 600)
+    producer.close()
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+def _failed(status: DeliveryStatus, cause: Exception) -> DeliveryFailed:
+    failure = DeliveryFailed("t[0]: failed", status, Recovery.FATAL, "t", 0, 7)
+    failure.__cause__ = cause
+    return failure
+
+
+@pytest.mark.parametrize(
+    ("cause", "status", "name", "fatal", "retriable"),
+    [
+        (ProducerFencedError("fenced"), DeliveryStatus.NOT_PERSISTED, "_FENCED", True, False),
+        (UnknownProducerError("unknown"), DeliveryStatus.NOT_PERSISTED, "UNKNOWN_PRODUCER_ID", True, False),
+        (SequenceDesyncError("gap"), DeliveryStatus.NOT_PERSISTED, "OUT_OF_ORDER_SEQUENCE_NUMBER", True, False),
+        (DeliveryTimeoutError("late"), DeliveryStatus.POSSIBLY_PERSISTED, "_MSG_TIMED_OUT", True, False),
+        (ProducerClosedError("closed"), DeliveryStatus.NOT_PERSISTED, "_PURGE_QUEUE", False, False),
+        (ProducerClosedError("closed"), DeliveryStatus.POSSIBLY_PERSISTED, "_PURGE_INFLIGHT", False, False),
+    ],
+)
+def test_error_mapping(cause: Exception, status: DeliveryStatus, name: str, fatal: bool, retriable: bool) -> None:
+    err = compat.kafka_error_for(_failed(status, cause))
+    assert err.name() == name
+    assert err.code() == getattr(KafkaError, name)
+    assert (err.fatal(), err.retriable(), err.txn_requires_abort()) == (fatal, retriable, False)
+    assert err.status() is MessageStatus[status.name]
+    assert err == getattr(KafkaError, name)
+    assert "failed" in err.str() and name in repr(err)
+
+
+def test_a_message_that_timed_out_before_it_was_sent_is_not_fatal() -> None:
+    err = compat.kafka_error_for(_failed(DeliveryStatus.NOT_PERSISTED, DeliveryTimeoutError("not sent")), False)
+    assert (err.name(), err.fatal(), err.status()) == ("_MSG_TIMED_OUT", False, MessageStatus.NOT_PERSISTED)
+
+
+def test_a_sent_message_that_times_out_stops_the_producer(url: str) -> None:
+    errors: list[KafkaError] = []
+    producer = _producer(url, error_cb=errors.append, **{"message.timeout.ms": 100, "linger.ms": 0})
+    producer.producer.broker.backend.faults.delay = 0.5  # type: ignore[attr-defined]  # stored, acked late
+    reports: list[tuple[Any, Any]] = []
+    producer.produce("t", b"a", on_delivery=lambda err, msg: reports.append((err, msg)))
+    assert producer.flush(10) == 0
+    ((err, msg),) = reports
+    assert (err.name(), err.fatal(), msg.status()) == ("_MSG_TIMED_OUT", True, MessageStatus.POSSIBLY_PERSISTED)
+    assert [e.name() for e in errors] == ["_MSG_TIMED_OUT"]
+    with pytest.raises(KafkaException, match="_MSG_TIMED_OUT"):
+        producer.produce("t", b"b")
+    producer.close()
+
+
+def test_librdkafka_codes() -> None:
+    assert (KafkaError._MSG_TIMED_OUT, KafkaError._QUEUE_FULL, KafkaError._FENCED) == (-192, -184, -144)
+    assert (KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError.UNKNOWN_PRODUCER_ID, KafkaError.PRODUCER_FENCED) == (
+        45,
+        59,
+        90,
+    )
+    assert [s.value for s in MessageStatus] == [0, 1, 2]  # rd_kafka_msg_status_t
+    assert str(KafkaException(KafkaError(KafkaError._QUEUE_FULL))) == "Local: Queue full"
+
+
+def test_fenced_producer_reports_fatal_error(url: str) -> None:
+    errors: list[KafkaError] = []
+    old = _producer(url, error_cb=errors.append, **{"transactional.id": "orders"})
+    old.produce("t", b"a")
+    assert old.flush(10) == 0
+    new = _producer(url, **{"idempotent.producer.name": "orders"})  # fences the old instance
+    reports: list[tuple[Any, Any]] = []
+    old.produce("t", b"b", on_delivery=lambda err, msg: reports.append((err, msg)))
+    old.flush(10)
+    ((err, msg),) = reports
+    assert err.code() == KafkaError._FENCED and err.fatal() and not err.retriable()
+    assert msg.error() is err and msg.offset() is None
+    assert msg.status() is err.status() is MessageStatus.POSSIBLY_PERSISTED  # the batch was sent before the fence
+    assert [e.code() for e in errors] == [KafkaError._FENCED] and errors[0].fatal()
+    with pytest.raises(KafkaException) as raised:
+        old.produce("t", b"c")
+    assert raised.value.args[0].code() == KafkaError._FATAL and raised.value.args[0].fatal()
+    assert "_FENCED" in raised.value.args[0].str()
+    new.produce("t", b"d")
+    assert new.flush(10) == 0
+    assert [r.value for r in new.producer.broker.read("t", 0)] == [b"a", b"d"]
+    old.close()
+    new.close()
+
+
+def test_named_producer_continues_its_sequences(url: str) -> None:
+    seen: list[Any] = []
+    for _ in range(2):
+        producer = _producer(url, **{"transactional.id": "copy-job"})
+        for i in range(3):
+            producer.produce("t", f"v{i}".encode(), on_delivery=lambda err, msg: seen.append(msg))
+        producer.flush(10)
+        producer.close()
+    assert [m.sequence() for m in seen] == [0, 1, 2, 3, 4, 5]
+
+
+def test_lost_acknowledgements_give_duplicates_with_original_offsets() -> None:
+    faults = LinkFaults(drop_first_responses=2)  # the first answer and the answer to its resend
+    broker = FaultyBroker(open_backend("memory://"), faults=faults)
+    producer = compat.Producer({"idempotent.broker": broker, "linger.ms": 0})
+    seen: list[Any] = []
+    for i in range(4):
+        producer.produce("t", f"v{i}".encode(), on_delivery=lambda err, msg: seen.append(msg))
+        producer.flush(10)
+    producer.close()
+    assert faults.injected["drop_response"] == 2
+    assert [(m.offset(), m.duplicate()) for m in seen] == [(0, True), (1, False), (2, False), (3, False)]
+    assert [r.value for r in broker.read("t", 0)] == [b"v0", b"v1", b"v2", b"v3"]
+    broker.close()
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+def test_options_map_onto_the_producer() -> None:
+    config = compat._Config(
+        {
+            "linger.ms": "7",
+            "batch.size": 2048,
+            "batch.num.messages": 50,
+            "delivery.timeout.ms": 9000,
+            "request.timeout.ms": "1500",
+            "max.in.flight.requests.per.connection": 2,
+            "queue.buffering.max.messages": 10,
+            "queue.buffering.max.kbytes": 4,
+            "enable.idempotence": "true",
+            "acks": "all",
+            "retries": 5,
+            "client.id": "app",
+            "bootstrap.servers": "a:9092,b:9092",
+            "transactional.id": "n",
+        }
+    )
+    assert (config.linger_ms, config.batch_size, config.max_batch_records) == (7, 2048, 50)
+    assert (config.delivery_timeout_ms, config.request_timeout_ms, config.max_in_flight) == (9000, 1500, 2)
+    assert (config.max_messages, config.max_bytes, config.producer_name) == (10, 4096, "n")
+    assert compat._Config({"message.timeout.ms": 0}).delivery_timeout_ms == 2**31 - 1  # 0 = infinite
+
+
+@pytest.mark.parametrize(
+    ("conf", "named"),
+    [
+        ({"enable.idempotence": False}, "enable.idempotence"),
+        ({"acks": 1}, "acks"),
+        ({"request.required.acks": "0"}, "acks"),
+        ({"retries": 0}, "retries"),
+        ({"max.in.flight": 6}, "max.in.flight"),
+        ({"compression.type": "lz4"}, "compression.type"),
+        ({"partitioner": "murmur2_random"}, "partitioner"),
+        ({"transaction.timeout.ms": 1000}, "transaction.timeout.ms"),
+        ({"stats_cb": print}, "stats_cb"),
+        ({"security.protocol": "SASL_SSL"}, "security.protocol"),
+        ({"sasl.username": "u"}, "sasl.username"),
+        ({"no.such.option": 1}, "no.such.option"),
+        ({"linger.ms": "soon"}, "linger.ms"),
+        ({"transactional.id": "a", "idempotent.producer.name": "b"}, "transactional.id"),
+        ({"idempotent.broker": "memory://"}, "idempotent.broker"),
+    ],
+)
+def test_unsupported_options_are_refused_by_name(conf: dict[str, Any], named: str) -> None:
+    with pytest.raises(KafkaException) as raised:
+        compat.Producer({"idempotent.broker.url": "memory://", **conf})
+    error = raised.value.args[0]
+    assert error.code() == KafkaError._INVALID_ARG
+    assert named in error.str()
+
+
+def test_unsupported_calls_are_refused(url: str) -> None:
+    producer = _producer(url)
+    for call in (
+        producer.init_transactions,
+        producer.begin_transaction,
+        producer.commit_transaction,
+        producer.abort_transaction,
+        producer.send_offsets_to_transaction,
+        producer.purge,
+        producer.list_topics,
+        producer.produce_batch,
+    ):
+        with pytest.raises(KafkaException) as raised:
+            call()
+        assert raised.value.args[0].code() == KafkaError._NOT_IMPLEMENTED
+    with pytest.raises(KafkaException, match="timestamp"):
+        producer.produce("t", b"a", timestamp=1_700_000_000_000)
+    with pytest.raises(TypeError):
+        producer.produce("t", b"a", opaque=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="header"):
+        producer.produce("t", b"a", headers={"h": None})
+    with pytest.raises(KafkaException) as raised:
+        producer.produce("t", b"a", partition=3)
+    assert raised.value.args[0].code() == KafkaError._UNKNOWN_PARTITION
+    with pytest.raises(KafkaException) as raised:
+        producer.produce("bad topic!", b"a")
+    assert raised.value.args[0].code() == KafkaError.TOPIC_EXCEPTION
+    assert len(producer) == 0
+    producer.close()
+    with pytest.raises(KafkaException) as raised:
+        producer.produce("t", b"a")
+    assert raised.value.args[0].code() == KafkaError._DESTROY
+
+
+def test_names_outside_the_surface_say_so() -> None:
+    for name in ("Consumer", "AdminClient", "SerializingProducer"):
+        with pytest.raises(AttributeError, match=f"confluent_kafka.{name} is not provided"):
+            getattr(compat, name)
+
+
+def test_default_broker_is_sqlite_in_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(compat.ENV_BROKER_URL, raising=False)
+    first = compat.Producer({"bootstrap.servers": "kafka:9092"})
+    second = compat.Producer({"bootstrap.servers": "kafka:9092"})  # shares the process's broker
+    assert first.producer.broker is second.producer.broker
+    first.produce("t", b"a")
+    second.produce("t", b"b")
+    assert first.flush(10) == 0 and second.flush(10) == 0
+    assert first.producer.broker.url == compat.DEFAULT_BROKER_URL
+    first.close()
+    second.close()
+    assert (tmp_path / "idempotent.db").exists()
+    monkeypatch.setenv(compat.ENV_BROKER_URL, f"sqlite:///{tmp_path / 'other.db'}")
+    third = compat.Producer({})
+    third.produce("t", b"c")
+    third.flush(10)
+    assert [r.value for r in third.producer.broker.read("t", 0)] == [b"c"]
+    third.close()
+
+
+def test_keyed_messages_use_crc32_partitioning(url: str) -> None:
+    producer = _producer(url)
+    producer.producer.broker.create_topic("p4", 4)
+    seen: dict[bytes, set[int]] = {}
+    for key in (b"a", b"b", b"c", b"a"):
+        producer.produce(
+            "p4", b"v", key=key, on_delivery=lambda err, msg: seen.setdefault(msg.key(), set()).add(msg.partition())
+        )
+    producer.flush(10)
+    assert seen == {k: {zlib.crc32(k) % 4} for k in (b"a", b"b", b"c")}
+    assert len({p for parts in seen.values() for p in parts}) > 1
+    producer.close()
+
+
+# -- the twin run against a real Kafka -----------------------------------------------------
+
+
+def _read_values(bootstrap: str, topic: str) -> list[bytes]:
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"twin-{uuid.uuid4().hex}",
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+    values: list[bytes] = []
+    try:
+        while True:
+            msg = consumer.poll(10)
+            assert msg is not None, f"no end of {topic} within 10 s"
+            if msg.error() is not None:
+                assert msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, msg.error()
+                return values
+            values.append(msg.value())
+    finally:
+        consumer.close()
+
+
+@pytest.mark.kafka
+def test_twin_run_native_client_duplicates_drop_in_does_not(kafka_service: Any) -> None:
+    import confluent_kafka
+
+    info = kafka_service
+    assert info.proxy_port is not None, "the running Kafka has no proxied listener: restart it with this version"
+    count = 20
+    expected = sorted(f"order-{i}".encode() for i in range(count))
+
+    # 1. the real client through a proxy that cuts the connection after a produce request was
+    #    processed: librdkafka resends the batch and Kafka stores it twice
+    native_topic = f"twin-native-{uuid.uuid4().hex[:8]}"
+    with CutProxy(info.proxy_port, info.relay_port, cut=kafka_produce, cuts=1) as proxy:
+        delivered = publish_orders(
+            confluent_kafka, {"bootstrap.servers": f"127.0.0.1:{info.proxy_port}"}, native_topic, count
+        )
+    assert proxy.injected == 1
+    assert sorted(delivered) == expected
+    native = _read_values(info.bootstrap, native_topic)
+    assert len(native) > count and sorted(set(native)) == expected
+
+    # 2. the same code through the drop-in, over the same Kafka, with the answer to the first
+    #    produce request lost after the batch was stored: the resend is a duplicate, not stored
+    drop_in_topic = f"twin-drop-in-{uuid.uuid4().hex[:8]}"
+    faults = LinkFaults(drop_first_responses=1)
+    broker = FaultyBroker(open_backend(info.url), faults=faults)
+    try:
+        delivered = publish_orders(
+            compat, {"bootstrap.servers": info.bootstrap, "idempotent.broker": broker}, drop_in_topic, count
+        )
+    finally:
+        broker.close()
+    assert faults.injected["drop_response"] == 1
+    assert sorted(delivered) == expected
+    assert sorted(_read_values(info.bootstrap, drop_in_topic)) == expected
+
+
+def test_exactly_once_through_a_lossy_network_to_a_broker_server() -> None:
+    """The user code through the drop-in, to a broker server behind a proxy that cuts
+    connections, loses answers and duplicates requests: every order stored once."""
+    import idempotent
+    from idempotent.server import BrokerServer
+    from idempotent.testing.proxy import FaultyProxy, ProxyFaults
+
+    faults = ProxyFaults(drop_response=0.1, duplicate_request=0.1, cut=0.05, seed=3)
+    with BrokerServer(idempotent.connect("memory://")) as server:
+        proxy = FaultyProxy(server.address, faults).start()
+        try:
+            remote = idempotent.connect(f"idem://{proxy.address}", timeout=0.5)
+            conf = {"idempotent.broker": remote, "request.timeout.ms": 500, "linger.ms": 0, "batch.num.messages": 1}
+            delivered = publish_orders(compat, conf, "orders", 200)
+            remote.close()
+        finally:
+            proxy.close()
+        assert faults.injected["drop_response"] and faults.injected["duplicate_request"] and faults.injected["cut"]
+        assert sorted(delivered) == sorted(f"order-{i}".encode() for i in range(200))
+        stored = [r.value for r in server.broker.read("orders", 0, 0, 1000)]
+        assert stored == [f"order-{i}".encode() for i in range(200)]

@@ -1,0 +1,382 @@
+"""idempotent.compat.pulsar: the drop-in surface on the embedded backends, and a twin run of
+the same user code with the real pulsar-client against a real Pulsar."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import urllib.parse
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from adapters import open_backend
+from adapters.memory import reset_store
+from idempotent import DeliveryStatus
+from idempotent.compat import pulsar as compat
+from idempotent.testing.faults import FaultyBroker, LinkFaults
+from idempotent.testing.native_proxy import CutProxy, pulsar_rewrite, pulsar_send
+
+
+def publish_orders(pulsar: Any, service_url: Any, topic: str, count: int) -> list[Any]:
+    """Ordinary pulsar-client application code: send_async, flush, collect the results."""
+    client = pulsar.Client(service_url)
+    producer = client.create_producer(topic)
+    results: list[Any] = []
+    for i in range(count):
+        producer.send_async(f"order-{i}".encode(), lambda res, msg_id: results.append(res))
+    producer.flush()
+    client.close()
+    return results
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    name = uuid.uuid4().hex
+    reset_store(name)
+    yield f"memory://{name}"
+    reset_store(name)
+
+
+def _values(client: compat.Client, topic: str) -> list[bytes | None]:
+    return [r.value for r in client.broker.read(topic, 0, 0, 1000)]
+
+
+# -- sending and sequence ids ----------------------------------------------------------------
+
+
+def test_send_returns_message_ids_and_topic_names_map(url: str) -> None:
+    client = compat.Client(url)
+    producer = client.create_producer("orders")
+    assert producer.topic() == "persistent://public/default/orders"
+    first = producer.send(b"a", properties={"k": "v"}, partition_key="customer-1")
+    second = producer.send(b"b")
+    assert (first.partition(), first.offset(), second.offset()) == (0, 0, 1)
+    assert first < second and str(first) == "(0,0,0,-1)"
+    assert compat.MessageId.deserialize(second.serialize()) == second
+    other = client.create_producer("persistent://public/default/orders")  # the same topic
+    other.send(b"c")
+    assert _values(client, "public/default/orders") == [b"a", b"b", b"c"]
+    record = client.broker.read("public/default/orders", 0, 0, 1)[0]
+    assert (record.key, record.headers) == (b"customer-1", (("k", b"v"),))
+    assert client.get_topic_partitions("orders") == ["persistent://public/default/orders"]
+    client.close()
+
+
+def test_send_async_calls_back_with_result_and_message_id(url: str) -> None:
+    client = compat.Client(url)
+    producer = client.create_producer("t", batching_enabled=True, batching_max_publish_delay_ms=1000)
+    done = threading.Event()
+    results: list[tuple[compat.Result, compat.MessageId]] = []
+
+    def callback(res: compat.Result, msg_id: compat.MessageId) -> None:
+        results.append((res, msg_id))
+        if len(results) == 3:
+            done.set()
+
+    for i in range(3):
+        producer.send_async(f"v{i}".encode(), callback)
+    producer.flush()  # seals the lingering batch
+    assert done.wait(10)
+    assert [(res, msg_id.offset()) for res, msg_id in results] == [(compat.Result.Ok, i) for i in range(3)]
+    client.close()
+
+
+def test_strict_policy_accepts_consecutive_sequence_ids_from_zero(url: str) -> None:
+    client = compat.Client(url)
+    producer = client.create_producer("t", producer_name="feed")
+    assert producer.last_sequence_id() == -1
+    ids = [producer.send(f"v{i}".encode(), sequence_id=i) for i in range(3)]
+    assert [m.offset() for m in ids] == [0, 1, 2] and producer.last_sequence_id() == 2
+    producer.close()
+    again = client.create_producer("t", producer_name="feed")  # a restart resends everything
+    assert again.last_sequence_id() == 2
+    resent = [again.send(f"v{i}".encode(), sequence_id=i) for i in range(4)]
+    assert [m.offset() for m in resent] == [0, 1, 2, 3]  # three duplicates with their original ids
+    assert _values(client, "public/default/t") == [b"v0", b"v1", b"v2", b"v3"]
+    client.close()
+
+
+def test_strict_policy_refuses_a_jump(url: str) -> None:
+    client = compat.Client(url)
+    producer = client.create_producer("t", producer_name="feed")
+    producer.send(b"a", sequence_id=0)
+    with pytest.raises(compat.UnknownError) as raised:
+        producer.send(b"b", sequence_id=5)
+    assert raised.value.status in (DeliveryStatus.NOT_PERSISTED, DeliveryStatus.POSSIBLY_PERSISTED)
+    assert "SequenceDesync" in type(raised.value.__cause__.__cause__).__name__
+    assert _values(client, "public/default/t") == [b"a"]
+    client.close()
+
+
+def test_monotonic_policy_allows_holes_and_detects_resends(url: str) -> None:
+    client = compat.Client(url)
+    client.broker.set_policy("monotonic", namespace="public/default")
+    producer = client.create_producer("t", producer_name="feed")
+    ids = {seq: producer.send(f"v{seq}".encode(), sequence_id=seq) for seq in (0, 5, 100)}
+    assert producer.last_sequence_id() == 100
+    assert producer.send(b"v5-again", sequence_id=5) == ids[5]  # duplicate: the original id
+    assert producer.send(b"v0-again", sequence_id=0) == ids[0]
+    assert _values(client, "public/default/t") == [b"v0", b"v5", b"v100"]
+    client.close()
+
+
+def test_initial_sequence_id_numbers_messages_after_it(url: str) -> None:
+    client = compat.Client(url)
+    client.broker.set_policy("monotonic", topic="public/default/t")
+    producer = client.create_producer("t", producer_name="feed", initial_sequence_id=9)
+    assert producer.last_sequence_id() == 9
+    producer.send(b"a")
+    producer.send(b"b")
+    assert producer.last_sequence_id() == 11
+    assert [r.sequence for r in client.broker.read("public/default/t", 0)] == [10, 11]
+    client.close()
+
+
+def test_named_producer_fences_the_older_instance(url: str) -> None:
+    client = compat.Client(url)
+    old = client.create_producer("t", producer_name="feed")
+    old.send(b"a")
+    new = client.create_producer("t", producer_name="feed")
+    with pytest.raises(compat.ProducerFenced):
+        old.send(b"b")
+    new.send(b"c")
+    assert new.producer_name() == "feed"
+    assert _values(client, "public/default/t") == [b"a", b"c"]
+    client.close()
+
+
+def test_queue_full_or_blocking(url: str) -> None:
+    client = compat.Client(url)
+    client.broker.backend.faults.delay = 0.3  # type: ignore[attr-defined]  # hold acknowledgements
+    producer = client.create_producer("t", max_pending_messages=2)
+    results: list[compat.Result] = []
+    for i in range(3):
+        producer.send_async(f"v{i}".encode(), lambda res, msg_id: results.append(res))
+    assert results == [compat.Result.ProducerQueueIsFull]
+    with pytest.raises(compat.ProducerQueueIsFull):
+        producer.send(b"x")
+    producer.flush()
+    assert sorted(results) == [compat.Result.Ok, compat.Result.Ok, compat.Result.ProducerQueueIsFull]
+    blocking = client.create_producer("u", max_pending_messages=1, block_if_queue_full=True)
+    for i in range(3):
+        blocking.send_async(f"v{i}".encode(), lambda res, msg_id: results.append(res))
+    blocking.flush()
+    assert results.count(compat.Result.Ok) == 5
+    client.close()
+
+
+def test_lost_acknowledgement_is_answered_as_duplicate() -> None:
+    faults = LinkFaults(drop_first_responses=1)
+    broker = FaultyBroker(open_backend("memory://"), faults=faults)
+    results = publish_orders(compat, broker, "orders", 5)
+    assert results == [compat.Result.Ok] * 5 and faults.injected["drop_response"] == 1
+    assert [r.value for r in broker.read("public/default/orders", 0)] == [f"order-{i}".encode() for i in range(5)]
+    broker.close()
+
+
+# -- refused ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"authentication": object()},
+        {"use_tls": True},
+        {"listener_name": "external"},
+        {"tls_trust_certs_file_path": "/ca.pem"},
+        {"no_such_option": 1},
+    ],
+)
+def test_client_refuses_unsupported_options(url: str, options: dict[str, Any]) -> None:
+    with pytest.raises(compat.InvalidConfiguration, match=next(iter(options))):
+        compat.Client(url, **options)
+
+
+@pytest.mark.parametrize("service_url", ["pulsar+ssl://localhost:6651", "http://localhost:8080"])
+def test_client_refuses_other_service_urls(service_url: str) -> None:
+    with pytest.raises(compat.InvalidConfiguration, match="scheme"):
+        compat.Client(service_url)
+
+
+def test_names_outside_the_surface_say_so() -> None:
+    with pytest.raises(AttributeError, match=r"pulsar\.ConsoleLogger is not provided"):
+        compat.ConsoleLogger  # noqa: B018
+    with pytest.raises(compat.InvalidConfiguration, match="logger"):
+        compat.Client("memory://", logger=object())  # type: ignore[arg-type]
+
+
+def test_client_accepts_tuning_options_without_effect(url: str) -> None:
+    client = compat.Client(url, io_threads=4, connection_timeout_ms=5000, operation_timeout_seconds=10)
+    client.create_producer("t").send(b"a")
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"chunking_enabled": True},
+        {"compression_type": "LZ4"},
+        {"properties": {"a": "b"}},
+        {"encryption_key": "k"},
+        {"access_mode": "Exclusive"},
+        {"message_router": lambda msg, n: 0},
+        {"no_such_option": 1},
+    ],
+)
+def test_create_producer_refuses_unsupported_options(url: str, options: dict[str, Any]) -> None:
+    client = compat.Client(url)
+    with pytest.raises(compat.InvalidConfiguration, match=next(iter(options))):
+        client.create_producer("t", **options)
+    client.close()
+
+
+def test_native_default_enums_are_accepted(url: str) -> None:
+    import pulsar
+
+    client = compat.Client(url)
+    producer = client.create_producer(
+        "t",
+        compression_type=pulsar.CompressionType.NONE,
+        access_mode=pulsar.ProducerAccessMode.Shared,
+        schema=pulsar.schema.BytesSchema(),
+    )
+    producer.send(b"a")
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"deliver_after": 5}, {"event_timestamp": 1}, {"ordering_key": "k"}, {"replication_clusters": ["c"]}],
+)
+def test_send_refuses_unsupported_arguments(url: str, options: dict[str, Any]) -> None:
+    client = compat.Client(url)
+    producer = client.create_producer("t")
+    with pytest.raises(compat.InvalidConfiguration, match=next(iter(options))):
+        producer.send(b"a", **options)
+    with pytest.raises(compat.InvalidConfiguration, match=next(iter(options))):
+        producer.send_async(b"a", lambda res, msg_id: None, **options)
+    assert _values(client, "public/default/t") == []
+    client.close()
+
+
+def test_unsupported_calls_and_topics(url: str) -> None:
+    client = compat.Client(url)
+    for call in (client.subscribe, client.create_reader):
+        with pytest.raises(compat.OperationNotSupported):
+            call("t")
+    with pytest.raises(compat.OperationNotSupported, match="non-persistent"):
+        client.create_producer("non-persistent://public/default/t")
+    with pytest.raises(compat.OperationNotSupported, match="partition"):
+        client.create_producer("t-partition-0")
+    with pytest.raises(compat.InvalidTopicName):
+        client.create_producer("a/b")
+    producer = client.create_producer("t")
+    with pytest.raises(compat.InvalidConfiguration, match="sequence_id"):
+        producer.send(b"a", sequence_id=-1)
+    producer.close()
+    with pytest.raises(compat.AlreadyClosed):
+        producer.send(b"a")
+    client.close()
+    with pytest.raises(compat.AlreadyClosed):
+        client.create_producer("t")
+
+
+def test_result_values_match_pulsar_client() -> None:
+    import pulsar
+
+    assert {r.name: int(r) for r in compat.Result} == {name: int(v) for name, v in pulsar.Result.__members__.items()}
+    for name in compat.__all__:
+        if isinstance(getattr(compat, name), type) and issubclass(getattr(compat, name), compat.PulsarException):
+            assert hasattr(pulsar, name), name
+
+
+# -- the twin run against a real Pulsar ------------------------------------------------------
+
+
+def _free_port_like(port: int) -> int:
+    """A free port with as many digits as ``port`` (the lookup rewrite keeps frame sizes)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            candidate: int = sock.getsockname()[1]
+        if len(str(candidate)) == len(str(port)):
+            return candidate
+
+
+def _read_values(service_url: str, topic: str) -> list[bytes]:
+    import pulsar
+
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        values = []
+        while reader.has_message_available():
+            values.append(reader.read_next(10_000).data())
+        return values
+    finally:
+        client.close()
+
+
+@pytest.mark.pulsar
+def test_twin_run_native_client_duplicates_drop_in_does_not(pulsar_service: Any) -> None:
+    import pulsar
+
+    info = pulsar_service
+    count = 20
+    expected = sorted(f"order-{i}".encode() for i in range(count))
+    broker_port = int(info.bootstrap.rsplit(":", 1)[1])
+
+    # 1. the real client through a proxy that cuts the connection once the broker has stored
+    #    the first message: the client reconnects, resends its pending messages, and Pulsar
+    #    (deduplication off, its default) stores them twice
+    native_topic = f"twin-native-{uuid.uuid4().hex[:8]}"
+    port = _free_port_like(broker_port)
+    with CutProxy(port, broker_port, cut=pulsar_send, cuts=1, rewrite=pulsar_rewrite(broker_port, port)) as proxy:
+        results = publish_orders(pulsar, f"pulsar://127.0.0.1:{port}", native_topic, count)
+    assert proxy.injected == 1
+    assert results == [pulsar.Result.Ok] * count
+    native = _read_values(info.bootstrap, native_topic)
+    assert len(native) > count and sorted(set(native)) == expected
+
+    # 2. the same code through the drop-in, over the same Pulsar, with the answer to the first
+    #    produce request lost after the batch was stored: the resend is a duplicate, not stored
+    drop_in_topic = f"twin-drop-in-{uuid.uuid4().hex[:8]}"
+    faults = LinkFaults(drop_first_responses=1)
+    url = f"{info.url}?{urllib.parse.urlencode({'admin_url': info.admin_url})}"
+    broker = FaultyBroker(open_backend(url), faults=faults)
+    try:
+        results = publish_orders(compat, broker, drop_in_topic, count)
+    finally:
+        broker.close()
+    assert faults.injected["drop_response"] == 1
+    assert results == [compat.Result.Ok] * count
+    stored = _read_values(info.bootstrap, f"persistent://public/default/{drop_in_topic}-partition-0")
+    assert sorted(stored) == expected
+
+
+def test_exactly_once_through_a_lossy_network_to_a_broker_server() -> None:
+    """The user code through the drop-in, to a broker server behind a proxy that cuts
+    connections, loses answers and duplicates requests: every order stored once."""
+    import idempotent
+    from idempotent.server import BrokerServer
+    from idempotent.testing.proxy import FaultyProxy, ProxyFaults
+
+    faults = ProxyFaults(drop_response=0.1, duplicate_request=0.1, cut=0.05, seed=3)
+    with BrokerServer(idempotent.connect("memory://")) as server:
+        proxy = FaultyProxy(server.address, faults).start()
+        try:
+            remote = idempotent.connect(f"idem://{proxy.address}", timeout=0.25)
+            client = compat.Client(remote)
+            producer = client.create_producer("orders", producer_name="orders-feed")
+            ids = [producer.send(f"order-{i}".encode(), sequence_id=i) for i in range(100)]
+            client.close()
+            remote.close()
+        finally:
+            proxy.close()
+        assert faults.injected["drop_response"] and faults.injected["duplicate_request"] and faults.injected["cut"]
+        assert [m.offset() for m in ids] == list(range(100))
+        stored = [r.value for r in server.broker.read("public/default/orders", 0, 0, 1000)]
+        assert stored == [f"order-{i}".encode() for i in range(100)]
