@@ -34,7 +34,14 @@ from .._outcomes import Outcome
 from .._ownership import Lease
 from .._records import Record
 from ..broker import Broker, BrokerConfig
-from ..errors import AuthorizationError, ConfigError, InvalidBatchError, InvalidTopicError, NotOwnerError
+from ..errors import (
+    AuthorizationError,
+    ConfigError,
+    InvalidBatchError,
+    InvalidTopicError,
+    NotOwnerError,
+    ProducerError,
+)
 from ..producer import Producer
 from .faults import FaultyBroker, LinkFaults
 
@@ -388,9 +395,28 @@ class BackendConformance:
             one.close()
             other.close()
 
+    def _second_writer_is_refused(self, harness: Harness) -> None:
+        """A single-writer backend (one process per database) refuses a second writing broker
+        with a clear error, and the first one keeps serving."""
+        first = harness.open(cluster_config("a", 1.0))
+        try:
+            topic = self._topic(first, 2, "own")
+            s = first.init_producer()
+            assert first.produce(topic, 0, s.producer_id, s.producer_epoch, 0, [b"a0"]).outcome is Outcome.ACCEPTED
+            second = harness.open(cluster_config("b", 1.0))
+            try:
+                with pytest.raises(ProducerError, match="another process"):
+                    second.produce(topic, 1, s.producer_id, s.producer_epoch, 0, [b"b0"])
+            finally:
+                second.close()
+            assert first.produce(topic, 1, s.producer_id, s.producer_epoch, 0, [b"b0"]).outcome is Outcome.ACCEPTED
+        finally:
+            first.close()
+
     def test_partitions_move_between_brokers(self, harness: Harness) -> None:
         if not self.several_writers:
-            pytest.skip("one writing process per database")
+            self._second_writer_is_refused(harness)
+            return
         lease = 1.0
         first = harness.open(cluster_config("a", lease))
         topic = self._topic(first, 2, "own")
@@ -434,7 +460,8 @@ class BackendConformance:
 
     def test_named_producer_continues_across_owners(self, harness: Harness) -> None:
         if not self.several_writers:
-            pytest.skip("one writing process per database")
+            self._second_writer_is_refused(harness)
+            return
         name = f"spread-{uuid.uuid4().hex[:8]}"
         first, second = harness.open(cluster_config("a", 5.0)), harness.open(cluster_config("b", 5.0))
         try:
