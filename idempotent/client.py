@@ -296,7 +296,15 @@ class RemoteBroker:
         BrokerConnectionError: the server could not be reached within ``connect_timeout``.
         AuthenticationError: the server refused the token.
         ProtocolError: the server does not speak this protocol version.
+
+    A produce sent to a broker that does not own the partition (several brokers, see
+    ``docs/clustering.md``) fails with ConfigError naming the owner: one address cannot
+    follow owners; connect with the list of brokers (a :class:`ClusterBroker`).
     """
+
+    #: True when a :class:`ClusterBroker` routes through this client and follows
+    #: NotOwnerError itself; False (standalone) turns NotOwnerError into ConfigError.
+    routed: bool = False
 
     def __init__(
         self,
@@ -569,7 +577,29 @@ class RemoteBroker:
             "records": encoded,
         }
         future: Future[ProduceResult] = self.submit("produce", args, wire.decode_result)
-        return future
+        if self.routed:
+            return future
+        out: Future[ProduceResult] = Future()
+        future.add_done_callback(lambda done: self._relay(done, out))
+        return out
+
+    def _relay(self, done: Future[ProduceResult], out: Future[ProduceResult]) -> None:
+        """Pass a produce answer on; a NotOwnerError becomes a ConfigError, because a client
+        of one address cannot follow it (the producer would retry until its timeout)."""
+        error = done.exception()
+        if isinstance(error, NotOwnerError):
+            owner = f"{self._url.split('://', 1)[0]}://{error.owner}" if error.owner else "its owner"
+            out.set_exception(
+                ConfigError(
+                    f"{self._url} is one of several brokers and does not own {error.topic}[{error.partition}] "
+                    f"(owned by {owner}); connect with a list of the brokers, e.g. "
+                    f"'{self._url.rstrip('/')},{error.owner or 'host:port'}' (docs/clustering.md)"
+                )
+            )
+        elif error is not None:
+            out.set_exception(error)
+        else:
+            out.set_result(done.result())
 
     def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[StoredRecord]:
         """Up to ``max_records`` stored records from ``offset`` on (the server may return fewer
@@ -731,6 +761,7 @@ class ClusterBroker:
         except BrokerConnectionError:
             self._failed(address)
             raise
+        link.routed = True  # this client follows NotOwnerError itself
         with self._lock:
             existing = self._links.setdefault(address, link)
         if existing is not link:

@@ -117,6 +117,7 @@ def test_not_owner_carries_the_owner_address() -> None:
     server = BrokerServer(open_broker(), owner_of=owner_of).start()
     try:
         with RemoteBroker(server.url) as client:
+            client.routed = True  # as a ClusterBroker's link sees it: the NotOwnerError itself
             client.create_topic("owned", 2)
             s = client.init_producer()
             assert client.produce("owned", 0, s.producer_id, s.producer_epoch, 0, [b"x"]).outcome is Outcome.ACCEPTED
@@ -329,3 +330,40 @@ def test_cluster_client_routes_follows_and_fails_over() -> None:
     finally:
         client.close()
         b.close()
+
+
+def test_one_address_of_several_brokers_fails_fast_naming_the_owner() -> None:
+    """A client given one broker's address cannot follow owners: a produce for a partition
+    another broker owns fails at once with ConfigError naming the owner, not after the
+    producer's delivery timeout."""
+    import idempotent
+    from idempotent.server import BrokerServer
+    from idempotent.testing.conformance import cluster_config
+
+    from .conftest import memory_harness
+
+    harness = memory_harness()
+    servers = []
+    for name in ("a", "b"):
+        broker = harness.open(cluster_config(name, 30.0))
+        server = BrokerServer(broker, "127.0.0.1", 0).start()
+        broker.advertise(server.advertised_address)
+        servers.append(server)
+    a, b = servers
+    try:
+        with RemoteBroker(a.url) as direct:
+            direct.create_topic("split", 1)
+            session = direct.init_producer()
+            assert direct.produce("split", 0, session.producer_id, session.producer_epoch, 0, [b"x"]).base_offset == 0
+        with idempotent.Producer(b.url, delivery_timeout_ms=60_000) as producer:
+            future = producer.send("split", b"y", partition=0)
+            with pytest.raises(idempotent.DeliveryFailed) as failed:
+                future.result(10)
+            cause = failed.value.__cause__
+            assert isinstance(cause, ConfigError)
+            assert a.advertised_address in str(cause) and "docs/clustering.md" in str(cause)
+        with RemoteBroker(a.url) as direct:
+            assert [r.value for r in direct.read("split", 0)] == [b"x"]
+    finally:
+        for server in servers:
+            server.close()
