@@ -247,6 +247,7 @@ def run_servers(url: str, workdir: Path) -> None:
         # the resumed broker is stale: it owns nothing any more and cannot write
         owners = admin.metadata([topic])[topic]
         stale = RemoteBroker(f"idem://{address[paused]}")
+        stale.routed = True  # the server's NotOwnerError itself, as a ClusterBroker's link sees it
         try:
             for partition, owner in enumerate(owners):
                 assert owner is not None and owner != address[paused], (partition, owners, paused, killed, address)
