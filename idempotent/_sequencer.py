@@ -29,9 +29,10 @@ Every message ends in exactly one event: :class:`BatchDelivered` or :class:`Batc
 
 Application-chosen sequences (PIP-6 style): :meth:`ProducerSequencer.add` takes an optional
 ``sequence``. Records with consecutive explicit sequences share a batch, a jump seals the open
-batch and starts a new one at that sequence, and a batch never mixes sequences the partition
-already acknowledged with new ones. An explicit batch keeps its sequences at drain time; the
-partition's next implicit sequence moves past it unless it lies entirely behind. Under the
+batch and starts a new one at that sequence. When it is sent, an explicit batch is cut where it
+crosses the acknowledged sequence or the end of a batch in flight, so it never mixes stored (or
+in-flight) sequences with new ones. It keeps its sequences at drain time; the partition's next
+implicit sequence moves past it unless it lies entirely behind. Under the
 broker's ``monotonic`` policy a jump is accepted; under ``strict`` the broker answers
 OUT_OF_ORDER_SEQUENCE with a sequence that is none of ours, so the producer fails with
 SequenceDesyncError. A batch at or below the stored sequence comes back as DUPLICATE.
@@ -52,7 +53,7 @@ import attrs
 
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult
 from ._records import Record
-from ._sequence import at_or_before, is_valid_sequence, last_sequence_of, next_sequence
+from ._sequence import at_or_before, distance, is_valid_sequence, last_sequence_of, next_sequence
 from ._types import DEFAULT_MAX_IN_FLIGHT, NO_SEQUENCE, TopicPartition
 from .errors import (
     ConfigError,
@@ -259,14 +260,42 @@ class ProducerSequencer:
             self.wakeup = True
         return handle
 
-    def _continues(self, batch: OutgoingBatch, sequence: int) -> bool:
+    @staticmethod
+    def _continues(batch: OutgoingBatch, sequence: int) -> bool:
         """Whether a record with explicit ``sequence`` may join the open ``batch``: the batch
-        is explicit, the sequence is its next one, and it does not cross the acknowledged
-        sequence (a batch half stored and half new would be refused by the broker)."""
-        if not batch.explicit or sequence != next_sequence(batch.base_sequence, len(batch.records)):
-            return False
-        acked = self._acked.get(batch.topic_partition, NO_SEQUENCE)
-        return at_or_before(sequence, acked) == at_or_before(batch.base_sequence, acked)
+        is explicit and the sequence is its next one."""
+        return batch.explicit and sequence == next_sequence(batch.base_sequence, len(batch.records))
+
+    def _split_at_frontier(self, ps: _Partition, batch: OutgoingBatch) -> None:
+        """Cut an explicit batch where it crosses the acknowledged sequence or the end of a
+        batch in flight: the broker refuses a batch that is half stored (or in flight) and half
+        new. The tail goes back to the front of the queue, so it is examined next."""
+        tp = batch.topic_partition
+        last = last_sequence_of(batch.base_sequence, len(batch.records))
+        cuts = [self._acked.get(tp, NO_SEQUENCE)]
+        cuts += [last_sequence_of(b.base_sequence, len(b.records)) for b in ps.inflight]
+        inside = [c for c in cuts if at_or_before(batch.base_sequence, c) and not at_or_before(last, c)]
+        if not inside:
+            return
+        cut = min(inside, key=lambda c: distance(batch.base_sequence, c))
+        keep = distance(batch.base_sequence, cut) + 1
+        tail = OutgoingBatch(
+            self._next_batch_id,
+            batch.topic,
+            batch.partition,
+            batch.records[keep:],
+            batch.handles[keep:],
+            batch.created_at,
+            base_sequence=next_sequence(cut),
+            state=BatchState.QUEUED,
+            explicit=True,
+        )
+        tail.size = sum(r.size for r in tail.records)
+        self._next_batch_id += 1
+        self._batches[tail.batch_id] = tail
+        del batch.records[keep:], batch.handles[keep:]
+        batch.size -= tail.size
+        ps.queued.appendleft(tail)
 
     def flush(self) -> None:
         """Seal every open batch now, and keep sealing at once until :meth:`end_flush`."""
@@ -304,6 +333,8 @@ class ProducerSequencer:
                     continue  # new batches follow once every resend is out
             while ps.queued and len(ps.inflight) < self.max_in_flight:
                 batch = ps.queued.popleft()
+                if batch.explicit:
+                    self._split_at_frontier(ps, batch)
                 if not batch.explicit:
                     batch.base_sequence = ps.next_sequence
                     ps.next_sequence = next_sequence(ps.next_sequence, len(batch.records))

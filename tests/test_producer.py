@@ -155,3 +155,20 @@ def test_explicit_consecutive_sequences_work_under_strict_and_a_jump_is_refused(
             jump.result(10)
         assert isinstance(info.value.__cause__, idempotent.SequenceDesyncError)
     assert [r.sequence for r in broker.read("ids", 0, 0, 100)] == [0, 1, 2, 3, 4]
+
+
+def test_explicit_resend_overlapping_records_still_in_flight_resolves_as_duplicates() -> None:
+    broker = memory_harness().open()
+    broker.create_topic("ids", 1)
+    with Producer(broker, linger_ms=0, max_in_flight=1) as producer:
+        first = [producer.send("ids", f"v{s}", partition=0, sequence=s) for s in range(5)]
+        again = [producer.send("ids", f"w{s}", partition=0, sequence=s) for s in range(3, 7)]
+        assert producer.flush(10) == 0
+        assert [f.result().duplicate for f in first] == [False] * 5
+        assert [(m.result().sequence, m.result().duplicate) for m in again] == [
+            (3, True),
+            (4, True),
+            (5, False),
+            (6, False),
+        ]
+    assert [r.value for r in broker.read("ids", 0, 0, 100)] == [b"v0", b"v1", b"v2", b"v3", b"v4", b"w5", b"w6"]

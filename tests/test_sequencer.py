@@ -1018,3 +1018,17 @@ def test_explicit_jump_refused_under_strict_fails_the_producer_with_desync() -> 
     [event] = drain(seq)
     assert isinstance(event, BatchFailed) and isinstance(event.error, SequenceDesyncError)
     assert isinstance(seq.failure, SequenceDesyncError)
+
+
+def test_explicit_batch_overlapping_a_batch_in_flight_is_cut_at_its_end() -> None:
+    seq = make(max_in_flight=5)
+    for s in range(5):
+        seq.add("t", 0, rec(s), 0.0, s)
+    [first] = seq.batches_to_send(0.0)
+    assert (first.base_sequence, len(first.records)) == (0, 5)
+    for s in range(3, 7):
+        seq.add("t", 0, rec(f"again{s}"), 0.0, s)
+    batches = seq.batches_to_send(0.0)
+    assert [(b.base_sequence, len(b.records)) for b in batches] == [(3, 2), (5, 2)]
+    assert seq.next_sequence("t", 0) == 7
+    assert seq.unfinished == 9
