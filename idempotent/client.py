@@ -66,6 +66,10 @@ def _same(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+def _same_error(error: ProducerError) -> ProducerError:
+    return error
+
+
 def parse_url(url: str) -> tuple[str, int, bool]:
     """``idem://host:port`` or ``idems://host:port`` -> (host, port, tls). Raises ConfigError."""
     try:
@@ -101,6 +105,8 @@ class _Link:
         self.hello = hello
         self.max_frame = int(hello.get("max_frame", wire.DEFAULT_MAX_FRAME))
         self.pending: dict[int, tuple[Future[Any], _Decode, float]] = {}
+        #: maps an error the server sent before it reaches the caller (set by the owner)
+        self.translate: Callable[[ProducerError], ProducerError] = _same_error
         self.lock = threading.Lock()
         self.write_lock = threading.Lock()
         self.alive = True
@@ -163,7 +169,9 @@ class _Link:
                 continue
             if time.monotonic() > deadline:
                 raise TimeoutError(f"could not send for {self.send_timeout:g} s")
-            select.select([], [self.sock], [], 0.05)
+            writable = select.poll()
+            writable.register(self.sock, select.POLLOUT)
+            writable.poll(50)
 
     def fail(self, error: ProducerError) -> None:
         """Mark the link dead and fail everything pending with ``error``."""
@@ -179,13 +187,15 @@ class _Link:
                 future.set_exception(error)
 
     def _read_loop(self) -> None:
-        decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME * 4)
+        decoder = wire.FrameDecoder(max(self.max_frame, wire.DEFAULT_MAX_FRAME) * 4)
         sock = self.sock
+        readable = select.poll()  # not select.select: it fails for descriptors above 1024
+        readable.register(sock, select.POLLIN)
         try:
             while self.alive:
                 buffered = self.tls and sock.pending()  # type: ignore[attr-defined]
                 if not buffered:
-                    ready, _, _ = select.select([sock], [], [], 0.1)
+                    ready = readable.poll(100)
                     if not ready:
                         self._expire()
                         continue
@@ -228,7 +238,7 @@ class _Link:
             return
         future, decode, _ = entry
         if kind == wire.ERROR:
-            future.set_exception(wire.error_from_wire(value))
+            future.set_exception(self.translate(wire.error_from_wire(value)))
             return
         try:
             result = decode(value)
@@ -426,7 +436,9 @@ class RemoteBroker:
         if kind != wire.RESPONSE or cid != 1 or type(value) is not dict:
             sock.close()
             raise ProtocolError(f"{self._url} answered the handshake with {answer!r:.100}")
-        return _Link(sock, value, self.address, self.timeout)
+        link = _Link(sock, value, self.address, self.timeout)
+        link.translate = self._translate
+        return link
 
     def _read_one(self, sock: socket.socket) -> list[Any]:
         decoder = wire.FrameDecoder(wire.DEFAULT_MAX_FRAME)
@@ -577,29 +589,20 @@ class RemoteBroker:
             "records": encoded,
         }
         future: Future[ProduceResult] = self.submit("produce", args, wire.decode_result)
-        if self.routed:
-            return future
-        out: Future[ProduceResult] = Future()
-        future.add_done_callback(lambda done: self._relay(done, out))
-        return out
+        return future
 
-    def _relay(self, done: Future[ProduceResult], out: Future[ProduceResult]) -> None:
-        """Pass a produce answer on; a NotOwnerError becomes a ConfigError, because a client
-        of one address cannot follow it (the producer would retry until its timeout)."""
-        error = done.exception()
-        if isinstance(error, NotOwnerError):
-            owner = f"{self._url.split('://', 1)[0]}://{error.owner}" if error.owner else "its owner"
-            out.set_exception(
-                ConfigError(
-                    f"{self._url} is one of several brokers and does not own {error.topic}[{error.partition}] "
-                    f"(owned by {owner}); connect with a list of the brokers, e.g. "
-                    f"'{self._url.rstrip('/')},{error.owner or 'host:port'}' (docs/clustering.md)"
-                )
-            )
-        elif error is not None:
-            out.set_exception(error)
-        else:
-            out.set_result(done.result())
+    def _translate(self, error: ProducerError) -> ProducerError:
+        """The error a caller of this client sees for one the server sent (on error frames
+        only): standalone, a NotOwnerError becomes a ConfigError, because a client of one
+        address cannot follow it (the producer would retry it until its delivery timeout)."""
+        if self.routed or not isinstance(error, NotOwnerError):
+            return error
+        owner = f"{self._url.split('://', 1)[0]}://{error.owner}" if error.owner else "its owner"
+        return ConfigError(
+            f"{self._url} is one of several brokers and does not own {error.topic}[{error.partition}] "
+            f"(owned by {owner}); connect with a list of the brokers, e.g. "
+            f"'{self._url.rstrip('/')},{error.owner or 'host:port'}' (docs/clustering.md)"
+        )
 
     def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[StoredRecord]:
         """Up to ``max_records`` stored records from ``offset`` on (the server may return fewer
@@ -861,7 +864,10 @@ class ClusterBroker:
             assert address is not None
             self._attempt(address, args, out, deadline)  # the common case: in order, no thread hop
         else:
-            self._retry_pool.submit(self._route_and_attempt, args, out, deadline, None)
+            try:
+                self._retry_pool.submit(self._route_and_attempt, args, out, deadline, None)
+            except RuntimeError:  # closed meanwhile
+                raise ProducerClosedError(f"client for {self._url} is closed") from None
         return out
 
     def _route_and_attempt(
@@ -1057,7 +1063,8 @@ class ClusterBroker:
                 return
             self._closed = True
             links, self._links = list(self._links.values()), {}
-        self._retry_pool.shutdown(wait=False, cancel_futures=True)
+        # queued routing jobs still run: they find the client closed and fail their futures
+        self._retry_pool.shutdown(wait=False)
         for link in links:
             link.close()
 

@@ -626,13 +626,16 @@ class BrokerServer:
         )
 
     def _produced(self, conn: _Connection, cid: int, future: Future[Any]) -> None:
-        exc = future.exception()
-        if exc is None:
-            frame = wire.encode_response(cid, wire.encode_result(future.result()))
-        elif isinstance(exc, ProducerError):
-            frame = wire.encode_error(cid, exc)
-        else:
-            frame = wire.encode_error(cid, BackendUnavailableError(f"produce failed: {exc!r}"))
+        try:  # every request gets its answer, or the connection's in-flight count never drops
+            exc = future.exception()
+            if exc is None:
+                frame = wire.encode_response(cid, wire.encode_result(future.result()))
+            elif isinstance(exc, ProducerError):
+                frame = wire.encode_error(cid, exc)
+            else:
+                frame = wire.encode_error(cid, BackendUnavailableError(f"produce failed: {exc!r}"))
+        except BaseException as failure:
+            frame = wire.encode_error(cid, BackendUnavailableError(f"produce failed: {failure!r}"))
         self._reply(conn, frame)
 
     def _check_owner(self, topic: str, partition: int) -> None:

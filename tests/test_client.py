@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import socket
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -178,11 +180,16 @@ def test_lost_connection_fails_in_flight_and_reconnects(server: BrokerServer) ->
     try:
         with RemoteBroker(f"idem://{proxy.address}", connect_timeout=5) as client:
             client.create_topic("t")
-            proxy.cut_all()
-            threading.Event().wait(0.1)
+            proxy.faults.drop_response = 1.0  # the next answer is lost: the request stays in flight
             future = client.submit("topics", {})
-            error = future.exception(5)
-            assert error is None or isinstance(error, BrokerConnectionError)
+            deadline = time.monotonic() + 5
+            while proxy.faults.injected["drop_response"] == 0:
+                assert time.monotonic() < deadline, "the answer never reached the proxy"
+                threading.Event().wait(0.01)
+            assert not future.done()
+            proxy.faults.drop_response = 0.0
+            proxy.cut_all()
+            assert isinstance(future.exception(5), BrokerConnectionError)
             assert client.topics() == {"t": 1}  # a new connection
     finally:
         proxy.close()
@@ -367,3 +374,37 @@ def test_one_address_of_several_brokers_fails_fast_naming_the_owner() -> None:
     finally:
         for server in servers:
             server.close()
+
+
+def test_closing_the_cluster_client_fails_produce_requests_still_being_routed(server: BrokerServer) -> None:
+    from idempotent.client import ClusterBroker
+
+    client = ClusterBroker(server.url)
+    client.create_topic("closing", 1)
+    session = client.init_producer()
+    future = client.submit_produce("closing", 0, session.producer_id, session.producer_epoch, 0, [b"x"])
+    client.close()
+    # stored before the close, or failed by it; never left unset (exception() raises TimeoutError)
+    outcome = future.exception(5)
+    assert outcome is None or isinstance(outcome, idempotent.ProducerError)
+    with pytest.raises(ProducerClosedError):
+        client.submit_produce("closing", 0, session.producer_id, session.producer_epoch, 1, [b"y"])
+
+
+def test_client_works_with_descriptors_above_1024(server: BrokerServer) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    held = []
+    try:
+        while not held or held[-1][0] < 1100:
+            held.append(os.pipe())
+        with RemoteBroker(server.url) as client:
+            client.create_topic("many-fds", 1)
+            assert client.topics()["many-fds"] == 1
+    finally:
+        for r, w in held:
+            os.close(r)
+            os.close(w)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -130,6 +130,8 @@ class FaultyProxy:
     def close(self) -> None:
         """Stop accepting and break every connection."""
         self._closed = True
+        with contextlib.suppress(OSError):  # wakes the accept() blocked in the accept thread
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         self.cut_all()
 
