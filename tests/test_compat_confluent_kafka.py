@@ -116,6 +116,36 @@ def test_buffer_error_when_the_local_queue_is_full(url: str) -> None:
     producer.close()
 
 
+def test_concurrent_produce_never_overfills_the_queue_and_refusals_free_their_slot(url: str) -> None:
+    producer = _producer(url, **{"queue.buffering.max.messages": 5, "linger.ms": 5000})
+    accepted: list[int] = []
+
+    def fill() -> None:
+        for i in range(20):
+            try:
+                producer.produce("t", f"v{i}".encode())
+                accepted.append(i)
+            except BufferError:
+                pass
+
+    threads = [threading.Thread(target=fill) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(accepted) == 5 == len(producer)
+    producer.flush(10)
+    producer.close()
+
+
+def test_a_refused_produce_takes_no_queue_slot(url: str) -> None:
+    producer = _producer(url)
+    producer.producer.close(0)  # the underlying producer is gone: the next produce is refused
+    with pytest.raises(compat.KafkaException):
+        producer.produce("t", b"refused")
+    assert len(producer) == 0
+
+
 def test_buffer_error_on_kbytes(url: str) -> None:
     producer = _producer(url, **{"queue.buffering.max.kbytes": 1})
     producer.produce("t", b"x" * 600)

@@ -380,3 +380,18 @@ def test_exactly_once_through_a_lossy_network_to_a_broker_server() -> None:
         assert [m.offset() for m in ids] == list(range(100))
         stored = [r.value for r in server.broker.read("public/default/orders", 0, 0, 1000)]
         assert stored == [f"order-{i}".encode() for i in range(100)]
+
+
+def test_message_ids_compare_only_with_message_ids() -> None:
+    a, b = compat.MessageId(0, 1), compat.MessageId(0, 2)
+    assert a < b and b >= a and a != b
+    with pytest.raises(TypeError):
+        _ = a < 3  # type: ignore[operator]
+    assert a != "0:1"
+
+
+def test_authentication_and_authorization_errors_keep_their_pulsar_names() -> None:
+    from idempotent import errors
+
+    assert isinstance(compat._exception_for(errors.AuthenticationError("bad token")), compat.AuthenticationError)
+    assert isinstance(compat._exception_for(errors.AuthorizationError("not yours")), compat.AuthorizationError)

@@ -10,7 +10,6 @@ closed (or garbage collected).
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from ..api import BrokerAPI
 
@@ -18,11 +17,11 @@ _LOCK = threading.Lock()
 _BROKERS: dict[str, tuple[BrokerAPI, int]] = {}
 
 
-def acquire(url: str, **options: Any) -> BrokerAPI:
+def acquire(url: str) -> BrokerAPI:
     """Return the process's broker for ``url``, opening it on first use.
 
     Raises:
-        ConfigError: bad URL or option (nothing opened).
+        ConfigError: bad URL (nothing opened).
         BackendUnavailableError: the backend could not be opened.
     """
     from .. import connect
@@ -30,7 +29,7 @@ def acquire(url: str, **options: Any) -> BrokerAPI:
     with _LOCK:
         entry = _BROKERS.get(url)
         if entry is None:
-            broker = connect(url, **options)
+            broker = connect(url)
             _BROKERS[url] = (broker, 1)
             return broker
         _BROKERS[url] = (entry[0], entry[1] + 1)

@@ -785,31 +785,35 @@ class Producer:
         header_list = _header_list(headers)
         size = len(value_bytes or b"") + len(key_bytes or b"")
         reports = self._reports
-        with reports.cond:
+        target = self._partition(topic, partition, key_bytes)
+        with reports.cond:  # check and reserve in one step, so concurrent produce() calls cannot overfill
             if reports.fatal is not None:
                 raise KafkaException(self._fatal_error())
             if reports.outstanding >= self._config.max_messages or (
                 reports.outstanding and reports.outstanding_bytes + size > self._config.max_bytes
             ):
                 raise BufferError(KafkaError(KafkaError._QUEUE_FULL).str())
-        target = self._partition(topic, partition, key_bytes)
+            reports.outstanding += 1
+            reports.outstanding_bytes += size
         created = time.time()
         started = time.monotonic()
         try:
             future = self._producer.send(topic, value_bytes, key_bytes, target, header_list)
-        except QueueFullError:
-            raise BufferError(KafkaError(KafkaError._QUEUE_FULL).str()) from None
-        except ProducerClosedError as exc:
-            raise KafkaException(KafkaError(KafkaError._DESTROY, str(exc))) from exc
-        except UsageError as exc:
-            raise KafkaException(kafka_error_for(exc)) from exc
-        except ProducerError as exc:
-            raise KafkaException(
-                KafkaError(KafkaError._FATAL, f"producer failed: {exc}", fatal=True, cause=exc)
-            ) from exc
-        with reports.cond:
-            reports.outstanding += 1
-            reports.outstanding_bytes += size
+        except BaseException as exc:
+            with reports.cond:
+                reports.outstanding -= 1
+                reports.outstanding_bytes -= size
+            if isinstance(exc, QueueFullError):
+                raise BufferError(KafkaError(KafkaError._QUEUE_FULL).str()) from None
+            if isinstance(exc, ProducerClosedError):
+                raise KafkaException(KafkaError(KafkaError._DESTROY, str(exc))) from exc
+            if isinstance(exc, UsageError):
+                raise KafkaException(kafka_error_for(exc)) from exc
+            if isinstance(exc, ProducerError):
+                raise KafkaException(
+                    KafkaError(KafkaError._FATAL, f"producer failed: {exc}", fatal=True, cause=exc)
+                ) from exc
+            raise
         only_errors = self._config.only_errors
         inner = self._producer
 

@@ -37,10 +37,12 @@ import enum
 import logging
 import struct
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from .. import errors
 from .._outcomes import DeliveryStatus, RecordMetadata
 from ..api import BrokerAPI
 from ..errors import (
@@ -252,7 +254,11 @@ def _exception_for(error: BaseException) -> PulsarException:
         if error.__cause__ is not None:
             cause = error.__cause__
     kind: type[PulsarException]
-    if isinstance(cause, ProducerFencedError):
+    if isinstance(cause, errors.AuthenticationError):
+        kind = AuthenticationError
+    elif isinstance(cause, errors.AuthorizationError):
+        kind = AuthorizationError
+    elif isinstance(cause, ProducerFencedError):
         kind = ProducerFenced
     elif isinstance(cause, UnknownProducerError):
         kind = ProducerNotInitialized
@@ -341,16 +347,24 @@ class MessageId:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, MessageId) and self._key() == other._key()
 
-    def __lt__(self, other: MessageId) -> bool:
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
         return self._key() < other._key()
 
-    def __le__(self, other: MessageId) -> bool:
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
         return self._key() <= other._key()
 
-    def __gt__(self, other: MessageId) -> bool:
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
         return self._key() > other._key()
 
-    def __ge__(self, other: MessageId) -> bool:
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
         return self._key() >= other._key()
 
     def __hash__(self) -> int:
@@ -467,12 +481,15 @@ class Client:
         self._logger = logger or _LOG
         self._timeout = float(operation_timeout_seconds)
         self._url: str | None = None
+        #: gives the shared broker back once, on close() or when the client is garbage collected
+        self._release: weakref.finalize[Any, Any] | None = None
         if isinstance(service_url, str):
             try:
                 self._broker = _shared.acquire(service_url)
             except ProducerError as exc:
                 raise _exception_for(exc) from exc
             self._url = service_url
+            self._release = weakref.finalize(self, _shared.release, service_url)
         elif isinstance(service_url, BrokerAPI):
             self._broker = service_url
         else:
@@ -625,8 +642,8 @@ class Client:
             for producer in producers:
                 producer.close()
         finally:
-            if self._url is not None:
-                _shared.release(self._url)
+            if self._release is not None:
+                self._release()
 
     def shutdown(self) -> None:
         """Like :meth:`close`."""
