@@ -9,7 +9,9 @@ deduplicate them. :class:`DuplicateFilter` recognises repeats in bounded memory,
   sequence above the highest is NEW; one inside the window is NEW the first time and
   DUPLICATE after; one at or below ``highest - window`` is TOO_OLD (the filter no longer
   knows; treat it as a duplicate unless you know better). Sequences may have gaps and may
-  arrive out of order by less than ``window``. At most ``max_producers`` producers are
+  arrive out of order by less than ``window``. Sequences are plain integers with no
+  wrap-around (an idempotent producer's int32 sequences wrap after about 2.1 billion records
+  per partition: pass a counter that keeps growing). At most ``max_producers`` producers are
   remembered; beyond that the least recently seen producer is forgotten, and its next
   record counts as NEW (a duplicate of it may then pass once).
 * **By application key** (:meth:`DuplicateFilter.check_key`): remembers the last
