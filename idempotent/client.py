@@ -364,6 +364,7 @@ class RemoteBroker:
         self.address = f"{self.host}:{self.port}"
         self._link: _Link | None = None
         self._closed = False
+        self._closed_error: ProducerError = ProducerClosedError(f"client for {url} is closed")
         self._connect()
 
     # -- connection ------------------------------------------------------------------------------
@@ -388,7 +389,7 @@ class RemoteBroker:
     def _connect(self) -> _Link:
         with self._lock:
             if self._closed:
-                raise ProducerClosedError(f"client for {self._url} is closed")
+                raise self._closed_error
             link = self._link
             if link is not None and link.alive:
                 return link
@@ -652,16 +653,19 @@ class RemoteBroker:
         value = getattr(policy, "value", policy)
         self.call("set_policy", {"policy": value, "topic": topic, "namespace": namespace})
 
-    def close(self) -> None:
-        """Close the connection; requests still in flight fail with ProducerClosedError
-        (their outcome is unknown). Data the server acknowledged stays stored."""
+    def close(self, error: ProducerError | None = None) -> None:
+        """Close the connection; requests still in flight, and any made later, fail with
+        ``error`` (default ProducerClosedError; their outcome is unknown). A
+        :class:`ClusterBroker` dropping a failed link passes a retriable error instead. Data
+        the server acknowledged stays stored."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            self._closed_error = error or ProducerClosedError(f"client for {self._url} was closed")
             link = self._link
         if link is not None:
-            link.fail(ProducerClosedError(f"client for {self._url} was closed"))
+            link.fail(self._closed_error)
             if link.thread is not threading.current_thread():
                 link.thread.join(5)
 
@@ -778,8 +782,8 @@ class ClusterBroker:
             for tp in [tp for tp, a in self._route.items() if a == address]:
                 del self._route[tp]
             link = self._links.pop(address, None)
-        if link is not None:
-            link.close()
+        if link is not None:  # callers still holding it get a retriable error, not a closed client
+            link.close(BrokerConnectionError(f"the connection to {address} was dropped after a failure"))
 
     def _candidates(self, first: str | None = None) -> list[str]:
         """Addresses to try, best first: ``first``, known live links, the bootstrap list, and
@@ -923,9 +927,8 @@ class ClusterBroker:
                 self._later(args, out, deadline, None, exc)
             return
         lost = isinstance(exc, BrokerConnectionError | RequestTimeoutError)
-        if lost or (isinstance(exc, ProducerClosedError) and not self._closed):  # our link was dropped
-            if lost:
-                self._failed(address)
+        if lost:
+            self._failed(address)
             self._later(args, out, deadline, None, exc if isinstance(exc, ProducerError) else None)
             return
         out.set_exception(exc)  # anything else is the broker's answer (retriable or not)

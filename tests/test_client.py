@@ -253,11 +253,19 @@ def test_exactly_once_over_a_lossy_network(server: BrokerServer, seed: int) -> N
         with Producer(
             f"idem://{proxy.address}", linger_ms=1, max_batch_records=7, request_timeout_ms=500, timeout=0.5
         ) as producer:
-            futures = [producer.send("net", f"m{i}".encode(), partition=i % 2) for i in range(400)]
-            assert producer.flush(60) == 0
+            # faults are rolled per frame, and how many frames 400 records make depends on
+            # timing: keep sending until every kind of fault has hit at least once
+            futures: list[Any] = []
+            kinds = ("cut", "drop_response", "duplicate_request")
+            while len(futures) < 400 or not all(faults.injected[k] for k in kinds):
+                assert len(futures) < 4000, f"faults not all injected: {faults.injected}"
+                futures += [
+                    producer.send("net", f"m{i}".encode(), partition=i % 2)
+                    for i in range(len(futures), len(futures) + 100)
+                ]
+                assert producer.flush(60) == 0
             metadata = [f.result() for f in futures]
-        assert faults.injected["cut"] and faults.injected["drop_response"] and faults.injected["duplicate_request"]
-        _check_exactly_once(server.broker, "net", 400, metadata)
+        _check_exactly_once(server.broker, "net", len(futures), metadata)
     finally:
         proxy.close()
 
@@ -408,3 +416,15 @@ def test_client_works_with_descriptors_above_1024(server: BrokerServer) -> None:
             os.close(r)
             os.close(w)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_link_the_cluster_client_dropped_fails_retriably_for_its_holders(server: BrokerServer) -> None:
+    from idempotent.client import ClusterBroker
+
+    with ClusterBroker(server.url) as client:
+        client.create_topic("dropped", 1)
+        link = client._link(server.address)
+        client._failed(server.address)  # another thread saw this broker fail
+        with pytest.raises(BrokerConnectionError) as info:
+            link.read("dropped", 0)
+        assert info.value.retriable
