@@ -54,9 +54,8 @@ def make(variant: str, info: services.ServiceInfo, topic: str) -> Baseline:
     return IdempotentBaseline(url, topic, **options)
 
 
-def run_once(variant: str, info: services.ServiceInfo, size: int, records: int) -> dict[str, float]:
-    topic = f"bench-{variant}-{size}-{uuid.uuid4().hex[:8]}"
-    producer = make(variant, info, topic)
+def measure(producer: Baseline, size: int, records: int) -> dict[str, float]:
+    """Send ``records`` payloads of ``size`` bytes after a warm-up and time them; closes ``producer``."""
     try:
         payload = b"x" * size
         for _ in range(min(1000, records // 10)):  # warm up connections and metadata
@@ -78,6 +77,10 @@ def run_once(variant: str, info: services.ServiceInfo, size: int, records: int) 
         "failed": failed,
         "seconds": elapsed,
     }
+
+
+def run_once(variant: str, info: services.ServiceInfo, size: int, records: int) -> dict[str, float]:
+    return measure(make(variant, info, f"bench-{variant}-{size}-{uuid.uuid4().hex[:8]}"), size, records)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench_backends import measure
 from tqdm import tqdm
 
 from idempotent.testing import services
@@ -68,29 +69,7 @@ class BrokerProcess:
 
 
 def run_once(url: str, size: int, records: int, options: dict[str, Any]) -> dict[str, float]:
-    topic = f"bench-{uuid.uuid4().hex[:8]}"
-    producer = IdempotentBaseline(url, topic, **options)
-    try:
-        payload = b"x" * size
-        for _ in range(min(1000, records // 10)):  # warm up connections and metadata
-            producer.send(payload)
-        producer.flush()
-        producer.latencies.clear()
-        started = time.perf_counter()
-        for _ in range(records):
-            producer.send(payload)
-        failed = producer.flush()
-        elapsed = time.perf_counter() - started
-    finally:
-        producer.close()
-    latencies = sorted(producer.latencies)
-    return {
-        "records_per_s": records / elapsed,
-        "p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else float("nan"),
-        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else float("nan"),
-        "failed": failed,
-        "seconds": elapsed,
-    }
+    return measure(IdempotentBaseline(url, f"bench-{uuid.uuid4().hex[:8]}", **options), size, records)
 
 
 def backend_url(backend: str, workdir: str, variant: str) -> str:
