@@ -102,18 +102,20 @@ class FrameDecoder:
         out: list[bytes | FrameTooLarge] = []
         start = 0
         end = len(buffer)
-        while end - start >= 4:
-            (length,) = _LENGTH.unpack_from(buffer, start)
-            if length > self.max_frame:
-                self._broken = True
-                buffer.clear()
-                out.append(FrameTooLarge(length, self.max_frame))
-                return out
-            if end - start - 4 < length:
-                break
-            out.append(bytes(buffer[start + 4 : start + 4 + length]))
-            start += 4 + length
-        if start:
+        with memoryview(buffer) as view:  # one copy per frame (a bytearray slice would add one)
+            while end - start >= 4:
+                (length,) = _LENGTH.unpack_from(buffer, start)
+                if length > self.max_frame:
+                    self._broken = True
+                    out.append(FrameTooLarge(length, self.max_frame))
+                    break
+                if end - start - 4 < length:
+                    break
+                out.append(bytes(view[start + 4 : start + 4 + length]))
+                start += 4 + length
+        if self._broken:  # the view is released: the buffer may be resized again
+            buffer.clear()
+        elif start:
             del buffer[:start]
         return out
 
