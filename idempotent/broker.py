@@ -964,9 +964,7 @@ class Broker:
                 for proposal, record in zip(due, stored, strict=True):
                     table.settle(proposal, record, now)
         self._refresh_producers()
-        settings = self.backend.load_settings()
-        with self._lock:
-            self._settings = dict(settings)
+        self.refresh_settings()  # keeps a change made here while the load was under way
 
     def _release_leases(self) -> None:
         table = self._ownership
