@@ -221,15 +221,21 @@ class OwnershipTable:
 
     def settle(self, proposal: Lease, stored: Lease | None, started: float) -> bool:
         """Record the backend's answer to a proposal sent at ``started`` (the caller's clock
-        before it was sent). Returns True when this broker holds the partition afterwards."""
+        before it was sent). Returns True when the backend stored the proposal (and it is not
+        a release).
+
+        A late answer never touches a hold at a newer epoch: renewals go out without the lease
+        lock, so the partition may have been claimed again at a higher epoch meanwhile."""
         tp = proposal.tp
         if stored is not None:
             self._note(stored, started)
         won = stored == proposal and not proposal.released
-        if won:
-            self._held[tp] = (proposal.epoch, started)
-        else:
-            self._held.pop(tp, None)
+        held = self._held.get(tp)
+        if held is None or held[0] <= proposal.epoch:
+            if won:
+                self._held[tp] = (proposal.epoch, started)
+            else:
+                self._held.pop(tp, None)
         return won
 
     def forget(self, tp: TopicPartition) -> None:
