@@ -17,9 +17,11 @@ by one broker at a time, through a :class:`Lease` record stored in the backend's
   machines are never compared.
 
 The lease is for routing and for deciding when to take over. It is not what keeps a stale
-owner from writing: the backends fence the previous writer when a new one opens a partition
-(Kafka transactional ids, Pulsar exclusive producers), so a broker that still believes it
-holds an expired lease gets :class:`~idempotent.errors.OwnershipLostError` on its next write.
+owner from writing: the Kafka and Pulsar backends fence the previous writer when a new one
+opens a partition (Kafka transactional ids, Pulsar exclusive producers), so a broker that
+still believes it holds an expired lease gets :class:`~idempotent.errors.OwnershipLostError`
+on its next write. The memory backend does not fence (a stale owner can still append until
+its own clock shows the lease expired); SQLite allows one writing process per file.
 
 Everything here is pure: time is passed in as ``now`` (the caller's monotonic clock, for its
 own decisions) and ``wall`` (wall-clock seconds, only written into records for people).
