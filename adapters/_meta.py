@@ -19,7 +19,7 @@ import msgpack
 
 from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot
-from idempotent._registry import ProducerRecord
+from idempotent._registry import ProducerRecord, merge_record
 from idempotent._types import Epoch, ProducerId
 
 #: a log position: a Kafka offset, or a Pulsar (ledger, entry) pair
@@ -112,7 +112,7 @@ class MetaLog(Generic[P]):
                 self.producers.pop(int(name), None)
             else:
                 record = unpack_producer(value)
-                self.producers[record.producer_id] = record
+                self.producers[record.producer_id] = merge_record(self.producers.get(record.producer_id), record)
         elif kind == "setting":
             if value is None:
                 self.settings.pop(name, None)

@@ -48,7 +48,7 @@ from urllib.parse import urlsplit
 from adapters._meta import MetaLog, lease_key, pack_lease, pack_producer, pack_snapshot, unpack_snapshot
 from idempotent._ownership import Lease
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
-from idempotent._registry import ProducerRecord
+from idempotent._registry import ProducerRecord, merge_record
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
 from idempotent.backend import AppendBatch
 from idempotent.errors import (
@@ -583,7 +583,8 @@ class KafkaBackend:
                     self._put_meta(f"producer:{pid}", None)
                     self._meta.producers.pop(pid, None)
         self._put_meta(f"producer:{record.producer_id}", value)
-        self._meta.producers[record.producer_id] = record
+        # folded as the metadata log folds it: a stale copy does not undo a newer record
+        self._meta.producers[record.producer_id] = merge_record(self._meta.producers.get(record.producer_id), record)
 
     def load_settings(self) -> dict[str, str]:
         with self._lock, _map_errors("load settings"):

@@ -26,7 +26,7 @@ import attrs
 
 from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
-from idempotent._registry import ProducerRecord
+from idempotent._registry import ProducerRecord, merge_record
 from idempotent._types import NO_PRODUCER_ID, Epoch, Sequence
 from idempotent.backend import AppendBatch
 from idempotent.errors import BackendUnavailableError, InvalidTopicError
@@ -202,6 +202,10 @@ class MemoryBackend:
     def save_producer(self, record: ProducerRecord) -> None:
         store = self._up()
         with store.lock:
+            known = store.producers.get(record.producer_id)
+            record = merge_record(known, record)  # a stale copy must not undo a newer record
+            if record is known:
+                return
             if record.producer_name is not None:
                 for pid, old in list(store.producers.items()):
                     if old.producer_name == record.producer_name and pid != record.producer_id:

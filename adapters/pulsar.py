@@ -67,7 +67,7 @@ import msgpack
 from adapters._meta import MetaLog, lease_key, pack_lease, pack_producer, pack_snapshot, unpack_snapshot
 from idempotent._ownership import Lease
 from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
-from idempotent._registry import ProducerRecord
+from idempotent._registry import ProducerRecord, merge_record
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
 from idempotent._types import Sequence as SequenceNumber
 from idempotent.backend import AppendBatch
@@ -1018,7 +1018,10 @@ class PulsarBackend:
                         self._put_meta(f"producer:{pid}", None)
                         self._meta.producers.pop(pid, None)
             self._put_meta(f"producer:{record.producer_id}", pack_producer(record))
-            self._meta.producers[record.producer_id] = record
+            # folded as the metadata log folds it: a stale copy does not undo a newer record
+            self._meta.producers[record.producer_id] = merge_record(
+                self._meta.producers.get(record.producer_id), record
+            )
 
     def load_settings(self) -> dict[str, str]:
         with self._lock, _map_errors("load settings"):

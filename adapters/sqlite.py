@@ -29,7 +29,7 @@ import msgpack
 
 from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
-from idempotent._registry import ProducerRecord
+from idempotent._registry import ProducerRecord, merge_record
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
 from idempotent.backend import AppendBatch
 from idempotent.errors import BackendUnavailableError, ConfigError, InvalidTopicError
@@ -285,6 +285,25 @@ class SQLiteBackend:
 
     def save_producer(self, record: ProducerRecord) -> None:
         with self._lock, _mapped(self.url), self._tx() as db:
+            row = db.execute(
+                "SELECT p.producer_epoch, p.name, p.state_lost, p.partitions, o.principal "
+                "FROM producers p LEFT JOIN producer_principals o USING (producer_id) WHERE p.producer_id=?",
+                (record.producer_id,),
+            ).fetchone()
+            known = None
+            if row is not None:
+                e, n, lost, parts, owner = row
+                known = ProducerRecord(
+                    record.producer_id,
+                    Epoch(e),
+                    n,
+                    bool(lost),
+                    tuple((t, q) for t, q in msgpack.unpackb(parts or b"\x90")),
+                    owner,
+                )
+            record = merge_record(known, record)  # a stale copy must not undo a newer record
+            if record is known:
+                return
             if record.producer_name is not None:
                 moved = (record.producer_name, record.producer_id)
                 db.execute(

@@ -17,9 +17,11 @@ by one broker at a time, through a :class:`Lease` record stored in the backend's
   machines are never compared.
 
 The lease is for routing and for deciding when to take over. It is not what keeps a stale
-owner from writing: the backends fence the previous writer when a new one opens a partition
-(Kafka transactional ids, Pulsar exclusive producers), so a broker that still believes it
-holds an expired lease gets :class:`~idempotent.errors.OwnershipLostError` on its next write.
+owner from writing: the Kafka and Pulsar backends fence the previous writer when a new one
+opens a partition (Kafka transactional ids, Pulsar exclusive producers), so a broker that
+still believes it holds an expired lease gets :class:`~idempotent.errors.OwnershipLostError`
+on its next write. The memory backend does not fence (a stale owner can still append until
+its own clock shows the lease expired); SQLite allows one writing process per file.
 
 Everything here is pure: time is passed in as ``now`` (the caller's monotonic clock, for its
 own decisions) and ``wall`` (wall-clock seconds, only written into records for people).
@@ -221,15 +223,21 @@ class OwnershipTable:
 
     def settle(self, proposal: Lease, stored: Lease | None, started: float) -> bool:
         """Record the backend's answer to a proposal sent at ``started`` (the caller's clock
-        before it was sent). Returns True when this broker holds the partition afterwards."""
+        before it was sent). Returns True when the backend stored the proposal (and it is not
+        a release).
+
+        A late answer never touches a hold at a newer epoch: renewals go out without the lease
+        lock, so the partition may have been claimed again at a higher epoch meanwhile."""
         tp = proposal.tp
         if stored is not None:
             self._note(stored, started)
         won = stored == proposal and not proposal.released
-        if won:
-            self._held[tp] = (proposal.epoch, started)
-        else:
-            self._held.pop(tp, None)
+        held = self._held.get(tp)
+        if held is None or held[0] <= proposal.epoch:
+            if won:
+                self._held[tp] = (proposal.epoch, started)
+            else:
+                self._held.pop(tp, None)
         return won
 
     def forget(self, tp: TopicPartition) -> None:

@@ -63,6 +63,26 @@ def validate_name(name: str) -> str:
     return name
 
 
+def merge_record(known: ProducerRecord | None, incoming: ProducerRecord) -> ProducerRecord:
+    """The record to keep when ``incoming`` meets the ``known`` record of the same producer id.
+
+    Several brokers write records of one producer, each from its own (possibly stale) copy, so
+    every store folds them with this one rule instead of keeping the last write: a higher
+    ``producer_epoch`` wins, a lower one is ignored; at the same epoch the noted partitions are
+    united, ``state_lost`` stays set once either side set it, and the known principal is kept.
+    Returns ``known`` itself when ``incoming`` adds nothing.
+    """
+    if known is None or incoming.producer_epoch > known.producer_epoch:
+        return incoming
+    if incoming.producer_epoch < known.producer_epoch:
+        return known
+    partitions = tuple(sorted({*known.partitions, *incoming.partitions}))
+    state_lost = known.state_lost or incoming.state_lost
+    if partitions == known.partitions and state_lost == known.state_lost:
+        return known
+    return attrs.evolve(known, partitions=partitions, state_lost=state_lost)
+
+
 class ProducerRegistry:
     """Ids, names and epochs of all producers the broker has initialised."""
 
@@ -142,15 +162,12 @@ class ProducerRegistry:
         return old is None or old.producer_epoch >= MAX_EPOCH
 
     def merge(self, records: list[ProducerRecord]) -> None:
-        """Adopt records another broker stored: a record is taken when its id is unknown or
-        its epoch is higher than the known one's; at the same epoch, noted partitions are
-        united."""
+        """Adopt records another broker stored, folded with :func:`merge_record`."""
         for record in records:
             known = self._by_id.get(record.producer_id)
-            if known is None or record.producer_epoch > known.producer_epoch:
-                self._store(record)
-            elif record.producer_epoch == known.producer_epoch and not set(record.partitions) <= set(known.partitions):
-                self._store(attrs.evolve(known, partitions=tuple(sorted({*known.partitions, *record.partitions}))))
+            merged = merge_record(known, record)
+            if merged is not known:
+                self._store(merged)
 
     def add_partition(self, producer_id: int, topic: str, partition: int) -> ProducerRecord | None:
         """Note that a named producer writes to a partition. Returns the changed record, or

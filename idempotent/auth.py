@@ -417,6 +417,7 @@ DEFAULT_RULES: Mapping[str, Access] = MappingProxyType(
         "init_producer": Access.PRODUCER_NAME,
         "produce": Access.PRODUCER_ID,
         "submit_produce": Access.PRODUCER_ID,
+        "last_sequence": Access.PRODUCER_ID,
         "create_topic": Access.ADMIN,
         "stats": Access.ADMIN,
         "set_deduplication": Access.ADMIN,

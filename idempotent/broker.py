@@ -534,10 +534,23 @@ class Broker:
         state = checker.producer(producer_id) if checker is not None else None
         return state is None or state.pending == 0
 
-    def producer_record(self, producer_id: int) -> ProducerRecord | None:
-        """The registry record of a producer id, or None."""
+    def producer_record(self, producer_id: int, *, refresh: bool = False) -> ProducerRecord | None:
+        """The registry record of a producer id, or None.
+
+        With ``refresh``, a broker sharing its backend with other brokers reloads the stored
+        producer records when it does not know the id (it may have been initialised through
+        another broker), so that an access check sees the producer's owner.
+
+        Raises:
+            BackendUnavailableError: the reload could not read the backend.
+        """
         with self._lock:
-            return self._registry.lookup(producer_id)
+            record = self._registry.lookup(producer_id)
+        if record is None and refresh and self._ownership is not None:
+            self._refresh_producers()
+            with self._lock:
+                record = self._registry.lookup(producer_id)
+        return record
 
     # -- produce ---------------------------------------------------------------------------
 
@@ -951,9 +964,7 @@ class Broker:
                 for proposal, record in zip(due, stored, strict=True):
                     table.settle(proposal, record, now)
         self._refresh_producers()
-        settings = self.backend.load_settings()
-        with self._lock:
-            self._settings = dict(settings)
+        self.refresh_settings()  # keeps a change made here while the load was under way
 
     def _release_leases(self) -> None:
         table = self._ownership

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import hashlib
 import importlib
 import itertools
@@ -993,7 +994,8 @@ def _broker_security(args: argparse.Namespace, broker: Broker) -> dict[str, Any]
             args.auth_jwt_public_key, args.auth_jwt_algorithm, **options
         )
     policy = AccessPolicy(admin_role=args.auth_admin_role, adopt_unowned=args.auth_adopt_unowned)
-    guard = BrokerGuard(authenticator, policy, broker.producer_record)
+    # refresh: a producer initialised through another broker of the cluster has an owner too
+    guard = BrokerGuard(authenticator, policy, functools.partial(broker.producer_record, refresh=True))
     return {"authenticator": guard.authenticate, "authorizer": guard.authorize, "claim": guard.claim}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +236,7 @@ def rec(owner: str | None, name: str | None = "job") -> ProducerRecord:
         ("create_topic", Access.ADMIN),
         ("init_producer", Access.PRODUCER_NAME),
         ("produce", Access.PRODUCER_ID),
+        ("last_sequence", Access.PRODUCER_ID),
         ("stats", Access.ADMIN),
         ("set_deduplication", Access.ADMIN),
         ("set_policy", Access.ADMIN),
@@ -420,3 +422,73 @@ def test_owners_never_change_and_refusals_follow_the_owner(
             owners[session.producer_id] = record.principal
     finally:
         broker.close()
+
+
+def _guarded_cluster(tmp_path: Path) -> list[Any]:
+    """Two broker servers over one in-memory store, with the ``broker`` command's JWT guard."""
+    from idempotent import cli
+    from idempotent.server import BrokerServer
+    from idempotent.testing.conformance import cluster_config
+
+    from .conftest import memory_harness
+
+    (tmp_path / "secret").write_bytes(SECRET)
+    args = cli.build_parser().parse_args(
+        ["broker", "--backend", "memory://", "--auth-jwt-secret-file", str(tmp_path / "secret")]
+    )
+    harness = memory_harness()
+    servers = []
+    for name in ("a", "b"):
+        broker = harness.open(cluster_config(name, 30.0))
+        server = BrokerServer(broker, "127.0.0.1", 0, **cli._broker_security(args, broker)).start()
+        broker.advertise(server.advertised_address)
+        servers.append(server)
+    return servers
+
+
+def test_produce_with_another_principals_id_through_another_broker_is_refused(tmp_path: Path) -> None:
+    """A producer initialised through one broker of a cluster is owned on every broker: a
+    principal producing with its id through another broker is refused, and nothing is written."""
+    from idempotent.client import RemoteBroker
+
+    a, b = _guarded_cluster(tmp_path)
+    try:
+        b.broker.create_topic("guarded", 1)
+        with RemoteBroker(a.url, token=mint_token(SECRET, "x", now=time.time())) as as_x:
+            session = as_x.init_producer("job")
+        with (
+            RemoteBroker(b.url, token=mint_token(SECRET, "y", now=time.time())) as as_y,
+            pytest.raises(AuthorizationError),
+        ):
+            as_y.produce("guarded", 0, session.producer_id, session.producer_epoch, 0, [b"not yours"])
+        assert b.broker.read("guarded", 0) == []
+        assert b.broker.end_offset("guarded", 0) == 0
+    finally:
+        a.close()
+        b.close()
+
+
+def test_owner_may_ask_another_broker_for_its_last_sequence(tmp_path: Path) -> None:
+    """Re-initialising a named producer asks the owners of its other partitions for its last
+    sequence: its principal may (without the admin role), another principal may not."""
+    from idempotent.client import RemoteBroker
+
+    a, b = _guarded_cluster(tmp_path)
+    try:
+        b.broker.create_topic("asked", 1)
+        with RemoteBroker(b.url, token=mint_token(SECRET, "x", now=time.time())) as as_x:
+            s = as_x.init_producer("job")
+            assert (
+                as_x.produce("asked", 0, s.producer_id, s.producer_epoch, 0, [b"x"]).outcome
+                is idempotent.Outcome.ACCEPTED
+            )
+            again = as_x.init_producer("job")
+            assert as_x.last_sequence("asked", 0, again.producer_id, again.producer_epoch) == 0
+        with (
+            RemoteBroker(b.url, token=mint_token(SECRET, "y", now=time.time())) as as_y,
+            pytest.raises(AuthorizationError),
+        ):
+            as_y.last_sequence("asked", 0, again.producer_id, again.producer_epoch)
+    finally:
+        a.close()
+        b.close()

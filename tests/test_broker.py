@@ -182,3 +182,30 @@ def test_refresh_settings_follows_the_backend_and_keeps_newer_local_changes() ->
     backend.faults.crash = False
     other.close()
     broker.close()
+
+
+def test_lease_heartbeat_reload_keeps_newer_local_settings() -> None:
+    """The lease heartbeat of a clustered broker also reloads the settings; a change made
+    through the broker while that load is under way is newer and stays."""
+    from idempotent.testing.conformance import cluster_config
+
+    url = memory_harness().url
+
+    class Racing(MemoryBackend):
+        race: Broker | None = None
+
+        def load_settings(self) -> dict[str, str]:
+            stale = super().load_settings()
+            if self.race is not None:
+                broker, self.race = self.race, None
+                broker.set_deduplication(False, topic="t")
+            return stale
+
+    backend = Racing(url)
+    broker = Broker(backend, cluster_config("a", 30.0))
+    try:
+        backend.race = broker
+        broker.renew_leases()
+        assert backend.race is None and not broker.deduplication_enabled("t")
+    finally:
+        broker.close()

@@ -177,3 +177,20 @@ def test_a_stale_read_does_not_undo_a_newer_record() -> None:
     table.observe([lease("b", 2, released=True)], now=1.2)
     table.observe([lease("b", 2, renewed_at=9.0)], now=1.3)  # a renewal read before the release
     assert table.lease(TP) == lease("b", 2, released=True)
+
+
+def test_late_answer_to_an_old_renewal_keeps_the_newer_hold() -> None:
+    """A renewal at epoch 1 is answered only after the broker re-claimed the partition at
+    epoch 2: neither a refusal nor an acceptance of the old renewal changes the newer hold."""
+    table = OwnershipTable("a", "a:9", 3.0)
+    first = table.claim(TP, wall=0.0)
+    assert table.settle(first, first, started=0.0)
+    renewal = table.renewal(TP, wall=1.0)
+    assert renewal is not None and renewal.epoch == 1
+    second = lease("a", 2, 1.5)
+    assert table.settle(second, second, started=1.5)
+    assert not table.settle(renewal, second, started=1.0)  # refused: epoch 2 is stored
+    assert table.held() == [TP] and table.holds(TP, now=4.0) and table.decide(TP, now=4.0) is Action.HOLD
+    assert table.settle(renewal, renewal, started=1.0)  # stored before the claim, answered after it
+    held = table.renewal(TP, wall=2.0)
+    assert held is not None and held.epoch == 2 and table.holds(TP, now=4.0)

@@ -91,3 +91,21 @@ def test_meta_encoding_carries_the_owner_and_reads_older_records() -> None:
     assert unpack_producer(older) == ProducerRecord(7, 3, "job", False, (("t", 0),), None)  # type: ignore[arg-type]
     newer = msgpack.packb([7, 3, "job", False, [], "alice", "a-later-field"])
     assert unpack_producer(newer).principal == "alice"
+
+
+def test_meta_log_folds_producer_records_with_the_merge_rule() -> None:
+    """Kafka and Pulsar fold producer messages in log order: a stale copy written later does
+    not undo a newer epoch, and copies at one epoch unite their partitions."""
+    from adapters._meta import MetaLog, pack_producer
+    from idempotent._registry import ProducerRecord, merge_record
+    from idempotent._types import Epoch, ProducerId
+
+    newer = ProducerRecord(ProducerId(7), Epoch(1), "p", False, (("t", 0),), "alice")
+    log: MetaLog[int] = MetaLog()
+    log.apply("producer:7", pack_producer(newer), 0)
+    log.apply("producer:7", pack_producer(ProducerRecord(ProducerId(7), Epoch(0), "p", False, (("t", 2),))), 1)
+    assert log.producers[7] == newer
+    log.apply("producer:7", pack_producer(ProducerRecord(ProducerId(7), Epoch(1), "p", True, (("t", 1),), "bob")), 2)
+    assert log.producers[7] == ProducerRecord(ProducerId(7), Epoch(1), "p", True, (("t", 0), ("t", 1)), "alice")
+    assert merge_record(log.producers[7], newer) is log.producers[7]
+    assert merge_record(None, newer) is newer

@@ -520,6 +520,78 @@ class BackendConformance:
         finally:
             b3.close()
 
+    def test_stale_producer_record_does_not_undo_newer_epoch(self, harness: Harness) -> None:
+        """Brokers store their own copies of a producer record; a copy at an older epoch must
+        not replace the stored newer one (else the real producer would be unknown and the
+        fenced instance admitted again)."""
+        from .._registry import ProducerRecord
+        from .._types import Epoch, ProducerId
+
+        broker = harness.open(small_config())
+        try:
+            pid = ProducerId(broker.backend.allocate_producer_ids(1))
+            name = f"stale-{uuid.uuid4().hex[:8]}"
+            broker.backend.save_producer(ProducerRecord(pid, Epoch(1), name, False, (("t", 0),), "alice"))
+            broker.backend.save_producer(ProducerRecord(pid, Epoch(0), name, False, (("t", 0), ("t", 1)), "alice"))
+            stored = [r for r in broker.backend.load_producers() if r.producer_id == pid]
+            assert stored == [ProducerRecord(pid, Epoch(1), name, False, (("t", 0),), "alice")]
+        finally:
+            broker.close()
+        if not self.several_writers:
+            return
+        a, b = harness.open(cluster_config("a", 60.0)), harness.open(cluster_config("b", 60.0))
+        c = None
+        try:
+            topic = self._topic(a, 3, "stale")
+            s0 = a.init_producer(name)
+            assert a.produce(topic, 0, s0.producer_id, s0.producer_epoch, 0, [b"x"]).outcome is Outcome.ACCEPTED
+            s1 = b.init_producer(name)
+            assert (s1.producer_id, s1.producer_epoch) == (s0.producer_id, s0.producer_epoch + 1)
+            # the older instance writes through a broker that has not seen the new epoch yet:
+            # that broker stores its own, older copy of the record
+            a.produce(topic, 1, s0.producer_id, s0.producer_epoch, 0, [b"zombie"])
+            c = harness.open(cluster_config("c", 60.0))
+            assert c.produce(topic, 2, s1.producer_id, s1.producer_epoch, 0, [b"new"]).outcome is Outcome.ACCEPTED
+            assert c.produce(topic, 2, s0.producer_id, s0.producer_epoch, 1, [b"z2"]).outcome is Outcome.FENCED
+        finally:
+            for opened in (a, b, c):
+                if opened is not None:
+                    opened.close()
+
+    def test_partitions_noted_by_two_brokers_are_united(self, harness: Harness) -> None:
+        """Two brokers each note a partition of one producer at the same epoch: both stay noted,
+        so re-initialising the producer looks at both."""
+        from .._registry import ProducerRecord
+        from .._types import Epoch, ProducerId
+
+        broker = harness.open(small_config())
+        try:
+            pid = ProducerId(broker.backend.allocate_producer_ids(1))
+            name = f"parts-{uuid.uuid4().hex[:8]}"
+            broker.backend.save_producer(ProducerRecord(pid, Epoch(2), name, False, (("t", 1),), "alice"))
+            broker.backend.save_producer(ProducerRecord(pid, Epoch(2), name, True, (("t", 0),), "bob"))
+            broker.backend.save_producer(ProducerRecord(pid, Epoch(2), name, False, (), "bob"))
+            stored = [r for r in broker.backend.load_producers() if r.producer_id == pid]
+            assert stored == [ProducerRecord(pid, Epoch(2), name, True, (("t", 0), ("t", 1)), "alice")]
+        finally:
+            broker.close()
+        if not self.several_writers:
+            return
+        a, b = harness.open(cluster_config("a", 60.0)), harness.open(cluster_config("b", 60.0))
+        c = None
+        try:
+            topic = self._topic(a, 2, "parts")
+            s = a.init_producer(name)
+            assert b.produce(topic, 1, s.producer_id, s.producer_epoch, 0, [b"b0", b"b1"]).outcome is Outcome.ACCEPTED
+            assert a.produce(topic, 0, s.producer_id, s.producer_epoch, 0, [b"a0"]).outcome is Outcome.ACCEPTED
+            c = harness.open(cluster_config("c", 60.0))
+            again = c.init_producer(name)
+            assert set(again.elsewhere) == {(topic, 0), (topic, 1)}
+        finally:
+            for opened in (a, b, c):
+                if opened is not None:
+                    opened.close()
+
     # -- state bounds ----------------------------------------------------------------------
 
     def test_evicted_producer_gets_unknown_producer(self, harness: Harness) -> None:
