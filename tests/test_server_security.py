@@ -36,9 +36,11 @@ def tok(sub: str, *roles: str, secret: bytes = SECRET, ttl: float = 300, now: fl
     return mint_token(secret, sub, now=time.time() if now is None else now, ttl=ttl, roles=roles, **kw)
 
 
-ALICE = tok("alice", audience=AUDIENCE)
-MALLORY = tok("mallory", audience=AUDIENCE)
-ROOT = tok("root", "admin", audience=AUDIENCE)
+# Minted when the module is imported, long before some tests run in a slow suite: valid for a
+# day (the expiry refusal uses a token of its own).
+ALICE = tok("alice", audience=AUDIENCE, ttl=86_400)
+MALLORY = tok("mallory", audience=AUDIENCE, ttl=86_400)
+ROOT = tok("root", "admin", audience=AUDIENCE, ttl=86_400)
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +96,10 @@ def alice(server: BrokerServer, certs: CertFiles) -> Iterator[RemoteBroker]:
     ("token", "message"),
     [
         (None, "requires a token"),
-        (tok("alice", secret=b"x" * 32, audience=AUDIENCE), "signature"),
+        (tok("alice", secret=b"x" * 32, audience=AUDIENCE, ttl=86_400), "signature"),
         (tok("alice", audience=AUDIENCE, ttl=60, now=time.time() - 3600), "expired"),
-        (tok("alice", audience="another-service"), "audience"),
-        (tok("alice"), "'aud'"),  # no audience at all
+        (tok("alice", audience="another-service", ttl=86_400), "audience"),
+        (tok("alice", ttl=86_400), "'aud'"),  # no audience at all
         ("garbage", "malformed"),
     ],
     ids=["no-token", "bad-signature", "expired", "wrong-audience", "no-audience", "garbage"],
