@@ -440,7 +440,7 @@ def _guarded_cluster(tmp_path: Path) -> list[Any]:
     servers = []
     for name in ("a", "b"):
         broker = harness.open(cluster_config(name, 30.0))
-        server = BrokerServer(broker, "127.0.0.1", 0, **cli._broker_security(args, broker)).start()
+        server = BrokerServer(broker, "127.0.0.1", 0, **cli.broker.broker_security(args, broker)).start()
         broker.advertise(server.advertised_address)
         servers.append(server)
     return servers

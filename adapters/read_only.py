@@ -1,0 +1,81 @@
+"""A :class:`~idempotent.backend.LogBackend` wrapper that never writes (``tail``, ``stats``, ``admin`` reads)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from typing import NoReturn
+
+from idempotent._ownership import Lease
+from idempotent._records import Snapshot, StoredBatch, StoredRecord
+from idempotent._registry import ProducerRecord
+from idempotent.backend import AppendBatch, LogBackend
+from idempotent.errors import UsageError
+
+
+class ReadOnlyBackend:
+    """A :class:`~idempotent.backend.LogBackend` wrapper that never writes.
+
+    Reads pass through. Derived state a broker persists on its own (checker snapshots,
+    producer records flagged after expiry) is dropped; writes of data, topics, producer ids
+    or settings are refused.
+    """
+
+    def __init__(self, inner: LogBackend) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.durable = inner.durable
+
+    def _refuse(self, what: str) -> NoReturn:
+        raise UsageError(f"{self.url} is opened read-only: cannot {what}")
+
+    def list_topics(self) -> dict[str, int]:
+        return self.inner.list_topics()
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        self._refuse(f"create topic {topic!r}")
+
+    def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
+        self._refuse(f"append to {topic}[{partition}]")
+
+    def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
+        return self.inner.read(topic, partition, offset, max_records)
+
+    def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
+        return self.inner.replay(topic, partition, from_offset)
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        return self.inner.end_offset(topic, partition)
+
+    def latest_snapshot(self, topic: str, partition: int) -> Snapshot | None:
+        return self.inner.latest_snapshot(topic, partition)
+
+    def write_snapshot(self, topic: str, partition: int, snapshot: Snapshot) -> None:
+        return None
+
+    def allocate_producer_ids(self, count: int) -> int:
+        self._refuse("allocate producer ids")
+
+    def load_producers(self) -> list[ProducerRecord]:
+        return self.inner.load_producers()
+
+    def save_producer(self, record: ProducerRecord) -> None:
+        return None
+
+    def load_settings(self) -> dict[str, str]:
+        return self.inner.load_settings()
+
+    def save_setting(self, key: str, value: str | None) -> None:
+        self._refuse("change settings")
+
+    def load_leases(self) -> list[Lease]:
+        return self.inner.load_leases()
+
+    def propose_leases(self, proposals: Sequence[Lease]) -> list[Lease | None]:
+        self._refuse("claim partitions")
+
+    def release(self, topic: str, partition: int) -> None:
+        return None
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,136 @@
+"""What every command of the CLI shares: its error, argument types, and read-only access.
+
+A command module (see :mod:`idempotent.cli`) raises :class:`CliError` for a one-line failure,
+builds its parser with :data:`Subcommands`, :func:`int_type` and :func:`float_type`, and opens
+a backend it only reads with :func:`open_read_only`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, NoReturn, TypeAlias
+from urllib.parse import urlsplit
+
+from ..api import BrokerAPI
+from ..broker import Broker, BrokerConfig, validate_topic
+
+if TYPE_CHECKING:
+    Subcommands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+else:
+    Subcommands = argparse._SubParsersAction
+
+#: Environment variable the admin commands read the broker URL from when --url is not given.
+URL_ENV = "IDEMPOTENT_URL"
+#: Schemes of a broker server: ``stats`` and ``describe-producers`` ask it, nothing is opened here.
+SERVER_SCHEMES = ("idem", "idems")
+
+
+class CliError(Exception):
+    """A failure the CLI reports as one line; ``code`` is the exit code."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def int_type(minimum: int, what: str) -> Callable[[str], int]:
+    """An argparse ``type=`` for an integer of at least ``minimum`` (``_`` separators allowed)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{what} must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def float_type(text: str) -> float:
+    """An argparse ``type=`` for a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def exit_code(code: object) -> int:
+    """The exit code of a ``SystemExit.code`` (a message is printed and exits 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    err(str(code))
+    return 1
+
+
+def err(message: str) -> None:
+    """Print one line on stderr."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def isatty(stream: IO[str]) -> bool:
+    """Whether ``stream`` is a terminal (False for streams without a file, or closed ones)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def open_read_only(url: str) -> Broker:
+    """Open a broker over ``url`` that never writes (no topic creation, no snapshots).
+
+    The backend is wrapped in :class:`adapters.read_only.ReadOnlyBackend`; Kafka and Pulsar
+    are also opened with ``read_only=True``, so no partition is taken over from a writer.
+
+    Raises:
+        CliError: a ``sqlite://`` URL names a file that does not exist.
+        ConfigError: bad URL.
+    """
+    from adapters import open_backend
+    from adapters.read_only import ReadOnlyBackend
+
+    if urlsplit(url).scheme == "sqlite":
+        from adapters.sqlite import parse_sqlite_url
+
+        path, _ = parse_sqlite_url(url)
+        if not os.path.exists(path):
+            raise CliError(f"no database file {path!r} (from {url})")
+    scheme = urlsplit(url).scheme
+    options: dict[str, object] = {"read_only": True} if scheme in ("kafka", "pulsar") else {}
+    backend = ReadOnlyBackend(open_backend(url, **options))
+    try:
+        return Broker(backend, BrokerConfig(auto_create_topics=False, maintenance_interval=0))
+    except BaseException:
+        backend.close()
+        raise
+
+
+def partition_count(broker: BrokerAPI, topic: str) -> int:
+    """The partition count of an existing topic.
+
+    Raises:
+        InvalidTopicError: not a valid topic name.
+        CliError: the broker has no such topic (the message lists the topics it has).
+    """
+    validate_topic(topic)
+    if topic not in broker.topics():
+        known = ", ".join(sorted(broker.topics())) or "none"
+        raise CliError(f"unknown topic {topic!r} in {broker.url} (topics: {known})")
+    return broker.partitions_for(topic, create=False)

@@ -1,0 +1,58 @@
+"""``idempotent broker``: serving a backend over the network."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import idempotent
+from idempotent import cli
+from idempotent.producer import Producer
+
+
+def test_broker_command_serves_and_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        metrics_port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "idempotent", "broker", "--backend", url, "--listen", "127.0.0.1:0",
+         "--ready-file", str(ready), "--metrics-listen", f"127.0.0.1:{metrics_port}"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (ready.exists() and ready.read_text().endswith("\n")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the broker did not start"
+            time.sleep(0.05)
+        address = ready.read_text().strip()
+        with Producer(f"idem://{address}", "cli-served") as producer:
+            assert producer.send("t", b"over the wire").result().offset == 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
+            scraped = page.read().decode()
+        assert 'idempotent_produce_requests_total{outcome="ACCEPTED",topic="t"} 1.0' in scraped
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.stderr is not None and f"idem://{address}" in proc.stderr.read()
+    with idempotent.connect(url) as broker:
+        assert [r.value for r in broker.read("t", 0)] == [b"over the wire"]
+        assert broker.stats("t")[0].snapshot_position == 1  # closed cleanly: a final snapshot
+
+
+def test_broker_command_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["broker", "--backend", "memory://", "--listen", "nohost"]) == 2
+    assert "host:port" in capsys.readouterr().err
+    assert cli.main(["broker", "--backend", "memory://", "--tls-key", "k.pem"]) == 2
+    assert cli.main(["broker", "--backend", "idem://127.0.0.1:1"]) == 2
