@@ -141,6 +141,8 @@ class BadRequest(NamedTuple):
     correlation_id: int
     error: ProducerError
     fatal: bool
+    #: the request's operation, when the frame was whole enough to name one
+    op: str | None = None
 
 
 class _Required:
@@ -346,9 +348,9 @@ def parse_request(body: bytes) -> Request | BadRequest:
     try:
         return Request(correlation_id, op, validate_args(op, args))
     except ProducerError as exc:
-        return BadRequest(correlation_id, exc, False)
+        return BadRequest(correlation_id, exc, False, op)
     except Exception as exc:  # a record or value the broker's types refuse
-        return BadRequest(correlation_id, ProtocolError(f"bad argument of {op!r}: {exc}"), False)
+        return BadRequest(correlation_id, ProtocolError(f"bad argument of {op!r}: {exc}"), False, op)
 
 
 def encode_request(correlation_id: int, op: str, args: Mapping[str, Any]) -> bytes:

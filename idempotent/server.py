@@ -12,11 +12,17 @@ An asyncio shell around the pure :mod:`idempotent._protocol` and an in-process
 Threads: one event loop thread does all socket I/O and framing. Produce requests go to a
 fixed set of *lanes* (threads), a partition always to the same lane, so batches of one
 partition reach ``Broker.submit_produce`` in the order they arrived, across connections.
-Every other request runs on a small thread pool. Answers go back through the loop.
+Handshakes (``hello``) and ``ping`` run on their own small pool, so they never wait behind
+other work. Every other request goes to a :class:`~idempotent.fairqueue.FairQueue` served by
+the worker threads one connection at a time in turn, so one client's backlog delays another
+client by at most one request. Answers go back through the loop.
 
 Backpressure: a connection stops being read while it has ``max_in_flight`` requests
-unanswered or while its peer does not read its answers; the server as a whole stops reading
-every connection while ``max_pending`` requests are queued.
+unanswered or while its peer does not read its answers; the workers skip a connection whose
+peer does not read its answers; the server as a whole stops reading every connection while
+``max_pending`` requests are queued. What a connection queued is dropped when it closes. A
+``read`` fetches at most ``read_chunk`` records from the backend (and answers at most half
+a frame of them), so no request holds the backend for long.
 
 Hooks: an ``authenticator`` turns the handshake's token into a principal (or raises) before
 anything else happens on the connection; an ``authorizer`` sees ``(principal, op, args)``
@@ -63,6 +69,7 @@ from .errors import (
     ProtocolError,
     RequestTimeoutError,
 )
+from .fairqueue import FairQueue
 
 log = logging.getLogger("idempotent.server")
 
@@ -110,7 +117,10 @@ class ServerConfig:
         max_in_flight: unanswered requests per connection before it stops being read.
         max_pending: unanswered requests over all connections before the server stops reading.
         lanes: threads that submit produce requests (a partition always uses the same one).
-        workers: threads for every other request.
+        workers: threads for every other request but ``hello`` and ``ping``.
+        control_workers: threads for ``hello`` and ``ping``.
+        read_chunk: most records one ``read`` fetches from the backend (a client asking for
+            more gets fewer and asks again).
         handshake_timeout: seconds a new connection has to complete ``hello``.
         idle_timeout: seconds a connection may stay silent with nothing in flight.
         frame_timeout: seconds a started frame may take to arrive completely (slow senders).
@@ -122,6 +132,8 @@ class ServerConfig:
     max_pending: int = 4096
     lanes: int = 4
     workers: int = 8
+    control_workers: int = 2
+    read_chunk: int = 1000
     handshake_timeout: float = 10.0
     idle_timeout: float = 300.0
     frame_timeout: float = 30.0
@@ -130,8 +142,8 @@ class ServerConfig:
     def __attrs_post_init__(self) -> None:
         if self.max_frame < 1024 or self.max_in_flight < 1 or self.max_pending < 1:
             raise ConfigError("max_frame must be at least 1024, max_in_flight and max_pending at least 1")
-        if self.lanes < 1 or self.workers < 1:
-            raise ConfigError("lanes and workers must be at least 1")
+        if self.lanes < 1 or self.workers < 1 or self.control_workers < 1 or self.read_chunk < 1:
+            raise ConfigError("lanes, workers, control_workers and read_chunk must be at least 1")
 
 
 class _Connection(asyncio.Protocol):
@@ -176,6 +188,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        self.server._work.drop(self)  # nobody is left to answer
         self.server._connections.discard(self)
         self.server._pending -= len(self.backlog)
         self.backlog.clear()
@@ -225,6 +238,7 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        self.server._work.wake()  # the workers skipped this connection while it was paused
         self.update_reading()
 
     # -- request flow ------------------------------------------------------------------------
@@ -261,8 +275,11 @@ class _Connection(asyncio.Protocol):
     def handle(self, body: bytes) -> None:
         request = wire.parse_request(body)
         if isinstance(request, wire.BadRequest):
-            frame = wire.encode_error(request.correlation_id, request.error)
-            if request.fatal:
+            error = request.error
+            if not self.greeted and request.op != "hello":
+                error = ProtocolError("the first request must be 'hello'")
+            frame = wire.encode_error(request.correlation_id, error)
+            if request.fatal or not self.greeted:  # a refused first request ends the connection
                 self.fail(frame)
             else:
                 self.send(frame)
@@ -273,7 +290,7 @@ class _Connection(asyncio.Protocol):
                 return
             self.greeting = True
             self.in_flight += 1
-            self.server._executor.submit(self.server._hello, self, request)
+            self.server._control.submit(self.server._hello, self, request)
             return
         if request.op == "hello":
             self.send(wire.encode_error(request.correlation_id, ProtocolError("'hello' was already answered")))
@@ -321,6 +338,7 @@ class _Connection(asyncio.Protocol):
         self.closing = True
         self.server._pending -= len(self.backlog)
         self.backlog.clear()
+        self.server._work.drop(self)
         self.transport.close()
 
     def check_timeouts(self, now: float) -> None:
@@ -394,7 +412,9 @@ class BrokerServer:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
-        self._executor = ThreadPoolExecutor(self.config.workers, thread_name_prefix="idempotent-server")
+        self._control = ThreadPoolExecutor(self.config.control_workers, thread_name_prefix="idempotent-control")
+        self._work: FairQueue[_Connection, wire.Request] = FairQueue(_held)
+        self._workers: list[threading.Thread] = []
         self._lanes: list[queue.SimpleQueue[tuple[_Connection, wire.Request] | None]] = []
         self._lane_threads: list[threading.Thread] = []
         self._closed = False
@@ -472,6 +492,10 @@ class BrokerServer:
             thread.start()
             self._lanes.append(lane)
             self._lane_threads.append(thread)
+        for i in range(self.config.workers):
+            thread = threading.Thread(target=self._work_loop, name=f"idempotent-worker-{i}", daemon=True)
+            thread.start()
+            self._workers.append(thread)
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -495,6 +519,7 @@ class BrokerServer:
 
     async def _shutdown(self) -> None:
         self._draining = True
+        self._work.stop_holding()  # answer everything already read, even to peers that do not read
         assert self._server is not None
         self._server.close()
         for conn in list(self._connections):
@@ -516,7 +541,10 @@ class BrokerServer:
     def _stop_threads(self) -> None:
         for thread in self._lane_threads:
             thread.join(10)
-        self._executor.shutdown(wait=True)
+        self._work.close()
+        for thread in self._workers:
+            thread.join(10)
+        self._control.shutdown(wait=True)
         if self.close_broker:
             self.broker.close()
 
@@ -553,8 +581,17 @@ class BrokerServer:
             args = request.args
             lane = zlib.crc32(args["topic"].encode()) + args["partition"]
             self._lanes[lane % len(self._lanes)].put((conn, request))
+        elif request.op == "ping":
+            self._control.submit(self._run_request, conn, request)
         else:
-            self._executor.submit(self._run_request, conn, request)
+            self._work.put(conn, request)
+
+    def _work_loop(self) -> None:
+        while (item := self._work.get()) is not None:
+            conn, request = item
+            if conn.closing:  # closed since it was queued: nobody would read the answer
+                continue
+            self._run_request(conn, request)
 
     # -- workers ---------------------------------------------------------------------------------
 
@@ -672,7 +709,9 @@ class BrokerServer:
             claim = None if self.claim is None else functools.partial(self.claim, principal, name)
             return wire.encode_session(broker.init_producer(name, timeout=a["timeout"], claim=claim))
         if op == "read":
-            records = broker.read(a["topic"], a["partition"], a["offset"], a["max_records"])
+            records = broker.read(
+                a["topic"], a["partition"], a["offset"], min(a["max_records"], self.config.read_chunk)
+            )
             budget = self.config.max_frame // 2
             out: list[list[Any]] = []
             for record in records:
@@ -720,6 +759,11 @@ class BrokerServer:
             else:
                 out[name] = [self.advertised_address] * count
         return {"broker": self.advertised_address, "topics": out}
+
+
+def _held(conn: _Connection) -> bool:
+    """A connection whose peer does not read its answers waits (FairQueue's ``held``)."""
+    return conn.write_paused and not conn.closing
 
 
 def _principal_name(principal: object) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import idempotent
+from adapters import open_backend
 from idempotent import Outcome, Producer
 from idempotent._records import Record, StoredRecord
 from idempotent.broker import Broker, BrokerConfig
@@ -307,6 +309,35 @@ def test_requests_before_hello_and_bad_versions_are_refused(server: BrokerServer
     assert server.broker.producer_record(0) is None
 
 
+@pytest.mark.parametrize(
+    ("op", "args", "words"),
+    [
+        ("read", {"topic": TOPIC, "partition": 0, "max_records": 0}, "first request must be 'hello'"),
+        ("drop_everything", {}, "first request must be 'hello'"),
+        ("hello", {"version": "one"}, "version"),
+        ("hello", {}, "version"),
+    ],
+)
+def test_a_malformed_first_request_closes_the_connection(
+    server: BrokerServer, op: str, args: dict[str, Any], words: str
+) -> None:
+    raw = Raw(server.address, hello=False)
+    raw.request(7, op, args)
+    kind, cid, error = raw.frame()
+    assert (kind, cid, error["code"]) == (2, 7, ProtocolError.code) and words in error["message"]
+    assert raw.closed()
+
+
+def test_a_read_fetches_one_bounded_chunk() -> None:
+    broker = open_broker()
+    with Producer(broker, "p") as producer:
+        for i in range(50):
+            producer.send("t", b"%d" % i)
+    with BrokerServer(broker, config=ServerConfig(read_chunk=7)) as server, RemoteBroker(server.url) as client:
+        assert [r.offset for r in client.read("t", 0, 0, 10_000)] == list(range(7))
+        assert [r.offset for r in client.read("t", 0, 45, 10_000)] == list(range(45, 50))
+
+
 def test_silent_slow_and_idle_connections_are_closed() -> None:
     config = ServerConfig(handshake_timeout=0.3, frame_timeout=0.3, idle_timeout=0.5)
     with BrokerServer(open_broker(), config=config) as server:
@@ -480,3 +511,66 @@ def test_server_over_kafka(kafka_service: Any) -> None:
 @pytest.mark.pulsar
 def test_server_over_pulsar(pulsar_service: Any) -> None:
     _exactly_once_through_a_server(pulsar_service.url, {"admin_url": pulsar_service.admin_url})
+
+
+# -- clients that never read their answers --------------------------------------------------
+
+
+def _attacker(address: str, requests: bytes, stop_at: float) -> None:
+    """hello, then ``requests`` sent without ever reading an answer; closes the connection at
+    ``stop_at`` (time.monotonic())."""
+    raw = Raw(address)
+    raw.sock.settimeout(max(0.01, stop_at - time.monotonic()))
+    with contextlib.suppress(OSError):  # the server stops reading: the rest never leaves
+        raw.sock.sendall(requests)
+    time.sleep(max(0.0, stop_at - time.monotonic()))
+    raw.close()
+
+
+def _served_within(url: str, name: str, bound: float) -> float:
+    """Seconds a new producer needs to connect, initialise and store 20 records; fails past ``bound``."""
+    took: list[float] = []
+
+    def run() -> None:
+        started = time.monotonic()
+        with Producer(url, name, request_timeout_ms=int(bound * 1000), delivery_timeout_ms=int(bound * 1000)) as p:
+            for i in range(20):
+                p.send("good", b"%d" % i)
+            p.flush()
+        took.append(time.monotonic() - started)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(bound)
+    assert took, f"a well-behaved producer waited more than {bound} s"
+    return took[0]
+
+
+@pytest.mark.parametrize(("connections", "requests"), [(20, 200), (50, 2000)], ids=["20x200", "50x2000"])
+def test_clients_that_never_read_do_not_freeze_the_server(tmp_path: Any, connections: int, requests: int) -> None:
+    broker = Broker(open_backend(f"sqlite:///{tmp_path / 'log.db'}"), BrokerConfig(maintenance_interval=0))
+    with Producer(broker, "filler", linger_ms=20) as filler:
+        for i in range(20_000):
+            filler.send("big", b"%090d" % i)
+    with BrokerServer(broker) as server:
+        reads = b"".join(
+            frame(msgpack.packb([0, 10 + i, "read", {"topic": "big", "partition": 0, "max_records": 10_000}]))
+            for i in range(requests)
+        )
+        stop_at = time.monotonic() + 3.0
+        attackers = [
+            threading.Thread(target=_attacker, args=(server.address, reads, stop_at), daemon=True)
+            for _ in range(connections)
+        ]
+        for thread in attackers:
+            thread.start()
+        time.sleep(1.0)  # the attack is under way: the server has more reads queued than it can answer
+        started = time.monotonic()
+        with RemoteBroker(server.url) as probe:  # a handshake and a ping never wait behind reads
+            probe.ping()
+        assert time.monotonic() - started < 3.0
+        _served_within(server.url, "during", 5.0)
+        for thread in attackers:
+            thread.join(10)
+        _served_within(server.url, "after", 3.0)  # once they are gone, their queued work is too
+        assert [r.value for r in broker.read("good", 0, 0, 100)] == [b"%d" % i for i in range(20)] * 2
