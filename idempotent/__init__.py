@@ -44,7 +44,7 @@ from .errors import (
     UnknownProducerError,
     UsageError,
 )
-from .producer import Producer
+from .producer import Deliveries, Producer, SendManyFuture
 from .reader import Message, MessageId, Reader
 from .state import SqliteCheckpoint
 
@@ -91,6 +91,7 @@ __all__ = [
     "BrokerError",
     "CheckerConfig",
     "ConfigError",
+    "Deliveries",
     "DeliveryFailed",
     "DeliveryStatus",
     "DeliveryTimeoutError",
@@ -119,6 +120,7 @@ __all__ = [
     "RecordMetadata",
     "Recovery",
     "RequestTimeoutError",
+    "SendManyFuture",
     "SequenceDesyncError",
     "SqliteCheckpoint",
     "StoredRecord",

@@ -47,14 +47,15 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from collections.abc import Sequence as SequenceOf
 
 import attrs
 
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult
 from ._records import Record
 from ._sequence import at_or_before, distance, is_valid_sequence, last_sequence_of, next_sequence
-from ._types import DEFAULT_MAX_IN_FLIGHT, NO_SEQUENCE, TopicPartition
+from ._types import DEFAULT_MAX_IN_FLIGHT, MAX_SEQUENCE, NO_SEQUENCE, SEQUENCE_SPACE, TopicPartition
 from .errors import (
     ConfigError,
     DeliveryTimeoutError,
@@ -68,6 +69,31 @@ from .errors import (
 )
 
 
+def _check_sequence(sequence: object) -> None:
+    if not isinstance(sequence, int) or isinstance(sequence, bool) or not is_valid_sequence(sequence):
+        raise UsageError(f"sequence must be an int in 0..{MAX_SEQUENCE}, got {sequence!r}")
+
+
+def sequences_for(count: int, sequence: int | SequenceOf[int] | None) -> SequenceOf[int] | None:
+    """Validate the ``sequence`` argument of :meth:`ProducerSequencer.add_many` for ``count``
+    records and return one sequence per record (to be taken modulo ``SEQUENCE_SPACE``), or None.
+
+    Raises:
+        UsageError: an invalid sequence, or not ``count`` of them.
+    """
+    if sequence is None:
+        return None
+    if not isinstance(sequence, SequenceOf) or isinstance(sequence, str | bytes):
+        _check_sequence(sequence)  # an int, or the error for something that is no sequence
+        assert isinstance(sequence, int)
+        return range(sequence, sequence + count)
+    if len(sequence) != count:
+        raise UsageError(f"{len(sequence)} sequences for {count} records")
+    for s in sequence:
+        _check_sequence(s)
+    return sequence
+
+
 class BatchState(enum.Enum):
     """Life cycle of an outgoing batch."""
 
@@ -78,15 +104,68 @@ class BatchState(enum.Enum):
     DONE = "done"
 
 
+class Spans:
+    """Whose records a batch holds, in order, as *spans* ``(owner, start, count)``: ``count``
+    consecutive records that belong to ``owner`` (a value the shell passed to
+    :meth:`ProducerSequencer.add_many`), starting at position ``start`` of the records it
+    passed. Records are tracked per span, not per record; the three parallel lists hold no
+    object per record beyond the owner itself.
+    """
+
+    __slots__ = ("counts", "owners", "starts")
+
+    def __init__(self) -> None:
+        self.owners: list[object] = []
+        self.starts: list[int] = []
+        self.counts: list[int] = []
+
+    def add(self, owner: object, start: int, count: int) -> None:
+        """Append ``count`` records of ``owner`` from its position ``start`` on."""
+        owners = self.owners
+        if owners and owners[-1] is owner and self.starts[-1] + self.counts[-1] == start:
+            self.counts[-1] += count
+            return
+        owners.append(owner)
+        self.starts.append(start)
+        self.counts.append(count)
+
+    def __iter__(self) -> Iterator[tuple[object, int, int]]:
+        return zip(self.owners, self.starts, self.counts, strict=True)
+
+    def __len__(self) -> int:
+        return len(self.owners)
+
+    def split(self, keep: int) -> Spans:
+        """Keep the first ``keep`` records; return the spans of the others."""
+        tail = Spans()
+        for i, count in enumerate(self.counts):
+            if keep >= count:
+                keep -= count
+                continue
+            owner, start = self.owners[i], self.starts[i]
+            cut = i + 1 if keep else i
+            if keep:
+                self.counts[i] = keep
+            tail.owners = [owner, *self.owners[i + 1 :]]
+            tail.starts = [start + keep, *self.starts[i + 1 :]]
+            tail.counts = [count - keep, *self.counts[i + 1 :]]
+            del self.owners[cut:], self.starts[cut:], self.counts[cut:]
+            break
+        return tail
+
+
 @attrs.define(eq=False)
 class OutgoingBatch:
-    """A batch as the shell sends it; ``attempt`` identifies the current transmission."""
+    """A batch as the shell sends it; ``attempt`` identifies the current transmission.
+
+    ``spans`` says whose records the batch holds, in order.
+    """
 
     batch_id: int
     topic: str
     partition: int
     records: list[Record]
-    handles: list[int]
+    spans: Spans
     created_at: float
     size: int = 0
     base_sequence: int = NO_SEQUENCE
@@ -102,6 +181,11 @@ class OutgoingBatch:
     @property
     def topic_partition(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+    @property
+    def handles(self) -> list[object]:
+        """The owner of each record, in order (the handle :meth:`ProducerSequencer.add` returned)."""
+        return [owner for owner, _, count in self.spans for _ in range(count)]
 
 
 @attrs.frozen
@@ -222,12 +306,24 @@ class ProducerSequencer:
             UsageError: ``sequence`` is not a valid sequence; nothing queued.
             ProducerError: the producer has failed (the error that failed it).
         """
+        handle = self._next_handle
+        self.add_one(topic, partition, record, now, sequence, handle)
+        self._next_handle += 1
+        return handle
+
+    def add_one(
+        self, topic: str, partition: int, record: Record, now: float, sequence: int | None, owner: object
+    ) -> None:
+        """:meth:`add_many` for one record (the span ``(owner, 0, 1)``), on a shorter path.
+
+        Raises:
+            UsageError: ``sequence`` is not a valid sequence; nothing queued.
+            ProducerError: the producer has failed (the error that failed it).
+        """
         if self.failure is not None:
             raise self.failure
-        if sequence is not None and (
-            not isinstance(sequence, int) or isinstance(sequence, bool) or not is_valid_sequence(sequence)
-        ):
-            raise UsageError(f"sequence must be an int in 0..2147483647, got {sequence!r}")
+        if sequence is not None:
+            _check_sequence(sequence)
         tp = TopicPartition(topic, partition)
         ps = self._partitions.get(tp)
         if ps is None:
@@ -243,22 +339,100 @@ class ProducerSequencer:
             batch = None
         if batch is None:
             self.wakeup = True
-            batch = OutgoingBatch(self._next_batch_id, topic, partition, [], [], now)
+            batch = OutgoingBatch(self._next_batch_id, topic, partition, [], Spans(), now)
             if sequence is not None:
                 batch.base_sequence, batch.explicit = sequence, True
             self._next_batch_id += 1
             self._batches[batch.batch_id] = batch
             ps.open = batch
-        handle = self._next_handle
-        self._next_handle += 1
         batch.records.append(record)
-        batch.handles.append(handle)
+        spans = batch.spans
+        spans.owners.append(owner)
+        spans.starts.append(0)
+        spans.counts.append(1)
         batch.size += size
         self.unfinished += 1
         if len(batch.records) >= self.max_batch_records or batch.size >= self.batch_size:
             self._seal(ps)  # full: do not wait for linger
             self.wakeup = True
-        return handle
+
+    def add_many(
+        self,
+        topic: str,
+        partition: int,
+        records: SequenceOf[Record],
+        now: float,
+        sequence: int | SequenceOf[int] | None,
+        owner: object,
+    ) -> None:
+        """Queue ``records`` for one partition, all for ``owner``; batches report them as
+        spans ``(owner, start, count)`` where ``start`` is the position in ``records``.
+
+        Args:
+            sequence: None to number the records after the partition's previous record; an
+                int: the first record's sequence, the others following it; or one sequence per
+                record (a jump starts a new batch).
+
+        Raises:
+            UsageError: a sequence is invalid, or their count differs from the records';
+                nothing queued.
+            ProducerError: the producer has failed (the error that failed it); nothing queued.
+        """
+        if self.failure is not None:
+            raise self.failure
+        count = len(records)
+        sequences = sequences_for(count, sequence)
+        tp = TopicPartition(topic, partition)
+        ps = self._partitions.get(tp)
+        if ps is None:
+            ps = self._partitions[tp] = _Partition(next_sequence(self._last.get(tp, NO_SEQUENCE)))
+        max_records, max_bytes = self.max_batch_records, self.batch_size
+        batch = ps.open
+        position = 0
+        while position < count:
+            first = None if sequences is None else sequences[position] % SEQUENCE_SPACE
+            if batch is not None and (
+                len(batch.records) >= max_records
+                or batch.size + records[position].size > max_bytes
+                or (first is not None and not self._continues(batch, first))
+            ):
+                self._seal(ps)
+                batch = None
+            if batch is None:
+                self.wakeup = True
+                batch = OutgoingBatch(self._next_batch_id, topic, partition, [], Spans(), now)
+                if first is not None:
+                    batch.base_sequence, batch.explicit = first, True
+                self._next_batch_id += 1
+                self._batches[batch.batch_id] = batch
+                ps.open = batch
+            # take every following record that fits: room, bytes, and (explicit) no jump
+            room = max_records - len(batch.records)
+            size = batch.size
+            end = position
+            while end < count and end - position < room:
+                record_size = records[end].size
+                if end > position and size + record_size > max_bytes:
+                    break
+                if (
+                    sequences is not None
+                    and end > position
+                    and sequences[end] % SEQUENCE_SPACE != next_sequence(sequences[end - 1] % SEQUENCE_SPACE)
+                ):
+                    break
+                size += record_size
+                end += 1
+                if size >= max_bytes:
+                    break
+            batch.records.extend(records[position:end])
+            batch.spans.add(owner, position, end - position)
+            batch.size = size
+            self.unfinished += end - position
+            position = end
+            if len(batch.records) >= max_records or batch.size >= max_bytes:
+                self._seal(ps)  # full: do not wait for linger
+                self.wakeup = True
+                batch = None
 
     @staticmethod
     def _continues(batch: OutgoingBatch, sequence: int) -> bool:
@@ -284,16 +458,17 @@ class ProducerSequencer:
             batch.topic,
             batch.partition,
             batch.records[keep:],
-            batch.handles[keep:],
+            Spans(),
             batch.created_at,
             base_sequence=next_sequence(cut),
             state=BatchState.QUEUED,
             explicit=True,
         )
+        tail.spans = batch.spans.split(keep)
         tail.size = sum(r.size for r in tail.records)
         self._next_batch_id += 1
         self._batches[tail.batch_id] = tail
-        del batch.records[keep:], batch.handles[keep:]
+        del batch.records[keep:]
         batch.size -= tail.size
         ps.queued.appendleft(tail)
 

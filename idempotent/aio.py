@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Iterable, Mapping
+from collections.abc import Sequence as SequenceOf
 from typing import Any
 
 from ._outcomes import RecordMetadata
+from ._records import Record
 from .api import BrokerAPI
 from .errors import QueueFullError
-from .producer import Producer
+from .producer import Deliveries, Producer
 
 
 class AsyncProducer:
@@ -74,6 +76,32 @@ class AsyncProducer:
         while True:
             try:
                 future = producer.send(topic, value, key, partition, headers, sequence=sequence)
+                break
+            except QueueFullError:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.1)
+        return asyncio.wrap_future(future)
+
+    async def send_many(
+        self,
+        topic: str,
+        records: Iterable[Record | bytes | str | None],
+        *,
+        partition: int | None = None,
+        sequence: int | SequenceOf[int] | None = None,
+    ) -> asyncio.Future[Deliveries]:
+        """Queue many records (see :meth:`idempotent.Producer.send_many`); return one future
+        of their :class:`~idempotent.producer.Deliveries`. Waits while the buffer is full.
+
+        Raises:
+            The same errors as :meth:`idempotent.Producer.send_many`, except QueueFullError.
+        """
+        producer = self.producer
+        items = list(records)
+        delay = 0.001
+        while True:
+            try:
+                future = producer.send_many(topic, items, partition=partition, sequence=sequence)
                 break
             except QueueFullError:
                 await asyncio.sleep(delay)

@@ -1,8 +1,10 @@
 """The producer: a thin threaded shell around the pure :class:`ProducerSequencer`.
 
-``send`` queues a record and returns a :class:`concurrent.futures.Future`; a sender thread
-drains batches from the sequencer, submits them to the broker (pipelined, up to
-``max_in_flight`` per partition), feeds the answers back, and resolves the futures.
+``send`` queues a record and returns a :class:`concurrent.futures.Future`; ``send_many``
+queues many and returns one :class:`SendManyFuture` for all of them. A sender thread drains
+batches from the sequencer, submits them to the broker (pipelined, up to ``max_in_flight`` per
+partition), feeds the answers back, and resolves the futures, one batch at a time: a batch
+knows whose records it holds as spans ``(owner, start, count)``, not record by record.
 """
 
 from __future__ import annotations
@@ -11,16 +13,18 @@ import itertools
 import threading
 import time
 import zlib
+from array import array
 from collections.abc import Iterable, Mapping
+from collections.abc import Sequence as SequenceOf
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, overload
 
 import tenacity
 
 from ._outcomes import DeliveryStatus, ProduceResult, RecordMetadata
 from ._records import Record
-from ._sequencer import BatchDelivered, BatchFailed, Event, OutgoingBatch, ProducerSequencer
-from ._types import DEFAULT_MAX_IN_FLIGHT
+from ._sequencer import BatchDelivered, BatchFailed, Event, OutgoingBatch, ProducerSequencer, sequences_for
+from ._types import DEFAULT_MAX_IN_FLIGHT, SEQUENCE_SPACE
 from .api import BrokerAPI
 from .broker import ProducerSession
 from .errors import (
@@ -43,6 +47,159 @@ def default_partition(key: bytes | None, partitions: int, counter: int) -> int:
     if key is None:
         return counter % partitions
     return zlib.crc32(key) % partitions
+
+
+#: One run of consecutive records of a ``send_many`` call that ended the same way:
+#: ``(part, start, count, topic, partition, base_offset, base_sequence, duplicate, failure)``
+#: where ``part`` maps positions to the call's indices (None: the call itself), ``base_offset``
+#: and ``base_sequence`` belong to the record at ``start``, and ``failure`` is
+#: ``(error, status)`` for records that failed, else None.
+_Segment = tuple["_Part", int, int, str, int, "int | None", int, bool, "tuple[ProducerError, DeliveryStatus] | None"]
+
+
+class Deliveries(SequenceOf["RecordMetadata | DeliveryFailed"]):
+    """How every record of one :meth:`Producer.send_many` call ended, in the call's order.
+
+    Item ``i`` is the :class:`RecordMetadata` of record ``i`` when it was persisted (or found
+    a duplicate), or the :class:`~idempotent.errors.DeliveryFailed` it ended with. Items are
+    built when read: the producer keeps one entry per batch, not per record.
+    """
+
+    def __init__(self, count: int, segments: list[_Segment]) -> None:
+        self._count = count
+        self._segments = segments
+        self._segment_of: array[int] | None = None
+        self._position: array[int] | None = None
+        #: how many records failed
+        self.failed = sum(seg[2] for seg in segments if seg[8] is not None)
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> RecordMetadata | DeliveryFailed: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[RecordMetadata | DeliveryFailed]: ...
+    def __getitem__(
+        self, index: int | slice
+    ) -> RecordMetadata | DeliveryFailed | list[RecordMetadata | DeliveryFailed]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError("Deliveries index out of range")
+        if self._segment_of is None:
+            self._index()
+        assert self._segment_of is not None and self._position is not None
+        _, start, _, topic, partition, base_offset, base_sequence, duplicate, failure = self._segments[
+            self._segment_of[index]
+        ]
+        k = self._position[index] - start
+        if failure is None:
+            offset = None if base_offset is None else base_offset + k
+            return RecordMetadata(topic, partition, offset, (base_sequence + k) % SEQUENCE_SPACE, duplicate)
+        error, status = failure
+        sequence = (base_sequence + k) % SEQUENCE_SPACE if base_sequence >= 0 else -1
+        return _failed(error, status, topic, partition, sequence)
+
+    def _index(self) -> None:
+        segment_of = array("q", bytes(8 * self._count))
+        position = array("q", bytes(8 * self._count))
+        for number, (part, start, count, *_) in enumerate(self._segments):
+            indices = part.indices
+            if indices is None:
+                segment_of[start : start + count] = array("q", [number]) * count
+                position[start : start + count] = array("q", range(start, start + count))
+            else:
+                for p in range(start, start + count):
+                    segment_of[indices[p]] = number
+                    position[indices[p]] = p
+        self._segment_of, self._position = segment_of, position
+
+    def failures(self) -> list[tuple[int, DeliveryFailed]]:
+        """``(index, failure)`` for every record that failed, in the call's order."""
+        out = [(i, item) for i, item in enumerate(self) if isinstance(item, DeliveryFailed)] if self.failed else []
+        return out
+
+
+def _failed(error: ProducerError, status: DeliveryStatus, topic: str, partition: int, sequence: int) -> DeliveryFailed:
+    failure = DeliveryFailed(
+        f"{topic}[{partition}]: {status.value}: {error}", status, error.recovery, topic, partition, sequence
+    )
+    failure.__cause__ = error
+    return failure
+
+
+class _RecordFuture(Future[RecordMetadata]):
+    """The future ``send`` returns. It cannot be cancelled: the record is on its way, and a
+    cancelled future could not take the record's outcome."""
+
+    def cancel(self) -> bool:
+        return False
+
+
+class SendManyFuture(Future[Deliveries]):
+    """The future of one :meth:`Producer.send_many` call. It ends once every record has.
+
+    :meth:`result` returns the :class:`Deliveries` when every record was persisted (or is a
+    duplicate), and raises the first record's :class:`~idempotent.errors.DeliveryFailed`
+    otherwise; :meth:`deliveries` returns them in both cases. It cannot be cancelled.
+    """
+
+    def cancel(self) -> bool:
+        return False
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self._remaining = count
+        self._segments: list[_Segment] = []
+        self._deliveries: Deliveries | None = None
+
+    def deliveries(self, timeout: float | None = None) -> Deliveries:
+        """Wait until every record has ended and say how each did.
+
+        Raises:
+            TimeoutError: ``timeout`` passed first (the records keep going).
+        """
+        self.exception(timeout)
+        assert self._deliveries is not None
+        return self._deliveries
+
+    def _ended(self, segment: _Segment) -> None:
+        """Called by the sender thread only: ``segment``'s records ended."""
+        self._segments.append(segment)
+        self._remaining -= segment[2]
+        if self._remaining == 0:
+            self._finish()
+
+    def _finish(self) -> None:
+        deliveries = self._deliveries = Deliveries(sum(seg[2] for seg in self._segments), self._segments)
+        if not deliveries.failed:
+            self.set_result(deliveries)
+            return
+        index, first = deliveries.failures()[0]
+        failure = DeliveryFailed(
+            f"{deliveries.failed} of {len(deliveries)} records failed; the first, record {index}: {first}",
+            first.status,
+            first.cause_recovery,
+            first.topic,
+            first.partition,
+            first.sequence,
+        )
+        failure.__cause__ = first.__cause__
+        self.set_exception(failure)
+
+
+class _Part:
+    """The owner of one partition's share of a ``send_many`` call in the sequencer's spans:
+    ``indices[p]`` is the call's index of the share's record ``p`` (None: the same)."""
+
+    __slots__ = ("future", "indices")
+
+    def __init__(self, future: SendManyFuture, indices: list[int] | None) -> None:
+        self.future = future
+        self.indices = indices
 
 
 class Producer:
@@ -110,7 +267,8 @@ class Producer:
             raise
         self._max_buffered = max_buffered_records
         self._cond = threading.Condition()
-        self._futures: dict[int, Future[RecordMetadata]] = {}
+        #: records whose batch ended but whose futures the sender has not resolved yet
+        self._completing = 0
         self._partitions: dict[str, int] = {}
         self._counter = itertools.count()
         self._closing = False
@@ -222,15 +380,99 @@ class Producer:
             partition = default_partition(record.key, count, next(self._counter))
         elif not isinstance(partition, int) or not 0 <= partition < count:
             raise UsageError(f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")
-        future: Future[RecordMetadata] = Future()
+        future: Future[RecordMetadata] = _RecordFuture()
         with self._cond:
             if self._closing:
                 raise ProducerClosedError("producer is closed")
             if self._seq.unfinished >= self._max_buffered:
                 raise QueueFullError(f"{self._seq.unfinished} records are waiting; flush() or slow down")
-            handle = self._seq.add(topic, partition, record, time.monotonic(), sequence)
-            self._futures[handle] = future
+            self._seq.add_one(topic, partition, record, time.monotonic(), sequence, future)
             if self._seq.wakeup:  # only a new or sealed batch moves the sender's next deadline
+                self._seq.wakeup = False
+                self._cond.notify_all()
+        return future
+
+    def send_many(
+        self,
+        topic: str,
+        records: Iterable[Record | bytes | str | None],
+        *,
+        partition: int | None = None,
+        sequence: int | SequenceOf[int] | None = None,
+    ) -> SendManyFuture:
+        """Queue many records for exactly-once delivery, with one future for all of them.
+
+        The records are queued together (all or none) and batched as ``send`` would batch
+        them, but the producer keeps track of them per batch, so this is the fast way to
+        copy many records (a mirror, a Spark task, a file replay).
+
+        Args:
+            records: values (bytes, str or None) or :class:`Record` objects, which carry a
+                key and headers.
+            partition: the partition of every record. None partitions each record by its
+                key (as ``send``); the records without a key all go to one partition, picked
+                round robin per call.
+            sequence: None numbers the records after the previous ones of their partition. An
+                int is the first record's sequence, the others following it. A sequence of
+                ints gives one per record (as ``send(sequence=...)``: consecutive ones share a
+                batch, a jump starts a new one).
+
+        Returns:
+            A :class:`SendManyFuture`: ``result()`` is the :class:`Deliveries` (each record's
+            :class:`RecordMetadata`, in order) once all were persisted, or raises the first
+            :class:`~idempotent.errors.DeliveryFailed`; ``deliveries()`` says how each
+            record ended either way.
+
+        Raises:
+            UsageError: a record of the wrong type, an unknown partition, invalid sequences
+                or as many sequences as records (nothing queued).
+            QueueFullError: ``max_buffered_records`` unfinished records; flush first (nothing
+                queued). A call may take the buffer past the limit once.
+            ProducerClosedError: the producer is closed.
+            ProducerError: the producer failed earlier (fenced, unknown producer, ...).
+        """
+        try:
+            items = [item if type(item) is Record else _as_record(item) for item in records]
+        except TypeError as exc:
+            raise UsageError(str(exc)) from None
+        count = self.partitions_for(topic)
+        future = SendManyFuture(len(items))
+        if not items:
+            future._finish()
+            return future
+        shares: list[tuple[int, list[Record], int | SequenceOf[int] | None, _Part]]
+        if partition is not None:
+            if not isinstance(partition, int) or not 0 <= partition < count:
+                raise UsageError(f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")
+            shares = [(partition, items, sequence, _Part(future, None))]
+        else:
+            sticky = next(self._counter) % count
+            chosen = [sticky if r.key is None else zlib.crc32(r.key) % count for r in items]
+            if all(p == chosen[0] for p in chosen):
+                shares = [(chosen[0], items, sequence, _Part(future, None))]
+            else:
+                by_partition: dict[int, list[int]] = {}
+                for i, p in enumerate(chosen):
+                    by_partition.setdefault(p, []).append(i)
+                sequences = sequences_for(len(items), sequence)
+                shares = [
+                    (
+                        p,
+                        [items[i] for i in indices],
+                        None if sequences is None else [sequences[i] % SEQUENCE_SPACE for i in indices],
+                        _Part(future, indices),
+                    )
+                    for p, indices in by_partition.items()
+                ]
+        with self._cond:
+            if self._closing:
+                raise ProducerClosedError("producer is closed")
+            if self._seq.unfinished >= self._max_buffered:
+                raise QueueFullError(f"{self._seq.unfinished} records are waiting; flush() or slow down")
+            now = time.monotonic()
+            for share_partition, share, share_sequence, part in shares:
+                self._seq.add_many(topic, share_partition, share, now, share_sequence, part)
+            if self._seq.wakeup:
                 self._seq.wakeup = False
                 self._cond.notify_all()
         return future
@@ -246,7 +488,7 @@ class Producer:
             self._seq.flush()
             self._cond.notify_all()
             try:
-                while self._seq.unfinished or self._futures:
+                while self._seq.unfinished or self._completing:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         break
@@ -288,54 +530,73 @@ class Producer:
                 batches = self._seq.batches_to_send(now)
                 events = self._drain_events()
                 if not batches and not events:
-                    if self._closing and not self._futures:
+                    if self._closing and not self._completing and not self._seq.unfinished:
                         return
                     deadline = self._seq.next_deadline()
                     wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - now))
                     if wait > 0:
                         self._cond.wait(wait)
                     continue
-            self._complete(events)
+            if events:
+                self._complete(events)
+                with self._cond:
+                    self._completing -= sum(len(event.batch.records) for event in events)
+                    self._cond.notify_all()
             for batch in batches:
                 self._submit(batch)
 
-    def _drain_events(self) -> list[tuple[Event, list[Future[RecordMetadata]]]]:
+    def _drain_events(self) -> list[Event]:
         out = []
         while (event := self._seq.next_event()) is not None:
-            out.append((event, [self._futures.pop(h) for h in event.batch.handles if h in self._futures]))
-        if out:
-            self._cond.notify_all()
+            out.append(event)
+            self._completing += len(event.batch.records)
         return out
 
     @staticmethod
-    def _complete(events: list[tuple[Event, list[Future[RecordMetadata]]]]) -> None:
-        for event, futures in events:
+    def _complete(events: list[Event]) -> None:
+        """Resolve the futures of ended batches: one pass over each batch's spans."""
+        for event in events:
             batch = event.batch
+            topic, partition, base_sequence = batch.topic, batch.partition, batch.base_sequence
+            position = 0
             if isinstance(event, BatchDelivered):
-                for i, future in enumerate(futures):
-                    future.set_result(
-                        RecordMetadata(
-                            batch.topic,
-                            batch.partition,
-                            None if event.base_offset is None else event.base_offset + i,
-                            (batch.base_sequence + i) % 2**31,
-                            event.duplicate,
+                base_offset, duplicate = event.base_offset, event.duplicate
+                for owner, start, count in batch.spans:
+                    if type(owner) is _Part:
+                        owner.future._ended(
+                            (
+                                owner,
+                                start,
+                                count,
+                                topic,
+                                partition,
+                                None if base_offset is None else base_offset + position,
+                                (base_sequence + position) % SEQUENCE_SPACE,
+                                duplicate,
+                                None,
+                            )
                         )
-                    )
+                    elif isinstance(owner, Future):
+                        owner.set_result(
+                            RecordMetadata(
+                                topic,
+                                partition,
+                                None if base_offset is None else base_offset + position,
+                                (base_sequence + position) % SEQUENCE_SPACE,
+                                duplicate,
+                            )
+                        )
+                    position += count
             else:
                 assert isinstance(event, BatchFailed)
-                for i, future in enumerate(futures):
-                    sequence = (batch.base_sequence + i) % 2**31 if batch.base_sequence >= 0 else -1
-                    failure = DeliveryFailed(
-                        f"{batch.topic}[{batch.partition}]: {event.status.value}: {event.error}",
-                        event.status,
-                        event.error.recovery,
-                        batch.topic,
-                        batch.partition,
-                        sequence,
-                    )
-                    failure.__cause__ = event.error
-                    future.set_exception(failure)
+                failure = (event.error, event.status)
+                for owner, start, count in batch.spans:
+                    sequence = (base_sequence + position) % SEQUENCE_SPACE if base_sequence >= 0 else -1
+                    if type(owner) is _Part:
+                        owner.future._ended((owner, start, count, topic, partition, None, sequence, False, failure))
+                    elif isinstance(owner, Future):
+                        owner.set_exception(_failed(event.error, event.status, topic, partition, sequence))
+                    position += count
 
     def _submit(self, batch: OutgoingBatch) -> None:
         batch_id, attempt = batch.batch_id, batch.attempt
@@ -376,4 +637,10 @@ class Producer:
             self._cond.notify_all()
 
 
-__all__ = ["DeliveryStatus", "Producer", "default_partition"]
+def _as_record(item: object) -> Record:
+    if isinstance(item, Record):
+        return item
+    return Record(item)  # the converter raises TypeError for other types
+
+
+__all__ = ["Deliveries", "DeliveryStatus", "Producer", "SendManyFuture", "default_partition"]

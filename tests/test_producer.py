@@ -9,8 +9,12 @@ import pytest
 
 import idempotent
 from adapters.memory import MemoryBackend
-from idempotent import DeliveryFailed, DeliveryStatus, Producer, Recovery
+from idempotent import Deliveries, DeliveryFailed, DeliveryStatus, Producer, Recovery, SendManyFuture
+from idempotent._outcomes import RecordMetadata
+from idempotent._records import Record
+from idempotent._types import MAX_SEQUENCE
 from idempotent.errors import ProducerClosedError, ProducerFencedError, QueueFullError, UsageError
+from idempotent.producer import default_partition
 
 from .conftest import memory_harness
 
@@ -172,3 +176,122 @@ def test_explicit_resend_overlapping_records_still_in_flight_resolves_as_duplica
             (6, False),
         ]
     assert [r.value for r in broker.read("ids", 0, 0, 100)] == [b"v0", b"v1", b"v2", b"v3", b"v4", b"w5", b"w6"]
+
+
+# -- send_many ------------------------------------------------------------------------------------
+
+
+def test_send_many_spans_batches_and_reports_each_record_in_order(tmp_path: Path) -> None:
+    records = [Record(f"v{i}", key=None, headers={"n": f"{i}".encode()}) for i in range(25)]
+    with Producer(f"sqlite:///{tmp_path / 'p.db'}", linger_ms=1, max_batch_records=7) as producer:
+        before = producer.send("t", b"single", partition=0)  # shares the open batch with the call
+        future = producer.send_many("t", records, partition=0)
+        after = producer.send("t", b"after", partition=0)
+        deliveries = future.result(10)
+        assert before.result().offset == 0 and after.result().offset == 26
+    assert isinstance(future, SendManyFuture) and isinstance(deliveries, Deliveries)
+    assert len(deliveries) == 25 and deliveries.failed == 0 and deliveries.failures() == []
+    assert [m.offset for m in deliveries] == list(range(1, 26))  # type: ignore[union-attr]
+    assert [m.sequence for m in deliveries[::5]] == [1, 6, 11, 16, 21]  # type: ignore[union-attr]
+    last = deliveries[-1]
+    assert isinstance(last, RecordMetadata) and (last.topic, last.partition, last.duplicate) == ("t", 0, False)
+    assert future.deliveries() is deliveries and not future.cancel()
+    stored = idempotent.connect(f"sqlite:///{tmp_path / 'p.db'}").read("t", 0, 0, 100)
+    assert [r.value for r in stored] == [b"single"] + [f"v{i}".encode() for i in range(25)] + [b"after"]
+    assert stored[3].headers == (("n", b"2"),)
+
+
+def test_send_many_by_key_maps_each_record_back_to_its_partition() -> None:
+    broker = memory_harness().open()
+    broker.create_topic("t", 4)
+    records = [Record(f"v{i}", key=f"user-{i % 9}") for i in range(60)]
+    with Producer(broker, linger_ms=1, max_batch_records=5) as producer:
+        deliveries = producer.send_many("t", records).result(10)
+        keyless = producer.send_many("t", [b"a", b"b", b"c"]).result(10)
+    for i, meta in enumerate(deliveries):
+        assert isinstance(meta, RecordMetadata)
+        assert meta.partition == default_partition(f"user-{i % 9}".encode(), 4, 0)
+        assert meta.offset is not None
+        [stored] = broker.read("t", meta.partition, meta.offset, 1)
+        assert stored.value == f"v{i}".encode() and stored.sequence == meta.sequence
+    assert len({m.partition for m in keyless}) == 1  # type: ignore[union-attr]  # keyless: one partition
+    assert len({m.partition for m in deliveries}) > 1  # type: ignore[union-attr]
+
+
+def test_send_many_explicit_sequences_replay_as_duplicates() -> None:
+    broker = memory_harness().open()
+    broker.create_topic("ids", 2)
+    broker.set_policy("monotonic", topic="ids")
+    values = [f"r{i}".encode() for i in range(10)]
+    with Producer(broker, "copy", linger_ms=1, max_batch_records=4) as producer:
+        first = producer.send_many("ids", values, partition=0, sequence=100).result(10)
+        gaps = producer.send_many("ids", [b"x", b"y", b"z"], partition=1, sequence=[5, 6, 40]).result(10)
+    with Producer(broker, "copy", linger_ms=1) as producer:  # a restarted copy job replays
+        again = producer.send_many("ids", values, partition=0, sequence=100).result(10)
+        more = producer.send_many("ids", [Record(b"w", key=b"k")], partition=0, sequence=[110]).result(10)
+    assert [(m.sequence, m.offset, m.duplicate) for m in first] == [(100 + i, i, False) for i in range(10)]  # type: ignore[union-attr]
+    assert [(m.sequence, m.offset, m.duplicate) for m in again] == [(100 + i, i, True) for i in range(10)]  # type: ignore[union-attr]
+    assert [m.sequence for m in gaps] == [5, 6, 40] and more[0].offset == 10  # type: ignore[union-attr]
+    assert [r.sequence for r in broker.read("ids", 0, 0, 100)] == list(range(100, 111))
+
+
+def test_send_many_partial_failure_reports_each_record() -> None:
+    broker = memory_harness().open()
+    broker.create_topic("ids", 1)
+    with Producer(broker, linger_ms=1) as producer:  # strict policy: the jump to 9 is refused
+        future = producer.send_many("ids", [b"a", b"b", b"c", b"j", b"k"], partition=0, sequence=[0, 1, 2, 9, 10])
+        with pytest.raises(DeliveryFailed) as info:
+            future.result(10)
+        deliveries = future.deliveries()
+    assert "2 of 5 records failed; the first, record 3" in str(info.value)
+    assert isinstance(info.value.__cause__, idempotent.SequenceDesyncError) and info.value.sequence == 9
+    assert [m.offset for m in deliveries[:3]] == [0, 1, 2]  # type: ignore[union-attr]
+    assert deliveries.failed == 2 and [i for i, _ in deliveries.failures()] == [3, 4]
+    failed = deliveries[4]
+    assert isinstance(failed, DeliveryFailed) and failed.sequence == 10
+    assert failed.status is DeliveryStatus.POSSIBLY_PERSISTED
+    assert isinstance(failed.__cause__, idempotent.SequenceDesyncError)
+
+
+def test_send_many_rejects_bad_input_and_queues_nothing() -> None:
+    broker = memory_harness().open()
+    broker.create_topic("t", 2)
+    with Producer(broker, linger_ms=1) as producer:
+        with pytest.raises(UsageError):
+            producer.send_many("t", [b"a", 12345])  # type: ignore[list-item]
+        with pytest.raises(UsageError):
+            producer.send_many("t", [b"a", b"b"], partition=0, sequence=[1])
+        with pytest.raises(UsageError):
+            producer.send_many("t", [b"a"], partition=2)
+        with pytest.raises(UsageError):  # the second partition's sequence is bad: neither is queued
+            producer.send_many("t", [Record(b"a", key=b"0"), Record(b"b", key=b"1")], sequence=[1, -1])
+        with pytest.raises(UsageError):
+            producer.send_many("t", [b"a"], partition=0, sequence=MAX_SEQUENCE + 1)
+        assert producer.flush(5) == 0
+        assert len(producer.send_many("t", []).result(1)) == 0
+    assert broker.end_offset("t", 0) == broker.end_offset("t", 1) == 0
+
+
+def test_send_many_queue_full_and_closed() -> None:
+    broker = memory_harness().open()
+    backend = broker.backend
+    assert isinstance(backend, MemoryBackend)
+    backend.faults.delay = 0.5
+    producer = Producer(broker, max_buffered_records=3, linger_ms=0)
+    producer.send_many("t", [b"x"] * 5)  # one call may take the buffer past the limit
+    with pytest.raises(QueueFullError):
+        producer.send_many("t", [b"x"])
+    backend.faults.delay = 0.0
+    producer.close()
+    with pytest.raises(ProducerClosedError):
+        producer.send_many("t", [b"x"])
+
+
+def test_asyncio_send_many(tmp_path: Path) -> None:
+    async def main() -> list[int | None]:
+        async with idempotent.AsyncProducer(f"sqlite:///{tmp_path / 'a.db'}") as producer:
+            future = await producer.send_many("t", [f"{i}".encode() for i in range(50)], partition=0)
+            deliveries = await future
+            return [m.offset for m in deliveries]  # type: ignore[union-attr]
+
+    assert asyncio.run(main()) == list(range(50))

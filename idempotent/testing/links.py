@@ -683,6 +683,7 @@ class LossyLink:
     def _events_of(self, slot: _Slot, event: Event) -> None:
         batch = event.batch
         for i, handle in enumerate(batch.handles):
+            assert isinstance(handle, int)
             message = slot.handles[handle]
             sequence = None if batch.attempt == 0 else (batch.base_sequence + i) % SEQUENCE_SPACE
             if isinstance(event, BatchDelivered):
