@@ -49,6 +49,7 @@ from adapters._meta import MetaLog, lease_key, pack_lease, pack_producer, pack_s
 from idempotent._ownership import Lease
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
+from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
 from idempotent.backend import AppendBatch
 from idempotent.errors import (
@@ -211,7 +212,7 @@ class _PartitionWriter:
                     for i, record in enumerate(batch.records):
                         headers: list[tuple[str, str | bytes | None]] = [*record.headers, *identity]
                         if header is not None:
-                            headers.append(("idem.seq", b"%d" % ((header.base_sequence + i) % 2**31)))
+                            headers.append(("idem.seq", b"%d" % (sequence_at(header.base_sequence, i))))
                             if i == 0:
                                 headers.append(("idem.count", b"%d" % len(batch.records)))
                         # only the first record's offset is needed (a batch's offsets are

@@ -27,6 +27,7 @@ import attrs
 from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
+from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, Sequence
 from idempotent.backend import AppendBatch
 from idempotent.errors import BackendUnavailableError, InvalidTopicError
@@ -127,7 +128,7 @@ class MemoryBackend:
                         base + i,
                         header.producer_id if header else NO_PRODUCER_ID,
                         header.producer_epoch if header else -1,
-                        (header.base_sequence + i) % 2**31 if header else -1,
+                        sequence_at(header.base_sequence, i) if header else -1,
                         record.key,
                         record.value,
                         record.headers,

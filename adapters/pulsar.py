@@ -68,6 +68,7 @@ from adapters._meta import MetaLog, lease_key, pack_lease, pack_producer, pack_s
 from idempotent._ownership import Lease
 from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
+from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
 from idempotent._types import Sequence as SequenceNumber
 from idempotent.backend import AppendBatch
@@ -466,7 +467,7 @@ class _PartitionWriter:
                 idem = {
                     "idem.pid": str(header.producer_id),
                     "idem.epoch": str(header.producer_epoch),
-                    "idem.seq": str((header.base_sequence + i) % 2**31),
+                    "idem.seq": str(sequence_at(header.base_sequence, i)),
                 }
                 if i == 0:
                     idem["idem.count"] = str(count)

@@ -30,6 +30,7 @@ import msgpack
 from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
+from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
 from idempotent.backend import AppendBatch
 from idempotent.errors import BackendUnavailableError, ConfigError, InvalidTopicError
@@ -174,7 +175,7 @@ class SQLiteBackend:
                         base + i,
                         pid,
                         epoch,
-                        (base_seq + i) % 2**31 if header else -1,
+                        sequence_at(base_seq, i) if header else -1,
                         r.key,
                         r.value,
                         msgpack.packb(r.headers) if r.headers else None,

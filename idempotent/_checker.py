@@ -52,15 +52,17 @@ import msgpack
 
 from ._outcomes import Outcome, ProduceResult
 from ._records import BatchHeader, Snapshot, StoredBatch
-from ._sequence import at_or_before, distance, last_sequence_of, next_sequence
+from ._sequence import advances, crosses_ring_end, distance, in_ring, last_sequence_of, next_sequence
 from ._types import (
     DEFAULT_WINDOW,
+    MAX_APPLICATION_SEQUENCE,
     MAX_BATCH_RECORDS,
     MAX_EPOCH,
     MAX_PRODUCER_ID,
     MAX_SEQUENCE,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
+    SEQUENCE_SPACE,
     Epoch,
     ProducerId,
     Sequence,
@@ -68,6 +70,7 @@ from ._types import (
 from .errors import ConfigError, InvalidBatchError
 
 _SNAPSHOT_FORMAT = 1
+_HALF_RING = SEQUENCE_SPACE // 2
 
 
 class Policy(enum.Enum):
@@ -165,10 +168,25 @@ def validate_header(header: BatchHeader) -> None:
         raise InvalidBatchError(f"producer_id {header.producer_id} out of range")
     if not 0 <= header.producer_epoch <= MAX_EPOCH:
         raise InvalidBatchError(f"producer_epoch {header.producer_epoch} out of range")
-    if not 0 <= header.base_sequence <= MAX_SEQUENCE:
-        raise InvalidBatchError(f"base_sequence {header.base_sequence} out of range")
+    if not 0 <= header.base_sequence <= MAX_APPLICATION_SEQUENCE - header.record_count + 1:
+        raise InvalidBatchError(
+            f"batch at base_sequence {header.base_sequence} out of range (0..{MAX_APPLICATION_SEQUENCE})"
+        )
     if not 1 <= header.record_count <= MAX_BATCH_RECORDS:
         raise InvalidBatchError(f"record_count {header.record_count} out of range (1..{MAX_BATCH_RECORDS})")
+
+
+def _steps(first: int, sequence: int) -> int:
+    """Records from ``first`` to ``sequence`` inside one stored batch (which wraps only on the
+    ring, see ``_sequence.py``)."""
+    return (sequence - first) % SEQUENCE_SPACE if sequence < first else sequence - first
+
+
+def _within(first: int, last: int, sequence: int) -> bool:
+    """True when ``sequence`` is one of the sequences ``first .. last`` of a stored range."""
+    if first <= last:
+        return first <= sequence <= last
+    return in_ring(sequence) and (sequence >= first or sequence <= last)  # wraps to 0
 
 
 class PartitionChecker:
@@ -239,6 +257,15 @@ class PartitionChecker:
             InvalidBatchError: the header is malformed or straddles a stored boundary.
         """
         validate_header(header)
+        if policy is Policy.STRICT and header.base_sequence > MAX_SEQUENCE:
+            raise InvalidBatchError(
+                f"base_sequence {header.base_sequence} > {MAX_SEQUENCE} (strict); 64-bit needs monotonic"
+            )
+        if policy is Policy.MONOTONIC and crosses_ring_end(header.base_sequence, header.record_count):
+            raise InvalidBatchError(
+                f"batch {header.base_sequence}+{header.record_count} crosses {MAX_SEQUENCE}: under the "
+                f"monotonic policy a batch ends there and the next one starts at {MAX_SEQUENCE + 1}"
+            )
         state = self._producers.get(header.producer_id)
         if state is None:
             if not admitted:
@@ -250,22 +277,76 @@ class PartitionChecker:
             return ProduceResult(Outcome.FENCED, producer_epoch=state.pushed_epoch)
         if not enabled:
             return ProduceResult(Outcome.ACCEPTED)
-        base = header.base_sequence
-        last = last_sequence_of(base, header.record_count)
-        if at_or_before(base, state.last_sequence):
-            if not at_or_before(last, state.last_sequence):
-                raise InvalidBatchError(f"batch {base}..{last} straddles the stored sequence {state.last_sequence}")
+        if policy is Policy.MONOTONIC:
+            return self._check_monotonic(state, header.base_sequence, header.record_count)
+        return self._check_strict(state, header.base_sequence, header.record_count)
+
+    def _check_monotonic(self, state: ProducerState, base: int, count: int) -> ProduceResult:
+        """Pulsar's rule on 64-bit sequences, compared as plain integers (no wrap-around)."""
+        last = base + count - 1
+        stored, pushed = state.last_sequence, state.pushed_sequence
+        if pushed == MAX_SEQUENCE and base == 0:
+            # a producer numbering its own records wrapped to 0 after 2**31-1: under this
+            # policy 0 is not after 2**31-1, and reading it as a resend would drop it
+            return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=MAX_SEQUENCE + 1)
+        if stored != NO_SEQUENCE and base <= stored:
+            if last > stored:
+                raise InvalidBatchError(f"batch {base}..{last} straddles the stored sequence {stored}")
             return ProduceResult(Outcome.DUPLICATE, base_offset=self._original_offset(state, base, last))
-        if at_or_before(base, state.pushed_sequence):
-            if not at_or_before(last, state.pushed_sequence):
-                raise InvalidBatchError(
-                    f"batch {base}..{last} straddles the in-flight sequence {state.pushed_sequence}"
-                )
+        if pushed != NO_SEQUENCE and base <= pushed:
+            if last > pushed:
+                raise InvalidBatchError(f"batch {base}..{last} straddles the in-flight sequence {pushed}")
             return ProduceResult(Outcome.IN_FLIGHT)
-        expected = next_sequence(state.pushed_sequence)
-        if base == expected or policy is Policy.MONOTONIC:
+        return ProduceResult(Outcome.ACCEPTED)
+
+    def _check_strict(self, state: ProducerState, base: int, count: int) -> ProduceResult:
+        """Kafka's rule on the int32 ring: only the next sequence is accepted.
+
+        Positions are counted forward from H(P) on the ring: ``1 .. ahead`` are in flight and
+        ``ahead + 1`` is the expected one. Anything else is a resend only when it is provably
+        behind H(P): a stored batch still in the window, or a batch numerically at or below H(P)
+        and less than half a ring (2**30) behind it, so in the same lap. Every other value (a
+        jump, or a resend from before the last wrap that left the window) is
+        OUT_OF_ORDER_SEQUENCE, never a duplicate: a jump of any size is refused, not dropped.
+        """
+        stored, pushed = state.last_sequence, state.pushed_sequence
+        last = last_sequence_of(base, count)
+        expected = next_sequence(pushed)
+        if not in_ring(stored) or not in_ring(pushed):
+            # stored by the monotonic policy beyond the ring: only window duplicates are known
+            offset, covered = self._window_lookup(state, base, last)
+            if covered:
+                return ProduceResult(Outcome.DUPLICATE, base_offset=offset)
+            return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=pushed + 1)
+        ahead = distance(stored, pushed)
+        position = distance(stored, base)
+        if 1 <= position <= ahead:
+            if position + count - 1 > ahead:
+                raise InvalidBatchError(f"batch {base}..{last} straddles the in-flight sequence {pushed}")
+            return ProduceResult(Outcome.IN_FLIGHT)
+        if base == expected:
             return ProduceResult(Outcome.ACCEPTED)
+        offset, covered = self._window_lookup(state, base, last)
+        if covered:
+            return ProduceResult(Outcome.DUPLICATE, base_offset=offset)
+        if stored != NO_SEQUENCE and base <= stored and stored - base < _HALF_RING:
+            if not base <= last <= stored:
+                raise InvalidBatchError(f"batch {base}..{last} straddles the stored sequence {stored}")
+            return ProduceResult(Outcome.DUPLICATE, base_offset=offset)
         return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=expected)
+
+    def _window_lookup(self, state: ProducerState, base: int, last: int) -> tuple[int | None, bool]:
+        """Whether ``base`` lies in a window entry (and ``last`` too), and the original offset.
+
+        Returns ``(offset, covered)``: ``covered`` when the first record is in a stored window
+        entry; raises when the batch starts there but runs past H(P).
+        """
+        for entry in state.window:
+            if _within(entry.first_sequence, entry.last_sequence, base):
+                if not _within(base, state.last_sequence, last):
+                    raise InvalidBatchError(f"batch {base}..{last} straddles the stored sequence {state.last_sequence}")
+                return self._original_offset(state, base, last), True
+        return None, False
 
     @staticmethod
     def _original_offset(state: ProducerState, base: int, last: int) -> int | None:
@@ -274,23 +355,21 @@ class PartitionChecker:
         between them), else None: record i of the resend is then at the result + i."""
         window = list(state.window)
         for index, entry in enumerate(window):
-            span = distance(entry.first_sequence, entry.last_sequence)
-            into = distance(entry.first_sequence, base)
-            if into > span:
+            if not _within(entry.first_sequence, entry.last_sequence, base):
                 continue
-            offset = entry.base_offset + into
+            offset = entry.base_offset + _steps(entry.first_sequence, base)
             current = entry
             for following in window[index + 1 :]:
-                if distance(current.first_sequence, last) <= distance(current.first_sequence, current.last_sequence):
+                if _within(current.first_sequence, current.last_sequence, last):
                     return offset
                 contiguous = following.first_sequence == next_sequence(current.last_sequence) and (
                     following.base_offset
-                    == current.base_offset + distance(current.first_sequence, current.last_sequence) + 1
+                    == current.base_offset + _steps(current.first_sequence, current.last_sequence) + 1
                 )
                 if not contiguous:
                     return None
                 current = following
-            if distance(current.first_sequence, last) <= distance(current.first_sequence, current.last_sequence):
+            if _within(current.first_sequence, current.last_sequence, last):
                 return offset
             return None
         return None
@@ -310,7 +389,7 @@ class PartitionChecker:
                 self._producers[header.producer_id] = state
             last = last_sequence_of(header.base_sequence, header.record_count)
             state.pushed_epoch = max(state.pushed_epoch, header.producer_epoch)
-            if state.pushed_sequence == NO_SEQUENCE or not at_or_before(last, state.pushed_sequence):
+            if advances(last, state.pushed_sequence):
                 state.pushed_sequence = last
             state.pending += 1
         self._fifo.append(_Pending(header, now))
@@ -394,7 +473,7 @@ class PartitionChecker:
             self._producers.move_to_end(producer_id)
         last = last_sequence_of(base_sequence, record_count)
         state.producer_epoch = max(state.producer_epoch, producer_epoch)
-        if state.last_sequence == NO_SEQUENCE or not at_or_before(last, state.last_sequence):
+        if advances(last, state.last_sequence):
             state.last_sequence = last
         state.last_offset = base_offset + record_count - 1
         state.last_timestamp = max(state.last_timestamp, timestamp)
@@ -405,7 +484,7 @@ class PartitionChecker:
             state.pending -= 1
         else:
             state.pushed_epoch = max(state.pushed_epoch, state.producer_epoch)
-            if state.pushed_sequence == NO_SEQUENCE or not at_or_before(last, state.pushed_sequence):
+            if advances(last, state.pushed_sequence):
                 state.pushed_sequence = state.last_sequence
         self.position = max(self.position, base_offset + record_count)
         self.entries_since_snapshot += 1

@@ -31,7 +31,7 @@ import msgpack
 
 from ._outcomes import Outcome, ProduceResult
 from ._records import Record, StoredRecord
-from ._types import MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID, MAX_SEQUENCE, TopicPartition
+from ._types import MAX_APPLICATION_SEQUENCE, MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID, TopicPartition
 from .broker import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
 from .errors import ConfigError, InvalidBatchError, InvalidTopicError, ProducerError, ProtocolError
 
@@ -254,7 +254,7 @@ SCHEMAS: Final[dict[str, dict[str, tuple[Check, Any]]]] = {
         "partition": (_PARTITION, REQUIRED),
         "producer_id": (_int(0, MAX_PRODUCER_ID), REQUIRED),
         "producer_epoch": (_int(0, MAX_EPOCH), REQUIRED),
-        "base_sequence": (_int(0, MAX_SEQUENCE), REQUIRED),
+        "base_sequence": (_int(0, MAX_APPLICATION_SEQUENCE), REQUIRED),
         "records": (_records, REQUIRED),
     },
     "read": {

@@ -36,7 +36,9 @@ implicit sequence moves past it unless it lies entirely behind. Under the
 broker's ``monotonic`` policy a jump is accepted; under ``strict`` the broker answers
 OUT_OF_ORDER_SEQUENCE with a sequence that is none of ours, so the producer fails with
 SequenceDesyncError. A batch at or below the stored sequence comes back as DUPLICATE.
-Jumps must stay under half the int32 ring (about a billion).
+Explicit sequences run up to 2**63-1 (``monotonic``; ``strict`` refuses any above 2**31-1); a
+batch of them never crosses 2**31-1 (the next record after it starts a batch at 2**31, see
+``_sequence.py``).
 
 The sequencer reads no clock and does no I/O; the shell (``producer.py``) passes ``now``,
 sends what :meth:`batches_to_send` returns, feeds answers back and sleeps until
@@ -55,7 +57,7 @@ import attrs
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult
 from ._records import Record
 from ._sequence import at_or_before, distance, is_valid_sequence, last_sequence_of, next_sequence
-from ._types import DEFAULT_MAX_IN_FLIGHT, MAX_SEQUENCE, NO_SEQUENCE, SEQUENCE_SPACE, TopicPartition
+from ._types import DEFAULT_MAX_IN_FLIGHT, MAX_APPLICATION_SEQUENCE, NO_SEQUENCE, TopicPartition
 from .errors import (
     ConfigError,
     DeliveryTimeoutError,
@@ -71,12 +73,12 @@ from .errors import (
 
 def _check_sequence(sequence: object) -> None:
     if not isinstance(sequence, int) or isinstance(sequence, bool) or not is_valid_sequence(sequence):
-        raise UsageError(f"sequence must be an int in 0..{MAX_SEQUENCE}, got {sequence!r}")
+        raise UsageError(f"sequence must be an int in 0..{MAX_APPLICATION_SEQUENCE}, got {sequence!r}")
 
 
 def sequences_for(count: int, sequence: int | SequenceOf[int] | None) -> SequenceOf[int] | None:
     """Validate the ``sequence`` argument of :meth:`ProducerSequencer.add_many` for ``count``
-    records and return one sequence per record (to be taken modulo ``SEQUENCE_SPACE``), or None.
+    records and return one sequence per record, or None. Application sequences never wrap.
 
     Raises:
         UsageError: an invalid sequence, or not ``count`` of them.
@@ -86,6 +88,8 @@ def sequences_for(count: int, sequence: int | SequenceOf[int] | None) -> Sequenc
     if not isinstance(sequence, SequenceOf) or isinstance(sequence, str | bytes):
         _check_sequence(sequence)  # an int, or the error for something that is no sequence
         assert isinstance(sequence, int)
+        if count:
+            _check_sequence(sequence + count - 1)
         return range(sequence, sequence + count)
     if len(sequence) != count:
         raise UsageError(f"{len(sequence)} sequences for {count} records")
@@ -299,8 +303,9 @@ class ProducerSequencer:
         """Queue a record and return its handle (reported back in the batch's ``handles``).
 
         Args:
-            sequence: the record's sequence chosen by the application (``0 .. 2**31-1``), or
-                None to number it after the partition's previous record.
+            sequence: the record's sequence chosen by the application (``0 .. 2**63-1``; the
+                broker's ``strict`` policy takes ``0 .. 2**31-1`` only), or None to number it
+                after the partition's previous record.
 
         Raises:
             UsageError: ``sequence`` is not a valid sequence; nothing queued.
@@ -390,7 +395,7 @@ class ProducerSequencer:
         batch = ps.open
         position = 0
         while position < count:
-            first = None if sequences is None else sequences[position] % SEQUENCE_SPACE
+            first = None if sequences is None else sequences[position]
             if batch is not None and (
                 len(batch.records) >= max_records
                 or batch.size + records[position].size > max_bytes
@@ -414,11 +419,7 @@ class ProducerSequencer:
                 record_size = records[end].size
                 if end > position and size + record_size > max_bytes:
                     break
-                if (
-                    sequences is not None
-                    and end > position
-                    and sequences[end] % SEQUENCE_SPACE != next_sequence(sequences[end - 1] % SEQUENCE_SPACE)
-                ):
+                if sequences is not None and end > position and sequences[end] != next_sequence(sequences[end - 1]):
                     break
                 size += record_size
                 end += 1

@@ -2,7 +2,9 @@
 
 Producer ids are unsigned 63-bit integers handed out by the broker, epochs are int16 values
 bumped on every re-initialisation of a named producer, and sequences are int32 values that
-wrap from ``MAX_SEQUENCE`` back to 0, as in Kafka's record batch format.
+wrap from ``MAX_SEQUENCE`` back to 0, as in Kafka's record batch format, or, under the
+``monotonic`` policy, application-chosen values up to ``MAX_APPLICATION_SEQUENCE`` (int64, like
+pulsar-client's ``sequence_id``) that never wrap (see ``_sequence.py``).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ Sequence = NewType("Sequence", int)
 NO_SEQUENCE = Sequence(-1)
 #: Sentinel producer id for records written without a producer (deduplication disabled).
 NO_PRODUCER_ID = ProducerId(-1)
-#: Highest sequence number; the next one is 0.
+#: Highest sequence of the int32 ring (the ``strict`` policy); the next one is 0.
 MAX_SEQUENCE = 2**31 - 1
-#: Number of distinct sequence values.
+#: Number of distinct sequence values on the int32 ring.
 SEQUENCE_SPACE = 2**31
+#: Highest sequence an application may choose (the ``monotonic`` policy; no wrap-around).
+MAX_APPLICATION_SEQUENCE = 2**63 - 1
 #: Highest producer epoch (int16); re-initialising past it allocates a new producer id.
 MAX_EPOCH = 2**15 - 1
 #: Highest producer id (the broker allocates ids below this).

@@ -23,8 +23,9 @@ import tenacity
 
 from ._outcomes import DeliveryStatus, ProduceResult, RecordMetadata
 from ._records import Record
+from ._sequence import sequence_at
 from ._sequencer import BatchDelivered, BatchFailed, Event, OutgoingBatch, ProducerSequencer, sequences_for
-from ._types import DEFAULT_MAX_IN_FLIGHT, SEQUENCE_SPACE
+from ._types import DEFAULT_MAX_IN_FLIGHT
 from .api import BrokerAPI
 from .broker import ProducerSession
 from .errors import (
@@ -98,9 +99,9 @@ class Deliveries(SequenceOf["RecordMetadata | DeliveryFailed"]):
         k = self._position[index] - start
         if failure is None:
             offset = None if base_offset is None else base_offset + k
-            return RecordMetadata(topic, partition, offset, (base_sequence + k) % SEQUENCE_SPACE, duplicate)
+            return RecordMetadata(topic, partition, offset, sequence_at(base_sequence, k), duplicate)
         error, status = failure
-        sequence = (base_sequence + k) % SEQUENCE_SPACE if base_sequence >= 0 else -1
+        sequence = sequence_at(base_sequence, k) if base_sequence >= 0 else -1
         return _failed(error, status, topic, partition, sequence)
 
     def _index(self) -> None:
@@ -353,9 +354,12 @@ class Producer:
 
         Args:
             sequence: an application-chosen sequence for the record (for example its offset
-                in a replayable source), ``0 .. 2**31-1``. Consecutive sequences share a
-                batch. Under the broker's ``monotonic`` policy any increase is accepted; under
-                ``strict`` a jump fails the producer with SequenceDesyncError. A sequence at or
+                in a replayable source), ``0 .. 2**63-1``. Consecutive sequences share a
+                batch. Under the broker's ``monotonic`` policy any increase is accepted and
+                sequences are compared as 64-bit integers, without wrap-around; under
+                ``strict`` sequences are Kafka's int32 (``0 .. 2**31-1``, wrapping to 0), a
+                jump of any size fails the producer with SequenceDesyncError and a sequence
+                above ``2**31-1`` fails its batch with InvalidBatchError. A sequence at or
                 below the partition's stored one resolves as a duplicate
                 (``RecordMetadata.duplicate``). None numbers the record after the previous one.
 
@@ -414,8 +418,8 @@ class Producer:
                 round robin per call.
             sequence: None numbers the records after the previous ones of their partition. An
                 int is the first record's sequence, the others following it. A sequence of
-                ints gives one per record (as ``send(sequence=...)``: consecutive ones share a
-                batch, a jump starts a new one).
+                ints gives one per record (as ``send(sequence=...)``: ``0 .. 2**63-1``,
+                consecutive ones share a batch, a jump starts a new one).
 
         Returns:
             A :class:`SendManyFuture`: ``result()`` is the :class:`Deliveries` (each record's
@@ -459,7 +463,7 @@ class Producer:
                     (
                         p,
                         [items[i] for i in indices],
-                        None if sequences is None else [sequences[i] % SEQUENCE_SPACE for i in indices],
+                        None if sequences is None else [sequences[i] for i in indices],
                         _Part(future, indices),
                     )
                     for p, indices in by_partition.items()
@@ -571,7 +575,7 @@ class Producer:
                                 topic,
                                 partition,
                                 None if base_offset is None else base_offset + position,
-                                (base_sequence + position) % SEQUENCE_SPACE,
+                                sequence_at(base_sequence, position),
                                 duplicate,
                                 None,
                             )
@@ -582,7 +586,7 @@ class Producer:
                                 topic,
                                 partition,
                                 None if base_offset is None else base_offset + position,
-                                (base_sequence + position) % SEQUENCE_SPACE,
+                                sequence_at(base_sequence, position),
                                 duplicate,
                             )
                         )
@@ -591,7 +595,7 @@ class Producer:
                 assert isinstance(event, BatchFailed)
                 failure = (event.error, event.status)
                 for owner, start, count in batch.spans:
-                    sequence = (base_sequence + position) % SEQUENCE_SPACE if base_sequence >= 0 else -1
+                    sequence = sequence_at(base_sequence, position) if base_sequence >= 0 else -1
                     if type(owner) is _Part:
                         owner.future._ended((owner, start, count, topic, partition, None, sequence, False, failure))
                     elif isinstance(owner, Future):

@@ -221,3 +221,114 @@ def test_snapshot_due() -> None:
     assert c.snapshot_due(101.0)
     c.snapshot(101.0)
     assert not c.snapshot_due(200.0)
+
+
+# -- 64-bit sequences and jumps (boundaries of the int32 ring and of int64) -----------------
+
+#: the boundaries every layer is tested at: around half the ring, the ring's end, and int64
+BOUNDARIES = (2**30 - 1, 2**30, 2**30 + 1, 2**31 - 1, 2**31, 2**32, 2**62, 2**63 - 1)
+
+
+@pytest.mark.parametrize("jump", BOUNDARIES)
+def test_strict_refuses_a_jump_of_any_size_and_never_reads_it_as_a_duplicate(jump: int) -> None:
+    c = PartitionChecker()
+    stored(c, 0, 1)
+    if jump <= MAX_SEQUENCE:
+        assert check(c, jump) == (Outcome.OUT_OF_ORDER_SEQUENCE, None, 1)
+        assert check(c, jump, 3) == (Outcome.OUT_OF_ORDER_SEQUENCE, None, 1)
+    else:  # beyond the strict policy's int32 sequences: malformed there
+        with pytest.raises(InvalidBatchError, match="needs monotonic"):
+            check(c, jump)
+    assert check(c, 1)[0] is Outcome.ACCEPTED
+
+
+@pytest.mark.parametrize("jump", BOUNDARIES)
+def test_strict_refuses_a_jump_with_batches_in_flight_and_after_a_wrap(jump: int) -> None:
+    c = PartitionChecker()
+    stored(c, MAX_SEQUENCE - 1, 4)  # ends at 1 after wrapping (reached by a resumed producer)
+    c.push(make_header(P, 0, 2, 3), now=1.0)  # 2..4 in flight
+    if jump > MAX_SEQUENCE:
+        with pytest.raises(InvalidBatchError):
+            check(c, jump)
+        return
+    outcome = check(c, jump)
+    assert outcome[0] is not Outcome.ACCEPTED and outcome[0] is not Outcome.IN_FLIGHT
+    # 2**31-1 is still in the window (a real resend); any other value is a refused jump
+    if jump == MAX_SEQUENCE:
+        assert outcome[0] is Outcome.DUPLICATE
+    else:
+        assert outcome == (Outcome.OUT_OF_ORDER_SEQUENCE, None, 5)
+
+
+def test_monotonic_takes_64_bit_sequences_without_wrap_around() -> None:
+    c = PartitionChecker()
+    mono = {"policy": Policy.MONOTONIC}
+    offsets = {}
+    for seq in (0, *BOUNDARIES):
+        assert check(c, seq, **mono)[0] is Outcome.ACCEPTED, seq
+        offsets[seq] = stored(c, seq, 1)
+    for seq, offset in offsets.items():
+        assert check(c, seq, **mono) == (Outcome.DUPLICATE, offset, None)
+    assert check(c, 2**31 + 7, **mono) == (Outcome.DUPLICATE, None, None)  # a hole behind H: dropped
+    assert c.last_sequence(P) == 2**63 - 1
+    with pytest.raises(InvalidBatchError):
+        check(c, 2**63 - 1, 2, **mono)  # runs past int64
+
+
+def test_monotonic_batch_may_not_cross_the_end_of_the_ring_nor_wrap_to_zero() -> None:
+    c = PartitionChecker()
+    mono = {"policy": Policy.MONOTONIC}
+    with pytest.raises(InvalidBatchError, match="crosses"):
+        check(c, MAX_SEQUENCE - 1, 3, **mono)
+    stored(c, MAX_SEQUENCE - 1, 2)
+    # a producer numbering its own records wraps to 0 here; under monotonic that is refused,
+    # not read as a resend of sequence 0
+    assert check(c, 0, **mono) == (Outcome.OUT_OF_ORDER_SEQUENCE, None, MAX_SEQUENCE + 1)
+    assert check(c, MAX_SEQUENCE + 1, 5, **mono)[0] is Outcome.ACCEPTED
+    stored(c, MAX_SEQUENCE + 1, 5)
+    assert check(c, MAX_SEQUENCE + 3, 2, **mono)[0] is Outcome.DUPLICATE
+    assert check(c, MAX_SEQUENCE - 1, **mono)[0] is Outcome.DUPLICATE
+
+
+def test_64_bit_state_survives_snapshot_and_replay() -> None:
+    live = PartitionChecker(CheckerConfig(window=5))
+    log: list[StoredBatch] = []
+    snap = None
+    for i, seq in enumerate((0, *BOUNDARIES)):
+        offset = stored(live, seq, 1)
+        log.append(StoredBatch(offset, ProducerId(P), Epoch(0), Sequence(seq), 1, 1.0))
+        if i == 4:
+            snap = live.snapshot(2.0)
+    assert snap is not None
+    rebuilt, replayed = PartitionChecker.recover(snap, log, CheckerConfig(window=5))
+    assert replayed == 4 and rebuilt.state() == live.state() and rebuilt.last_sequence(P) == 2**63 - 1
+    full, _ = PartitionChecker.recover(None, log, CheckerConfig(window=5))
+    assert full.state() == live.state()
+
+
+#: a snapshot written before 64-bit sequences (snapshot format 1): producer 7 at epoch 1 with
+#: H = 4 in two batches, producer 9 with one batch that wrapped (2**31-2 .. 1) at offset 5
+_OLD_SNAPSHOT = bytes.fromhex(
+    "930109929607010404cb40000000000000009293000200930304039609000108cb40080000000000009193ce7ffffffe0105"
+)
+
+
+def test_snapshot_and_log_written_before_64_bit_sequences_still_load() -> None:
+    from idempotent._records import Snapshot
+
+    checker, replayed = PartitionChecker.recover(
+        Snapshot(9, 3, 4.0, _OLD_SNAPSHOT),
+        # batches written after the snapshot, as the old format stored them (one wraps)
+        [
+            StoredBatch(9, ProducerId(9), Epoch(0), Sequence(2), 3, 5.0),
+            StoredBatch(12, ProducerId(11), Epoch(0), Sequence(MAX_SEQUENCE - 1), 3, 5.0),
+        ],
+    )
+    assert replayed == 2 and checker.position == 15
+    assert checker.state()[7] == (1, 4, 4, 2.0, ((0, 2, 0), (3, 4, 3)))
+    assert checker.last_sequence(9) == 4 and checker.last_sequence(11) == 0
+    assert checker.check(make_header(9, 0, MAX_SEQUENCE - 1, 2)).base_offset == 5
+    assert checker.check(make_header(9, 0, 2, 3)).base_offset == 9
+    assert checker.check(make_header(11, 0, MAX_SEQUENCE, 2)).base_offset == 13
+    for producer_id, epoch, following in ((7, 1, 5), (9, 0, 5), (11, 0, 1)):
+        assert checker.check(make_header(producer_id, epoch, following, 1)).outcome is Outcome.ACCEPTED

@@ -982,11 +982,25 @@ def test_explicit_sequence_zero_and_max_are_valid_and_bad_ones_are_usage_errors(
     seq = make()
     seq.add("t", 0, rec(0), 0.0, 0)
     seq.add("t", 1, rec(0), 0.0, MAX_SEQUENCE)
-    for bad in (-1, MAX_SEQUENCE + 1, True, 1.0, "3"):
+    seq.add("t", 2, rec(0), 0.0, 2**63 - 1)  # 64-bit application sequences (monotonic policy)
+    for bad in (-1, 2**63, True, 1.0, "3"):
         with pytest.raises(UsageError):
             seq.add("t", 0, rec(0), 0.0, bad)  # type: ignore[arg-type]
-    assert seq.unfinished == 2
-    assert {(b.partition, b.base_sequence) for b in seq.batches_to_send(0.0)} == {(0, 0), (1, MAX_SEQUENCE)}
+    assert seq.unfinished == 3
+    assert {(b.partition, b.base_sequence) for b in seq.batches_to_send(0.0)} == {
+        (0, 0),
+        (1, MAX_SEQUENCE),
+        (2, 2**63 - 1),
+    }
+
+
+def test_explicit_batch_ends_at_the_end_of_the_ring_and_resumes_at_2_to_the_31() -> None:
+    seq = make()
+    for s in range(MAX_SEQUENCE - 1, MAX_SEQUENCE + 3):
+        seq.add("t", 0, rec(s), 0.0, s)
+    seq.flush()
+    first = seq.batches_to_send(0.0)
+    assert [(b.base_sequence, len(b.records)) for b in first] == [(MAX_SEQUENCE - 1, 2), (MAX_SEQUENCE + 1, 2)]
 
 
 def test_explicit_batch_behind_the_stored_sequence_does_not_move_next_back() -> None:

@@ -45,6 +45,9 @@ from ..errors import (
 from ..producer import Producer
 from .faults import FaultyBroker, LinkFaults
 
+#: sequences at the edges of half the int32 ring, of the ring, and of int64
+SEQUENCE_BOUNDARIES = (2**30 - 1, 2**30, 2**30 + 1, 2**31 - 1, 2**31, 2**32, 2**62, 2**63 - 1)
+
 
 class Harness(Protocol):
     """How the suite opens brokers over one backend."""
@@ -240,7 +243,8 @@ class BackendConformance:
         before = broker.checker_state(topic, 0)
         bad: list[tuple[Any, ...]] = [
             (s.producer_id, s.producer_epoch, -1, [b"x"]),
-            (s.producer_id, s.producer_epoch, 2**31, [b"x"]),
+            (s.producer_id, s.producer_epoch, 2**31, [b"x"]),  # beyond the strict int32 sequences
+            (s.producer_id, s.producer_epoch, 2**63, [b"x"]),
             (s.producer_id, -1, 3, [b"x"]),
             (-5, 0, 3, [b"x"]),
             (s.producer_id, s.producer_epoch, 3, []),
@@ -279,6 +283,48 @@ class BackendConformance:
         )
         nxt = broker.produce(topic, 0, s.producer_id, s.producer_epoch, 3, [b"g"])
         assert nxt.outcome is Outcome.OUT_OF_ORDER_SEQUENCE and nxt.expected_sequence == 2
+
+    def test_sequence_boundaries_under_both_policies(self, harness: Harness) -> None:
+        """``strict`` refuses a jump of any size (int32 only); ``monotonic`` stores 64-bit
+        sequences compared without wrap-around, and they survive snapshot + replay."""
+        b1 = harness.open(small_config())
+        strict, mono = self._topic(b1, prefix="strict"), self._topic(b1, prefix="mono")
+        b1.set_policy(Policy.MONOTONIC, topic=mono)
+        s = b1.init_producer(f"bounds-{uuid.uuid4().hex[:8]}")
+        pid, epoch = s.producer_id, s.producer_epoch
+        assert b1.produce(strict, 0, pid, epoch, 0, [b"s0"]).outcome is Outcome.ACCEPTED
+        for seq in SEQUENCE_BOUNDARIES:
+            if seq <= 2**31 - 1:
+                r = b1.produce(strict, 0, pid, epoch, seq, [b"jump"])
+                assert (r.outcome, r.expected_sequence) == (Outcome.OUT_OF_ORDER_SEQUENCE, 1), seq
+            else:
+                with pytest.raises(InvalidBatchError):
+                    b1.produce(strict, 0, pid, epoch, seq, [b"jump"])
+        offsets = {}
+        for seq in (0, *SEQUENCE_BOUNDARIES):
+            r = b1.produce(mono, 0, pid, epoch, seq, [f"m{seq}".encode()])
+            assert r.outcome is Outcome.ACCEPTED, seq
+            offsets[seq] = r.base_offset
+        for seq, offset in offsets.items():
+            assert b1.produce(mono, 0, pid, epoch, seq, [b"again"]).base_offset == offset
+        with pytest.raises(InvalidBatchError):  # a monotonic batch may not wrap
+            b1.produce(mono, 0, b1.init_producer().producer_id, 0, 2**31 - 2, [b"a", b"b", b"c"])
+        before = b1.checker_state(mono, 0)
+        b1.abandon()
+        b2 = harness.open(small_config())
+        try:
+            assert b2.checker_state(mono, 0) == before
+            assert b2.init_producer(s.producer_name).last_sequences[(mono, 0)] == 2**63 - 1
+            epoch += 1
+            for seq in (2**31 + 1, 2**62, 2**63 - 1):  # a hole and two stored ones
+                assert b2.produce(mono, 0, pid, epoch, seq, [b"again"]).outcome is Outcome.DUPLICATE
+            assert b2.produce(strict, 0, pid, epoch, 1, [b"s1"]).outcome is Outcome.ACCEPTED
+            assert [r.sequence for r in b2.read(strict, 0, 0, 10)] == [0, 1]
+            assert [(r.sequence, r.value) for r in b2.read(mono, 0, 0, 20)] == [
+                (seq, f"m{seq}".encode()) for seq in (0, *SEQUENCE_BOUNDARIES)
+            ]
+        finally:
+            b2.close()
 
     def test_monotonic_policy_allows_holes(self, broker: Broker) -> None:
         topic = self._topic(broker, prefix="mono")

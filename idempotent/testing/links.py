@@ -43,9 +43,9 @@ import attrs
 from .._checker import CheckerConfig, PartitionChecker, Ticket, make_header
 from .._outcomes import DeliveryStatus, Outcome, ProduceResult
 from .._records import Record
-from .._sequence import next_sequence
+from .._sequence import next_sequence, sequence_at
 from .._sequencer import BatchDelivered, BatchFailed, Event, ProducerSequencer
-from .._types import SEQUENCE_SPACE, TopicPartition
+from .._types import TopicPartition
 from ..errors import (
     BackendUnavailableError,
     ConfigError,
@@ -358,7 +358,7 @@ class SimulatedBroker:
                             offset + i,
                             request.producer_id,
                             request.producer_epoch,
-                            (request.base_sequence + i) % SEQUENCE_SPACE,
+                            sequence_at(request.base_sequence, i),
                             record.value,
                         )
                     )
@@ -685,7 +685,7 @@ class LossyLink:
         for i, handle in enumerate(batch.handles):
             assert isinstance(handle, int)
             message = slot.handles[handle]
-            sequence = None if batch.attempt == 0 else (batch.base_sequence + i) % SEQUENCE_SPACE
+            sequence = None if batch.attempt == 0 else sequence_at(batch.base_sequence, i)
             if isinstance(event, BatchDelivered):
                 offset = None if event.base_offset is None else event.base_offset + i
                 self._record(
