@@ -71,7 +71,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 _LOG = logging.getLogger("idempotent.adapters.kafka")
 META_TOPIC = "__idempotent_meta"
 SNAPSHOT_TOPIC = "__idempotent_snapshots"
-_HEADER_PREFIX = "idem."
+#: The headers this adapter adds to every record; other headers (``idem.src.*`` of a mirror
+#: among them) are the user's and are read back unchanged.
+_OWN_HEADERS = frozenset({"idem.pid", "idem.epoch", "idem.seq", "idem.count"})
 
 
 @contextlib.contextmanager
@@ -636,7 +638,7 @@ class KafkaBackend:
 def _stored(message: Any) -> StoredRecord:
     raw = message.headers() or []
     headers = dict(raw)
-    user = tuple((k, bytes(v) if v is not None else b"") for k, v in raw if not k.startswith(_HEADER_PREFIX))
+    user = tuple((k, bytes(v) if v is not None else b"") for k, v in raw if k not in _OWN_HEADERS)
     return StoredRecord(
         message.offset(),
         _decimal(headers, "idem.pid"),

@@ -10,7 +10,8 @@ from idempotent._ownership import Lease
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord
 from idempotent.backend import AppendBatch, LogBackend
-from idempotent.errors import UsageError
+from idempotent.broker import Broker, BrokerConfig
+from idempotent.errors import ConfigError, UsageError
 
 
 class ReadOnlyBackend:
@@ -79,3 +80,35 @@ class ReadOnlyBackend:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def open_read_only_broker(url: str) -> Broker:
+    """An in-process broker over the backend ``url`` names that never writes to it.
+
+    The backend is wrapped in :class:`ReadOnlyBackend`; Kafka and Pulsar are also opened with
+    ``read_only=True``, so no partition is taken over from a writer, and no topic is created.
+
+    Raises:
+        ConfigError: bad URL, or a ``sqlite://`` URL of a file that does not exist.
+        BackendUnavailableError: the backend could not be opened.
+    """
+    from urllib.parse import urlsplit
+
+    from adapters import open_backend
+
+    scheme = urlsplit(url).scheme
+    if scheme == "sqlite":
+        import os
+
+        from adapters.sqlite import parse_sqlite_url
+
+        path, _ = parse_sqlite_url(url)
+        if not os.path.exists(path):
+            raise ConfigError(f"no database file {path!r} (from {url})")
+    options: dict[str, object] = {"read_only": True} if scheme in ("kafka", "pulsar") else {}
+    backend = ReadOnlyBackend(open_backend(url, **options))
+    try:
+        return Broker(backend, BrokerConfig(auto_create_topics=False, maintenance_interval=0))
+    except BaseException:
+        backend.close()
+        raise

@@ -3,6 +3,7 @@
 Subcommands::
 
     idempotent produce URL TOPIC (--file PATH | --generate N) [options]
+    idempotent mirror --from SOURCE --to DEST_URL [--topic T] [--to-topic T2] --job NAME [--follow]
     idempotent tail URL TOPIC [--partition P] [--offset O | --from-beginning] [--max N]
                               [--follow] [--format text|json]
     idempotent stats URL [TOPIC] [--json]
@@ -45,12 +46,12 @@ from types import ModuleType
 
 from .. import __version__
 from ..errors import DeliveryFailed, ProducerError, UsageError
-from . import admin, broker, produce, services, stats, tail, token
+from . import admin, broker, mirror, produce, services, stats, tail, token
 from .common import CliError, Parser, err, exit_code, open_read_only
 from .formatting import format_record
 
 #: The command modules, in the order ``idempotent --help`` lists them; each has ``add_parser``.
-COMMANDS: tuple[ModuleType, ...] = (produce, tail, stats, token, broker, admin, services)
+COMMANDS: tuple[ModuleType, ...] = (produce, mirror, tail, stats, token, broker, admin, services)
 #: Commands that take their arguments unparsed (``idempotent NAME ARGS...`` calls ``run(ARGS)``).
 RAW_COMMANDS: dict[str, Callable[[list[str]], int]] = {"services": services.run}
 

@@ -15,7 +15,7 @@ from typing import IO, TYPE_CHECKING, NoReturn, TypeAlias
 from urllib.parse import urlsplit
 
 from ..api import BrokerAPI
-from ..broker import Broker, BrokerConfig, validate_topic
+from ..broker import Broker, validate_topic
 
 if TYPE_CHECKING:
     Subcommands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -103,8 +103,7 @@ def open_read_only(url: str) -> Broker:
         CliError: a ``sqlite://`` URL names a file that does not exist.
         ConfigError: bad URL.
     """
-    from adapters import open_backend
-    from adapters.read_only import ReadOnlyBackend
+    from adapters.read_only import open_read_only_broker
 
     if urlsplit(url).scheme == "sqlite":
         from adapters.sqlite import parse_sqlite_url
@@ -112,14 +111,7 @@ def open_read_only(url: str) -> Broker:
         path, _ = parse_sqlite_url(url)
         if not os.path.exists(path):
             raise CliError(f"no database file {path!r} (from {url})")
-    scheme = urlsplit(url).scheme
-    options: dict[str, object] = {"read_only": True} if scheme in ("kafka", "pulsar") else {}
-    backend = ReadOnlyBackend(open_backend(url, **options))
-    try:
-        return Broker(backend, BrokerConfig(auto_create_topics=False, maintenance_interval=0))
-    except BaseException:
-        backend.close()
-        raise
+    return open_read_only_broker(url)
 
 
 def partition_count(broker: BrokerAPI, topic: str) -> int:

@@ -1,0 +1,595 @@
+"""The copy engine: one source partition is one unit of work, resumable from the destination.
+
+Theory of operation. A job named ``J`` copies each source partition ``p`` with one named
+producer, ``J/p``, into destination partition ``p`` (0 for files). A record's **source offset
+is its application sequence** in the destination, and the destination topic uses the
+``monotonic`` policy, so offsets with holes are accepted in order. The destination is then the
+only checkpoint there is: on start, the named producer's ``last_sequence`` on the destination
+partition is the last source offset stored, and the copy resumes right after it. A batch
+resent (a retry of a request whose answer was lost) is answered DUPLICATE by the destination's
+checker, never stored twice; a record not yet stored is read again. No offsets are committed
+anywhere else, and nothing is transactional, so nothing times out.
+
+Batches and sparse offsets. A batch holds consecutive sequences, but source offsets may have
+holes (byte positions of lines, Pulsar message ids, compacted Kafka topics). Each batch of
+``n`` records whose last source offset is ``L`` is therefore sent with the sequences
+``L-n+1 .. L``: they grow strictly from batch to batch (the ``n`` offsets of the batch are
+distinct, so ``L-n+1`` is at least its first offset, above the previous batch's ``L``), and a
+stored batch's last sequence is exactly its last record's source offset. A batch is stored
+whole or not at all, so the destination's last sequence is always a real source offset: the
+one to resume after. Each record's own offset is in its ``idem.src.offset`` header.
+
+:func:`copy_partition` is the unit (what a Spark task runs); :class:`Mirror` plans the job
+(destination topic, policy, where each partition ends) and runs one thread per partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+import attrs
+
+from .._outcomes import Outcome, ProduceResult
+from .._records import Headers, Record
+from ..api import BrokerAPI
+from ..errors import ConfigError, ProducerError, ProducerFencedError, Recovery, SequenceDesyncError
+from .source import Source, SourceRecord, open_source
+
+#: Header names of the source coordinates every copied record carries (ASCII decimal numbers,
+#: the timestamp in milliseconds since the epoch; absent when the source has none).
+SOURCE_TOPIC = "idem.src.topic"
+SOURCE_PARTITION = "idem.src.partition"
+SOURCE_OFFSET = "idem.src.offset"
+SOURCE_TIMESTAMP = "idem.src.timestamp"
+_SOURCE_PREFIX = "idem.src."
+_LOG = logging.getLogger("idempotent.mirror")
+
+#: Records read from the source per poll.
+POLL_RECORDS = 2000
+#: Unacknowledged records per partition before the copy waits for the oldest batch.
+WINDOW = 20_000
+#: A batch is cut at this many bytes (or at the end of a poll's records).
+BATCH_BYTES = 512 * 1024
+#: In-process restarts of a task after retriable failures, before its error is raised.
+RETRIES = 8
+
+
+def producer_name(job: str, partition: int) -> str:
+    """The named producer that copies source ``partition`` for ``job``."""
+    return f"{job}/{partition}"
+
+
+def source_headers(record: SourceRecord, topic: str, partition: int) -> Headers:
+    """The record's own headers (without source coordinates of an earlier copy) followed by
+    the ``idem.src.*`` coordinates of this copy."""
+    own = tuple(h for h in record.headers if not h[0].startswith(_SOURCE_PREFIX))
+    coordinates = [
+        (SOURCE_TOPIC, topic.encode()),
+        (SOURCE_PARTITION, b"%d" % partition),
+        (SOURCE_OFFSET, b"%d" % record.offset),
+    ]
+    if record.timestamp is not None:
+        coordinates.append((SOURCE_TIMESTAMP, b"%d" % round(record.timestamp * 1000)))
+    return own + tuple(coordinates)
+
+
+@attrs.frozen
+class PartitionTask:
+    """One source partition to copy: picklable, so a Spark task can carry it.
+
+    Attributes:
+        source: the source URL (see :mod:`idempotent.mirror.source`).
+        destination: the destination broker URL.
+        topic: the source topic ("" for files).
+        to_topic: the destination topic.
+        job: the job name; the copy is written by the named producer ``job/partition``.
+        partition: the source partition.
+        to_partition: the destination partition (``partition``, or 0 for files).
+        end: copy the records with offsets below this (the source's end when the job was
+            planned); None follows the source until stopped.
+    """
+
+    source: str
+    destination: str
+    topic: str
+    to_topic: str
+    job: str
+    partition: int
+    to_partition: int
+    end: int | None
+
+
+@attrs.frozen
+class PartitionSummary:
+    """What :func:`copy_partition` did.
+
+    Attributes:
+        partition: the source partition.
+        resumed_after: the source offset the copy resumed after (the producer's last stored
+            sequence when it started; -1 when nothing had been copied). Every record at or
+            below it was already copied and was skipped without being read.
+        last_offset: the last source offset stored when the copy ended (-1: none).
+        copied: records stored by this run.
+        duplicates: records this run sent that the destination answered DUPLICATE (already
+            stored by an earlier, interrupted run).
+        elapsed: seconds the copy ran.
+        completed: True when the copy reached its end (False: stopped, or following).
+    """
+
+    partition: int
+    resumed_after: int
+    last_offset: int
+    copied: int
+    duplicates: int
+    elapsed: float
+    completed: bool
+
+
+@attrs.frozen
+class MirrorSummary:
+    """What :meth:`Mirror.run` did, per partition and in total."""
+
+    job: str
+    source: str
+    destination: str
+    topic: str
+    to_topic: str
+    partitions: tuple[PartitionSummary, ...]
+    elapsed: float
+
+    @property
+    def copied(self) -> int:
+        """Records stored by this run."""
+        return sum(p.copied for p in self.partitions)
+
+    @property
+    def duplicates(self) -> int:
+        """Records resent by this run that the destination already held."""
+        return sum(p.duplicates for p in self.partitions)
+
+    @property
+    def resumed(self) -> int:
+        """Partitions where this run resumed an earlier copy (skipping what it had stored)."""
+        return sum(p.resumed_after >= 0 for p in self.partitions)
+
+    @property
+    def completed(self) -> bool:
+        """Every partition reached its end."""
+        return all(p.completed for p in self.partitions)
+
+    def __str__(self) -> str:
+        rate = self.copied / self.elapsed if self.elapsed > 0 else 0.0
+        resumed = ", ".join(f"{p.partition}@{p.resumed_after}" for p in self.partitions if p.resumed_after >= 0)
+        return (
+            f"mirror {self.job}: {self.source}{' ' + self.topic if self.topic else ''} -> "
+            f"{self.destination} {self.to_topic}: "
+            f"copied={self.copied} already-copied-skipped-after={{{resumed}}} duplicates={self.duplicates} "
+            f"partitions={len(self.partitions)} elapsed={self.elapsed:.2f}s rate={rate:.0f} records/s"
+            + ("" if self.completed else " (stopped before the end)")
+        )
+
+
+@attrs.frozen
+class PartitionProgress:
+    """A progress report of one partition (sent after every acknowledged window).
+
+    ``position`` is the last source offset known stored (-1: none), ``end`` the offset the
+    copy stops at, or the source's end when last asked while following (None: not known).
+    Lag, in source offsets (bytes for files), is ``end - position - 1``.
+    """
+
+    partition: int
+    position: int
+    end: int | None
+    copied: int
+    duplicates: int
+
+    @property
+    def lag(self) -> int | None:
+        """Source offsets not yet copied (None when the end is not known)."""
+        return None if self.end is None else max(0, self.end - self.position - 1)
+
+
+ProgressCallback = Callable[[PartitionProgress], None]
+
+
+def copy_partition(
+    task: PartitionTask,
+    *,
+    source: Source | None = None,
+    broker: BrokerAPI | None = None,
+    stop: threading.Event | None = None,
+    progress: ProgressCallback | None = None,
+    window: int = WINDOW,
+    follow_interval: float = 5.0,
+    retries: int = RETRIES,
+) -> PartitionSummary:
+    """Copy one source partition to its destination partition, resuming where the
+    destination says the job stopped. The unit of work of a job (a thread of
+    :class:`Mirror`, or a Spark task).
+
+    Contract:
+
+    * Idempotent and resumable: running a task again, after any crash or ``kill -9`` of any
+      earlier run, stores each source record of the partition exactly once, in source order.
+    * The destination topic must exist with at least ``task.to_partition + 1`` partitions and
+      the ``monotonic`` policy (:meth:`Mirror.plan` does both); the source offsets must be
+      stable (:mod:`idempotent.mirror.source`).
+    * Two runs of the same task at once fence each other: the later one's named producer
+      takes over and the earlier one fails with ProducerFencedError, having stored nothing
+      twice.
+    * With ``task.end`` set, it returns once every record below ``task.end`` is stored;
+      with None, it copies until ``stop`` is set.
+
+    Args:
+        task: what to copy.
+        source: an open source of ``task.source`` to share (opened and closed here if None).
+        broker: an open broker of ``task.destination`` to share (likewise).
+        stop: set it to end the copy early: what was sent is flushed, then it returns.
+        progress: called (in this thread) after each acknowledged window.
+        window: unacknowledged records before waiting for the oldest.
+        follow_interval: seconds between asking the source for its end while following.
+        retries: how many times a retriable failure (the destination or source unreachable,
+            a partition recovering, a lost answer) restarts the copy from the destination's
+            last stored offset before the error is raised.
+
+    Returns:
+        A :class:`PartitionSummary`.
+
+    Raises:
+        ProducerFencedError: another run of the same task took over.
+        ConfigError, InvalidTopicError: bad URL, topic or partition.
+        SequenceDesyncError: the destination refused a batch's sequences (another writer
+            under the job's producer name, or a source whose offsets went back).
+        TransportError: the source or destination kept failing (``retries`` exhausted);
+            run the task again to resume.
+        UsageError: a source offset is not a valid sequence.
+    """
+    started = time.monotonic()
+    own_source = source is None
+    own_broker = broker is None
+    if source is None:
+        source = open_source(task.source)
+    try:
+        if broker is None:
+            from .. import connect
+
+            broker = connect(task.destination)
+        totals = _Totals()
+        failures = 0
+        while True:
+            try:
+                completed = _copy_once(task, source, broker, stop, progress, window, follow_interval, totals)
+                break
+            except ProducerError as exc:
+                # A retriable failure restarts the copy from the destination's truth, exactly
+                # as a restart after kill -9 would; anything else ends the task.
+                failures += 1
+                if exc.recovery is Recovery.FATAL or failures > retries or (stop is not None and stop.is_set()):
+                    raise
+                _LOG.warning("%s: %s; resuming from the destination (attempt %d)", task.job, exc, failures)
+                time.sleep(min(5.0, 0.1 * 2**failures))
+        return PartitionSummary(
+            task.partition,
+            totals.resumed_after,
+            totals.position,
+            totals.copied,
+            totals.duplicates,
+            time.monotonic() - started,
+            completed,
+        )
+    finally:
+        try:
+            if own_broker and broker is not None:
+                broker.close()
+        finally:
+            if own_source:
+                source.close()
+
+
+@attrs.define
+class _Totals:
+    """Counters of one task, across its in-process restarts."""
+
+    resumed_after: int = -2  # -2: not yet initialised
+    position: int = -1
+    copied: int = 0
+    duplicates: int = 0
+
+
+def _copy_once(
+    task: PartitionTask,
+    source: Source,
+    broker: BrokerAPI,
+    stop: threading.Event | None,
+    progress: ProgressCallback | None,
+    window: int,
+    follow_interval: float,
+    totals: _Totals,
+) -> bool:
+    """One attempt of :func:`copy_partition`: True when the end was reached."""
+    writer = _PartitionWriter(broker, task, window)
+    if totals.resumed_after == -2:
+        totals.resumed_after = writer.position
+    writer.totals = totals
+    totals.position = writer.position
+    reader = source.open_partition(task.topic, task.partition, writer.position, task.end)
+    try:
+        source_topic = source.source_topic(task.topic, task.partition)
+        end = task.end
+        known_end = end
+        next_end_check = time.monotonic()
+        reported = -2
+        done = False
+        while not done and not (stop is not None and stop.is_set()):
+            polled = reader.poll(POLL_RECORDS, 0.2)
+            records = polled.records
+            if end is not None and records and records[-1].offset >= end:
+                records = [r for r in records if r.offset < end]
+                done = True
+            if records:
+                writer.send(records, source_topic)
+            if end is not None and polled.caught_up:
+                done = True
+            writer.collect(block=False)
+            if end is None and time.monotonic() >= next_end_check:  # the end, for the lag report
+                known_end = source.end(task.topic, task.partition)
+                next_end_check = time.monotonic() + follow_interval
+            if progress is not None and reported != totals.position:
+                reported = totals.position
+                progress(PartitionProgress(task.partition, reported, known_end, totals.copied, totals.duplicates))
+        writer.finish()
+        if progress is not None:
+            progress(PartitionProgress(task.partition, totals.position, known_end, totals.copied, totals.duplicates))
+        return done
+    finally:
+        reader.close()
+
+
+class _PartitionWriter:
+    """Sends one partition's batches through a named producer session, pipelined."""
+
+    def __init__(self, broker: BrokerAPI, task: PartitionTask, window: int) -> None:
+        self._broker = broker
+        self._task = task
+        self._window = window
+        session = broker.init_producer(producer_name(task.job, task.partition))
+        if session.elsewhere:
+            raise ConfigError(
+                f"{session.producer_name!r} wrote to partitions another broker owns: "
+                "connect to every broker of the cluster (idem://b1:port,b2:port)"
+            )
+        self._producer_id = session.producer_id
+        self._producer_epoch = session.producer_epoch
+        #: the last source offset known stored
+        self.position = session.last_sequences[(task.to_topic, task.to_partition)]
+        self.totals = _Totals()
+        self._pending: deque[tuple[int, int, Future[ProduceResult]]] = deque()
+        self._unanswered = 0
+
+    def send(self, records: list[SourceRecord], source_topic: str) -> None:
+        """Send ``records`` (offset order, above everything sent) as batches ending at the
+        source offset of their last record."""
+        task = self._task
+        batch: list[Record] = []
+        size = 0
+        for index, record in enumerate(records):
+            item = Record(record.value, record.key, source_headers(record, source_topic, task.partition))
+            batch.append(item)
+            size += item.size
+            if size >= BATCH_BYTES or index == len(records) - 1:
+                last = record.offset
+                future = self._broker.submit_produce(
+                    task.to_topic,
+                    task.to_partition,
+                    self._producer_id,
+                    self._producer_epoch,
+                    last - len(batch) + 1,
+                    batch,
+                )
+                self._pending.append((last, len(batch), future))
+                self._unanswered += len(batch)
+                batch = []
+                size = 0
+        self.collect(block=self._unanswered > self._window)
+
+    def collect(self, *, block: bool) -> None:
+        """Take the answers in order: those ready, and while ``block``, down to the window.
+
+        Raises:
+            ProducerFencedError: another run of the task took over.
+            SequenceDesyncError: the destination refused a batch's sequences.
+            ProducerError: the request failed (nothing after it is counted as stored).
+        """
+        pending = self._pending
+        totals = self.totals
+        while pending and (pending[0][2].done() or (block and self._unanswered > self._window)):
+            last, count, future = pending.popleft()
+            self._unanswered -= count
+            result = future.result()
+            if result.outcome is Outcome.ACCEPTED:
+                totals.copied += count
+            elif result.outcome is Outcome.DUPLICATE:
+                totals.duplicates += count
+            elif result.outcome is Outcome.FENCED:
+                raise ProducerFencedError(
+                    f"job {self._task.job!r}, partition {self._task.partition}: another run took over",
+                    self._producer_id,
+                    result.producer_epoch if result.producer_epoch is not None else -1,
+                )
+            else:
+                raise SequenceDesyncError(
+                    f"{self._task.to_topic}[{self._task.to_partition}] answered {result.outcome.value} "
+                    f"to the batch ending at source offset {last}",
+                    result.expected_sequence if result.expected_sequence is not None else -1,
+                )
+            self.position = totals.position = last
+
+    def finish(self) -> None:
+        """Wait for every answer (raises as :meth:`collect`)."""
+        self._window = 0
+        self.collect(block=True)
+
+
+class Mirror:
+    """A copy job from a source to a destination broker: resumable, and exactly once.
+
+    Args:
+        source: the source URL: ``file:///path``, ``kafka+native://host:port``,
+            ``pulsar+native://host:port?admin_url=http://host:port``, or a broker URL
+            (``sqlite://``, ``memory://``, ``idem://``, ``kafka://``, ``pulsar://``) for an
+            idempotent topic.
+        destination: the destination broker URL.
+        topic: the source topic (ignored for files).
+        to_topic: the destination topic; defaults to ``topic`` (required for files).
+        job: the job's name. Running the same job again resumes it; another name copies
+            again. Its partitions are written by the named producers ``job/partition``.
+        follow: keep copying new records until :meth:`stop` (else stop at the end the source
+            had when :meth:`run` started).
+        parallelism: partitions copied at once (one thread each).
+        progress: called with a :class:`PartitionProgress` from the partition threads.
+
+    Raises:
+        ConfigError: missing topic or job, or bad URL.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        destination: str,
+        *,
+        topic: str | None = None,
+        to_topic: str | None = None,
+        job: str,
+        follow: bool = False,
+        parallelism: int = 8,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        self.is_file = urlsplit(source).scheme == "file"
+        if not job or not isinstance(job, str):
+            raise ConfigError("a mirror job needs a name (job=...)")
+        if not self.is_file and not topic:
+            raise ConfigError(f"copying from {source} needs a source topic")
+        if self.is_file and not to_topic:
+            raise ConfigError("copying a file needs a destination topic (to_topic=...)")
+        if parallelism < 1:
+            raise ConfigError("parallelism must be at least 1")
+        self.source = source
+        self.destination = destination
+        self.topic = "" if self.is_file else str(topic)
+        self.to_topic = str(to_topic or topic)
+        self.job = job
+        self.follow = follow
+        self.parallelism = parallelism
+        self.progress = progress
+        self._stop = threading.Event()
+
+    def plan(self, source: Source, broker: BrokerAPI) -> list[PartitionTask]:
+        """Prepare the destination and return one task per source partition.
+
+        Creates the destination topic with the source's partition count (1 for files) unless
+        it exists with at least as many, sets its policy to ``monotonic``, and fixes each
+        partition's end (the source's end now; None when following).
+
+        Raises:
+            InvalidTopicError: the source topic does not exist.
+            ConfigError: the destination topic has fewer partitions than the source.
+            BrokerError, TransportError: the destination refused or failed.
+        """
+        count = source.partitions(self.topic)
+        existing = broker.topics().get(self.to_topic)
+        if existing is None:
+            broker.create_topic(self.to_topic, count)
+        elif existing < count:
+            raise ConfigError(f"destination topic {self.to_topic!r} has {existing} partitions; the source has {count}")
+        broker.set_policy("monotonic", topic=self.to_topic)
+        return [
+            PartitionTask(
+                self.source,
+                self.destination,
+                self.topic,
+                self.to_topic,
+                self.job,
+                p,
+                0 if self.is_file else p,
+                None if self.follow else source.end(self.topic, p),
+            )
+            for p in range(count)
+        ]
+
+    def stop(self) -> None:
+        """Ask a running :meth:`run` to flush what it sent and return (thread- and
+        signal-safe)."""
+        self._stop.set()
+
+    def run(self) -> MirrorSummary:
+        """Copy, resuming the job where its destination says it stopped.
+
+        Returns:
+            A :class:`MirrorSummary`: records copied, where each partition resumed (what was
+            already copied was skipped), and duplicates answered.
+
+        Raises:
+            The errors of :func:`copy_partition` and :meth:`plan`; a failure of one partition
+            stops the others (what they sent is flushed). Nothing is lost or duplicated by a
+            failure: run the job again to resume it.
+        """
+        from .. import connect
+
+        started = time.monotonic()
+        source = open_source(self.source)
+        try:
+            broker = connect(self.destination)
+            try:
+                tasks = self.plan(source, broker)
+                summaries = self._run_tasks(tasks, source, broker)
+            finally:
+                broker.close()
+        finally:
+            source.close()
+        return MirrorSummary(
+            self.job,
+            self.source,
+            self.destination,
+            self.topic,
+            self.to_topic,
+            tuple(summaries),
+            time.monotonic() - started,
+        )
+
+    def _run_tasks(self, tasks: list[PartitionTask], source: Source, broker: BrokerAPI) -> list[PartitionSummary]:
+        def one(task: PartitionTask) -> PartitionSummary:
+            try:
+                return copy_partition(task, source=source, broker=broker, stop=self._stop, progress=self.progress)
+            except BaseException:
+                self._stop.set()  # one failure ends the job; the others flush and return
+                raise
+
+        with ThreadPoolExecutor(min(self.parallelism, len(tasks)) or 1, thread_name_prefix="mirror") as pool:
+            futures = [pool.submit(one, task) for task in tasks]
+            while not all(f.done() for f in futures):
+                # wait in short steps so that a signal handler runs promptly in the main thread
+                time.sleep(0.05)
+        return [f.result() for f in futures]
+
+
+__all__ = [
+    "SOURCE_OFFSET",
+    "SOURCE_PARTITION",
+    "SOURCE_TIMESTAMP",
+    "SOURCE_TOPIC",
+    "Mirror",
+    "MirrorSummary",
+    "PartitionProgress",
+    "PartitionSummary",
+    "PartitionTask",
+    "copy_partition",
+    "producer_name",
+    "source_headers",
+]

@@ -1,0 +1,182 @@
+"""Plain Kafka topics as a mirror source: ``kafka+native://host:port[,host:port...]``.
+
+Any topic written by any client (a Java service, kcat, ...) is read with confluent-kafka, one
+consumer per partition, assigned (no consumer group is joined and no offset is committed: the
+destination holds the position). The query string holds extra librdkafka settings, for
+example ``kafka+native://host:9093?security.protocol=SSL&ssl.ca.location=/ca.pem``.
+
+A record's offset is its Kafka offset. Offsets have holes: a compacted topic has removed
+records, and transaction markers (and aborted records, which are skipped:
+``isolation.level=read_committed``) take offsets of their own. Keys, values, headers and
+timestamps (``CreateTime`` or ``LogAppendTime``) are kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from ..errors import BackendUnavailableError, ConfigError, InvalidTopicError, ProducerError
+from .source import Polled, SourceRecord
+
+try:
+    from confluent_kafka import Consumer, KafkaError, KafkaException
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("kafka+native:// sources need confluent-kafka: pip install 'idempotent[kafka]'") from exc
+
+_TIMEOUT = 30.0
+
+
+@contextlib.contextmanager
+def _map_errors(what: str) -> Iterator[None]:
+    """Translate confluent-kafka errors into the project's tree, once, at this edge."""
+    try:
+        yield
+    except ProducerError:
+        raise
+    except KafkaException as exc:
+        raise _translate(exc.args[0] if exc.args else None, what) from exc
+
+
+def _translate(error: Any, what: str) -> ProducerError:
+    if isinstance(error, KafkaError):
+        if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION):
+            return InvalidTopicError(f"kafka: {what}: {error.str()}")
+        if error.code() in (KafkaError._INVALID_ARG, KafkaError.TOPIC_AUTHORIZATION_FAILED) or error.fatal():
+            return ConfigError(f"kafka: {what}: {error.name()}: {error.str()}")
+        return BackendUnavailableError(f"kafka: {what}: {error.name()}: {error.str()}")
+    return BackendUnavailableError(f"kafka: {what}: {error!r}")
+
+
+def client_config(url: str) -> dict[str, str]:
+    """The librdkafka settings a ``kafka+native://`` URL names.
+
+    Raises:
+        ConfigError: not a ``kafka+native://host:port`` URL.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "kafka+native" or not parts.netloc:
+        raise ConfigError(f"expected kafka+native://host:port[,host:port...], got {url!r}")
+    return {**dict(parse_qsl(parts.query)), "bootstrap.servers": parts.netloc}
+
+
+class KafkaNativeSource:
+    """The topics of a Kafka cluster, read as they are; see the module docstring.
+
+    Raises:
+        ConfigError: bad URL or setting.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._config = client_config(url)
+        self._meta: Any = None
+        with _map_errors("open"):
+            self._meta = self._consumer()
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def _consumer(self) -> Any:
+        try:
+            return Consumer(
+                {
+                    **self._config,
+                    # assigned partitions only: the group is never joined and nothing is committed
+                    "group.id": f"idempotent-mirror-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "enable.partition.eof": True,
+                    "isolation.level": "read_committed",
+                    "auto.offset.reset": "earliest",
+                }
+            )
+        except (KafkaException, ValueError, TypeError) as exc:
+            raise ConfigError(f"kafka: bad client settings in {self._url}: {exc}") from exc
+
+    def partitions(self, topic: str) -> int:
+        with _map_errors(f"describe {topic!r}"):
+            metadata = self._meta.list_topics(topic, timeout=_TIMEOUT)
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            detail = found.error.str() if found is not None and found.error is not None else "no partitions"
+            raise InvalidTopicError(f"kafka: unknown topic {topic!r} ({detail})")
+        return len(found.partitions)
+
+    def end(self, topic: str, partition: int) -> int:
+        with _map_errors(f"end of {topic}[{partition}]"):
+            _, high = self._meta.get_watermark_offsets(
+                KafkaTopicPartition(topic, partition), timeout=_TIMEOUT, cached=False
+            )
+        return int(high)
+
+    def open_partition(self, topic: str, partition: int, after: int, end: int | None = None) -> KafkaPartitionReader:
+        return KafkaPartitionReader(self._consumer(), topic, partition, after)
+
+    def source_topic(self, topic: str, partition: int) -> str:
+        return topic
+
+    def close(self) -> None:
+        if self._meta is not None:
+            meta, self._meta = self._meta, None
+            with contextlib.suppress(KafkaException, RuntimeError):
+                meta.close()
+
+
+class KafkaPartitionReader:
+    """One consumer assigned to one partition, from the offset after ``after``."""
+
+    def __init__(self, consumer: Any, topic: str, partition: int, after: int) -> None:
+        self._consumer = consumer
+        self._after = after
+        start = after + 1 if after >= 0 else -2  # -2: OFFSET_BEGINNING
+        try:
+            with _map_errors(f"assign {topic}[{partition}]"):
+                consumer.assign([KafkaTopicPartition(topic, partition, start)])
+        except BaseException:
+            consumer.close()
+            raise
+
+    def poll(self, max_records: int, timeout: float) -> Polled:
+        with _map_errors("consume"):
+            messages = self._consumer.consume(num_messages=max_records, timeout=timeout)
+        records = []
+        caught_up = False
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    caught_up = True
+                    continue
+                raise _translate(error, "consume")
+            offset = message.offset()
+            if offset <= self._after:
+                continue
+            caught_up = False
+            kind, millis = message.timestamp()
+            headers = message.headers() or ()
+            records.append(
+                SourceRecord(
+                    offset,
+                    message.key(),
+                    message.value(),
+                    tuple((name, b"" if value is None else bytes(value)) for name, value in headers),
+                    None if kind == 0 else millis / 1000,  # 0: TIMESTAMP_NOT_AVAILABLE
+                )
+            )
+            self._after = offset
+        return Polled(records, caught_up)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            with contextlib.suppress(KafkaException, RuntimeError):
+                consumer.close()
+
+
+__all__ = ["KafkaNativeSource", "KafkaPartitionReader", "client_config"]

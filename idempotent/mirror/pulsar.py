@@ -1,0 +1,228 @@
+"""Plain Pulsar topics as a mirror source: ``pulsar+native://host:port?admin_url=http://host:port``.
+
+Any topic written by any client is read with a pulsar-client **Reader** per partition (no
+subscription is created; the destination holds the position). The topic may be given short
+(``orders``, in ``public/default``) or in full (``persistent://tenant/ns/orders``); a
+partitioned topic's partitions are its ``-partition-N`` topics, a non-partitioned topic is
+partition 0. The admin REST API (``admin_url``, default ``http://host:8080``) gives the
+partition count and, for jobs that stop, each partition's last message id when they start.
+
+Offsets. A Pulsar message id is (ledger, entry, batch index), ordered in that order, and not
+dense: entry ids restart in each new ledger, ledger ids are shared by the whole cluster, and
+a batch holds several messages in one entry. The offset is the id packed into 63 bits:
+``ledger << 30 | entry << 12 | batch index``, which keeps the order as long as ledger ids stay
+below 2**33, entries per ledger below 2**18 (the broker's default rollover is 50,000) and
+messages per batch below 2**12 (producers batch 1,000 by default). A message id beyond these
+stops the job with ConfigError before anything of it is copied. Keys (``partition_key``),
+values, properties (as headers, sorted by name) and timestamps (the event time if the
+producer set one, else the publish time) are kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+from ..errors import BackendUnavailableError, ConfigError, InvalidTopicError, ProducerError
+from .source import Polled, SourceRecord
+
+try:
+    import pulsar
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("pulsar+native:// sources need pulsar-client: pip install 'idempotent[pulsar]'") from exc
+
+LEDGER_BITS = 33
+ENTRY_BITS = 18
+BATCH_BITS = 12
+_TIMEOUT = 30.0
+
+
+def pack_message_id(ledger: int, entry: int, batch_index: int) -> int:
+    """The offset of a message id (``batch_index`` -1, not batched, counts as 0).
+
+    Raises:
+        ConfigError: a part does not fit its bits (see the module docstring).
+    """
+    batch_index = max(batch_index, 0)
+    if not (0 <= ledger < 2**LEDGER_BITS and 0 <= entry < 2**ENTRY_BITS and batch_index < 2**BATCH_BITS):
+        raise ConfigError(
+            f"pulsar message id {ledger}:{entry}:{batch_index} does not fit the mirror's offsets "
+            f"(ledger < 2**{LEDGER_BITS}, entry < 2**{ENTRY_BITS}, batch index < 2**{BATCH_BITS})"
+        )
+    return ledger << (ENTRY_BITS + BATCH_BITS) | entry << BATCH_BITS | batch_index
+
+
+def unpack_offset(offset: int) -> tuple[int, int, int]:
+    """The (ledger, entry, batch index) of an offset made by :func:`pack_message_id`."""
+    return (
+        offset >> (ENTRY_BITS + BATCH_BITS),
+        (offset >> BATCH_BITS) & (2**ENTRY_BITS - 1),
+        offset & (2**BATCH_BITS - 1),
+    )
+
+
+def full_topic(topic: str) -> str:
+    """``persistent://public/default/T`` for a short name, else the name itself."""
+    return topic if "://" in topic else f"persistent://public/default/{topic}"
+
+
+@contextlib.contextmanager
+def _map_errors(what: str) -> Iterator[None]:
+    """Translate pulsar-client errors into the project's tree, once, at this edge."""
+    try:
+        yield
+    except ProducerError:
+        raise
+    except pulsar.TopicNotFound as exc:
+        raise InvalidTopicError(f"pulsar: {what}: {exc}") from exc
+    except (pulsar.AuthenticationError, pulsar.AuthorizationError) as exc:
+        raise ConfigError(f"pulsar: {what}: {exc}") from exc
+    except pulsar.PulsarException as exc:
+        raise BackendUnavailableError(f"pulsar: {what}: {type(exc).__name__}: {exc}") from exc
+
+
+class PulsarNativeSource:
+    """The topics of a Pulsar cluster, read as they are; see the module docstring.
+
+    Raises:
+        ConfigError: bad URL.
+        BackendUnavailableError: the client could not be created.
+    """
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "pulsar+native" or not parts.hostname:
+            raise ConfigError(f"expected pulsar+native://host:port?admin_url=http://host:port, got {url!r}")
+        options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        unknown = set(options) - {"admin_url"}
+        if unknown:
+            raise ConfigError(f"unknown pulsar+native option(s) {sorted(unknown)}; known: admin_url")
+        self._url = url
+        self.service_url = f"pulsar://{parts.netloc}"
+        self.admin_url = options.get("admin_url", f"http://{parts.hostname}:8080").rstrip("/")
+        self._partitioned: dict[str, int] = {}
+        with _map_errors("connect"):
+            self._client = pulsar.Client(
+                self.service_url, operation_timeout_seconds=int(_TIMEOUT), log_conf_file_path=None
+            )
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def _admin(self, path: str) -> Any:
+        try:
+            with urllib.request.urlopen(self.admin_url + path, timeout=_TIMEOUT) as answer:
+                text = answer.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                raise InvalidTopicError(f"pulsar: not found: {path}") from exc
+            raise BackendUnavailableError(f"pulsar admin: {path}: HTTP {exc.code}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise BackendUnavailableError(f"pulsar admin {self.admin_url}: {path}: {exc}") from exc
+        return json.loads(text) if text else None
+
+    @staticmethod
+    def _path(topic: str) -> str:
+        domain, _, rest = full_topic(topic).partition("://")
+        return f"/admin/v2/{domain}/" + "/".join(quote(part, safe="") for part in rest.split("/"))
+
+    def partitions(self, topic: str) -> int:
+        count = int(self._admin(self._path(topic) + "/partitions").get("partitions", 0))
+        if count == 0:
+            self._admin(self._path(topic) + "/lastMessageId")  # a non-partitioned topic must exist
+        self._partitioned[topic] = count
+        return max(count, 1)
+
+    def partition_topic(self, topic: str, partition: int) -> str:
+        """The Pulsar topic holding ``partition`` of ``topic``."""
+        if topic not in self._partitioned:
+            self.partitions(topic)
+        if self._partitioned[topic] == 0:
+            if partition != 0:
+                raise InvalidTopicError(f"pulsar: {topic!r} is not partitioned: only partition 0")
+            return full_topic(topic)
+        return f"{full_topic(topic)}-partition-{partition}"
+
+    def end(self, topic: str, partition: int) -> int:
+        last = self._admin(self._path(self.partition_topic(topic, partition)) + "/lastMessageId")
+        ledger, entry = int(last.get("ledgerId", -1)), int(last.get("entryId", -1))
+        if ledger < 0:
+            return 0
+        return pack_message_id(ledger, entry + 1, 0) if entry + 1 < 2**ENTRY_BITS else pack_message_id(ledger + 1, 0, 0)
+
+    def open_partition(self, topic: str, partition: int, after: int, end: int | None = None) -> PulsarPartitionReader:
+        name = self.partition_topic(topic, partition)
+        index = partition if self._partitioned[topic] else -1
+        if after < 0:
+            start = pulsar.MessageId.earliest
+        else:
+            # start at the entry of the last message copied (inclusive), and drop what was
+            # copied: a batch's remaining messages are read either way
+            ledger, entry, batch_index = unpack_offset(after)
+            start = pulsar.MessageId(index, ledger, entry, batch_index)
+        with _map_errors(f"read {name}"):
+            reader = self._client.create_reader(
+                name, start, start_message_id_inclusive=after >= 0, receiver_queue_size=2000
+            )
+        return PulsarPartitionReader(reader, after)
+
+    def source_topic(self, topic: str, partition: int) -> str:
+        return self.partition_topic(topic, partition)
+
+    def close(self) -> None:
+        with contextlib.suppress(pulsar.PulsarException):
+            self._client.close()
+
+
+class PulsarPartitionReader:
+    """A pulsar-client Reader of one partition, returning messages after ``after``."""
+
+    def __init__(self, reader: Any, after: int) -> None:
+        self._reader = reader
+        self._after = after
+
+    def poll(self, max_records: int, timeout: float) -> Polled:
+        records: list[SourceRecord] = []
+        caught_up = False
+        with _map_errors("read"):
+            while len(records) < max_records:
+                if not self._reader.has_message_available():
+                    caught_up = True
+                    break
+                try:
+                    message = self._reader.read_next(int(_TIMEOUT * 1000))
+                except pulsar.Timeout:
+                    break
+                message_id = message.message_id()
+                offset = pack_message_id(message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
+                if offset <= self._after:
+                    continue
+                self._after = offset
+                key = message.partition_key()
+                millis = message.event_timestamp() or message.publish_timestamp()
+                records.append(
+                    SourceRecord(
+                        offset,
+                        key.encode() if key else None,
+                        message.data(),
+                        tuple((name, value.encode()) for name, value in sorted(message.properties().items())),
+                        millis / 1000 if millis else None,
+                    )
+                )
+        if not records and timeout > 0:
+            time.sleep(min(timeout, 0.05))
+        return Polled(records, caught_up)
+
+    def close(self) -> None:
+        with contextlib.suppress(pulsar.PulsarException):
+            self._reader.close()
+
+
+__all__ = ["PulsarNativeSource", "PulsarPartitionReader", "full_topic", "pack_message_id", "unpack_offset"]

@@ -1,0 +1,163 @@
+"""What the mirror reads: the source contract, and the URL that picks a source kind.
+
+A *source* is a set of topics split into partitions; each record of a partition has an
+**offset**: an integer, ``0 .. 2**63-1``, that grows strictly along the partition and never
+changes once the record is readable. Offsets may have holes (a compacted Kafka topic, Kafka
+transaction markers, Pulsar message ids, byte positions in a file). The mirror uses the offset
+as the record's application sequence in the destination, which is what makes a resumed copy
+exact: the destination's last stored sequence is the source offset to resume after.
+
+One module per source kind implements the contract:
+
+========================================  ==========================================
+URL                                       module
+========================================  ==========================================
+``file:///path`` (a file or a directory)  :mod:`idempotent.mirror.file`
+``sqlite://``, ``memory://``,             :mod:`idempotent.mirror.topic`: an idempotent
+``idem://``, ``idems://``, ``kafka://``,  topic, read through a broker
+``pulsar://``
+``kafka+native://host:port[,host:port]``  :mod:`idempotent.mirror.kafka`: a plain Kafka
+                                          topic (confluent-kafka)
+``pulsar+native://host:port?admin_url=``  :mod:`idempotent.mirror.pulsar`: a plain Pulsar
+                                          topic (pulsar-client Reader)
+========================================  ==========================================
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import attrs
+
+from .._records import Headers
+from ..errors import ConfigError
+
+#: Largest offset a source may hand out (the destination's sequences are 63-bit).
+MAX_OFFSET = 2**63 - 1
+
+
+@attrs.frozen
+class SourceRecord:
+    """One record read from a source partition.
+
+    ``timestamp`` is in seconds since the epoch, or None when the source has none.
+    """
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+    timestamp: float | None = None
+
+
+@attrs.frozen
+class Polled:
+    """What one :meth:`PartitionReader.poll` returns.
+
+    Attributes:
+        records: records in offset order, all above the position the reader was opened at.
+        caught_up: True when, after these records, the partition held nothing more at the
+            moment of the poll (the reader has seen the partition's current end).
+    """
+
+    records: list[SourceRecord]
+    caught_up: bool
+
+
+class PartitionReader(Protocol):
+    """Reads one source partition forward from a position. Not thread-safe."""
+
+    def poll(self, max_records: int, timeout: float) -> Polled:
+        """Up to ``max_records`` next records, waiting at most ``timeout`` seconds for one.
+
+        Raises:
+            BackendUnavailableError: the source failed; the position is unchanged.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the reader's connections. Idempotent."""
+        ...
+
+
+class Source(Protocol):
+    """A source of topics, opened from a URL. Thread-safe: one reader per thread."""
+
+    @property
+    def url(self) -> str:
+        """The URL the source was opened with."""
+        ...
+
+    def partitions(self, topic: str) -> int:
+        """How many partitions ``topic`` has.
+
+        Raises:
+            InvalidTopicError: the topic does not exist.
+            BackendUnavailableError: the source could not be asked.
+        """
+        ...
+
+    def end(self, topic: str, partition: int) -> int:
+        """An exclusive upper bound of the offsets stored now: every record readable now has
+        a lower offset, and every record written later has this offset or a higher one.
+
+        Raises:
+            BackendUnavailableError: the source could not be asked.
+        """
+        ...
+
+    def open_partition(self, topic: str, partition: int, after: int, end: int | None) -> PartitionReader:
+        """A reader of ``topic[partition]`` that returns the records with offsets above
+        ``after`` (-1: from the first record the source still holds). ``end`` is the
+        :meth:`end` the job stops at, or None for a job that follows the source; a reader
+        may stop fetching at it.
+
+        Raises:
+            InvalidTopicError: no such topic or partition.
+            BackendUnavailableError: the source could not be opened.
+        """
+        ...
+
+    def source_topic(self, topic: str, partition: int) -> str:
+        """What the ``idem.src.topic`` header of a record of this partition says."""
+        ...
+
+    def close(self) -> None:
+        """Release the source. Idempotent."""
+        ...
+
+
+def open_source(url: str) -> Source:
+    """Open the source a URL names (see the table in this module's docstring).
+
+    Raises:
+        ConfigError: unknown scheme or malformed URL, or the client library is missing.
+        BackendUnavailableError: the source could not be reached.
+    """
+    if not isinstance(url, str):
+        raise ConfigError(f"a source URL must be a str, got {type(url).__name__}")
+    scheme = urlsplit(url).scheme
+    if scheme == "file":
+        from .file import FileSource
+
+        return FileSource(url)
+    if scheme == "kafka+native":
+        from .kafka import KafkaNativeSource
+
+        return KafkaNativeSource(url)
+    if scheme == "pulsar+native":
+        from .pulsar import PulsarNativeSource
+
+        return PulsarNativeSource(url)
+    if scheme in ("sqlite", "memory", "idem", "idems", "kafka", "pulsar"):
+        from .topic import TopicSource
+
+        return TopicSource(url)
+    raise ConfigError(
+        f"unknown source URL scheme {scheme!r} in {url!r}; use file://, kafka+native://, "
+        "pulsar+native:// or a broker URL (sqlite://, memory://, idem://, kafka://, pulsar://)"
+    )
+
+
+__all__ = ["MAX_OFFSET", "PartitionReader", "Polled", "Source", "SourceRecord", "open_source"]

@@ -1,0 +1,93 @@
+"""Idempotent topics as a mirror source, on any broker URL of the README.
+
+``sqlite://``, ``memory://``, ``kafka://`` and ``pulsar://`` are opened read-only in this
+process (:func:`adapters.read_only.open_read_only_broker`: no partition is taken over from the
+broker that writes them, no topic is created); ``idem://`` and ``idems://`` ask the broker
+server. A record's offset is its offset in the topic: dense on SQLite and memory, with holes
+on Kafka (transaction markers); its timestamp is the time the source stored it.
+"""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import urlsplit
+
+from ..api import BrokerAPI
+from .source import Polled, SourceRecord
+
+
+def open_source_broker(url: str) -> BrokerAPI:
+    """A broker handle that reads ``url`` without writing to it.
+
+    Raises:
+        ConfigError: bad URL, or a SQLite file that does not exist.
+        BackendUnavailableError, BrokerConnectionError: the broker could not be opened.
+    """
+    if urlsplit(url).scheme in ("idem", "idems"):
+        from .. import connect
+
+        return connect(url)
+    from adapters.read_only import open_read_only_broker
+
+    return open_read_only_broker(url)
+
+
+class TopicSource:
+    """The topics of one broker URL; see the module docstring.
+
+    Raises:
+        ConfigError, BackendUnavailableError, BrokerConnectionError: see
+            :func:`open_source_broker`.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self.broker = open_source_broker(url)
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def partitions(self, topic: str) -> int:
+        return self.broker.partitions_for(topic, create=False)
+
+    def end(self, topic: str, partition: int) -> int:
+        return self.broker.end_offset(topic, partition)
+
+    def open_partition(self, topic: str, partition: int, after: int, end: int | None = None) -> TopicReader:
+        return TopicReader(self.broker, topic, partition, after + 1)
+
+    def source_topic(self, topic: str, partition: int) -> str:
+        return topic
+
+    def close(self) -> None:
+        self.broker.close()
+
+
+class TopicReader:
+    """Reads one partition of an idempotent topic forward from an offset."""
+
+    def __init__(self, broker: BrokerAPI, topic: str, partition: int, position: int) -> None:
+        self._broker = broker
+        self._topic = topic
+        self._partition = partition
+        self._position = position
+
+    def poll(self, max_records: int, timeout: float) -> Polled:
+        stored = self._broker.read(self._topic, self._partition, self._position, max_records)
+        records = [
+            SourceRecord(r.offset, r.key, r.value, r.headers, r.timestamp or None)
+            for r in stored
+            if r.offset >= self._position  # a backend may hand back the start's neighbours
+        ]
+        if records:
+            self._position = records[-1].offset + 1
+        elif timeout > 0:
+            time.sleep(min(timeout, 0.05))
+        return Polled(records, not records)
+
+    def close(self) -> None:
+        """The broker is the source's; nothing to release here."""
+
+
+__all__ = ["TopicReader", "TopicSource", "open_source_broker"]

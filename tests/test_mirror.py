@@ -1,0 +1,251 @@
+"""The mirror engine, with file and idempotent-topic sources (memory and SQLite)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import idempotent
+from adapters.memory import reset_store
+from idempotent.errors import ConfigError, InvalidTopicError, ProducerFencedError
+from idempotent.mirror import (
+    Mirror,
+    PartitionProgress,
+    SourceRecord,
+    copy_partition,
+    open_source,
+    producer_name,
+)
+from idempotent.mirror.engine import source_headers
+
+
+def _stored(url: str, topic: str) -> dict[int, list[idempotent.StoredRecord]]:
+    broker = idempotent.connect(url)
+    try:
+        out = {}
+        for p in range(broker.topics().get(topic, 0)):
+            out[p] = broker.read(topic, p, 0, 1_000_000)
+        return out
+    finally:
+        broker.close()
+
+
+def _fill(url: str, topic: str, partitions: int, count: int, start: int = 0) -> None:
+    with idempotent.Producer(url, producer_name="writer") as producer:
+        if topic not in producer.broker.topics():
+            producer.broker.create_topic(topic, partitions)
+        for i in range(start, start + count):
+            producer.send(topic, f"v{i}", key=f"k{i}", partition=i % partitions, headers={"h": str(i).encode()})
+
+
+def test_file_to_sqlite_copies_every_line_in_order_and_resumes(tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"".join(b"line %d\n" % i for i in range(1000)))
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    summary = Mirror(f"file://{source}", dest, to_topic="lines", job="j").run()
+    assert (summary.copied, summary.duplicates, summary.completed) == (1000, 0, True)
+    assert summary.partitions[0].resumed_after == -1
+    stored = _stored(dest, "lines")[0]
+    assert [r.value for r in stored] == [b"line %d" % i for i in range(1000)]
+    offsets = [int(dict(r.headers)["idem.src.offset"]) for r in stored]
+    assert offsets == [sum(len(b"line %d\n" % j) for j in range(i)) for i in range(1000)]
+    assert dict(stored[0].headers)["idem.src.topic"] == str(source).encode()
+    # the last stored sequence is the last line's offset: the resume position
+    assert stored[-1].sequence == offsets[-1]
+
+    again = Mirror(f"file://{source}", dest, to_topic="lines", job="j").run()
+    assert (again.copied, again.duplicates) == (0, 0)
+    assert again.partitions[0].resumed_after == offsets[-1]
+
+    with source.open("ab") as handle:
+        handle.write(b"more 1\nmore 2")  # the last line has no newline: the file's end ends it
+    more = Mirror(f"file://{source}", dest, to_topic="lines", job="j").run()
+    assert more.copied == 2
+    assert [r.value for r in _stored(dest, "lines")[0][-3:]] == [b"line 999", b"more 1", b"more 2"]
+
+
+def test_a_directory_is_its_files_in_name_order(tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "b.log").write_bytes(b"b1\nb2\n")
+    (folder / "a.log").write_bytes(b"a1\na2")  # no newline at the end of a file that is not last
+    (folder / ".hidden").write_bytes(b"x\n")
+    (folder / "sub").mkdir()
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    summary = Mirror(f"file://{folder}", dest, to_topic="t", job="j").run()
+    assert summary.copied == 4
+    assert [r.value for r in _stored(dest, "t")[0]] == [b"a1", b"a2", b"b1", b"b2"]
+    (folder / "c.log").write_bytes(b"c1\n")
+    assert Mirror(f"file://{folder}", dest, to_topic="t", job="j").run().copied == 1
+    assert [r.value for r in _stored(dest, "t")[0]][-1] == b"c1"
+
+
+def test_topic_to_topic_keeps_partitions_keys_headers_and_order(tmp_path: Path) -> None:
+    src = f"sqlite:///{tmp_path / 's.db'}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    _fill(src, "orders", 3, 300)
+    summary = Mirror(src, dest, topic="orders", to_topic="copy", job="j").run()
+    assert summary.copied == 300 and len(summary.partitions) == 3
+    source = _stored(src, "orders")
+    copied = _stored(dest, "copy")
+    assert sorted(copied) == [0, 1, 2]
+    for p in range(3):
+        assert [(r.key, r.value) for r in copied[p]] == [(r.key, r.value) for r in source[p]]
+        for original, copy in zip(source[p], copied[p], strict=True):
+            headers = dict(copy.headers)
+            assert headers["h"] == dict(original.headers)["h"]
+            assert headers["idem.src.topic"] == b"orders"
+            assert headers["idem.src.partition"] == b"%d" % p
+            assert headers["idem.src.offset"] == b"%d" % original.offset
+            assert abs(int(headers["idem.src.timestamp"]) / 1000 - original.timestamp) < 0.002
+    broker = idempotent.connect(dest)
+    try:
+        assert {s.policy for s in broker.stats("copy")} == {"monotonic"}
+        names = {producer_name("j", p) for p in range(3)}
+        assert {ps.producer_name for s in broker.stats("copy") for ps in s.producers} == names
+    finally:
+        broker.close()
+    # a topic copied again under another job name is copied again
+    assert Mirror(src, dest, topic="orders", to_topic="copy", job="j2").run().copied == 300
+
+
+def test_interrupted_copy_resumes_without_duplicates_or_losses(tmp_path: Path) -> None:
+    src = f"sqlite:///{tmp_path / 's.db'}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    _fill(src, "t", 2, 20_000)
+    mirror: Mirror
+
+    def stop_early(report: PartitionProgress) -> None:
+        if report.copied >= 3000:
+            mirror.stop()
+
+    mirror = Mirror(src, dest, topic="t", job="j", progress=stop_early)
+    first = mirror.run()
+    assert not first.completed and 3000 <= first.copied < 20_000
+    second = Mirror(src, dest, topic="t", job="j").run()
+    assert second.completed and first.copied + second.copied == 20_000
+    assert second.duplicates == 0
+    source, copied = _stored(src, "t"), _stored(dest, "t")
+    for p in (0, 1):
+        assert [r.value for r in copied[p]] == [r.value for r in source[p]]
+    resumed = {s.partition: s.resumed_after for s in second.partitions}
+    assert resumed == {s.partition: s.last_offset for s in first.partitions}
+
+
+def test_a_resent_batch_is_answered_duplicate(tmp_path: Path) -> None:
+    """A batch resent under the same producer session (its answer was lost) is not stored twice."""
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    broker = idempotent.connect(dest)
+    try:
+        broker.create_topic("t", 1)
+        broker.set_policy("monotonic", topic="t")
+        session = broker.init_producer(producer_name("j", 0))
+        records = [idempotent.Record(b"a"), idempotent.Record(b"b")]
+        first = broker.produce("t", 0, session.producer_id, session.producer_epoch, 9, records)
+        again = broker.produce("t", 0, session.producer_id, session.producer_epoch, 9, records)
+        assert (first.outcome, again.outcome) == (idempotent.Outcome.ACCEPTED, idempotent.Outcome.DUPLICATE)
+        assert broker.end_offset("t", 0) == 2
+    finally:
+        broker.close()
+    # the job resumes after sequence 10 (the batch's last source offset)
+    (tmp_path / "in.txt").write_bytes(b"0123456789\nnext\n")  # "next" starts at byte 11
+    summary = Mirror(f"file://{tmp_path / 'in.txt'}", dest, to_topic="t", job="j").run()
+    assert summary.partitions[0].resumed_after == 10 and summary.copied == 1
+    assert [r.value for r in _stored(dest, "t")[0]] == [b"a", b"b", b"next"]
+
+
+def test_follow_copies_new_records_until_stopped(tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"one\n")
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    mirror = Mirror(f"file://{source}", dest, to_topic="t", job="j", follow=True)
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(mirror.run()))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        with source.open("ab") as handle:
+            handle.write(b"two\nthr")  # an unfinished line is not copied while following
+            handle.flush()
+            while len(_stored(dest, "t").get(0, [])) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.3)
+            assert [r.value for r in _stored(dest, "t")[0]] == [b"one", b"two"]
+            handle.write(b"ee\n")
+        while len(_stored(dest, "t")[0]) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        mirror.stop()
+        thread.join(20)
+    assert [r.value for r in _stored(dest, "t")[0]] == [b"one", b"two", b"three"]
+    summary = result[0]
+    assert isinstance(summary, idempotent.mirror.MirrorSummary)
+    assert summary.copied == 3 and not summary.completed
+
+
+def test_two_runs_of_one_task_fence_each_other(tmp_path: Path) -> None:
+    src = f"memory://{uuid.uuid4().hex}"
+    reset_store(src[len("memory://") :])
+    _fill(src, "t", 1, 5000)
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    mirror = Mirror(src, dest, topic="t", job="j")
+    source = open_source(src)
+    broker = idempotent.connect(dest)
+    try:
+        (task,) = mirror.plan(source, broker)
+        fenced = threading.Event()
+        seen: list[int] = []
+
+        def take_over(report: PartitionProgress) -> None:
+            seen.append(report.position)
+            if len(seen) == 1:  # a second run starts while the first is copying
+                copy_partition(task, source=source, broker=broker)
+                fenced.set()
+
+        with pytest.raises(ProducerFencedError):
+            copy_partition(task, source=source, broker=broker, progress=take_over)
+        assert fenced.is_set()
+        assert [r.value for r in broker.read("t", 0, 0, 10_000)] == [f"v{i}".encode() for i in range(5000)]
+    finally:
+        broker.close()
+        source.close()
+
+
+def test_bad_jobs_are_refused_before_anything_is_copied(tmp_path: Path) -> None:
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    with pytest.raises(ConfigError, match="name"):
+        Mirror("sqlite:///x.db", dest, topic="t", job="")
+    with pytest.raises(ConfigError, match="destination topic"):
+        Mirror(f"file://{tmp_path}", dest, job="j")
+    with pytest.raises(ConfigError, match="source topic"):
+        Mirror("sqlite:///x.db", dest, job="j")
+    with pytest.raises(ConfigError, match="unknown source URL scheme"):
+        Mirror("ftp://host/x", dest, topic="t", job="j").run()
+    with pytest.raises(InvalidTopicError):
+        Mirror(f"file://{tmp_path / 'missing'}", dest, to_topic="t", job="j").run()
+    src = f"sqlite:///{tmp_path / 's.db'}"
+    _fill(src, "t", 3, 3)
+    broker = idempotent.connect(dest)
+    broker.create_topic("small", 2)
+    broker.close()
+    with pytest.raises(ConfigError, match="has 2 partitions; the source has 3"):
+        Mirror(src, dest, topic="t", to_topic="small", job="j").run()
+    with pytest.raises(InvalidTopicError):
+        Mirror(src, dest, topic="nope", job="j").run()
+    assert "nope" not in idempotent.connect(src).topics()
+
+
+def test_source_headers_replace_the_coordinates_of_an_earlier_copy() -> None:
+    record = SourceRecord(7, None, b"v", (("a", b"1"), ("idem.src.offset", b"3")), 1.5)
+    assert source_headers(record, "t", 2) == (
+        ("a", b"1"),
+        ("idem.src.topic", b"t"),
+        ("idem.src.partition", b"2"),
+        ("idem.src.offset", b"7"),
+        ("idem.src.timestamp", b"1500"),
+    )
+    assert source_headers(SourceRecord(7, None, b"v"), "t", 0)[-1] == ("idem.src.offset", b"7")
