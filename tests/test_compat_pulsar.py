@@ -84,8 +84,37 @@ def test_send_async_calls_back_with_result_and_message_id(url: str) -> None:
     client.close()
 
 
+def test_initial_sequence_id_and_gaps_work_on_a_fresh_broker_with_default_settings(tmp_path: Any) -> None:
+    client = compat.Client(f"sqlite:///{tmp_path / 'fresh.db'}")
+    producer = client.create_producer("t", producer_name="p", initial_sequence_id=100)
+    first = producer.send(b"x")
+    assert producer.last_sequence_id() == 101
+    gapped = {seq: producer.send(f"v{seq}".encode(), sequence_id=seq) for seq in (105, 2000, 70000)}
+    assert producer.send(b"again", sequence_id=105) == gapped[105]  # a resend is still a duplicate
+    assert producer.send(b"old", sequence_id=101) == first
+    assert [(r.sequence, r.value) for r in client.broker.read("public/default/t", 0)] == [
+        (101, b"x"),
+        (105, b"v105"),
+        (2000, b"v2000"),
+        (70000, b"v70000"),
+    ]
+    assert client.broker.stats("public/default/t")[0].policy == "monotonic"
+    client.close()
+
+
+def test_an_existing_topic_keeps_the_policy_in_force(url: str) -> None:
+    client = compat.Client(url)
+    client.broker.create_topic("public/default/kept")
+    client.create_producer("kept").close()
+    assert client.broker.stats("public/default/kept")[0].policy == "strict"
+    client.create_producer("new").close()
+    assert client.broker.stats("public/default/new")[0].policy == "monotonic"
+    client.close()
+
+
 def test_strict_policy_accepts_consecutive_sequence_ids_from_zero(url: str) -> None:
     client = compat.Client(url)
+    client.broker.create_topic("public/default/t")  # created before: the broker's strict default applies
     producer = client.create_producer("t", producer_name="feed")
     assert producer.last_sequence_id() == -1
     ids = [producer.send(f"v{i}".encode(), sequence_id=i) for i in range(3)]
@@ -101,6 +130,7 @@ def test_strict_policy_accepts_consecutive_sequence_ids_from_zero(url: str) -> N
 
 def test_strict_policy_refuses_a_jump(url: str) -> None:
     client = compat.Client(url)
+    client.broker.create_topic("public/default/t")
     producer = client.create_producer("t", producer_name="feed")
     producer.send(b"a", sequence_id=0)
     with pytest.raises(compat.UnknownError) as raised:
@@ -125,7 +155,6 @@ def test_monotonic_policy_allows_holes_and_detects_resends(url: str) -> None:
 
 def test_initial_sequence_id_numbers_messages_after_it(url: str) -> None:
     client = compat.Client(url)
-    client.broker.set_policy("monotonic", topic="public/default/t")
     producer = client.create_producer("t", producer_name="feed", initial_sequence_id=9)
     assert producer.last_sequence_id() == 9
     producer.send(b"a")

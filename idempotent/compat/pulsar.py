@@ -19,13 +19,13 @@ Topics follow Pulsar's naming: ``orders`` and ``persistent://public/default/orde
 same topic, stored as ``public/default/orders``, whose namespace is ``public/default``.
 
 Application-chosen sequence ids (``send(..., sequence_id=n)``, PIP-6) are the records'
-sequences in the broker. Under the broker's default ``strict`` policy they must be
-consecutive (starting after the producer's last stored one, at 0 for a new producer); for
-Pulsar's rule (any increase, holes allowed) set the ``monotonic`` policy on the namespace or
-topic: ``idempotent.connect(url).set_policy("monotonic", namespace="public/default")``. A
-sequence id at or below the last stored one is a duplicate: it is not stored again and
-``send`` returns the original message id (or ``-1:-1`` when it is out of the checker's
-window, as Pulsar does).
+sequences in the broker. A topic this module is the first to use gets Pulsar's rule (the
+``monotonic`` policy: any increase, holes allowed), so ``initial_sequence_id`` and gapped
+sequence ids work on a broker with default settings. A topic that already existed keeps the
+policy in force on it (the broker's default is ``strict``: consecutive sequence ids, starting
+after the producer's last stored one, at 0 for a new producer). A sequence id at or below the
+last stored one is a duplicate: it is not stored again and ``send`` returns the original
+message id (or ``-1:-1`` when it is out of the checker's window, as Pulsar does).
 
 Everything outside the supported surface (``docs/migration.md``) raises
 :class:`InvalidConfiguration` or :class:`OperationNotSupported` naming the option.
@@ -568,6 +568,7 @@ class Client:
             )
         if producer_name is not None and (not isinstance(producer_name, str) or not producer_name):
             raise InvalidConfiguration("create_producer: producer_name must be a non-empty str")
+        self._adopt_pulsar_rule(name)
         if batching_enabled:
             linger_ms: float = batching_max_publish_delay_ms
             batch_records = max(1, batching_max_messages)
@@ -599,6 +600,26 @@ class Client:
         with self._lock:
             self._producers.append(producer)
         return producer
+
+    def _adopt_pulsar_rule(self, topic: str) -> None:
+        """Give a topic that does not exist yet Pulsar's sequence rule (``monotonic``).
+
+        pulsar-client applications set ``initial_sequence_id`` and send ``sequence_id`` values
+        with holes; Pulsar accepts any increase. A topic this drop-in is the first to use is
+        therefore created with the ``monotonic`` policy, so that both work on a broker with
+        default settings. A topic that already exists keeps the policy in force on it.
+
+        Raises:
+            PulsarException: the broker could not be asked (mapped error).
+        """
+        try:
+            if topic in self._broker.topics():
+                return
+            self._broker.set_policy("monotonic", topic=topic)
+        except errors.AuthorizationError:
+            _LOG.warning("not allowed to set the monotonic policy on new topic %s: the policy in force applies", topic)
+        except ProducerError as exc:
+            raise _exception_for(exc) from exc
 
     def _refused(self, what: str) -> OperationNotSupported:
         return OperationNotSupported(
