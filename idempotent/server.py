@@ -433,6 +433,11 @@ class BrokerServer:
         return self._advertised or self.address
 
     @property
+    def connection_count(self) -> int:
+        """How many client connections are open now."""
+        return len(self._connections)
+
+    @property
     def url(self) -> str:
         """``idem://host:port`` (``idems://`` with TLS) for :func:`idempotent.connect`."""
         return f"{'idems' if self.ssl_context else 'idem'}://{self.address}"

@@ -1,0 +1,205 @@
+"""One broker server per backend URL on this machine, shared by Spark's Python processes.
+
+Spark runs a data source's code in many short-lived Python worker processes. They cannot each
+open an in-process broker over the same backend: a SQLite file has one writing process, and
+brokers over Kafka or Pulsar would take each other's partitions over on every task. So every
+``sqlite://``, ``kafka://``, ``pulsar://`` or ``memory://`` URL is served by one *host*: a
+detached ``python -m idempotent.spark._host`` process running a
+:class:`~idempotent.server.BrokerServer` on 127.0.0.1. Spark's processes reach it as
+``idem://127.0.0.1:PORT``; ``idem://`` and ``idems://`` URLs are used as they are.
+
+Files (in ``$IDEMPOTENT_SPARK_HOSTS``, default ``<tmp>/idempotent-spark-<uid>``), per URL key:
+
+* ``<key>.run``: the host holds an exclusive ``flock`` on it for its whole life, so a host is
+  alive exactly when the lock is taken (no stale pid or port guesses after a kill -9);
+* ``<key>.addr``: the host's ``host:port``, written once it listens;
+* ``<key>.spawn``: locked while a process starts a host, so two processes never start two;
+* ``<key>.log``: the host's output.
+
+A host leaves once no client has been connected for ``idle_seconds`` (default 60), or on
+SIGTERM; it closes its broker cleanly (final snapshots). It outlives a killed Spark driver, so
+a rerun finds it and continues.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from ..errors import BackendUnavailableError, ConfigError
+
+DEFAULT_IDLE_SECONDS = 60.0
+
+
+def hosts_dir() -> Path:
+    """Where hosts keep their lock, address and log files."""
+    configured = os.environ.get("IDEMPOTENT_SPARK_HOSTS")
+    path = Path(configured) if configured else Path(tempfile.gettempdir()) / f"idempotent-spark-{os.getuid()}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def absolute_url(url: str) -> str:
+    """``url`` with a relative SQLite path made absolute (from the current directory), so
+    that every process means the same file."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/"):
+        return prefix + os.path.abspath(url[len(prefix) :])
+    return url
+
+
+def _key(url: str) -> str:
+    return hashlib.sha256(url.encode("utf-8")).hexdigest()[:20]
+
+
+@contextlib.contextmanager
+def _locked(path: Path, *, wait: bool) -> Iterator[IO[str] | None]:
+    """An exclusive flock on ``path``; yields None when ``wait`` is False and it is taken."""
+    handle = open(path, "a")  # noqa: SIM115 - closed below
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        yield handle
+    finally:
+        handle.close()
+
+
+def _running_address(key: str) -> str | None:
+    """The address of the live host for ``key``, or None when none runs."""
+    if not _host_alive(key):
+        return None
+    try:
+        address = (hosts_dir() / f"{key}.addr").read_text().strip()
+    except FileNotFoundError:
+        return None  # starting: the address comes once it listens
+    return address or None
+
+
+def ensure_host(url: str, *, idle_seconds: float = DEFAULT_IDLE_SECONDS, timeout: float = 60.0) -> str:
+    """The ``idem://`` URL of the broker server that serves ``url`` on this machine, started
+    (detached) when none runs. ``idem://`` and ``idems://`` URLs come back unchanged.
+
+    Raises:
+        ConfigError: ``url`` is not a string.
+        BackendUnavailableError: the host did not start within ``timeout`` (its log is quoted);
+            nothing was written.
+    """
+    if not isinstance(url, str) or not url:
+        raise ConfigError(f"a broker URL is a non-empty string, not {url!r}")
+    if url.startswith(("idem://", "idems://")):
+        return url
+    url = absolute_url(url)
+    key = _key(url)
+    base = hosts_dir()
+    address = _running_address(key)
+    if address is not None:
+        return f"idem://{address}"
+    with _locked(base / f"{key}.spawn", wait=True):
+        log_path = base / f"{key}.log"
+        process: subprocess.Popen[bytes] | None = None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            address = _running_address(key)
+            if address is not None:
+                return f"idem://{address}"
+            if process is not None and process.poll() not in (None, 0):
+                break  # the host failed to start: report its log
+            if (process is None or process.poll() == 0) and not _host_alive(key):
+                process = _spawn(url, key, idle_seconds, log_path)
+            time.sleep(0.05)
+        if process is not None and process.poll() is None:
+            process.kill()
+        tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+        raise BackendUnavailableError(f"no broker server for {url} came up (log {log_path}):\n{tail}")
+
+
+def _host_alive(key: str) -> bool:
+    with _locked(hosts_dir() / f"{key}.run", wait=False) as free:
+        return free is None
+
+
+def _spawn(url: str, key: str, idle_seconds: float, log_path: Path) -> subprocess.Popen[bytes]:
+    with contextlib.suppress(FileNotFoundError):
+        (hosts_dir() / f"{key}.addr").unlink()
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "idempotent.spark._host", url, key, str(idle_seconds)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # survives the Spark worker (and driver) that started it
+            close_fds=True,
+        )
+
+
+def stop_host(url: str, *, timeout: float = 30.0) -> bool:
+    """Ask the host serving ``url`` to leave (SIGTERM) and wait for it. True if one ran."""
+    key = _key(absolute_url(url))
+    base = hosts_dir()
+    if _running_address(key) is None:
+        return False
+    try:
+        pid = int((base / f"{key}.pid").read_text())
+    except (FileNotFoundError, ValueError):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _running_address(key) is not None:
+        time.sleep(0.05)
+    return True
+
+
+def _serve(url: str, key: str, idle_seconds: float) -> int:
+    import idempotent
+
+    from ..broker import Broker
+    from ..server import BrokerServer
+
+    base = hosts_dir()
+    with _locked(base / f"{key}.run", wait=False) as held:
+        if held is None:
+            return 0  # another host serves this URL
+        (base / f"{key}.pid").write_text(str(os.getpid()))
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        broker = idempotent.connect(url)
+        if not isinstance(broker, Broker):
+            broker.close()
+            raise ConfigError(f"{url} names a broker server already; use it directly")
+        server = BrokerServer(broker, "127.0.0.1", 0).start()
+        try:
+            tmp = base / f"{key}.addr.tmp"
+            tmp.write_text(server.address)
+            tmp.replace(base / f"{key}.addr")
+            print(f"serving {url} on {server.address}", flush=True)
+            idle_since = time.monotonic()
+            while not stop.wait(0.5):
+                if server.connection_count:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since >= idle_seconds:
+                    break
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                (base / f"{key}.addr").unlink()
+            server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_serve(sys.argv[1], sys.argv[2], float(sys.argv[3])))

@@ -1,0 +1,115 @@
+"""Replay-stable identity of the rows a Spark task writes, and offset options (pure).
+
+A Spark task that is retried, copied speculatively, or replayed after a restart sees the
+same rows in the same order (the input contract in docs/spark.md). So the identity of each
+record is computed from where the row sits, never from when or by whom it is written:
+
+* producer name: ``spark/<job>/<spark partition>`` for a batch job,
+  ``spark/<query id>/<batch id>/<spark partition>`` for a micro-batch of a stream;
+* destination partition: the row's ``partition`` column, else the CRC32 of its key, else
+  round robin by the row's index in the task;
+* sequence: the row's index among the task's rows bound for the same topic partition, so
+  every topic partition gets 0, 1, 2, ... and the ``strict`` policy holds.
+
+Every attempt initialises the same named producer, which bumps its epoch and fences the
+attempts before it; rows at or below the partition's stored sequence are skipped (they are
+stored), and anything resent anyway is answered DUPLICATE.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping
+
+from ..errors import ConfigError
+
+#: Kafka's sentinels in ``startingOffsets``/``endingOffsets`` JSON
+EARLIEST = -2
+LATEST = -1
+
+
+def batch_producer_name(job: str, spark_partition: int) -> str:
+    """The producer name of one Spark partition of a batch job."""
+    if not isinstance(job, str) or not job:
+        raise ConfigError("option 'job' is required: it names the write, so that a rerun writes nothing new")
+    return f"spark/{job}/{spark_partition}"
+
+
+def stream_producer_name(query_id: str, batch_id: int, spark_partition: int) -> str:
+    """The producer name of one Spark partition of one micro-batch of a streaming query."""
+    return f"spark/{query_id}/{batch_id}/{spark_partition}"
+
+
+class RowRouter:
+    """Assigns each row of one task its topic partition and its sequence there.
+
+    Args:
+        partitions: the topic's partition count.
+
+    Raises:
+        ConfigError: (from :meth:`route`) a ``partition`` column value out of range.
+    """
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self.index = 0
+        self.next_sequence = [0] * partitions
+
+    def route(self, key: bytes | None, partition: int | None) -> tuple[int, int]:
+        """``(partition, sequence)`` of the next row, given its key and ``partition`` column."""
+        if partition is None:
+            partition = self.index % self.partitions if key is None else zlib.crc32(key) % self.partitions
+        elif not 0 <= partition < self.partitions:
+            raise ConfigError(f"row {self.index}: partition {partition} is outside 0..{self.partitions - 1}")
+        self.index += 1
+        sequence = self.next_sequence[partition]
+        self.next_sequence[partition] = sequence + 1
+        return partition, sequence
+
+
+def parse_offsets(text: str | None, topic: str, partitions: int, default: int) -> dict[int, int]:
+    """Per partition, the offset named by a ``startingOffsets``/``endingOffsets`` option.
+
+    The option is ``"earliest"``, ``"latest"``, or JSON like Spark's Kafka source:
+    ``{"topic": {"0": 23, "1": -2}}`` with -2 for earliest and -1 for latest. Partitions the
+    JSON leaves out get ``default``.
+
+    Raises:
+        ConfigError: malformed JSON, another topic, an unknown partition or a bad offset.
+    """
+    if text is None:
+        return dict.fromkeys(range(partitions), default)
+    text = text.strip()
+    if text in ("earliest", "latest"):
+        return dict.fromkeys(range(partitions), EARLIEST if text == "earliest" else LATEST)
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"offsets must be 'earliest', 'latest' or JSON, not {text!r}: {exc}") from None
+    if not isinstance(parsed, Mapping) or set(parsed) - {topic}:
+        raise ConfigError(f'offsets JSON must look like {{"{topic}": {{"0": 42}}}}, got {text!r}')
+    out = dict.fromkeys(range(partitions), default)
+    per_partition = parsed.get(topic, {})
+    if not isinstance(per_partition, Mapping):
+        raise ConfigError(f"offsets of {topic!r} must map partitions to offsets, got {per_partition!r}")
+    for name, offset in per_partition.items():
+        try:
+            partition = int(name)
+        except ValueError:
+            raise ConfigError(f"{name!r} is not a partition number") from None
+        if partition not in out:
+            raise ConfigError(f"{topic!r} has partitions 0..{partitions - 1}, not {partition}")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < EARLIEST:
+            raise ConfigError(f"offset {offset!r} of partition {partition}: use -2 (earliest), -1 (latest) or >= 0")
+        out[partition] = offset
+    return out
+
+
+def resolve_offset(offset: int, end: int) -> int:
+    """A concrete offset for ``offset`` (EARLIEST is 0, LATEST is the partition's ``end``)."""
+    if offset == EARLIEST:
+        return 0
+    if offset == LATEST:
+        return end
+    return offset

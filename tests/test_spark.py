@@ -1,0 +1,187 @@
+"""The ``idempotent`` PySpark data source, on a real local SparkSession (marker ``spark``).
+
+One session serves the whole module (JVM start-up costs seconds); only the kill tests run
+Spark in subprocesses. Tasks reach the backend through the broker server the data source
+starts per URL (idempotent/spark/_host.py), in a hosts directory private to this run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import idempotent
+import idempotent.spark
+from idempotent._records import StoredRecord
+from idempotent.spark._host import hosts_dir, stop_host
+
+pytestmark = pytest.mark.spark
+
+ROWS_PER_PARTITION = 30_000  # large enough that a late failure comes after rows were stored
+
+
+@pytest.fixture(scope="session")
+def spark_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A hosts directory for this run; every host started in it is stopped at the end."""
+    path = tmp_path_factory.mktemp("spark-hosts")
+    os.environ["IDEMPOTENT_SPARK_HOSTS"] = str(path)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    yield path
+    for pid_file in path.glob("*.pid"):
+        url_key = pid_file.stem
+        _stop_key(path, url_key)
+
+
+def _stop_key(path: Path, key: str) -> None:
+    with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
+        os.kill(int((path / f"{key}.pid").read_text()), signal.SIGTERM)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_hosts: Path) -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2,4]")  # 2 threads, a task may fail 3 times
+        .appName("idempotent-tests")
+        .config("spark.driver.memory", "1g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    idempotent.spark.register(session)
+    yield session
+    session.stop()
+
+
+def _url(tmp_path: Path, name: str = "log") -> str:
+    return f"sqlite:///{tmp_path / name}.db"
+
+
+def _stored(url: str, topic: str) -> list[StoredRecord]:
+    """Every record of ``topic``, through the broker server the data source uses."""
+    with idempotent.connect(idempotent.spark.broker_url(url)) as broker:
+        out = []
+        for partition in range(broker.partitions_for(topic, create=False)):
+            position = 0
+            while records := broker.read(topic, partition, position, 5000):
+                out.extend(records)
+                position = records[-1].offset + 1
+        return out
+
+
+def _write(df: Any, url: str, topic: str, job: str, **options: str) -> None:
+    writer = df.write.format("idempotent").option("url", url).option("topic", topic).option("job", job)
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    writer.mode("append").save()
+
+
+def test_batch_write_then_read_back(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    url = _url(tmp_path)
+    df = spark.range(0, 1000, numPartitions=3).select(
+        F.col("id").cast("string").alias("value"),
+        (F.col("id") % 5).cast("string").alias("key"),
+        F.array(F.struct(F.lit("h").alias("key"), F.col("id").cast("string").cast("binary").alias("value"))).alias(
+            "headers"
+        ),
+    )
+    _write(df, url, "events", "load-1", partitions="2")
+    rows = spark.read.format("idempotent").option("url", url).option("topic", "events").load().collect()
+    assert sorted(int(r.value) for r in rows) == list(range(1000))
+    assert (
+        spark.read.format("idempotent").option("url", url).option("topic", "events").load().rdd.getNumPartitions() == 2
+    )
+    for row in rows:
+        assert row.topic == "events"
+        assert int(row.key) == int(row.value) % 5
+        assert [(h.key, bytes(h.value)) for h in row.headers] == [("h", bytes(row.value))]
+        assert row.sequence >= 0 and row.producer_id >= 0 and row.timestamp is not None
+    # one key always lands on one partition
+    assert all(len({r.partition for r in rows if r.key == key}) == 1 for key in {r.key for r in rows})
+
+
+def test_same_job_writes_nothing_new_and_another_job_writes_again(spark: Any, tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    df = spark.range(0, 500, numPartitions=2).selectExpr("cast(id as string) as value")
+    _write(df, url, "t", "daily")
+    _write(df, url, "t", "daily")
+    assert Counter(Counter(r.value for r in _stored(url, "t")).values()) == {1: 500}
+    _write(df, url, "t", "daily-again")
+    assert Counter(Counter(r.value for r in _stored(url, "t")).values()) == {2: 500}
+
+
+def test_explicit_partition_column(spark: Any, tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    df = spark.range(0, 60, numPartitions=2).selectExpr(
+        "cast(id as string) as value", "cast(id % 3 as int) as partition"
+    )
+    _write(df, url, "p", "parts", partitions="3")
+    records = _stored(url, "p")
+    with idempotent.connect(idempotent.spark.broker_url(url)) as broker:
+        by_partition = {p: broker.read("p", p, 0, 100) for p in range(3)}
+    assert len(records) == 60
+    for partition, stored in by_partition.items():
+        assert sorted(int(r.value) for r in stored) == list(range(partition, 60, 3))
+
+
+def test_read_between_offsets(spark: Any, tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    df = spark.range(0, 100, numPartitions=1).selectExpr("cast(id as string) as value", "0 as partition")
+    _write(df, url, "o", "offsets")
+    reader = spark.read.format("idempotent").option("url", url).option("topic", "o")
+    rows = reader.option("startingOffsets", '{"o": {"0": 10}}').option("endingOffsets", '{"o": {"0": 20}}').load()
+    assert sorted(int(r.value) for r in rows.collect()) == list(range(10, 20))
+    assert reader.option("startingOffsets", "latest").option("endingOffsets", "latest").load().count() == 0
+
+
+def test_task_retries_store_every_row_once(spark: Any, tmp_path: Path) -> None:
+    """The first attempt of every task fails late, after most of its rows were stored; the
+    retries store the rest, and every row is stored exactly once."""
+    from pyspark import TaskContext
+    from pyspark.sql import functions as F
+
+    def fail_first_attempt_late(i: int) -> str:
+        context = TaskContext.get()
+        if context is not None and context.attemptNumber() == 0 and i % ROWS_PER_PARTITION == 25_000:
+            raise RuntimeError("the first attempt fails late")
+        return str(i)
+
+    url = _url(tmp_path)
+    total = 2 * ROWS_PER_PARTITION
+    df = spark.range(0, total, numPartitions=2).select(F.udf(fail_first_attempt_late, "string")("id").alias("value"))
+    _write(df, url, "retried", "retry-job")
+    records = _stored(url, "retried")
+    assert sorted(int(r.value) for r in records) == list(range(total))
+    # proof that the first attempts did store rows before failing (epoch 0) and that the
+    # retries, which fenced them (epoch 1), only added the rest
+    epochs = Counter(r.producer_epoch for r in records)
+    assert set(epochs) == {0, 1}, epochs
+    assert epochs[0] >= 2 * 10_000, epochs
+
+
+def test_bad_input_is_refused_before_anything_is_written(spark: Any, tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    df = spark.range(0, 10).selectExpr("cast(id as string) as v")
+    with pytest.raises(Exception, match="value"):
+        _write(df, url, "bad", "no-value-column")
+    df = spark.range(0, 10).selectExpr("cast(id as string) as value")
+    with pytest.raises(Exception, match="job"):
+        df.write.format("idempotent").option("url", url).option("topic", "bad").mode("append").save()
+
+
+def test_host_directory_is_private_to_the_run(spark_hosts: Path) -> None:
+    assert hosts_dir() == spark_hosts
+    assert stop_host(f"sqlite:///{spark_hosts}/never-used-{uuid.uuid4().hex}.db") is False
