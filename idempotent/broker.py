@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,6 +31,7 @@ from ._outcomes import Outcome, ProduceResult
 from ._ownership import RENEW_FRACTION, Action, Lease, OwnershipTable
 from ._records import Record, StoredRecord, as_record
 from ._registry import Admission, ProducerRecord, ProducerRegistry, validate_name
+from ._topics import canonical_namespace, canonical_topic
 from ._types import ProducerId, TopicPartition, namespace_of
 from .backend import AppendBatch, LogBackend
 from .errors import (
@@ -48,17 +48,17 @@ from .errors import (
 )
 from .observer import BrokerObserver, notify
 
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-/]{1,249}$")
 MAX_PARTITIONS = 10_000
 
 
 def validate_topic(topic: str) -> str:
-    """Return ``topic`` if it is a valid name, else raise :class:`InvalidTopicError`."""
-    if not isinstance(topic, str) or not _TOPIC_RE.match(topic) or topic.startswith("/") or "//" in topic:
-        raise InvalidTopicError(
-            f"invalid topic name {topic!r}: use 1-249 characters from letters, digits, '.', '_', '-', '/'"
-        )
-    return topic
+    """The stored name of ``topic`` (any spelling :func:`idempotent._topics.canonical_topic`
+    accepts, such as ``persistent://public/default/orders`` for ``orders``).
+
+    Raises:
+        InvalidTopicError: not a valid spelling of a topic name.
+    """
+    return canonical_topic(topic)
 
 
 @attrs.frozen
@@ -264,7 +264,7 @@ class Broker:
             InvalidTopicError: bad name, bad count, or the topic exists with another count.
         """
         self._check_open()
-        validate_topic(name)
+        name = validate_topic(name)
         if not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidTopicError(f"partitions must be an int in 1..{MAX_PARTITIONS}, got {partitions!r}")
         with self._lock:
@@ -287,6 +287,7 @@ class Broker:
         Raises:
             InvalidTopicError: unknown topic (with ``create`` False or auto-creation off).
         """
+        topic = validate_topic(topic)
         with self._lock:
             count = self._topics.get(topic)
             if count is not None:
@@ -309,7 +310,7 @@ class Broker:
         return self._topics[topic]
 
     def _partition(self, topic: str, partition: int, *, create: bool = True) -> _Partition:
-        validate_topic(topic)
+        topic = validate_topic(topic)
         count = self.partitions_for(topic, create=create)
         if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < count:
             raise InvalidTopicError(f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")
@@ -354,7 +355,7 @@ class Broker:
         if topic is not None:
             key = f"{kind}:topic:{validate_topic(topic)}"
         elif namespace is not None:
-            key = f"{kind}:ns:{namespace}"
+            key = f"{kind}:ns:{canonical_namespace(namespace)}"
         else:
             key = f"{kind}:broker"
         with self._lock:
@@ -386,6 +387,7 @@ class Broker:
         return True
 
     def _resolve(self, kind: str, topic: str) -> str | None:
+        topic = validate_topic(topic)
         settings = self._settings
         for key in (f"{kind}:topic:{topic}", f"{kind}:ns:{namespace_of(topic)}", f"{kind}:broker"):
             value = settings.get(key)
@@ -601,6 +603,7 @@ class Broker:
         Batches submitted for one partition are written in submission order, so a client may
         pipeline several. Input errors are raised here; backend errors end up on the future.
         """
+        topic = validate_topic(topic)
         observers = self._observers
         if not observers:
             return self._submit(topic, partition, producer_id, producer_epoch, base_sequence, records)[0]
@@ -862,6 +865,7 @@ class Broker:
             InvalidTopicError: unknown topic.
             BackendUnavailableError: the records could not be read.
         """
+        topic = validate_topic(topic)
         count = self.partitions_for(topic, create=False)
         table = self._ownership
         if table is None:
@@ -1008,12 +1012,12 @@ class Broker:
             raise ConfigError(f"offset must be a non-negative int, got {offset!r}")
         if not isinstance(max_records, int) or max_records < 1:
             raise ConfigError(f"max_records must be a positive int, got {max_records!r}")
-        self._partition(topic, partition, create=False)
+        topic = self._partition(topic, partition, create=False).tp.topic
         return self.backend.read(topic, partition, offset, max_records)
 
     def end_offset(self, topic: str, partition: int) -> int:
         """The offset the next stored record of the partition will get."""
-        self._partition(topic, partition, create=False)
+        topic = self._partition(topic, partition, create=False).tp.topic
         return self.backend.end_offset(topic, partition)
 
     # -- observability and maintenance -------------------------------------------------------
@@ -1031,7 +1035,7 @@ class Broker:
             BackendUnavailableError: recovering a partition failed.
         """
         self._check_open()
-        names = [topic] if topic is not None else sorted(self.topics())
+        names = [validate_topic(topic)] if topic is not None else sorted(self.topics())
         out = []
         now = time.time()
         for name in names:

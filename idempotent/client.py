@@ -32,6 +32,7 @@ import tenacity
 
 from . import _protocol as wire
 from . import tls as tls_contexts
+from ._topics import canonical_topic
 from ._types import TopicPartition
 from .broker import LastSequences
 from .errors import (
@@ -823,7 +824,12 @@ class ClusterBroker:
     # -- routing ---------------------------------------------------------------------------------
 
     def owner(self, topic: str, partition: int) -> str | None:
-        """The address this client sends the partition's batches to, or None when unknown."""
+        """The address this client sends the partition's batches to, or None when unknown.
+
+        Raises:
+            InvalidTopicError: not a valid spelling of a topic name.
+        """
+        topic = canonical_topic(topic)
         with self._lock:
             return self._route.get((topic, partition))
 
@@ -854,10 +860,12 @@ class ClusterBroker:
 
         Raises:
             InvalidBatchError: records that cannot be encoded (nothing sent).
+            InvalidTopicError: not a valid spelling of a topic name (nothing sent).
             ProducerClosedError: this client is closed.
         """
         if isinstance(records, bytes | str) or not isinstance(records, Sequence):
             raise InvalidBatchError("records must be a list of bytes values or Record objects")
+        topic = canonical_topic(topic)  # routes are keyed by the stored name
         args = (topic, partition, producer_id, producer_epoch, base_sequence, records)
         out: Future[ProduceResult] = Future()
         deadline = time.monotonic() + self.timeout

@@ -25,6 +25,7 @@ from ._outcomes import DeliveryStatus, ProduceResult, RecordMetadata
 from ._records import Record
 from ._sequence import sequence_at
 from ._sequencer import BatchDelivered, BatchFailed, Event, OutgoingBatch, ProducerSequencer, sequences_for
+from ._topics import canonical_topic
 from ._types import DEFAULT_MAX_IN_FLIGHT
 from .api import BrokerAPI
 from .broker import ProducerSession
@@ -327,12 +328,18 @@ class Producer:
         return self._broker
 
     def last_sequence(self, topic: str, partition: int) -> int:
-        """Highest sequence known persisted on the partition (from init or acks), or -1."""
+        """Highest sequence known persisted on the partition (from init or acks), or -1.
+
+        Raises:
+            InvalidTopicError: not a valid spelling of a topic name.
+        """
+        topic = canonical_topic(topic)
         with self._cond:
             return self._seq.last_acknowledged(topic, partition)
 
     def partitions_for(self, topic: str) -> int:
         """Partition count of ``topic`` (created with the broker's default if unknown)."""
+        topic = canonical_topic(topic)
         count = self._partitions.get(topic)
         if count is None:
             count = self._partitions[topic] = self._broker.partitions_for(topic)
@@ -353,6 +360,9 @@ class Producer:
         """Queue a record for exactly-once delivery.
 
         Args:
+            topic: any spelling of the topic :func:`idempotent._topics.canonical_topic` accepts
+                (``orders``, ``persistent://public/default/orders``, ...); the record's
+                metadata carries the stored name.
             sequence: an application-chosen sequence for the record (for example its offset
                 in a replayable source), ``0 .. 2**63-1``. Consecutive sequences share a
                 batch. Under the broker's ``monotonic`` policy any increase is accepted and
@@ -375,6 +385,7 @@ class Producer:
             ProducerClosedError: the producer is closed.
             ProducerError: the producer failed earlier (fenced, unknown producer, ...).
         """
+        topic = canonical_topic(topic)
         try:
             record = Record(value, key, headers)
         except TypeError as exc:
@@ -435,6 +446,7 @@ class Producer:
             ProducerClosedError: the producer is closed.
             ProducerError: the producer failed earlier (fenced, unknown producer, ...).
         """
+        topic = canonical_topic(topic)
         try:
             items = [item if type(item) is Record else _as_record(item) for item in records]
         except TypeError as exc:

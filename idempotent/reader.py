@@ -25,8 +25,9 @@ from typing import Any, Literal
 import attrs
 
 from ._records import Headers, StoredRecord
+from ._topics import canonical_topic
 from .api import BrokerAPI
-from .errors import ConfigError, ProducerClosedError, ReadTimeoutError
+from .errors import ConfigError, InvalidTopicError, ProducerClosedError, ReadTimeoutError
 
 #: First byte of a serialized :class:`MessageId` (bump it when the encoding changes).
 MESSAGE_ID_VERSION = 1
@@ -62,6 +63,14 @@ def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
 def _non_negative(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ConfigError(f"MessageId.{attribute.name} must be a non-negative int, got {value!r}")
+
+
+def _stored_name(topic: str) -> str | None:
+    """The stored name of a MessageId's topic, None when it is not a valid spelling."""
+    try:
+        return canonical_topic(topic)
+    except InvalidTopicError:
+        return None
 
 
 def _topic_name(_instance: object, _attribute: attrs.Attribute[str], value: str) -> None:
@@ -205,7 +214,9 @@ class Reader:
         url_or_broker: a broker URL (``sqlite:///file.db``, ``memory://``, ``kafka://...``,
             ``pulsar://...``) or an open broker (:class:`~idempotent.api.BrokerAPI`). A broker
             opened from a URL is closed with the reader.
-        topic: the topic to read.
+        topic: the topic to read, in any spelling :func:`idempotent._topics.canonical_topic`
+            accepts (``orders``, ``persistent://public/default/orders``, ...); messages and
+            their ids carry the stored name.
         start: ``"earliest"`` (the default: the oldest stored message), ``"latest"`` (only
             messages stored after the reader opened), a :class:`MessageId` (read the messages
             after it; with ``inclusive=True`` from it), or several MessageIds, one per
@@ -224,7 +235,8 @@ class Reader:
 
     Raises:
         ConfigError: bad URL or argument, a start MessageId of another topic or partition.
-        InvalidTopicError: unknown topic (and ``create`` False) or partition.
+        InvalidTopicError: unknown topic (and ``create`` False) or partition, or a name that
+            is not a valid spelling of a topic.
         BackendUnavailableError: the backend failed while the reader was opened.
     """
 
@@ -254,7 +266,7 @@ class Reader:
         try:
             if not isinstance(self._broker, BrokerAPI):
                 raise ConfigError(f"expected a URL or a broker, got {type(url_or_broker).__name__}")
-            self._topic = topic
+            self._topic = topic = canonical_topic(topic)
             self._max_records = max_records
             count = self._broker.partitions_for(topic, create=create)
             if partition is None:
@@ -297,7 +309,7 @@ class Reader:
     def _check_id(self, message_id: object) -> MessageId:
         if not isinstance(message_id, MessageId):
             raise ConfigError(f"expected a MessageId, got {type(message_id).__name__}")
-        if message_id.topic != self._topic:
+        if message_id.topic != self._topic and _stored_name(message_id.topic) != self._topic:
             raise ConfigError(f"{message_id} is not in topic {self._topic!r}")
         if message_id.partition not in self._parts:
             raise ConfigError(f"{message_id} is not in a partition this reader reads ({self._order})")

@@ -57,6 +57,7 @@ import attrs
 from . import __version__, tls
 from . import _protocol as wire
 from ._registry import ProducerRecord
+from ._topics import canonical_topic
 from .auth import ANONYMOUS, Principal
 from .broker import Broker
 from .errors import (
@@ -753,7 +754,7 @@ class BrokerServer:
         raise ProtocolError(f"unknown operation {op!r}")  # pragma: no cover - the schema refuses it first
 
     def _metadata(self, topics: list[str] | None, create: bool) -> dict[str, Any]:
-        names = sorted(self.broker.topics()) if topics is None else topics
+        names = sorted(self.broker.topics()) if topics is None else [canonical_topic(t) for t in topics]
         out: dict[str, list[str | None]] = {}
         for name in names:
             count = self.broker.partitions_for(name, create=create)

@@ -17,10 +17,20 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from .._topics import canonical_namespace, canonical_topic
 from ..api import BrokerAPI
 from ..broker import BrokerConfig, PartitionStats, validate_topic
 from ..errors import InvalidTopicError
-from .common import SERVER_SCHEMES, URL_ENV, CliError, Subcommands, int_type, open_read_only, partition_count
+from .common import (
+    SERVER_SCHEMES,
+    URL_ENV,
+    CliError,
+    Subcommands,
+    int_type,
+    open_read_only,
+    partition_count,
+    topic_type,
+)
 from .formatting import format_stats, format_table, iso, stats_dict
 
 _POLICY_CHOICES = ("strict", "monotonic", "clear")
@@ -52,7 +62,9 @@ def parse_admin_target(text: str | None) -> AdminTarget:
     is in namespace ``tenant/ns``, ``orders`` in the root namespace ``""``), as
     :func:`idempotent._types.namespace_of` defines. So ``tenant/ns/`` names the namespace
     ``tenant/ns``, ``/`` the root namespace, anything else a topic; None is the broker-wide
-    default.
+    default. Names follow :func:`idempotent._topics.canonical_topic` and
+    :func:`~idempotent._topics.canonical_namespace`: ``persistent://public/default/orders``
+    is the topic ``orders``, ``public/default/`` the root namespace.
 
     Raises:
         InvalidTopicError: the topic or namespace name is not valid.
@@ -62,17 +74,14 @@ def parse_admin_target(text: str | None) -> AdminTarget:
     if text == "/":
         return AdminTarget("namespace", "")
     if text.endswith("/"):
-        name = text[:-1]
         try:
-            validate_topic(name)
-            if name.endswith("/"):
-                raise InvalidTopicError(name)
+            name = canonical_namespace(text[:-1])
         except InvalidTopicError:
             raise InvalidTopicError(
                 f"invalid namespace {text!r}: a namespace is a topic name prefix ending in '/', like 'tenant/ns/'"
             ) from None
         return AdminTarget("namespace", name)
-    return AdminTarget("topic", validate_topic(text))
+    return AdminTarget("topic", canonical_topic(text))
 
 
 def _policy_type(text: str) -> str:
@@ -142,7 +151,7 @@ def add_parser(commands: Subcommands) -> None:
         "recovering, log position, snapshot position and age, and every producer's id, name, "
         "epoch, last sequence and last offset.",
     )
-    stats.add_argument("topic", metavar="TOPIC")
+    stats.add_argument("topic", metavar="TOPIC", type=topic_type)
     common(stats)
     stats.set_defaults(handler=cmd_admin_stats)
 
@@ -152,7 +161,7 @@ def add_parser(commands: Subcommands) -> None:
         description="List the producers each partition of a topic tracks: id, name, epoch, last "
         "sequence, last offset and the time of its last stored record.",
     )
-    producers.add_argument("topic", metavar="TOPIC")
+    producers.add_argument("topic", metavar="TOPIC", type=topic_type)
     producers.add_argument("--partition", metavar="P", type=int_type(0, "--partition"), help="only this partition")
     common(producers)
     producers.set_defaults(handler=cmd_admin_describe_producers)

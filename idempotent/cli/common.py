@@ -1,7 +1,8 @@
 """What every command of the CLI shares: its error, argument types, and read-only access.
 
 A command module (see :mod:`idempotent.cli`) raises :class:`CliError` for a one-line failure,
-builds its parser with :data:`Subcommands`, :func:`int_type` and :func:`float_type`, and opens
+builds its parser with :data:`Subcommands`, :func:`int_type`, :func:`float_type` and
+:func:`topic_type` (every command accepts the same spellings of a topic), and opens
 a backend it only reads with :func:`open_read_only`.
 """
 
@@ -14,8 +15,10 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, NoReturn, TypeAlias
 from urllib.parse import urlsplit
 
+from .._topics import canonical_topic
 from ..api import BrokerAPI
 from ..broker import Broker, validate_topic
+from ..errors import InvalidTopicError
 
 if TYPE_CHECKING:
     Subcommands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -68,6 +71,15 @@ def float_type(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value
+
+
+def topic_type(text: str) -> str:
+    """An argparse ``type=`` for a topic: its stored name, from any spelling the project
+    accepts (:func:`idempotent._topics.canonical_topic`)."""
+    try:
+        return canonical_topic(text)
+    except InvalidTopicError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def exit_code(code: object) -> int:

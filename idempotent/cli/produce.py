@@ -28,7 +28,7 @@ from ..api import BrokerAPI
 from ..broker import validate_topic
 from ..errors import DeliveryFailed, ProducerError, UsageError
 from ..producer import Producer
-from .common import CliError, Subcommands, float_type, int_type
+from .common import CliError, Subcommands, float_type, int_type, topic_type
 from .progress import progress
 
 #: Futures kept before the oldest are checked; bounds memory for inputs of any length.
@@ -50,7 +50,7 @@ def add_parser(commands: Subcommands) -> None:
         "exactly once.",
     )
     produce.add_argument("url", metavar="URL")
-    produce.add_argument("topic", metavar="TOPIC")
+    produce.add_argument("topic", metavar="TOPIC", type=topic_type)
     source = produce.add_mutually_exclusive_group(required=True)
     source.add_argument("--file", metavar="PATH", help="publish each line of this file")
     source.add_argument(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import Subcommands, open_read_only, partition_count
+from .common import Subcommands, open_read_only, partition_count, topic_type
 from .formatting import format_stats, stats_dict
 
 
@@ -20,7 +20,7 @@ def add_parser(commands: Subcommands) -> None:
         description="Show the sequence checker's state per partition (of one topic or all).",
     )
     stats.add_argument("url", metavar="URL")
-    stats.add_argument("topic", metavar="TOPIC", nargs="?")
+    stats.add_argument("topic", metavar="TOPIC", nargs="?", type=topic_type)
     stats.add_argument("--json", action="store_true", help="print a JSON list")
     stats.set_defaults(handler=cmd_stats)
 

@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 
-from .common import CliError, Subcommands, int_type, open_read_only, partition_count
+from .common import CliError, Subcommands, int_type, open_read_only, partition_count, topic_type
 from .formatting import format_record
 
 TAIL_DEFAULT_LAST = 10
@@ -25,7 +25,7 @@ def add_parser(commands: Subcommands) -> None:
         description="Print records of a topic: by default the last 10 of each partition.",
     )
     tail.add_argument("url", metavar="URL")
-    tail.add_argument("topic", metavar="TOPIC")
+    tail.add_argument("topic", metavar="TOPIC", type=topic_type)
     tail.add_argument("--partition", metavar="P", type=int_type(0, "--partition"), help="only this partition")
     start = tail.add_mutually_exclusive_group()
     start.add_argument(

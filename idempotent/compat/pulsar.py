@@ -15,8 +15,10 @@ Pulsar cluster (through this project's broker and checker; give the admin REST U
 ``sqlite:///file.db`` the embedded log, ``memory://`` an in-process one, ``kafka://`` Kafka.
 An open broker handle (:class:`idempotent.BrokerAPI`) is accepted as well.
 
-Topics follow Pulsar's naming: ``orders`` and ``persistent://public/default/orders`` are the
-same topic, stored as ``public/default/orders``, whose namespace is ``public/default``.
+Topics follow Pulsar's naming, which is the project's (:mod:`idempotent._topics`): ``orders``
+and ``persistent://public/default/orders`` are the same topic, stored as ``orders``; Pulsar's
+default namespace ``public/default`` is the project's root namespace. So
+``idempotent.Reader(url, "persistent://public/default/orders")`` reads what was sent here.
 
 Application-chosen sequence ids (``send(..., sequence_id=n)``, PIP-6) are the records'
 sequences in the broker. A topic this module is the first to use gets Pulsar's rule (the
@@ -44,6 +46,7 @@ from typing import Any
 
 from .. import errors
 from .._outcomes import DeliveryStatus, RecordMetadata
+from .._topics import canonical_topic
 from ..api import BrokerAPI
 from ..errors import (
     BackendUnavailableError,
@@ -409,7 +412,11 @@ def topic_name(topic: str) -> tuple[str, str]:
         raise OperationNotSupported(
             f"{topic!r}: producing to one partition of a partitioned topic is not supported; use the topic name"
         )
-    return "persistent://" + "/".join(parts), "/".join(parts)
+    full = "persistent://" + "/".join(parts)
+    try:
+        return full, canonical_topic(full)  # the project's one naming rule
+    except InvalidTopicError as exc:
+        raise InvalidTopicName(f"invalid topic name {topic!r}: {exc.message}") from None
 
 
 def _check_defaults(
