@@ -57,8 +57,29 @@ class Record:
         return total
 
 
+_new = object.__new__
+# the slot descriptors of the frozen class: setting through them skips the converters
+_set_value = Record.__dict__["value"].__set__
+_set_key = Record.__dict__["key"].__set__
+_set_headers = Record.__dict__["headers"].__set__
+
+
+def value_record(value: bytes) -> Record:
+    """``Record(value)`` for a ``bytes`` value, without the converters (the hot path of a
+    producer: no key, no headers). The caller guarantees ``type(value) is bytes``."""
+    record: Record = _new(Record)
+    _set_value(record, value)
+    _set_key(record, None)
+    _set_headers(record, ())
+    return record
+
+
 def as_record(item: Record | bytes | str | None) -> Record:
     """Coerce a bytes/str/None value or a :class:`Record` to a :class:`Record`."""
+    if type(item) is Record:
+        return item
+    if type(item) is bytes:
+        return value_record(item)
     if isinstance(item, Record):
         return item
     return Record(item)

@@ -22,7 +22,7 @@ from typing import Any, overload
 import tenacity
 
 from ._outcomes import DeliveryStatus, ProduceResult, RecordMetadata
-from ._records import Record
+from ._records import Record, as_record, value_record
 from ._sequence import sequence_at
 from ._sequencer import BatchDelivered, BatchFailed, Event, OutgoingBatch, ProducerSequencer, sequences_for
 from ._topics import canonical_topic
@@ -74,6 +74,8 @@ class Deliveries(SequenceOf["RecordMetadata | DeliveryFailed"]):
         self._position: array[int] | None = None
         #: how many records failed
         self.failed = sum(seg[2] for seg in segments if seg[8] is not None)
+        #: how many records the broker recognised as already stored
+        self.duplicates = sum(seg[2] for seg in segments if seg[7] and seg[8] is None)
 
     def __len__(self) -> int:
         return self._count
@@ -387,7 +389,10 @@ class Producer:
         """
         topic = canonical_topic(topic)
         try:
-            record = Record(value, key, headers)
+            if type(value) is bytes and key is None and headers is None:
+                record = value_record(value)
+            else:
+                record = Record(value, key, headers)
         except TypeError as exc:
             raise UsageError(str(exc)) from None
         count = self.partitions_for(topic)
@@ -448,7 +453,7 @@ class Producer:
         """
         topic = canonical_topic(topic)
         try:
-            items = [item if type(item) is Record else _as_record(item) for item in records]
+            items = [as_record(item) for item in records]
         except TypeError as exc:
             raise UsageError(str(exc)) from None
         count = self.partitions_for(topic)
@@ -651,12 +656,6 @@ class Producer:
                 assert answer is not None
                 self._seq.handle_result(batch_id, attempt, answer.result(), now, retry_at)
             self._cond.notify_all()
-
-
-def _as_record(item: object) -> Record:
-    if isinstance(item, Record):
-        return item
-    return Record(item)  # the converter raises TypeError for other types
 
 
 __all__ = ["Deliveries", "DeliveryStatus", "Producer", "SendManyFuture", "default_partition"]

@@ -231,6 +231,7 @@ def test_send_many_explicit_sequences_replay_as_duplicates() -> None:
     assert [(m.sequence, m.offset, m.duplicate) for m in first] == [(100 + i, i, False) for i in range(10)]  # type: ignore[union-attr]
     assert [(m.sequence, m.offset, m.duplicate) for m in again] == [(100 + i, i, True) for i in range(10)]  # type: ignore[union-attr]
     assert [m.sequence for m in gaps] == [5, 6, 40] and more[0].offset == 10  # type: ignore[union-attr]
+    assert (first.duplicates, again.duplicates, again.failed) == (0, 10, 0)
     assert [r.sequence for r in broker.read("ids", 0, 0, 100)] == list(range(100, 111))
 
 

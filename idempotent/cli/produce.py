@@ -18,22 +18,22 @@ import os
 import time
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future
 
 import attrs
 
-from .._outcomes import RecordMetadata
 from .._types import SEQUENCE_SPACE
 from ..api import BrokerAPI
 from ..broker import validate_topic
 from ..errors import DeliveryFailed, ProducerError, UsageError
-from ..producer import Producer
+from ..producer import Producer, SendManyFuture
 from .common import CliError, Subcommands, float_type, int_type, topic_type
 from .progress import progress
 
-#: Futures kept before the oldest are checked; bounds memory for inputs of any length.
+#: Records sent but not yet checked before the oldest are checked; bounds memory for inputs
+#: of any length.
 WINDOW = 20_000
-#: How many of the oldest futures are checked at a time once the window is full.
+#: Records read per block (one ``send_many`` per partition), and about how many of the oldest
+#: are checked at a time once the window is full.
 CHUNK = 5_000
 #: Length of the prefix ``record-%012d`` of a generated record.
 GENERATED_PREFIX = 19
@@ -284,30 +284,39 @@ def cmd_produce(args: argparse.Namespace) -> int:
         # Every record before the first unsent one of every partition is skipped wholesale.
         start = min(((h + 1) * partitions + p for p, h in enumerate(last)), default=source.count)
         start = min(start, source.count)
-        pending: deque[Future[RecordMetadata]] = deque()
+        pending: deque[SendManyFuture] = deque()
+        queued = 0  # records in the futures of ``pending``
         bar = progress(args, source.count, skipped)
 
         def drain(keep: int) -> None:
-            nonlocal duplicates, acknowledged
+            nonlocal duplicates, acknowledged, queued
             done = 0
-            while len(pending) > keep:
-                if pending.popleft().result().duplicate:
-                    duplicates += 1
-                done += 1
+            while queued > keep:
+                deliveries = pending.popleft().result()
+                duplicates += deliveries.duplicates
+                done += len(deliveries)
+                queued -= len(deliveries)
             acknowledged += done
             if bar is not None:
                 bar.update(done)
 
         sending = True
         try:
-            send = producer.send
-            for i, value in enumerate(source.records(start), start):
-                p = i % partitions
-                if i // partitions <= last[p]:
-                    continue
-                pending.append(send(topic, value, partition=p))
-                sent += 1
-                if len(pending) >= WINDOW:
+            records = source.records(start)
+            position = start
+            while block := list(itertools.islice(records, CHUNK)):
+                shares: list[list[bytes]] = [[] for _ in range(partitions)]
+                for i, value in enumerate(block, position):
+                    p = i % partitions
+                    if i // partitions > last[p]:
+                        shares[p].append(value)
+                position += len(block)
+                for p, share in enumerate(shares):
+                    if share:
+                        pending.append(producer.send_many(topic, share, partition=p))
+                        queued += len(share)
+                        sent += len(share)
+                if queued >= WINDOW:
                     drain(WINDOW - CHUNK)
             producer.flush()
             drain(0)
