@@ -242,6 +242,9 @@ class MemoryBackend:
                 out.append(store.leases.get(tp))
         return out
 
+    def claim_writer(self) -> bool:
+        return False  # writers are per partition (see LogBackend.claim_writer)
+
     def release(self, topic: str, partition: int) -> None:
         return None
 

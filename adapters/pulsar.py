@@ -1061,6 +1061,9 @@ class PulsarBackend:
                         time.sleep(0.01)
             return [self._meta.leases.get((p.topic, p.partition)) for p in proposals]
 
+    def claim_writer(self) -> bool:
+        return False  # writers are per partition (see LogBackend.claim_writer)
+
     def release(self, topic: str, partition: int) -> None:
         with self._lock:
             writer = self._writers.pop((topic, partition), None)

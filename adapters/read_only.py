@@ -75,6 +75,9 @@ class ReadOnlyBackend:
     def propose_leases(self, proposals: Sequence[Lease]) -> list[Lease | None]:
         self._refuse("claim partitions")
 
+    def claim_writer(self) -> bool:
+        return False  # writers are per partition (see LogBackend.claim_writer)
+
     def release(self, topic: str, partition: int) -> None:
         return None
 

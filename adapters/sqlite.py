@@ -99,6 +99,8 @@ class SQLiteBackend:
             raise ConfigError(f"directory {directory!r} for {url!r} does not exist")
         self._lock = threading.RLock()
         self._lockfile: IO[str] | None = None
+        #: this process took the write lock since the last claim_writer() (see there)
+        self._took_over = False
         self._ends: dict[tuple[str, int], int] = {}
         self._topics: dict[str, int] = {}
         try:
@@ -127,6 +129,7 @@ class SQLiteBackend:
                 "run one broker per database file"
             ) from None
         self._lockfile = handle
+        self._took_over = True
 
     def _tx(self) -> _Transaction:
         self._write_lock()
@@ -382,6 +385,12 @@ class SQLiteBackend:
                     current = proposal
                 out.append(current)
         return out
+
+    def claim_writer(self) -> bool:
+        with self._lock:
+            self._write_lock()
+            took_over, self._took_over = self._took_over, False
+            return took_over
 
     def release(self, topic: str, partition: int) -> None:
         return None

@@ -129,6 +129,24 @@ class LogBackend(Protocol):
         """
         ...
 
+    def claim_writer(self) -> bool:
+        """Called by the broker before it decides on a write (a produce, a producer init).
+
+        A backend with one writer per store (SQLite: one process per database file) becomes
+        that writer here; the others have a writer per partition, opened by ``append``,
+        ``replay`` or ``latest_snapshot`` (fencing the previous one), and return False.
+
+        Returns:
+            True when this backend became the store's writer since the previous call: what
+            the broker read before (checker states, producer records, settings) may have been
+            changed by the previous writer, so it rebuilds all of it from what is stored now.
+
+        Raises:
+            ConfigError: another live process is the writer (SQLite); nothing changed.
+            BackendUnavailableError: the backend failed.
+        """
+        ...
+
     def release(self, topic: str, partition: int) -> None:
         """Stop writing to a partition: drop this backend's writer of it, if any. A later
         append, replay or latest_snapshot opens a new one, taking the partition over again

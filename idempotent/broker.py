@@ -228,6 +228,9 @@ class Broker:
         if self.config.maintenance_interval > 0:
             self._maintainer = threading.Thread(target=self._maintain_loop, name="idempotent-maintenance", daemon=True)
             self._maintainer.start()
+        #: the backend confirmed this broker as its writer (see _claim_writer)
+        self._writer = False
+        self._writer_lock = threading.Lock()
         self._ownership: OwnershipTable | None = None
         self._lease_lock = threading.Lock()
         if self.config.broker_id is not None:
@@ -450,6 +453,7 @@ class Broker:
             self._refresh_producers()  # other brokers may have initialised it or noted partitions
         if producer_name is not None:
             validate_name(producer_name)
+        self._claim_writer()
         with self._lock:
             previous = self._registry.by_name(producer_name) if producer_name is not None else None
             keep = previous.principal if previous is not None else None
@@ -665,6 +669,7 @@ class Broker:
         part = self._partition(topic, partition)
         now = _now_ms()
         out: Future[ProduceResult] = Future()
+        self._claim_writer()
         with part.lock:
             self._own(part)
             checker = self._ready(part)
@@ -799,6 +804,34 @@ class Broker:
                 record = self._registry.mark_state_lost(pid)
                 if record is not None:
                     self.backend.save_producer(record)
+
+    def _claim_writer(self) -> None:
+        """Become the backend's writer before deciding on a write. When the backend says this
+        broker just became it (SQLite: another process wrote the file until now), everything
+        read before is stale: producer records, settings, topics and every partition's checker
+        are rebuilt from what is stored now, never from what was cached while not the writer.
+
+        Raises:
+            ConfigError: another live process writes the backend (SQLite).
+            BackendUnavailableError: the backend failed.
+        """
+        if self._writer:
+            return
+        with self._writer_lock:
+            if self._writer:
+                return
+            if self.backend.claim_writer():
+                registry = ProducerRegistry(self.backend.load_producers())
+                settings = dict(self.backend.load_settings())
+                topics = dict(self.backend.list_topics())
+                with self._lock:
+                    self._registry, self._settings, self._topics = registry, settings, topics
+                    self._settings_changes += 1
+                    parts = list(self._partitions.values())
+                for part in parts:  # (part.lock is taken before self._lock elsewhere)
+                    with part.lock:
+                        part.checker = None  # rebuilt by _ready at its next use
+            self._writer = True
 
     def _ready(self, part: _Partition) -> PartitionChecker:
         """Return the partition's checker, recovering it first if needed. Needs part.lock."""

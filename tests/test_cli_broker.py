@@ -56,3 +56,52 @@ def test_broker_command_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "host:port" in capsys.readouterr().err
     assert cli.main(["broker", "--backend", "memory://", "--tls-key", "k.pem"]) == 2
     assert cli.main(["broker", "--backend", "idem://127.0.0.1:1"]) == 2
+
+
+def _serve(url: str, ready: Path) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "idempotent", "broker", "--backend", url, "--listen", "127.0.0.1:0",
+         "--ready-file", str(ready)],
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (ready.exists() and ready.read_text().endswith("\n")):
+        assert proc.poll() is None and time.monotonic() < deadline, "the broker did not start"
+        time.sleep(0.05)
+    return proc, f"idem://{ready.read_text().strip()}"
+
+
+def test_second_broker_on_a_sqlite_file_takes_over_without_duplicates(tmp_path: Path) -> None:
+    """A broker that only read a partition (stats) while another process wrote the file
+    rebuilds from what is stored when it becomes the writer, not from what it cached."""
+    from idempotent.client import RemoteBroker
+
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    first, at_a = _serve(url, tmp_path / "a.ready")
+    second = None
+    try:
+        with Producer(at_a, "n", linger_ms=0) as producer:
+            for i in range(5):
+                producer.send("t", f"r{i}", partition=0, sequence=i)
+        second, at_b = _serve(url, tmp_path / "b.ready")
+        with RemoteBroker(at_b) as reader:  # B reads the partition while A writes it
+            assert [s.last_sequence for s in reader.stats("t")[0].producers] == [4]
+        with Producer(at_a, "n", linger_ms=0) as producer:
+            for i in range(5, 10):
+                producer.send("t", f"r{i}", partition=0, sequence=i)
+        first.kill()  # kill -9
+        first.wait(30)
+        with Producer(at_b, "n", linger_ms=0) as producer:
+            assert producer.last_sequence("t", 0) == 9
+            resent = [producer.send("t", f"r{i}", partition=0, sequence=i) for i in range(10)]
+            assert producer.flush(30) == 0
+            assert all(f.result().duplicate for f in resent)
+            assert producer.producer_epoch == 2  # B saw A's second init: the epochs stay ordered
+        with RemoteBroker(at_b) as reader:
+            assert [r.value for r in reader.read("t", 0, 0, 100)] == [f"r{i}".encode() for i in range(10)]
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
