@@ -7,6 +7,10 @@ also survives power loss) and ``timeout`` (seconds to wait for a lock, default 1
 
 Every append is one transaction holding the batch's records, its batch boundary (producer
 id, epoch, base sequence, count: what recovery replays) and, when due, the checker snapshot.
+A record's row (``log``) holds only its partition's number, offset, key, value and headers:
+its producer, sequence and timestamp are read from its batch's row. Databases written before
+this layout keep their ``records`` table (ten columns per record) and are read and appended
+to in that layout.
 So an acknowledged batch survives ``kill -9`` together with everything needed to rebuild the
 checker. One process writes a database file at a time (an exclusive lock file, taken on the
 first write, enforces it); others may read it.
@@ -37,11 +41,11 @@ from idempotent.errors import BackendUnavailableError, ConfigError, InvalidTopic
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (name TEXT PRIMARY KEY, partitions INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    topic TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL,
-    producer_id INTEGER NOT NULL, producer_epoch INTEGER NOT NULL, sequence INTEGER NOT NULL,
-    key BLOB, value BLOB, headers BLOB, timestamp REAL NOT NULL,
-    PRIMARY KEY (topic, partition, offset)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS partition_ids (
+    id INTEGER PRIMARY KEY, topic TEXT NOT NULL, partition INTEGER NOT NULL, UNIQUE (topic, partition));
+CREATE TABLE IF NOT EXISTS log (
+    partition_id INTEGER NOT NULL, offset INTEGER NOT NULL, key BLOB, value BLOB, headers BLOB,
+    PRIMARY KEY (partition_id, offset)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, base_offset INTEGER NOT NULL,
     producer_id INTEGER NOT NULL, producer_epoch INTEGER NOT NULL, base_sequence INTEGER NOT NULL,
@@ -103,12 +107,18 @@ class SQLiteBackend:
         self._took_over = False
         self._ends: dict[tuple[str, int], int] = {}
         self._topics: dict[str, int] = {}
+        self._partition_ids: dict[tuple[str, int], int] = {}
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=float(options.get("timeout", 10)), check_same_thread=False, isolation_level=None
             )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={options.get('synchronous', 'normal').upper()}")
+            #: a database of an earlier version: records keep their ten-column rows
+            self._legacy = (
+                self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='records'").fetchone()
+                is not None
+            )
             self._db.executescript(_SCHEMA)
             self._topics = dict(self._db.execute("SELECT name, partitions FROM topics").fetchall())
         except sqlite3.Error as exc:
@@ -139,11 +149,33 @@ class SQLiteBackend:
         key = (topic, partition)
         end = self._ends.get(key)
         if end is None:
-            row = self._db.execute("SELECT MAX(offset) FROM records WHERE topic=? AND partition=?", key).fetchone()
+            if self._legacy:
+                row = self._db.execute("SELECT MAX(offset) FROM records WHERE topic=? AND partition=?", key).fetchone()
+            else:
+                part = self._partition_id(topic, partition)
+                row = (
+                    (None,)
+                    if part is None
+                    else self._db.execute("SELECT MAX(offset) FROM log WHERE partition_id=?", (part,)).fetchone()
+                )
             end = 0 if row[0] is None else row[0] + 1
             if self._lockfile is not None:  # only the single writer may cache: readers must see growth
                 self._ends[key] = end
         return end
+
+    def _partition_id(self, topic: str, partition: int, db: sqlite3.Connection | None = None) -> int | None:
+        """The number of a partition in the ``log`` table; with ``db`` (a write transaction)
+        one is assigned when the partition has none yet."""
+        key = (topic, partition)
+        part = self._partition_ids.get(key)
+        if part is None:
+            row = self._db.execute("SELECT id FROM partition_ids WHERE topic=? AND partition=?", key).fetchone()
+            if row is None:
+                if db is None:
+                    return None
+                row = (db.execute("INSERT INTO partition_ids (topic, partition) VALUES (?, ?)", key).lastrowid,)
+            part = self._partition_ids[key] = row[0]
+        return part
 
     def _check(self, topic: str, partition: int) -> None:
         if not 0 <= partition < self._topics.get(topic, 0):
@@ -171,32 +203,46 @@ class SQLiteBackend:
             with self._lock, _mapped(self.url):
                 self._check(topic, partition)
                 base = self._end(topic, partition)
-                rows = [
-                    (
-                        topic,
-                        partition,
-                        base + i,
-                        pid,
-                        epoch,
-                        sequence_at(base_seq, i) if header else -1,
-                        r.key,
-                        r.value,
-                        msgpack.packb(r.headers) if r.headers else None,
-                        batch.timestamp,
-                    )
-                    for i, r in enumerate(batch.records)
-                ]
+                records = batch.records
                 with self._tx() as db:
-                    db.executemany("INSERT INTO records VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+                    if self._legacy:
+                        db.executemany(
+                            "INSERT INTO records VALUES (?,?,?,?,?,?,?,?,?,?)",
+                            [
+                                (
+                                    topic,
+                                    partition,
+                                    base + i,
+                                    pid,
+                                    epoch,
+                                    sequence_at(base_seq, i) if header else -1,
+                                    r.key,
+                                    r.value,
+                                    msgpack.packb(r.headers) if r.headers else None,
+                                    batch.timestamp,
+                                )
+                                for i, r in enumerate(records)
+                            ],
+                        )
+                    else:
+                        part = self._partition_id(topic, partition, db)
+                        db.executemany(
+                            "INSERT INTO log VALUES (?,?,?,?,?)",
+                            [
+                                (part, offset, r.key, r.value, msgpack.packb(r.headers) if r.headers else None)
+                                for offset, r in enumerate(records, base)
+                            ],
+                        )
                     db.execute(
                         "INSERT INTO batches VALUES (?,?,?,?,?,?,?,?)",
-                        (topic, partition, base, pid, epoch, base_seq, len(rows), batch.timestamp),
+                        (topic, partition, base, pid, epoch, base_seq, len(records), batch.timestamp),
                     )
                     if snapshot is not None:
                         self._put_snapshot(db, topic, partition, snapshot)
-                self._ends[(topic, partition)] = base + len(rows)
+                self._ends[(topic, partition)] = base + len(records)
         except BaseException as exc:
             self._ends.pop((topic, partition), None)
+            self._partition_ids.pop((topic, partition), None)  # its row may have rolled back
             if isinstance(exc, InvalidTopicError | BackendUnavailableError):
                 future.set_exception(exc)
                 return future
@@ -207,15 +253,45 @@ class SQLiteBackend:
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
         with self._lock, _mapped(self.url):
             self._check(topic, partition)
-            rows = self._db.execute(
-                "SELECT offset, producer_id, producer_epoch, sequence, key, value, headers, timestamp "
-                "FROM records WHERE topic=? AND partition=? AND offset>=? ORDER BY offset LIMIT ?",
-                (topic, partition, offset, max_records),
+            if self._legacy:
+                rows = self._db.execute(
+                    "SELECT offset, producer_id, producer_epoch, sequence, key, value, headers, timestamp "
+                    "FROM records WHERE topic=? AND partition=? AND offset>=? ORDER BY offset LIMIT ?",
+                    (topic, partition, offset, max_records),
+                ).fetchall()
+                return [
+                    StoredRecord(o, p, e, s, k, v, tuple((n, d) for n, d in msgpack.unpackb(h)) if h else (), t)
+                    for o, p, e, s, k, v, h, t in rows
+                ]
+            part = self._partition_id(topic, partition)
+            if part is None:
+                return []
+            slim = self._db.execute(
+                "SELECT offset, key, value, headers FROM log WHERE partition_id=? AND offset>=? "
+                "ORDER BY offset LIMIT ?",
+                (part, offset, max_records),
             ).fetchall()
-        return [
-            StoredRecord(o, p, e, s, k, v, tuple((n, d) for n, d in msgpack.unpackb(h)) if h else (), t)
-            for o, p, e, s, k, v, h, t in rows
-        ]
+            if not slim:
+                return []
+            # the batches holding those records: the one holding the first, and every later one
+            batches = self._db.execute(
+                "SELECT base_offset, producer_id, producer_epoch, base_sequence, timestamp FROM batches "
+                "WHERE topic=? AND partition=? AND base_offset<=? AND base_offset>=COALESCE(("
+                "SELECT MAX(base_offset) FROM batches WHERE topic=? AND partition=? AND base_offset<=?), 0) "
+                "ORDER BY base_offset",
+                (topic, partition, slim[-1][0], topic, partition, slim[0][0]),
+            ).fetchall()
+        out: list[StoredRecord] = []
+        index = 0
+        base, pid, epoch, base_seq, timestamp = batches[0]
+        for o, k, v, h in slim:
+            while index + 1 < len(batches) and batches[index + 1][0] <= o:
+                index += 1
+                base, pid, epoch, base_seq, timestamp = batches[index]
+            sequence = sequence_at(base_seq, o - base) if base_seq >= 0 else -1
+            headers = tuple((n, d) for n, d in msgpack.unpackb(h)) if h else ()
+            out.append(StoredRecord(o, pid, epoch, sequence, k, v, headers, timestamp))
+        return out
 
     def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
         position = from_offset

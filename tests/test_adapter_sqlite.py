@@ -49,3 +49,67 @@ def test_producer_owners_next_to_databases_of_older_versions(tmp_path: Path) -> 
         assert (r := broker.producer_record(6)) is not None and r.principal is None
     finally:
         broker.close()
+
+
+LEGACY_RECORDS = """
+CREATE TABLE records (
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL,
+    producer_id INTEGER NOT NULL, producer_epoch INTEGER NOT NULL, sequence INTEGER NOT NULL,
+    key BLOB, value BLOB, headers BLOB, timestamp REAL NOT NULL,
+    PRIMARY KEY (topic, partition, offset)) WITHOUT ROWID;
+"""
+
+
+def _produce(url: str, name: str, values: list[bytes]) -> list[int | None]:
+    with idempotent.Producer(url, name, max_batch_records=3, linger_ms=1) as producer:
+        deliveries = producer.send_many(
+            "t", [idempotent.Record(v, key=b"k", headers={"h": v}) for v in values], partition=0
+        )
+        return [m.offset for m in deliveries.result(10)]  # type: ignore[union-attr]
+
+
+def test_records_are_slim_rows_read_back_with_their_batch(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    url = f"sqlite:///{path}"
+    assert _produce(url, "a", [b"a0", b"a1", b"a2", b"a3"]) == [0, 1, 2, 3]
+    assert _produce(url, "b", [b"b0", b"b1"]) == [4, 5]
+    db = sqlite3.connect(path)
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    columns = [row[1] for row in db.execute("PRAGMA table_info(log)")]
+    db.close()
+    assert "records" not in tables and columns == ["partition_id", "offset", "key", "value", "headers"]
+    broker = idempotent.connect(url)
+    try:
+        everything = broker.read("t", 0, 0, 100)
+        middle = broker.read("t", 0, 2, 3)  # starts inside a batch, crosses two boundaries
+        assert broker.end_offset("t", 0) == 6 and broker.read("t", 0, 6, 10) == []
+    finally:
+        broker.close()
+    assert [(r.value, r.key, r.headers) for r in everything] == [
+        (v, b"k", (("h", v),)) for v in (b"a0", b"a1", b"a2", b"a3", b"b0", b"b1")
+    ]
+    assert [r.sequence for r in everything] == [0, 1, 2, 3, 0, 1]
+    assert len({r.producer_id for r in everything[:4]}) == 1 and everything[4].producer_id != everything[0].producer_id
+    assert middle == everything[2:5] and all(r.timestamp > 0 for r in everything)
+
+
+def test_a_database_with_ten_column_records_keeps_that_layout(tmp_path: Path) -> None:
+    path = tmp_path / "legacy.db"
+    db = sqlite3.connect(path)
+    db.executescript(LEGACY_RECORDS)
+    db.close()
+    url = f"sqlite:///{path}"
+    assert _produce(url, "a", [b"a0", b"a1", b"a2", b"a3"]) == [0, 1, 2, 3]
+    assert _produce(url, "a", [b"a4"]) == [4]  # reopened: still the old layout
+    db = sqlite3.connect(path)
+    counts = [db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] for table in ("records", "log")]
+    db.close()
+    assert counts == [5, 0]
+    broker = idempotent.connect(url)
+    try:
+        stored = broker.read("t", 0, 1, 100)
+    finally:
+        broker.close()
+    assert [(r.offset, r.sequence, r.value, r.headers) for r in stored] == [
+        (i, i, b"a%d" % i, (("h", b"a%d" % i),)) for i in range(1, 5)
+    ]
