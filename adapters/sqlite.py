@@ -72,12 +72,21 @@ _REPLAY_CHUNK = 5000
 def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     """Split a ``sqlite:///`` URL into a file path and options.
 
+    ``sqlite:///relative/path.db`` (three slashes) names a file relative to the working
+    directory, ``sqlite:////absolute/path.db`` (four) an absolute one. Any other spelling,
+    such as ``sqlite:/x.db`` or ``sqlite://x.db``, is refused rather than guessed.
+
     Raises:
-        ConfigError: no path, or an unknown option.
+        ConfigError: another spelling (the message shows the right ones), no path, or an
+            unknown option.
     """
     parts = urlsplit(url)
-    if parts.scheme != "sqlite" or parts.netloc:
-        raise ConfigError(f"expected sqlite:///relative.db or sqlite:////absolute.db, got {url!r}")
+    if parts.scheme != "sqlite" or parts.netloc or url[: len("sqlite:///")].lower() != "sqlite:///":
+        name = url.split("?", 1)[0].split(":", 1)[-1].lstrip("/") or "file.db"
+        raise ConfigError(
+            f"{url!r} is not a SQLite URL: write sqlite:///{name} (three slashes) for {name!r} relative "
+            f"to the working directory, or sqlite:////{name} (four) for '/{name}'"
+        )
     path = parts.path[1:] if parts.path.startswith("/") else parts.path
     if not path:
         raise ConfigError(f"{url!r} names no database file")

@@ -7,6 +7,9 @@ from pathlib import Path
 import pytest
 
 import idempotent
+from idempotent.server import BrokerServer
+from idempotent.testing.certs import make_certs
+from idempotent.tls import server_context
 
 from .cli_helpers import run
 
@@ -58,3 +61,52 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys)
     assert code == 2
     assert "produce" in err and "tail" in err and "stats" in err
+
+
+# -- URLs --------------------------------------------------------------------------------------
+
+
+def _commands(url: str, topic: str) -> list[list[str]]:
+    """Every command that takes a broker URL, reading or writing ``topic`` through ``url``."""
+    return [
+        ["produce", url, topic, "--generate", "5", "--quiet"],
+        ["tail", url, topic, "--from-beginning"],
+        ["stats", url, topic],
+        ["stats", url],
+        ["admin", "--url", url, "stats", topic],
+        ["admin", "--url", url, "describe-producers", topic],
+        ["admin", "--url", url, "set-deduplication", topic, "--policy", "strict"],
+    ]
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["idem", "idems"])
+def test_every_command_accepts_a_broker_server_url(
+    tls: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    context = None
+    if tls:
+        certs = make_certs(tmp_path / "certs")
+        context = server_context(certs.server_cert, certs.server_key)
+        monkeypatch.setenv("IDEMPOTENT_TLS_CA", str(certs.ca_cert))
+    broker = idempotent.connect(f"sqlite:///{tmp_path / 'log.db'}")
+    assert isinstance(broker, idempotent.Broker)
+    with BrokerServer(broker, ssl_context=context) as server:
+        assert server.url.startswith("idems://" if tls else "idem://")
+        for argv in _commands(server.url, "t"):
+            code, _, err = run(capsys, *argv)
+            assert code == 0, (argv, err)
+        assert run(capsys, "tail", server.url, "t", "--from-beginning", "--format", "json")[1].count("\n") == 5
+
+
+@pytest.mark.parametrize("spelling", ["sqlite:/x.db", "sqlite:x.db", "sqlite://x.db"])
+def test_a_sqlite_url_without_three_slashes_is_refused(
+    spelling: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for argv in _commands(spelling, "t"):
+        code, out, err = run(capsys, *argv)
+        assert (code, out) == (2, ""), (argv, err)
+        assert "sqlite:///x.db (three slashes)" in err and "sqlite:////x.db (four)" in err, err
+    with pytest.raises(idempotent.ConfigError, match="not a SQLite URL"):
+        idempotent.connect(spelling)
+    assert list(tmp_path.iterdir()) == []  # nothing was created, neither x.db nor /x.db's lock

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from .._topics import canonical_topic
 from ..api import BrokerAPI
-from ..broker import Broker, validate_topic
+from ..broker import validate_topic
 from ..errors import InvalidTopicError
 
 if TYPE_CHECKING:
@@ -105,18 +105,25 @@ def isatty(stream: IO[str]) -> bool:
         return False
 
 
-def open_read_only(url: str) -> Broker:
-    """Open a broker over ``url`` that never writes (no topic creation, no snapshots).
+def open_read_only(url: str) -> BrokerAPI:
+    """Open ``url`` to read from it, writing nothing (no topic creation, no snapshots).
 
-    The backend is wrapped in :class:`adapters.read_only.ReadOnlyBackend`; Kafka and Pulsar
-    are also opened with ``read_only=True``, so no partition is taken over from a writer.
+    A broker server (``idem://``, ``idems://``, also several hosts) is connected to: reads
+    through it write nothing. A backend URL is opened in this process, its backend wrapped
+    in :class:`adapters.read_only.ReadOnlyBackend`; Kafka and Pulsar are also opened with
+    ``read_only=True``, so no partition is taken over from a writer.
 
     Raises:
         CliError: a ``sqlite://`` URL names a file that does not exist.
         ConfigError: bad URL.
+        BackendUnavailableError: the broker server or backend cannot be reached.
     """
     from adapters.read_only import open_read_only_broker
 
+    if urlsplit(url).scheme in SERVER_SCHEMES:
+        from .. import connect
+
+        return connect(url)
     if urlsplit(url).scheme == "sqlite":
         from adapters.sqlite import parse_sqlite_url
 
