@@ -3,6 +3,8 @@ twin run of the same user code with the real confluent-kafka client against a re
 
 from __future__ import annotations
 
+import logging
+import pickle
 import threading
 import uuid
 import zlib
@@ -10,8 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 import pytest
 
+import idempotent
 from adapters import open_backend
 from adapters.memory import reset_store
 from idempotent import DeliveryFailed, DeliveryStatus, ProducerFencedError, Recovery
@@ -141,7 +145,7 @@ def test_concurrent_produce_never_overfills_the_queue_and_refusals_free_their_sl
 def test_a_refused_produce_takes_no_queue_slot(url: str) -> None:
     producer = _producer(url)
     producer.producer.close(0)  # the underlying producer is gone: the next produce is refused
-    with pytest.raises(compat.KafkaException):
+    with pytest.raises(RuntimeError, match="Producer has been closed"):
         producer.produce("t", b"refused")
     assert len(producer) == 0
 
@@ -214,7 +218,10 @@ def test_librdkafka_codes() -> None:
         90,
     )
     assert [s.value for s in MessageStatus] == [0, 1, 2]  # rd_kafka_msg_status_t
-    assert str(KafkaException(KafkaError(KafkaError._QUEUE_FULL))) == "Local: Queue full"
+    assert KafkaError(KafkaError._QUEUE_FULL).str() == "Local: Queue full"
+    assert str(KafkaException(KafkaError(KafkaError._QUEUE_FULL))) == (
+        'KafkaError{code=_QUEUE_FULL,val=-184,str="Local: Queue full"}'
+    )
 
 
 def test_fenced_producer_reports_fatal_error(url: str) -> None:
@@ -299,29 +306,85 @@ def test_options_map_onto_the_producer() -> None:
 @pytest.mark.parametrize(
     ("conf", "named"),
     [
-        ({"enable.idempotence": False}, "enable.idempotence"),
-        ({"acks": 1}, "acks"),
-        ({"request.required.acks": "0"}, "acks"),
-        ({"retries": 0}, "retries"),
-        ({"max.in.flight": 6}, "max.in.flight"),
-        ({"compression.type": "lz4"}, "compression.type"),
-        ({"partitioner": "murmur2_random"}, "partitioner"),
-        ({"transaction.timeout.ms": 1000}, "transaction.timeout.ms"),
-        ({"stats_cb": print}, "stats_cb"),
-        ({"security.protocol": "SASL_SSL"}, "security.protocol"),
-        ({"sasl.username": "u"}, "sasl.username"),
+        ({"enable.idempotence": False}, "enable.idempotence"),  # the one option that would weaken exactly-once
         ({"no.such.option": 1}, "no.such.option"),
         ({"linger.ms": "soon"}, "linger.ms"),
+        ({"message.max.bytes": 10}, "message.max.bytes"),
+        ({"partitioner": "murmur"}, "partitioner"),
         ({"transactional.id": "a", "idempotent.producer.name": "b"}, "transactional.id"),
         ({"idempotent.broker": "memory://"}, "idempotent.broker"),
     ],
 )
-def test_unsupported_options_are_refused_by_name(conf: dict[str, Any], named: str) -> None:
+def test_refused_options_are_named(conf: dict[str, Any], named: str) -> None:
     with pytest.raises(KafkaException) as raised:
         compat.Producer({"idempotent.broker.url": "memory://", **conf})
     error = raised.value.args[0]
     assert error.code() == KafkaError._INVALID_ARG
     assert named in error.str()
+
+
+def test_every_librdkafka_option_is_accepted_and_tuning_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    tuning = {
+        "socket.timeout.ms": 10,
+        "debug": "all",
+        "statistics.interval.ms": 0,
+        "log.thread.name": True,
+        "acks": "0",
+        "retries": 0,
+        "compression.type": "lz4",
+        "security.protocol": "SASL_SSL",
+        "sasl.username": "u",
+        "group.id": "consumer-only",
+        "transaction.timeout.ms": 1000,
+        "throttle_cb": print,
+        "oauth_cb": print,
+        "logger": logging.getLogger("app"),
+    }
+    compat._IGNORED_LOGGED.clear()
+    with caplog.at_level(logging.DEBUG, "idempotent.compat.confluent_kafka"):
+        compat._Config(tuning)
+        compat._Config(tuning)
+    logged = [r.getMessage() for r in caplog.records if "without effect" in r.getMessage()]
+    assert len(logged) == len(tuning) - 1  # statistics.interval.ms is used; each other key logged once
+    assert all(any(repr(key) in line for line in logged) for key in tuning if key != "statistics.interval.ms")
+    # librdkafka's aliases set one property: the later one wins, as there
+    assert compat._Config({"message.timeout.ms": 5000, "delivery.timeout.ms": 7000}).delivery_timeout_ms == 7000
+    assert compat._Config({"delivery.timeout.ms": 7000, "message.timeout.ms": 5000}).delivery_timeout_ms == 5000
+    nested = compat._Config({"message.timeout.ms": 600000, "default.topic.config": {"message.timeout.ms": 1000}})
+    assert nested.delivery_timeout_ms == 1000
+    assert compat._Config({"max.in.flight": 100}).max_in_flight == 5  # never beyond the checker's window
+    with pytest.raises(TypeError, match="callable"):
+        compat._Config({"error_cb": 1})
+    with pytest.raises(TypeError, match="expected configuration dict"):
+        compat.Producer()
+
+
+def test_partitioners_match_librdkafka(url: str) -> None:
+    # reference values computed with confluent-kafka 2.16 (librdkafka's own functions)
+    assert (compat.murmur2(b"test_key", 10), compat.fnv1a(b"test_key", 10), compat.consistent(b"test_key", 10)) == (
+        confluent_kafka.murmur2(b"test_key", 10),
+        confluent_kafka.fnv1a(b"test_key", 10),
+        confluent_kafka.consistent(b"test_key", 10),
+    )
+    for key in (b"", b"a", b"ab", b"abc", b"abcd", b"\xff" * 9):
+        for count in (1, 7, 64):
+            assert compat.murmur2(key, count) == confluent_kafka.murmur2(key, count)
+            assert compat.fnv1a(key, count) == confluent_kafka.fnv1a(key, count)
+    with pytest.raises(ValueError, match="partition_count must be > 0"):
+        compat.murmur2(b"k", 0)
+    with pytest.raises(TypeError):
+        compat.fnv1a("k", 3)  # type: ignore[arg-type]
+    reset_store(url.removeprefix("memory://"))
+    broker = idempotent.connect(url)
+    broker.create_topic("keyed", 8)
+    producer = compat.Producer({"idempotent.broker": broker, "partitioner": "murmur2_random"})
+    for key in (b"k1", b"k2", b"k3"):
+        producer.produce("keyed", b"v", key=key)
+    producer.flush()
+    stored = {r.key: p for p in range(8) for r in broker.read("keyed", p)}
+    assert stored == {key: confluent_kafka.murmur2(key, 8) for key in (b"k1", b"k2", b"k3")}
+    producer.close()
+    broker.close()
 
 
 def test_unsupported_calls_are_refused(url: str) -> None:
@@ -334,17 +397,19 @@ def test_unsupported_calls_are_refused(url: str) -> None:
         producer.send_offsets_to_transaction,
         producer.purge,
         producer.list_topics,
-        producer.produce_batch,
     ):
         with pytest.raises(KafkaException) as raised:
             call()
         assert raised.value.args[0].code() == KafkaError._NOT_IMPLEMENTED
-    with pytest.raises(KafkaException, match="timestamp"):
-        producer.produce("t", b"a", timestamp=1_700_000_000_000)
+    producer.set_sasl_credentials("user", "secret")  # accepted, no effect: credentials belong to the backend
+    with pytest.raises(TypeError):
+        producer.set_sasl_credentials(None, "secret")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         producer.produce("t", b"a", opaque=1)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="header"):
         producer.produce("t", b"a", headers={"h": None})
+    with pytest.raises(TypeError, match="header"):
+        producer.produce("t", b"a", headers=("a", "b"))  # type: ignore[arg-type]
     with pytest.raises(KafkaException) as raised:
         producer.produce("t", b"a", partition=3)
     assert raised.value.args[0].code() == KafkaError._UNKNOWN_PARTITION
@@ -353,15 +418,129 @@ def test_unsupported_calls_are_refused(url: str) -> None:
     assert raised.value.args[0].code() == KafkaError.TOPIC_EXCEPTION
     assert len(producer) == 0
     producer.close()
-    with pytest.raises(KafkaException) as raised:
-        producer.produce("t", b"a")
-    assert raised.value.args[0].code() == KafkaError._DESTROY
 
 
-def test_names_outside_the_surface_say_so() -> None:
-    for name in ("Consumer", "AdminClient", "SerializingProducer"):
-        with pytest.raises(AttributeError, match=f"confluent_kafka.{name} is not provided"):
-            getattr(compat, name)
+def test_closed_producer_raises_runtime_error_and_is_a_context_manager(url: str) -> None:
+    reports: list[Any] = []
+    with _producer(url) as producer:
+        assert bool(producer) and len(producer) == 0  # true even with nothing queued
+        producer.produce("t", b"a", on_delivery=lambda err, msg: reports.append(msg.offset()))
+    assert reports == [0]  # leaving the block flushed and served the report
+    for call in (lambda: producer.produce("t", b"b"), producer.flush, lambda: producer.poll(0)):
+        with pytest.raises(RuntimeError, match="Producer has been closed"):
+            call()
+    assert len(producer) == 0 and producer.close() is True
+
+    class Uninitialized(compat.Producer):
+        def __init__(self) -> None:  # never calls super().__init__
+            pass
+
+    bare = Uninitialized()
+    for call in (lambda: bare.produce("t", b"b"), bare.poll, bare.flush, bare.init_transactions):
+        with pytest.raises(RuntimeError, match="Producer has been closed"):
+            call()
+    assert len(bare) == 0
+
+
+def test_the_rest_of_confluent_kafka_passes_through() -> None:
+    from idempotent.compat.confluent_kafka.error import ConsumeError
+
+    from idempotent.compat.confluent_kafka import admin, serialization
+
+    assert compat.Consumer is confluent_kafka.Consumer
+    assert compat.TopicPartition is confluent_kafka.TopicPartition
+    assert compat.DeserializingConsumer is confluent_kafka.DeserializingConsumer
+    assert admin.AdminClient is confluent_kafka.admin.AdminClient
+    assert serialization.StringSerializer is confluent_kafka.serialization.StringSerializer
+    assert compat.KafkaException is confluent_kafka.KafkaException  # one class: catches the Consumer's errors too
+    error = ConsumeError(KafkaError(KafkaError._PARTITION_EOF))
+    assert (error.code, error.name) == (KafkaError._PARTITION_EOF, "_PARTITION_EOF")
+    with pytest.raises(AttributeError, match="NoSuchThing"):
+        compat.NoSuchThing  # noqa: B018
+
+
+def test_kafka_error_carries_librdkafkas_table_and_can_be_raised() -> None:
+    for name in ("_NO_OFFSET", "REBALANCE_IN_PROGRESS", "MEMBER_ID_REQUIRED", "_PARTITION_EOF", "_KEY_SERIALIZATION"):
+        assert getattr(KafkaError, name) == getattr(confluent_kafka.KafkaError, name)
+        assert KafkaError(getattr(KafkaError, name)).name() == name
+    assert len([n for n in vars(KafkaError) if n.lstrip("_").isupper()]) >= 180
+    with pytest.raises(KafkaException, match="Err-12345") as raised:
+        raise KafkaError(12345)
+    assert raised.value.args[0].code() == 12345 and not raised.value.args[0].fatal()
+    assert KafkaException().args == ()
+    error = KafkaError(KafkaError.MEMBER_ID_REQUIRED, "m", fatal=True, status=MessageStatus.POSSIBLY_PERSISTED)
+    again = pickle.loads(pickle.dumps(error))
+    assert (again.code(), again.str(), again.fatal(), again.status()) == (
+        79,
+        "m",
+        True,
+        MessageStatus.POSSIBLY_PERSISTED,
+    )
+    assert isinstance(compat.version(), str) and compat.libversion()[0] == compat.version()
+
+
+def test_message_is_constructible_as_upstreams() -> None:
+    empty = compat.Message()
+    assert (len(empty), empty.topic(), empty.partition(), empty.offset(), empty.timestamp()) == (
+        0,
+        None,
+        None,
+        None,
+        (0, 0),
+    )
+    assert (empty.leader_epoch(), empty.latency(), empty.delivery_count()) == (None, None, None)
+    assert empty.__reduce__() == (compat.Message, (None, -1, -1001, None, None, None, None, (0, 0), -1.0, -1, -1))
+    full = compat.Message("t", 1, 2, "k", "v", [], None, (1, 4), 5.5, 3)
+    assert (full.topic(), full.partition(), full.offset(), full.key(), full.value()) == ("t", 1, 2, "k", "v")
+    assert (full.timestamp(), full.latency(), full.leader_epoch(), len(full)) == ((1, 4), 5.5, 3, 1)
+    full.set_value(b"abc")
+    full.set_error(KafkaError(KafkaError._FAIL))
+    assert len(full) == 3 and full.error() == KafkaError._FAIL
+    restored = pickle.loads(pickle.dumps(full))
+    assert (restored.value(), restored.offset(), restored.error()) == (b"abc", 2, KafkaError._FAIL)
+    raw = compat.Message.__new__(compat.Message)  # __init__ skipped, as upstream's zero-filled struct
+    assert (raw.partition(), raw.offset(), raw.leader_epoch(), raw.latency()) == (0, 0, 0, 0.0)
+    with pytest.raises(TypeError):
+        compat.Message.topic(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        compat.Message.__new__(str)  # type: ignore[type-var]
+
+
+def test_produce_batch_goes_through_send_many_and_reports_each_message(url: str) -> None:
+    producer = _producer(url, **{"queue.buffering.max.messages": 4, "message.max.bytes": 1000})
+    calls: list[int] = []
+    original = producer.producer.send_many
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(len(args[1]))
+        return original(*args, **kwargs)
+
+    producer.producer.send_many = counting  # type: ignore[method-assign]
+    seen: list[tuple[Any, Any]] = []
+    messages: list[dict[str, Any]] = [
+        {"value": b"a", "key": b"k"},
+        {"value": "b", "callback": lambda err, msg: seen.append(("own", msg.value()))},
+        {"value": b"x" * 2000},  # over message.max.bytes: left out
+        {"value": b"c", "partition": 5},  # no such partition: left out
+        {"value": b"d", "extra": "ignored"},
+        {"value": b"e"},
+        {"value": b"f"},  # the queue holds 4: left out
+    ]
+    count = producer.produce_batch("t", messages, on_delivery=lambda err, msg: seen.append(("batch", msg.value())))
+    assert count == 4 and calls == [4]  # one partition: one send_many call for the four queued messages
+    errors = {i: m["_error"].code() for i, m in enumerate(messages) if "_error" in m}
+    assert errors == {2: KafkaError.MSG_SIZE_TOO_LARGE, 3: KafkaError._UNKNOWN_PARTITION, 6: KafkaError._QUEUE_FULL}
+    producer.flush()
+    assert sorted(seen) == [("batch", b"a"), ("batch", b"d"), ("batch", b"e"), ("own", b"b")]
+    assert [r.value for r in producer.producer._broker.read("t", 0)] == [b"a", b"b", b"d", b"e"]
+    with pytest.raises(TypeError, match="must be a list"):
+        producer.produce_batch("t", "not a list")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="index 1 must be a dict"):
+        producer.produce_batch("t", [{"value": b"ok"}, "no"])  # type: ignore[list-item]
+    with pytest.raises(NotImplementedError, match="timestamps"):
+        producer.produce_batch("t", [{"value": b"ok", "timestamp": 5}])
+    assert producer.produce_batch("t", []) == 0
+    producer.close()
 
 
 def test_default_broker_is_sqlite_in_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

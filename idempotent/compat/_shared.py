@@ -5,11 +5,20 @@ clients) with the same broker URL and never close them. Opening one broker per p
 fail for ``sqlite://`` (one writer per file) and waste resources elsewhere, so producers opened
 from the same URL in one process share one broker, which is closed when the last of them is
 closed (or garbage collected).
+
+It also passes the rest of the native modules through: names and submodules that the drop-ins
+do not replace come from the installed ``confluent_kafka`` or ``pulsar``.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
 import threading
+import types
+from typing import Any
 
 from ..api import BrokerAPI
 
@@ -48,3 +57,82 @@ def release(url: str) -> None:
             return
         del _BROKERS[url]
     broker.close()
+
+
+# -- the rest of the native modules ------------------------------------------------------------
+
+
+def native(name: str) -> types.ModuleType | None:
+    """The installed native module ``name`` (``confluent_kafka``, ``pulsar``), or None when it
+    is not installed."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+class _Alias(importlib.abc.Loader):
+    """Loads a submodule of a drop-in as the native module's submodule itself."""
+
+    def __init__(self, module: types.ModuleType) -> None:
+        self._module = module
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return self._module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+class _Passthrough(importlib.abc.MetaPathFinder):
+    """Resolves ``<drop-in>.<sub>`` (``idempotent.compat.confluent_kafka.admin``) to the
+    native ``<native>.<sub>`` (``confluent_kafka.admin``), so that an application's
+    ``from confluent_kafka.admin import AdminClient`` keeps working once its import line
+    names the drop-in."""
+
+    def __init__(self, drop_in: str, native_name: str) -> None:
+        self._prefix = drop_in + "."
+        self._native = native_name
+
+    def find_spec(
+        self, fullname: str, path: object = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith(self._prefix):
+            return None
+        try:
+            module = importlib.import_module(self._native + "." + fullname[len(self._prefix) :])
+        except ImportError:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _Alias(module))
+
+
+def pass_through_submodules(drop_in: str, native_name: str) -> None:
+    """Let ``import <drop_in>.<sub>`` import ``<native_name>.<sub>`` (once per drop-in)."""
+    with _LOCK:
+        for finder in sys.meta_path:
+            if isinstance(finder, _Passthrough) and finder._prefix == drop_in + ".":
+                return
+        sys.meta_path.append(_Passthrough(drop_in, native_name))
+
+
+def native_attribute(drop_in: str, native_name: str, name: str) -> Any:
+    """``name`` from the installed native module, for a drop-in module's ``__getattr__``.
+
+    Raises:
+        AttributeError: the native module is not installed or has no such name (the
+            message says which).
+    """
+    if name.startswith("__"):
+        raise AttributeError(name)
+    module = native(native_name)
+    if module is None:
+        raise AttributeError(
+            f"{native_name}.{name} is not provided by {drop_in}, which covers producing only; the rest "
+            f"of the module is passed through from {native_name} when it is installed (it is not)"
+        )
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise AttributeError(
+            f"module {native_name!r} (passed through by {drop_in}) has no attribute {name!r}"
+        ) from None
