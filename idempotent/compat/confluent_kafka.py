@@ -141,6 +141,7 @@ class MessageStatus(enum.IntEnum):
     PERSISTED = 2
 
 
+_NOT_STORED = MessageStatus.NOT_PERSISTED
 _STATUS = {
     DeliveryStatus.PERSISTED: MessageStatus.PERSISTED,
     DeliveryStatus.NOT_PERSISTED: MessageStatus.NOT_PERSISTED,
@@ -379,6 +380,8 @@ class Message:
         self._timestamp = (TIMESTAMP_NOT_AVAILABLE, 0) if timestamp is None else timestamp
         self._latency = latency if latency >= 0 else -1.0
         self._leader_epoch = leader_epoch if leader_epoch >= 0 else -1
+        if not -(2**15) <= delivery_count < 2**15:
+            raise OverflowError(f"delivery_count {delivery_count} is out of range for a 16-bit count")
         self._delivery_count = delivery_count if delivery_count > 0 else -1
 
     @classmethod
@@ -511,6 +514,13 @@ class Message:
 
     def __len__(self) -> int:
         return 0 if self._value is None else len(self._value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return bool(self.__reduce__()[1] == other.__reduce__()[1])
+
+    __hash__ = None  # type: ignore[assignment]  # mutable (set_*), like upstream's
 
     def __reduce__(self) -> tuple[Any, ...]:
         args = (
@@ -1052,9 +1062,12 @@ class Producer:
                     duplicate=outcome.duplicate,
                 )
             else:
-                failure = inner.failure
-                stopped = failure is not None and (outcome is failure or outcome.__cause__ is failure)
-                err = kafka_error_for(outcome, stopped)
+                if isinstance(outcome, KafkaError):
+                    err = outcome
+                else:
+                    failure = inner.failure
+                    stopped = failure is not None and (outcome is failure or outcome.__cause__ is failure)
+                    err = kafka_error_for(outcome, stopped)
                 if err.fatal() and fatal is None:
                     fatal = err
                 msg = Message._report(
@@ -1144,8 +1157,9 @@ class Producer:
         with self._reports.cond:
             if self._reports.fatal is not None:
                 raise KafkaException(self._fatal_error())
-        count = self._producer.partitions_for(topic) if prepared else 1
+        count = self._partition_count(topic) if prepared else 1
         groups: dict[int, list[tuple[Any, ...]]] = {}
+        unknown: list[tuple[Any, ...]] = []
         for index, target, value_bytes, key_bytes, header_list, report in prepared:
             size = len(value_bytes or b"") + len(key_bytes or b"")
             if size > self._config.max_message_bytes:
@@ -1156,11 +1170,6 @@ class Producer:
                 continue
             if target == -1:
                 target = self._choose(count, key_bytes)
-            elif not 0 <= target < count:
-                messages[index]["_error"] = KafkaError(
-                    KafkaError._UNKNOWN_PARTITION, f"topic {topic!r} has partitions 0..{count - 1}"
-                )
-                continue
             try:
                 self._reserve(1, size)
             except BufferError:
@@ -1168,8 +1177,16 @@ class Producer:
                 continue
             created_ms = int(time.time() * 1000)
             entry = (topic, target, key_bytes, value_bytes, header_list, created_ms, report, size)
+            if not 0 <= target < count:  # queued, and failed in its delivery report (as librdkafka)
+                unknown.append(entry)
+                continue
             groups.setdefault(target, []).append((index, entry))
-        queued = 0
+        queued = len(unknown)
+        if unknown:
+            error = KafkaError(
+                KafkaError._UNKNOWN_PARTITION, f"topic {topic!r} has partitions 0..{count - 1}", status=_NOT_STORED
+            )
+            self._deliver([(entry, error) for entry in unknown], 0.0)
         for target, group in groups.items():
             records = [Record(entry[3], entry[2], entry[4] or ()) for _, entry in group]
             started = time.monotonic()
@@ -1207,13 +1224,16 @@ class Producer:
             return _partitioners.fnv1a_hash(data) % count
         return zlib.crc32(data) % count
 
-    def _partition(self, topic: str, partition: int, key: bytes | None) -> int:
+    def _partition_count(self, topic: str) -> int:
         try:
-            count = self._producer.partitions_for(topic)
+            return self._producer.partitions_for(topic)
         except InvalidTopicError as exc:
             raise KafkaException(KafkaError(KafkaError.TOPIC_EXCEPTION, str(exc), cause=exc)) from exc
         except ProducerError as exc:
             raise KafkaException(kafka_error_for(exc)) from exc
+
+    def _partition(self, topic: str, partition: int, key: bytes | None) -> int:
+        count = self._partition_count(topic)
         if not isinstance(partition, int) or isinstance(partition, bool):
             raise TypeError(f"partition must be int, not {type(partition).__name__}")
         if partition == -1:
