@@ -17,6 +17,8 @@ from array import array
 from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as SequenceOf
 from concurrent.futures import Future
+from concurrent.futures._base import FINISHED as _FINISHED
+from concurrent.futures._base import PENDING as _PENDING
 from typing import Any, overload
 
 import tenacity
@@ -136,11 +138,67 @@ def _failed(error: ProducerError, status: DeliveryStatus, topic: str, partition:
 
 
 class _RecordFuture(Future[RecordMetadata]):
-    """The future ``send`` returns. It cannot be cancelled: the record is on its way, and a
-    cancelled future could not take the record's outcome."""
+    """The future ``send`` returns: a :class:`concurrent.futures.Future` that allocates its
+    lock, waiter list and callback list only when someone waits on it or adds a callback.
+
+    The sender completes most futures before anyone looks at them (a loop of ``send`` calls
+    followed by ``flush``); those never build a ``threading.Condition``, which was the largest
+    cost per record. ``set_result`` publishes the result and then the state, and takes the
+    lock only when a waiter has made one; a waiter makes the lock before it reads the state,
+    so either it sees the result or the setter sees its lock and notifies it.
+
+    It cannot be cancelled: the record is on its way, and a cancelled future could not take
+    the record's outcome.
+    """
+
+    def __init__(self) -> None:  # no super().__init__(): that makes the lock and lists
+        self._state = _PENDING
+        self._result: RecordMetadata | None = None
+        self._exception: BaseException | None = None
+
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        lock: threading.Condition | None = self.__dict__.get("_lock")
+        if lock is None:  # two threads may race here: setdefault keeps one Condition
+            lock = self.__dict__.setdefault("_lock", threading.Condition())
+        return lock
+
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
+        waiters: list[Any] = self.__dict__.setdefault("_waiter_list", [])
+        return waiters
+
+    @property
+    def _done_callbacks(self) -> list[Any]:
+        callbacks: list[Any] = self.__dict__.setdefault("_callback_list", [])
+        return callbacks
 
     def cancel(self) -> bool:
         return False
+
+    def done(self) -> bool:
+        return self._state == _FINISHED
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        if self._state == _FINISHED and self._exception is None:
+            return self._result  # type: ignore[return-value]
+        return super().result(timeout)
+
+    def set_result(self, result: RecordMetadata) -> None:
+        """Called once, by the sender thread."""
+        attributes = self.__dict__
+        if "_lock" not in attributes:
+            self._result = result
+            self._state = _FINISHED
+            if "_lock" not in attributes:
+                return  # nobody waits, and a later waiter sees the state
+        with self._condition:
+            self._result = result
+            self._state = _FINISHED
+            for waiter in self._waiters:
+                waiter.add_result(self)
+            self._condition.notify_all()
+        self._invoke_callbacks()  # type: ignore[attr-defined]
 
 
 class SendManyFuture(Future[Deliveries]):

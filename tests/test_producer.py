@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 from pathlib import Path
 
 import pytest
@@ -295,3 +297,42 @@ def test_asyncio_send_many(tmp_path: Path) -> None:
             return [m.offset for m in deliveries]  # type: ignore[union-attr]
 
     assert asyncio.run(main()) == list(range(50))
+
+
+# -- the future of send ----------------------------------------------------------------------------
+
+
+def test_send_futures_wake_waiters_callbacks_and_wait_whenever_they_arrive() -> None:
+    """send's future makes its lock only when someone waits: waiters that come before, during
+    or after the sender completes it all see the result, exactly once for callbacks."""
+    broker = memory_harness().open()
+    called: list[int] = []
+    with Producer(broker, linger_ms=0) as producer:
+        for round_ in range(200):
+            futures = [producer.send("t", b"%d" % i, partition=0) for i in range(5)]
+            futures[0].add_done_callback(lambda f: called.append(f.result().offset or 0))
+            waiter = threading.Thread(target=futures[1].result, args=(10,))
+            waiter.start()
+            done, _ = concurrent.futures.wait(futures[2:4], timeout=10)
+            assert len(done) == 2
+            assert [f.result().offset for f in concurrent.futures.as_completed(futures, timeout=10)]
+            waiter.join(10)
+            assert not waiter.is_alive() and all(f.done() and not f.cancel() for f in futures)
+            assert futures[4].result().offset == round_ * 5 + 4
+    late: list[int] = []
+    futures[4].add_done_callback(lambda f: late.append(1))  # already done: called at once
+    assert len(called) == 200 and late == [1]
+
+
+def test_send_future_carries_a_failure_to_waiters() -> None:
+    broker = memory_harness().open()
+    old = Producer(broker, "job", linger_ms=0)
+    old.send("t", b"a").result()
+    Producer(broker, "job").close()  # fences the old instance
+    future = old.send("t", b"zombie")
+    seen: list[BaseException | None] = []
+    future.add_done_callback(lambda f: seen.append(f.exception()))
+    with pytest.raises(DeliveryFailed):
+        future.result(10)
+    assert isinstance(seen[0], DeliveryFailed) and future.done()
+    old.close()
