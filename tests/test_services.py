@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+import idempotent
 from idempotent.testing import services
 
 
@@ -443,3 +444,18 @@ def test_port_held_by_foreign_process_is_reported(empty_cache: pathlib.Path) -> 
     finally:
         foreign.kill()
         foreign.wait()
+
+
+@pytest.mark.pulsar
+def test_cli_prints_a_pulsar_url_that_connects_as_it_is(
+    pulsar_service: services.ServiceInfo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert services.main(["status", "pulsar"]) == 0
+    name, url, *_ = capsys.readouterr().out.split()
+    assert name == "pulsar" and url == pulsar_service.connect_url and "admin_url=" in url
+    broker = idempotent.connect(url)  # the admin port is not 8080: it must come from the URL
+    try:
+        broker.create_topic("services-connect-url", 1)
+        assert broker.topics()["services-connect-url"] == 1
+    finally:
+        broker.close()

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -77,7 +78,8 @@ class ServiceInfo:
     ``url`` is ``kafka://127.0.0.1:PORT`` or ``pulsar://127.0.0.1:PORT``;
     ``bootstrap`` is what the native client takes (Kafka ``127.0.0.1:PORT``, Pulsar
     ``pulsar://127.0.0.1:PORT``); ``admin_url`` is Pulsar's REST base
-    ``http://127.0.0.1:WEBPORT`` (None for Kafka).
+    ``http://127.0.0.1:WEBPORT`` (None for Kafka). ``connect_url`` is what
+    :func:`idempotent.connect` takes as it is (for Pulsar, ``url`` plus ``?admin_url=...``).
     """
 
     name: str
@@ -93,6 +95,13 @@ class ServiceInfo:
     #: request came in on), so the proxy can cut connections at chosen requests.
     proxy_port: int | None = None
     relay_port: int | None = None
+
+    @property
+    def connect_url(self) -> str:
+        """The backend URL for :func:`idempotent.connect`, usable as it is."""
+        if self.admin_url is None:
+            return self.url
+        return f"{self.url}?{urllib.parse.urlencode({'admin_url': self.admin_url})}"
 
 
 @attrs.frozen
@@ -1136,9 +1145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(install(name))
             elif args.command == "up":
                 info = up(name, port=args.port, fresh=not args.keep_data, timeout=args.timeout or 180.0)
-                print(info.url)
+                print(info.connect_url)
             elif args.command == "restart":
-                print(restart(name, timeout=args.timeout or 180.0).url)
+                print(restart(name, timeout=args.timeout or 180.0).connect_url)
             elif args.command == "down":
                 stopped = down(name, timeout=args.timeout or 60.0)
                 print(f"{name} {'stopped' if stopped else 'was not running'}")
@@ -1151,7 +1160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"{name} not running")
                     rc = 1
                 else:
-                    print(f"{found.name} {found.url} (pid {found.pid})")
+                    print(f"{found.name} {found.connect_url} (pid {found.pid})")
         except (RuntimeError, ValueError, OSError) as exc:
             print(f"error: {name}: {exc}", file=sys.stderr)
             rc = 1
