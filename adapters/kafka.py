@@ -69,6 +69,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the kafka backend needs confluent-kafka: pip install 'idempotent[kafka]'") from exc
 
 _LOG = logging.getLogger("idempotent.adapters.kafka")
+_LIBRDKAFKA_LOG = logging.getLogger("idempotent.adapters.kafka.librdkafka")
 META_TOPIC = "__idempotent_meta"
 SNAPSHOT_TOPIC = "__idempotent_snapshots"
 #: The headers this adapter adds to every record; other headers (``idem.src.*`` of a mirror
@@ -99,6 +100,26 @@ def _translate(error: Any, what: str) -> ProducerError:
     return BackendUnavailableError(f"kafka: {what}: {error!r}")
 
 
+class _LibrdkafkaLog:
+    """Where librdkafka's own log lines go (the clients' ``logger``): the Python logger
+    ``idempotent.adapters.kafka.librdkafka``, at the level librdkafka gave them, except the
+    retries that are an expected part of taking a partition over.
+
+    While ``init_transactions`` fences a previous owner that died inside a transaction, the
+    coordinator aborts that transaction and answers "concurrent transactions"; librdkafka
+    logs ``GETPID ... retrying`` as a warning and asks again every 500 ms. That is the normal
+    course of a takeover, so it is logged at INFO; a takeover that never completes still
+    fails ``init_transactions`` (mapped in :func:`_map_errors`).
+    """
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        """Called by confluent-kafka as ``log(level, "%s [%s] %s", facility, client, text)``
+        from the thread that serves the client's queue (poll, flush, consume)."""
+        if level > logging.INFO and args and args[0] == "GETPID" and str(args[-1]).endswith("retrying"):
+            level = logging.INFO
+        _LIBRDKAFKA_LOG.log(level, msg, *args)
+
+
 def kafka_topic_name(topic: str, prefix: str = "") -> str:
     """The Kafka topic a project topic is stored in (``/`` becomes ``.``)."""
     return prefix + topic.replace("/", ".")
@@ -107,6 +128,48 @@ def kafka_topic_name(topic: str, prefix: str = "") -> str:
 def _decimal(headers: dict[str, bytes], name: str, default: int = -1) -> int:
     value = headers.get(name)
     return default if value is None else int(value)
+
+
+#: how long the first ``init_transactions`` attempts of a takeover may take before a fresh
+#: producer asks again (the last attempt gets whatever is left of the timeout)
+_INIT_ATTEMPTS = (0.1, 0.2, 0.4)
+
+
+def _fence(config: dict[str, Any], timeout: float) -> Any:
+    """A transactional producer whose ``init_transactions`` fenced every earlier holder of
+    its ``transactional.id`` and aborted their open transaction.
+
+    When the previous owner died inside a transaction, the coordinator answers InitProducerId
+    with CONCURRENT_TRANSACTIONS while it aborts that transaction (usually well under 100 ms)
+    and librdkafka asks again only 500 ms later. So an attempt that is not done within its
+    short budget is dropped and a fresh producer asks again. Fencing is unchanged: every
+    InitProducerId that succeeds bumps the epoch, the last one wins, and a dropped producer
+    never began a transaction.
+
+    Raises:
+        KafkaException: the last attempt failed (mapped by the caller).
+    """
+    deadline = time.monotonic() + timeout
+    for budget in _INIT_ATTEMPTS:
+        if time.monotonic() + budget >= deadline:
+            break
+        producer = Producer(config)
+        try:
+            producer.init_transactions(budget)
+            return producer
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            # on its timeout init_transactions reports the last answer it got, if any
+            if not (
+                isinstance(error, KafkaError)
+                and error.code() in (KafkaError._TIMED_OUT, KafkaError.CONCURRENT_TRANSACTIONS)
+            ):
+                raise
+        # dropped without close(), which would try to abort a transaction that never began
+        del producer
+    producer = Producer(config)
+    producer.init_transactions(max(deadline - time.monotonic(), 1.0))
+    return producer
 
 
 class _PartitionWriter:
@@ -135,8 +198,7 @@ class _PartitionWriter:
             }
         )
         with _map_errors(f"open the writer of {topic}[{partition}]"):
-            self._producer = Producer(config)
-            self._producer.init_transactions(backend.timeout)
+            self._producer = _fence(config, backend.timeout)
         self._thread = threading.Thread(target=self._run, name=f"idempotent-kafka-{topic}-{partition}", daemon=True)
         self._thread.start()
 
@@ -236,6 +298,7 @@ class _PartitionWriter:
                         if i % 1000 == 999:
                             producer.poll(0)
                 producer.commit_transaction(self.backend.timeout)
+                producer.poll(0)  # hand librdkafka's queued log lines to Python logging
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 if isinstance(error, KafkaError) and error.txn_requires_abort():
@@ -285,7 +348,7 @@ class KafkaBackend:
         self.timeout = timeout
         self.replication_factor = replication_factor
         self.topic_config = dict(topic_config or {})
-        self.client_config: dict[str, Any] = {"bootstrap.servers": parts.netloc, "logger": _LOG}
+        self.client_config: dict[str, Any] = {"bootstrap.servers": parts.netloc, "logger": _LibrdkafkaLog()}
         self.client_config.update(client_config or {})
         self._lock = threading.RLock()
         self._writers: dict[tuple[str, int], _PartitionWriter] = {}
@@ -293,6 +356,7 @@ class KafkaBackend:
         self._snapshots: dict[tuple[str, int], Snapshot] = {}
         self._meta_position = 0
         self._snapshot_position = 0
+        self._reader_topics: set[str] = set()
         with _map_errors("connect"):
             self._admin = AdminClient(self.client_config)
             self._meta_producer = Producer({**self.client_config, "enable.idempotence": True, "linger.ms": 0})
@@ -353,6 +417,11 @@ class KafkaBackend:
         count = 0
         with self._lock:
             consumer = self._reader
+            if kafka_topic not in self._reader_topics:
+                # A partition of a topic the consumer has no metadata for waits for
+                # librdkafka's once-a-second topic scan before its first fetch: ask now.
+                consumer.list_topics(kafka_topic, timeout=self.timeout)
+                self._reader_topics.add(kafka_topic)
             consumer.assign([KafkaTopicPartition(kafka_topic, partition, start)])
             try:
                 deadline = time.monotonic() + self.timeout
@@ -507,14 +576,20 @@ class KafkaBackend:
         if not self.read_only:
             self._writer(topic, partition)  # take ownership first: fences and aborts a stale owner
         batches: list[StoredBatch] = []
+        # the records of a batch have consecutive offsets (one producer, one transaction):
+        # only the first one's headers are read, the others are passed over by offset
+        inside_until = -1
         with _map_errors(f"replay {topic}[{partition}]"):
             for message in self._read_range(kafka_topic_name(topic, self.prefix), partition, from_offset, None):
+                if message.offset() < inside_until:
+                    continue
                 headers = dict(message.headers() or [])
                 count = headers.get("idem.count")
                 if count is None:
                     if "idem.pid" not in headers:  # a record written without the checker
                         batches.append(StoredBatch(message.offset(), NO_PRODUCER_ID, Epoch(-1), Sequence(-1), 1, 0.0))
                     continue
+                inside_until = message.offset() + int(count)
                 batches.append(
                     StoredBatch(
                         message.offset(),

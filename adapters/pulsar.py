@@ -927,18 +927,24 @@ class PulsarBackend:
             self._writer(topic, partition, renew=True)  # take ownership first: fences a stale owner
         data_topic = pulsar_topic_name(topic).partition(partition)
         batches: list[StoredBatch] = []
+        # the records of a batch have consecutive offsets (batch indexes of one entry): only
+        # the first one's properties are read, the others are passed over by offset
+        inside_until = -1
         with _map_errors(f"replay {topic}[{partition}]"):
             for message in self._read(data_topic, _start_id(from_offset)):
+                offset = _offset_of(message.message_id())
+                if offset < inside_until:
+                    continue
                 properties = message.properties()
                 count = properties.get("idem.count")
                 if count is None:
                     if "idem.pid" not in properties:  # a record written without the checker
-                        offset = _offset_of(message.message_id())
                         batches.append(StoredBatch(offset, NO_PRODUCER_ID, Epoch(-1), SequenceNumber(-1), 1, 0.0))
                     continue
+                inside_until = offset + int(count)
                 batches.append(
                     StoredBatch(
-                        _offset_of(message.message_id()),
+                        offset,
                         ProducerId(_decimal(properties, "idem.pid")),
                         Epoch(_decimal(properties, "idem.epoch")),
                         SequenceNumber(_decimal(properties, "idem.seq")),

@@ -92,6 +92,11 @@ class CheckerConfig:
             is evicted beyond it.
         producer_expiry: seconds of inactivity after which a producer's state is evicted.
         snapshot_entries: take a snapshot after this many stored batches.
+        snapshot_records: take a snapshot after this many stored records, however few
+            batches hold them. Recovery reads every record stored after the snapshot (the
+            logs keep one message per record), so this bounds the replay's time as
+            ``snapshot_entries`` bounds its batches: a snapshot that cannot wait for a
+            quiet moment is written on its own at twice either bound.
         snapshot_seconds: take a snapshot when the last one is older than this and new
             batches were stored since.
     """
@@ -100,6 +105,7 @@ class CheckerConfig:
     max_producers: int = 10_000
     producer_expiry: float = 7 * 24 * 3600.0
     snapshot_entries: int = 1000
+    snapshot_records: int = 20_000
     snapshot_seconds: float = 120.0
 
     def __attrs_post_init__(self) -> None:
@@ -109,7 +115,7 @@ class CheckerConfig:
             raise ConfigError(f"max_producers must be positive, got {self.max_producers}")
         if self.producer_expiry <= 0:
             raise ConfigError(f"producer_expiry must be positive, got {self.producer_expiry}")
-        if self.snapshot_entries < 1 or self.snapshot_seconds <= 0:
+        if self.snapshot_entries < 1 or self.snapshot_records < 1 or self.snapshot_seconds <= 0:
             raise ConfigError("snapshot intervals must be positive")
 
 
@@ -202,6 +208,7 @@ class PartitionChecker:
         self.position = 0
         #: batches applied since the last snapshot.
         self.entries_since_snapshot = 0
+        self.records_since_snapshot = 0
         self.last_snapshot_at = 0.0
         self.last_snapshot_position = -1
 
@@ -488,6 +495,7 @@ class PartitionChecker:
                 state.pushed_sequence = state.last_sequence
         self.position = max(self.position, base_offset + record_count)
         self.entries_since_snapshot += 1
+        self.records_since_snapshot += record_count
 
     def evict_over_capacity(self, room_for: int = 0) -> list[ProducerId]:
         """Evict least recently active idle producers until ``room_for`` more fit.
@@ -531,10 +539,23 @@ class PartitionChecker:
     # -- snapshots -------------------------------------------------------------------------
 
     def snapshot_due(self, now: float) -> bool:
-        """True when the entry count or the age of the last snapshot calls for a new one."""
-        if self.entries_since_snapshot >= self.config.snapshot_entries:
+        """True when the batch or record count or the age of the last snapshot calls for a
+        new one (taken with the next append that finds no other batch in flight)."""
+        if (
+            self.entries_since_snapshot >= self.config.snapshot_entries
+            or self.records_since_snapshot >= self.config.snapshot_records
+        ):
             return True
         return self.entries_since_snapshot > 0 and (now - self.last_snapshot_at >= self.config.snapshot_seconds)
+
+    def snapshot_overdue(self) -> bool:
+        """True when twice ``snapshot_entries`` batches or twice ``snapshot_records`` records
+        were stored since the last snapshot: under a load that never leaves a quiet moment,
+        the snapshot is written on its own, so that the replay of a recovery stays bounded."""
+        return (
+            self.entries_since_snapshot >= 2 * self.config.snapshot_entries
+            or self.records_since_snapshot >= 2 * self.config.snapshot_records
+        )
 
     def snapshot(self, now: float) -> Snapshot:
         """Serialize the persisted view and reset the snapshot counters.
@@ -561,6 +582,7 @@ class PartitionChecker:
     def mark_snapshot(self, snapshot: Snapshot) -> None:
         """Reset the snapshot counters as if ``snapshot`` had just been taken."""
         self.entries_since_snapshot = 0
+        self.records_since_snapshot = 0
         self.last_snapshot_at = snapshot.taken_at
         self.last_snapshot_position = snapshot.position
 

@@ -745,7 +745,7 @@ class Broker:
             elif checker is not None:
                 checker.commit(ticket.push, appended.result())
                 now = time.time()
-                if checker.snapshot_due(now) and checker.entries_since_snapshot >= 2 * checker.config.snapshot_entries:
+                if checker.snapshot_overdue():
                     self._write_snapshot(part, checker, now)
             part.cond.notify_all()
         if exc is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -63,3 +64,40 @@ def test_stale_owner_is_fenced(harness: ServiceHarness) -> None:
 
 def test_stale_owner_with_a_lapsed_lease_is_fenced(harness: ServiceHarness) -> None:
     check_stale_owner_is_fenced(harness)
+
+
+def test_takeover_of_a_writer_that_died_inside_a_transaction(
+    harness: ServiceHarness, kafka_service: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    topic = topic_name("died")
+    first = harness.open(small_config())
+    first.create_topic(topic, 1)
+    s = first.init_producer(topic)
+    assert first.produce(topic, 0, s.producer_id, s.producer_epoch, 0, [b"a"]).outcome is Outcome.ACCEPTED
+    first.abandon()
+    # the partition's writer as a killed process leaves it: inside a transaction, records sent
+    stale = Producer(
+        {"bootstrap.servers": kafka_service.bootstrap, "transactional.id": f"idempotent-{topic.replace('/', '.')}-0"}
+    )
+    stale.init_transactions(30)
+    stale.begin_transaction()
+    headers = [("idem.pid", b"%d" % s.producer_id), ("idem.epoch", b"0"), ("idem.seq", b"1"), ("idem.count", b"1")]
+    stale.produce(topic.replace("/", "."), b"stale", partition=0, headers=headers)
+    stale.flush(30)
+
+    caplog.set_level("INFO", logger="idempotent.adapters.kafka")
+    second = harness.open(small_config())
+    s2 = second.init_producer(topic)
+    assert s2.last_sequences[(topic, 0)] == 0  # the open transaction was aborted, not replayed
+    assert second.produce(topic, 0, s2.producer_id, s2.producer_epoch, 1, [b"b"]).outcome is Outcome.ACCEPTED
+    assert [r.value for r in second.read(topic, 0, 0, 10)] == [b"a", b"b"]
+    with pytest.raises(KafkaException):  # fenced: the dead writer's transaction can never commit
+        stale.commit_transaction(30)
+    second.close()
+    # the coordinator aborted the open transaction and said "concurrent transactions" until it
+    # had: librdkafka's "GETPID ... retrying" is the normal course of a takeover, not a warning
+    takeover = [r for r in caplog.records if r.getMessage().startswith("GETPID")]
+    assert all(r.name == "idempotent.adapters.kafka.librdkafka" for r in takeover)
+    assert not [r.getMessage() for r in takeover if r.levelno > logging.INFO]
