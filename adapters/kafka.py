@@ -75,6 +75,10 @@ SNAPSHOT_TOPIC = "__idempotent_snapshots"
 #: The headers this adapter adds to every record; other headers (``idem.src.*`` of a mirror
 #: among them) are the user's and are read back unchanged.
 _OWN_HEADERS = frozenset({"idem.pid", "idem.epoch", "idem.seq", "idem.count"})
+#: librdkafka's default ``message.max.bytes``: the largest message the client sends
+_MESSAGE_MAX_BYTES = 1_000_000
+#: room for a record's Kafka framing and ``idem.*`` headers beyond what Record.size counts
+_RECORD_MARGIN = 1024
 
 
 @contextlib.contextmanager
@@ -692,6 +696,16 @@ class KafkaBackend:
                 while self._meta_position <= max(offsets):
                     self._catch_up_meta()
             return [self._meta.leases.get((p.topic, p.partition)) for p in proposals]
+
+    @property
+    def max_record_bytes(self) -> int | None:
+        """Every record is one Kafka message: it must fit the client's ``message.max.bytes``
+        (librdkafka's default 1,000,000), with room for its ``idem.*`` headers."""
+        return int(self.client_config.get("message.max.bytes", _MESSAGE_MAX_BYTES)) - _RECORD_MARGIN
+
+    @property
+    def max_batch_bytes(self) -> int | None:
+        return None  # a batch is many messages in one transaction
 
     def claim_writer(self) -> bool:
         return False  # writers are per partition (see LogBackend.claim_writer)

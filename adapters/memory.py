@@ -242,6 +242,10 @@ class MemoryBackend:
                 out.append(store.leases.get(tp))
         return out
 
+    #: no limit of its own below the broker's (LogBackend.max_record_bytes)
+    max_record_bytes: int | None = None
+    max_batch_bytes: int | None = None
+
     def claim_writer(self) -> bool:
         return False  # writers are per partition (see LogBackend.claim_writer)
 

@@ -97,6 +97,8 @@ _ENTRY_BITS = 20
 _BATCH_BITS = 20
 _MAX_GROUP_RECORDS = 100_000  # records of several queued batches sent as one entry
 _MESSAGE_OVERHEAD = 64  # per message in an entry: metadata, generously
+#: what an entry needs beyond the batch's own bytes (as Record.size counts them) for one record
+_ENTRY_MARGIN = 4096
 
 
 # -- names and offsets ---------------------------------------------------------------------
@@ -1066,6 +1068,16 @@ class PulsarBackend:
                             )
                         time.sleep(0.01)
             return [self._meta.leases.get((p.topic, p.partition)) for p in proposals]
+
+    @property
+    def max_record_bytes(self) -> int | None:
+        return None  # only the entry limit (max_batch_bytes)
+
+    @property
+    def max_batch_bytes(self) -> int | None:
+        """One batch must fit into one entry (``max_entry_bytes``), with room for the framing
+        and the ``idem.*`` properties of its records."""
+        return self.max_entry_bytes - _ENTRY_MARGIN
 
     def claim_writer(self) -> bool:
         return False  # writers are per partition (see LogBackend.claim_writer)

@@ -75,6 +75,14 @@ class ReadOnlyBackend:
     def propose_leases(self, proposals: Sequence[Lease]) -> list[Lease | None]:
         self._refuse("claim partitions")
 
+    @property
+    def max_record_bytes(self) -> int | None:
+        return self.inner.max_record_bytes
+
+    @property
+    def max_batch_bytes(self) -> int | None:
+        return self.inner.max_batch_bytes
+
     def claim_writer(self) -> bool:
         return False  # writers are per partition (see LogBackend.claim_writer)
 

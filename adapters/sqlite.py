@@ -471,6 +471,10 @@ class SQLiteBackend:
                 out.append(current)
         return out
 
+    #: no limit of its own below the broker's (LogBackend.max_record_bytes)
+    max_record_bytes: int | None = None
+    max_batch_bytes: int | None = None
+
     def claim_writer(self) -> bool:
         with self._lock:
             self._write_lock()

@@ -470,6 +470,10 @@ def encode_session(session: ProducerSession) -> dict[str, Any]:
         "last_sequences": [[tp.topic, tp.partition, seq] for tp, seq in session.last_sequences.items()],
         "state_lost": session.state_lost,
     }
+    if session.max_record_bytes is not None:
+        out["max_record_bytes"] = session.max_record_bytes
+    if session.max_batch_bytes is not None:
+        out["max_batch_bytes"] = session.max_batch_bytes
     if session.elsewhere:
         out["elsewhere"] = [[t, p] for t, p in session.elsewhere]
     return out
@@ -484,7 +488,14 @@ def decode_session(value: Mapping[str, Any]) -> ProducerSession:
         LastSequences({TopicPartition(t, p): s for t, p, s in value["last_sequences"]}),
         bool(value.get("state_lost", False)),
         tuple((str(t), int(p)) for t, p in value.get("elsewhere", ())),
+        _limit(value.get("max_record_bytes")),
+        _limit(value.get("max_batch_bytes")),
     )
+
+
+def _limit(value: Any) -> int | None:
+    """A size limit from an answer: a positive int, else None (not told)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def encode_stored(record: StoredRecord) -> list[Any]:

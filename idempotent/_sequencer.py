@@ -61,6 +61,7 @@ from ._types import DEFAULT_MAX_IN_FLIGHT, MAX_APPLICATION_SEQUENCE, NO_SEQUENCE
 from .errors import (
     ConfigError,
     DeliveryTimeoutError,
+    InvalidBatchError,
     ProducerClosedError,
     ProducerError,
     ProducerFencedError,
@@ -181,6 +182,9 @@ class OutgoingBatch:
     acked_at_send: int = NO_SEQUENCE
     #: True when the application chose the sequences (``base_sequence`` set at add time).
     explicit: bool = False
+    #: True once an attempt ended without a definite answer (request timeout, transport error,
+    #: IN_FLIGHT): a copy may be stored, so a later refusal cannot say NOT_PERSISTED.
+    doubtful: bool = False
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -219,6 +223,9 @@ class _Partition:
     open: OutgoingBatch | None = None
     queued: deque[OutgoingBatch] = attrs.field(factory=deque)
     inflight: list[OutgoingBatch] = attrs.field(factory=list)
+    #: the base sequence of a batch the broker refused for good while later batches were in
+    #: flight: an OUT_OF_ORDER_SEQUENCE asking for it renumbers those from there
+    given_back: int | None = None
 
 
 class ProducerSequencer:
@@ -596,6 +603,8 @@ class ProducerSequencer:
             )
             if expected in earlier or stale:
                 batch.state, batch.not_before = BatchState.RESEND, now
+            elif expected is not None and expected == ps.given_back and self._renumber(ps, batch, expected):
+                pass  # refused behind a batch that was refused for good: numbered again
             else:
                 self._fail_all(
                     SequenceDesyncError(
@@ -605,8 +614,9 @@ class ProducerSequencer:
                     )
                 )
         elif outcome is Outcome.IN_FLIGHT:
-            batch.state, batch.not_before = BatchState.RESEND, retry_at
+            batch.state, batch.not_before, batch.doubtful = BatchState.RESEND, retry_at, True
         elif outcome is Outcome.FENCED:
+            batch.state = BatchState.RESEND  # answered: this attempt was refused
             self._fail_all(
                 ProducerFencedError(
                     f"producer {self.producer_id} epoch {self.producer_epoch} "
@@ -616,6 +626,7 @@ class ProducerSequencer:
                 )
             )
         else:
+            batch.state = BatchState.RESEND  # answered: this attempt was refused
             self._fail_all(
                 UnknownProducerError(
                     f"broker has no state for producer {self.producer_id} on {batch.topic_partition}; "
@@ -625,14 +636,59 @@ class ProducerSequencer:
             )
 
     def handle_error(self, batch_id: int, attempt: int, error: ProducerError, now: float, retry_at: float) -> None:
-        """Feed a failed transmission: retriable errors resend at ``retry_at``, others fail all."""
+        """Feed a failed transmission: retriable errors resend at ``retry_at``; a batch the broker
+        refused for good (:class:`InvalidBatchError`: nothing of it was stored) fails alone and
+        gives its sequences back; other errors fail the producer."""
         batch = self._current(batch_id, attempt)
         if batch is None:
             return
         if error.recovery is Recovery.RETRY:
-            batch.state, batch.not_before = BatchState.RESEND, retry_at
+            batch.state, batch.not_before, batch.doubtful = BatchState.RESEND, retry_at, True
+        elif isinstance(error, InvalidBatchError):
+            self._refuse(batch, error)
         else:
+            batch.state = BatchState.RESEND  # answered: this attempt was refused
             self._fail_all(error)
+
+    def _refuse(self, batch: OutgoingBatch, error: ProducerError) -> None:
+        """End one batch the broker will never store; the producer keeps working.
+
+        Its sequences are given back when nothing of it can be stored (no doubtful attempt)
+        and it numbered itself: the partition's next batch starts at its base sequence, or, when
+        later batches are already in flight, the OUT_OF_ORDER_SEQUENCE answers they get for that
+        base renumber them (:meth:`_renumber`)."""
+        ps = self._partitions[batch.topic_partition]
+        later = ps.inflight[ps.inflight.index(batch) + 1 :]
+        doubtful = batch.doubtful
+        self._finish(batch)
+        status = DeliveryStatus.POSSIBLY_PERSISTED if doubtful else DeliveryStatus.NOT_PERSISTED
+        self._events.append(BatchFailed(batch, error, status))
+        if doubtful or batch.explicit:
+            return
+        if later:
+            ps.given_back = batch.base_sequence
+        elif ps.next_sequence == next_sequence(batch.base_sequence, len(batch.records)):
+            ps.next_sequence = batch.base_sequence
+
+    def _renumber(self, ps: _Partition, batch: OutgoingBatch, start: int) -> bool:
+        """``batch`` was refused OUT_OF_ORDER_SEQUENCE behind the hole a batch refused for good
+        left at ``start``. Once every batch in flight behind the hole has been refused like
+        this, number them again from ``start`` and resend them. False (the producer fails)
+        when one of them cannot be numbered again: it carries the application's sequences, or
+        an attempt of it went unanswered (it may still be stored)."""
+        batch.state, batch.not_before = BatchState.RESEND, 0.0
+        tail = [b for b in ps.inflight if at_or_before(start, b.base_sequence)]
+        if any(b.explicit or b.doubtful for b in tail):
+            return False
+        if any(b.state is BatchState.AWAITING for b in tail):
+            return True  # wait for their answers: an attempt in transit could still be stored
+        sequence = start
+        for b in tail:
+            b.base_sequence = sequence
+            sequence = next_sequence(sequence, len(b.records))
+        ps.next_sequence = sequence
+        ps.given_back = None
+        return True
 
     def handle_timeout(self, now: float) -> None:
         """Resend transmissions unanswered for ``request_timeout``; fail messages past
@@ -650,7 +706,7 @@ class ProducerSequencer:
                     )
                     return
                 if b.state is BatchState.AWAITING and b.sent_at + self.request_timeout <= now:
-                    b.state, b.not_before = BatchState.RESEND, now
+                    b.state, b.not_before, b.doubtful = BatchState.RESEND, now, True
             expired = [b for b in ps.queued if b.created_at + self.delivery_timeout <= now]
             if ps.open is not None and ps.open.created_at + self.delivery_timeout <= now:
                 expired.append(ps.open)
@@ -688,8 +744,10 @@ class ProducerSequencer:
             batches = [*ps.inflight, *ps.queued] + ([ps.open] if ps.open is not None else [])
             ps.inflight, ps.queued, ps.open = [], deque(), None
             for b in batches:
-                # Sent at least once: a copy may be stored even if an answer refused it (a
-                # link can deliver one request twice), so never claim NOT_PERSISTED then.
-                status = DeliveryStatus.POSSIBLY_PERSISTED if b.attempt > 0 else DeliveryStatus.NOT_PERSISTED
+                # NOT_PERSISTED only when nothing of it can be stored: never sent, or every
+                # attempt answered with a refusal. An attempt without a definite answer (one
+                # still awaited, timed out, failed in transport, or IN_FLIGHT) may be stored.
+                unknown = b.doubtful or b.state is BatchState.AWAITING
+                status = DeliveryStatus.POSSIBLY_PERSISTED if unknown else DeliveryStatus.NOT_PERSISTED
                 self._finish(b)
                 self._events.append(BatchFailed(b, error, status))

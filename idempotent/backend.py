@@ -47,6 +47,18 @@ class LogBackend(Protocol):
     #: True when an acknowledged append survives a crash of this process.
     durable: bool
 
+    @property
+    def max_record_bytes(self) -> int | None:
+        """The largest record the backend stores, counted as ``Record.size`` counts it (Kafka:
+        the client's ``message.max.bytes`` less room for the ``idem.*`` headers), or None."""
+        ...
+
+    @property
+    def max_batch_bytes(self) -> int | None:
+        """The largest batch the backend stores in one piece, counted as the broker's
+        ``max_batch_bytes`` counts it (Pulsar: one entry, ``maxMessageSize``), or None."""
+        ...
+
     def list_topics(self) -> dict[str, int]:
         """Every topic and its partition count."""
         ...

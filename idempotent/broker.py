@@ -147,6 +147,11 @@ class ProducerSession:
     #: owns: ``last_sequences`` does not cover them; ask each owner with
     #: :meth:`Broker.last_sequence` before writing there.
     elsewhere: tuple[tuple[str, int], ...] = ()
+    #: the largest record and batch the broker takes (its own limits and its backend's,
+    #: :meth:`Broker.limits`), counted as ``Record.size`` counts; None when not told (an
+    #: older server). The producer refuses larger ones at ``send``.
+    max_record_bytes: int | None = None
+    max_batch_bytes: int | None = None
 
 
 @attrs.frozen
@@ -493,6 +498,7 @@ class Broker:
                     seq = checker.last_sequence(record.producer_id)
                     if seq >= 0:
                         last[part.tp] = seq
+        max_record_bytes, max_batch_bytes = self.limits()
         return ProducerSession(
             record.producer_id,
             record.producer_epoch,
@@ -500,7 +506,22 @@ class Broker:
             LastSequences(last),
             previous is not None and previous.state_lost,
             tuple(elsewhere),
+            max_record_bytes,
+            max_batch_bytes,
         )
+
+    def limits(self) -> tuple[int, int]:
+        """The largest record and the largest batch this broker takes: ``max_record_bytes``
+        and ``max_batch_bytes`` of its config, lowered to what its backend stores in one
+        piece (``LogBackend.max_record_bytes``/``max_batch_bytes``: Kafka's
+        ``message.max.bytes``, Pulsar's entry size). A record must also fit a batch."""
+        batch = self.config.max_batch_bytes
+        if self.backend.max_batch_bytes is not None:
+            batch = min(batch, self.backend.max_batch_bytes)
+        record = min(self.config.max_record_bytes, batch)
+        if self.backend.max_record_bytes is not None:
+            record = min(record, self.backend.max_record_bytes)
+        return record, batch
 
     def last_sequence(
         self, topic: str, partition: int, producer_id: int, producer_epoch: int, *, timeout: float = 30.0
@@ -656,16 +677,15 @@ class Broker:
         except TypeError as exc:
             raise InvalidBatchError(str(exc)) from None
         validate_header(header)
+        max_record, max_batch = self.limits()
         total = 0
         for item in batch_records:
             size = item.size
-            if size > self.config.max_record_bytes:
-                raise InvalidBatchError(
-                    f"a record of {size} bytes exceeds max_record_bytes={self.config.max_record_bytes}"
-                )
+            if size > max_record:
+                raise InvalidBatchError(f"a record of {size} bytes exceeds the broker's max_record_bytes={max_record}")
             total += size
-        if total > self.config.max_batch_bytes:
-            raise InvalidBatchError(f"a batch of {total} bytes exceeds max_batch_bytes={self.config.max_batch_bytes}")
+        if total > max_batch:
+            raise InvalidBatchError(f"a batch of {total} bytes exceeds the broker's max_batch_bytes={max_batch}")
         part = self._partition(topic, partition)
         now = _now_ms()
         out: Future[ProduceResult] = Future()

@@ -35,6 +35,7 @@ from .errors import (
     BackendUnavailableError,
     ConfigError,
     DeliveryFailed,
+    InvalidBatchError,
     ProducerClosedError,
     ProducerError,
     QueueFullError,
@@ -312,6 +313,10 @@ class Producer:
             raise ConfigError(f"expected a URL or a broker, got {type(url_or_broker).__name__}")
         try:
             self._session = self._init(producer_name, init_timeout_ms / 1000)
+            #: the broker's limits, learnt at init: larger records are refused at send()
+            self._max_record_bytes = self._session.max_record_bytes
+            if self._session.max_batch_bytes is not None:
+                batch_size = min(batch_size, self._session.max_batch_bytes)
             self._seq = ProducerSequencer(
                 self._session.producer_id,
                 self._session.producer_epoch,
@@ -359,6 +364,11 @@ class Producer:
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- identity --------------------------------------------------------------------------
+
+    @property
+    def session_limits(self) -> tuple[int | None, int | None]:
+        """The largest record and batch the broker takes, as it said at init (None: not told)."""
+        return self._session.max_record_bytes, self._session.max_batch_bytes
 
     @property
     def producer_id(self) -> int:
@@ -441,6 +451,8 @@ class Producer:
         Raises:
             UsageError: bad argument types, unknown partition, invalid ``sequence`` (nothing
                 queued).
+            InvalidBatchError: the record is larger than the broker takes (its
+                ``max_record_bytes``, learnt at init, named in the message); nothing queued.
             QueueFullError: ``max_buffered_records`` unfinished records; flush first.
             ProducerClosedError: the producer is closed.
             ProducerError: the producer failed earlier (fenced, unknown producer, ...).
@@ -453,6 +465,8 @@ class Producer:
                 record = Record(value, key, headers)
         except TypeError as exc:
             raise UsageError(str(exc)) from None
+        if self._max_record_bytes is not None and record.size > self._max_record_bytes:
+            raise self._too_large(record)
         count = self.partitions_for(topic)
         if partition is None:
             partition = default_partition(record.key, count, next(self._counter))
@@ -504,6 +518,7 @@ class Producer:
         Raises:
             UsageError: a record of the wrong type, an unknown partition, invalid sequences
                 or as many sequences as records (nothing queued).
+            InvalidBatchError: a record is larger than the broker takes (nothing queued).
             QueueFullError: ``max_buffered_records`` unfinished records; flush first (nothing
                 queued). A call may take the buffer past the limit once.
             ProducerClosedError: the producer is closed.
@@ -514,6 +529,11 @@ class Producer:
             items = [as_record(item) for item in records]
         except TypeError as exc:
             raise UsageError(str(exc)) from None
+        limit = self._max_record_bytes
+        if limit is not None:
+            for item in items:
+                if item.size > limit:
+                    raise self._too_large(item)
         count = self.partitions_for(topic)
         future = SendManyFuture(len(items))
         if not items:
@@ -630,6 +650,12 @@ class Producer:
             out.append(event)
             self._completing += len(event.batch.records)
         return out
+
+    def _too_large(self, record: Record) -> InvalidBatchError:
+        return InvalidBatchError(
+            f"a record of {record.size} bytes (key, value and headers) exceeds the broker's "
+            f"max_record_bytes={self._max_record_bytes}; nothing was queued"
+        )
 
     @staticmethod
     def _complete(events: list[Event]) -> None:

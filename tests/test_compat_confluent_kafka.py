@@ -236,7 +236,7 @@ def test_fenced_producer_reports_fatal_error(url: str) -> None:
     ((err, msg),) = reports
     assert err.code() == KafkaError._FENCED and err.fatal() and not err.retriable()
     assert msg.error() is err and msg.offset() is None
-    assert msg.status() is err.status() is MessageStatus.POSSIBLY_PERSISTED  # the batch was sent before the fence
+    assert msg.status() is err.status() is MessageStatus.NOT_PERSISTED  # the broker refused it: FENCED stores nothing
     assert [e.code() for e in errors] == [KafkaError._FENCED] and errors[0].fatal()
     with pytest.raises(KafkaException) as raised:
         old.produce("t", b"c")

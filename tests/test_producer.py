@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 
 import idempotent
@@ -16,6 +19,7 @@ from idempotent._outcomes import RecordMetadata
 from idempotent._records import Record
 from idempotent.errors import ProducerClosedError, ProducerFencedError, QueueFullError, UsageError
 from idempotent.producer import default_partition
+from idempotent.server import BrokerServer
 
 from .conftest import memory_harness
 
@@ -69,7 +73,8 @@ def test_fenced_producer_fails_with_clear_error() -> None:
     with pytest.raises(DeliveryFailed) as info:
         future.result(5)
     failure = info.value
-    assert failure.status is DeliveryStatus.POSSIBLY_PERSISTED and failure.recovery is Recovery.FATAL
+    # FENCED stores nothing: the zombie's record is reported NOT_PERSISTED
+    assert failure.status is DeliveryStatus.NOT_PERSISTED and failure.recovery is Recovery.FATAL
     assert isinstance(failure.__cause__, ProducerFencedError)
     with pytest.raises(ProducerFencedError):
         old.send("t", b"more")
@@ -336,3 +341,105 @@ def test_send_future_carries_a_failure_to_waiters() -> None:
         future.result(10)
     assert isinstance(seen[0], DeliveryFailed) and future.done()
     old.close()
+
+
+# -- 64-bit sequences, through the producer and through the broker server ---------------------
+
+BOUNDARIES = (2**30 - 1, 2**30, 2**30 + 1, 2**31 - 1, 2**31, 2**32, 2**62, 2**63 - 1)
+
+
+@pytest.fixture(params=["broker", "server"])
+def target(request: pytest.FixtureRequest) -> Iterator[tuple[idempotent.Broker, Any]]:
+    """(the broker, what a Producer connects to): the broker itself, or a broker server."""
+    broker = memory_harness().open()
+    if request.param == "broker":
+        yield broker, broker
+        broker.close()
+        return
+    with BrokerServer(broker) as server:
+        yield broker, server.url
+
+
+def test_strict_refuses_jumps_of_any_size_and_sequences_beyond_int32(target: tuple[idempotent.Broker, Any]) -> None:
+    broker, url = target
+    broker.create_topic("ids", 1)
+    for jump in BOUNDARIES:
+        with Producer(url, linger_ms=0) as producer:
+            assert producer.send("ids", "r0", partition=0, sequence=0).result(10).sequence == 0
+            future = producer.send("ids", f"r{jump}", partition=0, sequence=jump)
+            with pytest.raises(DeliveryFailed) as info:
+                future.result(10)
+            cause = idempotent.SequenceDesyncError if jump <= 2**31 - 1 else idempotent.InvalidBatchError
+            assert isinstance(info.value.__cause__, cause), (jump, info.value.__cause__)
+    assert {r.value for r in broker.read("ids", 0, 0, 100)} == {b"r0"}  # nothing else stored
+
+
+def test_monotonic_takes_64_bit_application_sequences(target: tuple[idempotent.Broker, Any]) -> None:
+    broker, url = target
+    broker.create_topic("ids", 1)
+    broker.set_policy("monotonic", topic="ids")
+    sent = (0, *BOUNDARIES)
+    with Producer(url, "copier", linger_ms=0) as producer:
+        metas = [producer.send("ids", f"r{s}", partition=0, sequence=s) for s in sent]
+        assert producer.flush(10) == 0
+        assert [(m.result().sequence, m.result().duplicate) for m in metas] == [(s, False) for s in sent]
+        assert producer.last_sequence("ids", 0) == 2**63 - 1
+    with Producer(url, "copier", linger_ms=0) as producer:  # restarted: resends are duplicates
+        assert producer.last_sequence("ids", 0) == 2**63 - 1
+        again = [producer.send("ids", "again", partition=0, sequence=s) for s in (*sent, 2**31 + 3)]
+        assert all(m.result(10).duplicate for m in again)
+    # consecutive sequences across 2**31-1: split into two batches there, nothing wraps
+    crossing = range(2**31 - 2, 2**31 + 2)
+    with Producer(url, "crossing", linger_ms=50) as producer:
+        metas = [producer.send("ids", "c", partition=0, sequence=s) for s in crossing]
+        assert producer.flush(10) == 0
+        assert [(m.result().sequence, m.result().duplicate) for m in metas] == [(s, False) for s in crossing]
+    assert [r.sequence for r in broker.read("ids", 0, 0, 100)] == [*sent, *crossing]
+
+
+# -- records the broker cannot take -----------------------------------------------------------
+
+
+def test_an_oversized_record_is_refused_at_send_naming_the_limit(target: tuple[idempotent.Broker, Any]) -> None:
+    broker, url = target
+    with Producer(url, linger_ms=0) as producer:
+        with pytest.raises(idempotent.InvalidBatchError, match="max_record_bytes=8388608"):
+            producer.send("t", b"x" * 9 * 2**20)
+        with pytest.raises(idempotent.InvalidBatchError, match="max_record_bytes"):
+            producer.send_many("t", [b"small", b"x" * 9 * 2**20])
+        assert producer.send("t", b"after", partition=0).result(10).sequence == 0  # still working
+    assert [r.value for r in broker.read("t", 0)] == [b"after"]
+
+
+def test_the_producer_learns_the_backends_own_limit_at_init() -> None:
+    backend = MemoryBackend(memory_harness().url)
+    backend.max_batch_bytes = 4096  # as Pulsar's entry size limits its batches
+    broker = idempotent.Broker(backend)
+    assert broker.limits() == (4096, 4096)
+    with Producer(broker, linger_ms=0) as producer:
+        assert producer.session_limits == (4096, 4096)
+        with pytest.raises(idempotent.InvalidBatchError, match="max_record_bytes=4096"):
+            producer.send("t", b"x" * 5000)
+        futures = [producer.send("t", b"y" * 1000, partition=0) for _ in range(10)]  # batches fit
+        assert producer.flush(10) == 0 and all(not f.result().duplicate for f in futures)
+    broker.close()
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 5])
+def test_a_record_only_the_broker_refuses_fails_alone_and_the_producer_keeps_working(
+    target: tuple[idempotent.Broker, Any], max_in_flight: int
+) -> None:
+    broker, url = target
+    with Producer(url, linger_ms=0, max_batch_records=1, max_in_flight=max_in_flight) as producer:
+        # the broker lowers its limit after the producer learnt it: only the broker can tell
+        broker.config = attrs.evolve(broker.config, max_record_bytes=1000)
+        big = producer.send("t", b"x" * 2000, partition=0)
+        small = [producer.send("t", f"s{i}", partition=0) for i in range(4)]
+        with pytest.raises(DeliveryFailed) as info:
+            big.result(10)
+        assert info.value.status is DeliveryStatus.NOT_PERSISTED
+        assert isinstance(info.value.__cause__, idempotent.InvalidBatchError)
+        assert "max_record_bytes=1000" in str(info.value)
+        assert [f.result(10).sequence for f in small] == [0, 1, 2, 3]
+        assert producer.send("t", b"later", partition=0).result(10).sequence == 4
+    assert [r.value for r in broker.read("t", 0)] == [b"s0", b"s1", b"s2", b"s3", b"later"]

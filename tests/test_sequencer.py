@@ -26,6 +26,7 @@ from idempotent._sequencer import (
 )
 from idempotent._types import MAX_SEQUENCE, NO_SEQUENCE, Epoch, ProducerId, Sequence, TopicPartition
 from idempotent.errors import (
+    AuthorizationError,
     BackendUnavailableError,
     ConfigError,
     DeliveryTimeoutError,
@@ -374,16 +375,58 @@ def test_retriable_error_resends_at_retry_at() -> None:
     assert a.attempt == 2 and seq.failure is None
 
 
-def test_fatal_error_fails_everything_possibly_persisted() -> None:
-    seq = make()
+def test_fatal_error_fails_everything_and_the_refused_batch_is_not_persisted() -> None:
+    seq = make(max_batch_records=1)
     seq.add("t", 0, rec(0), 0.0)
+    seq.add("t", 0, rec(1), 0.0)
+    a, b = seq.batches_to_send(0.0)
+    error = AuthorizationError("no")
+    seq.handle_error(a.batch_id, 1, error, 0.1, 0.3)
+    status = {e.batch.batch_id: e.status for e in drain(seq) if isinstance(e, BatchFailed)}
+    assert status == {a.batch_id: DeliveryStatus.NOT_PERSISTED, b.batch_id: DeliveryStatus.POSSIBLY_PERSISTED}
+    assert seq.failure is error
+
+
+def test_a_refused_batch_fails_alone_and_gives_its_sequences_back() -> None:
+    """InvalidBatchError: the broker stored nothing of the batch. It ends NOT_PERSISTED, the
+    producer keeps working and the next batch takes over its sequences."""
+    seq = make(max_batch_records=1, max_in_flight=1)
+    part = Partition()
+    seq.add("t", 0, rec("big"), 0.0)
+    seq.add("t", 0, rec("next"), 0.0)
     [a] = seq.batches_to_send(0.0)
-    error = InvalidBatchError("bad")
+    error = InvalidBatchError("a record of 9437184 bytes exceeds max_record_bytes=8388608")
     seq.handle_error(a.batch_id, 1, error, 0.1, 0.3)
     [event] = drain(seq)
     assert isinstance(event, BatchFailed) and event.error is error
-    assert event.status is DeliveryStatus.POSSIBLY_PERSISTED
-    assert seq.failure is error
+    assert event.status is DeliveryStatus.NOT_PERSISTED and seq.failure is None
+    [b] = seq.batches_to_send(0.2)
+    assert b.base_sequence == 0
+    answer(seq, b, part.produce(b))
+    assert [type(e) for e in drain(seq)] == [BatchDelivered] and part.log == [(0, b"vnext")]
+
+
+def test_batches_in_flight_behind_a_refused_one_are_renumbered() -> None:
+    seq = make(max_batch_records=1, max_in_flight=3)
+    part = Partition()
+    for value in ("big", "b", "c"):
+        seq.add("t", 0, rec(value), 0.0)
+    a, b, c = seq.batches_to_send(0.0)
+    seq.handle_error(a.batch_id, 1, InvalidBatchError("too large"), 0.1, 0.3)
+    for x in (b, c):  # strict: refused behind the hole the refused batch left
+        assert part.produce(x) == ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0)
+        answer(seq, x, ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0), now=0.2)
+    assert seq.failure is None
+    resent = seq.batches_to_send(0.3)
+    assert [(x.base_sequence, x.attempt) for x in resent] == [(0, 2), (1, 2)]
+    for x in resent:
+        answer(seq, x, part.produce(x), now=0.4)
+    assert part.log == [(0, b"vb"), (1, b"vc")]
+    assert [e.status if isinstance(e, BatchFailed) else "ok" for e in drain(seq)] == [
+        DeliveryStatus.NOT_PERSISTED,
+        "ok",
+        "ok",
+    ]
 
 
 # -- FENCED / UNKNOWN_PRODUCER -----------------------------------------------------------------
@@ -400,8 +443,8 @@ def test_fatal_error_fails_everything_possibly_persisted() -> None:
 def test_fatal_outcomes_fail_every_unfinished_message_with_the_right_status(
     result: ProduceResult, error_type: type[ProducerError], resent: bool
 ) -> None:
-    """Never sent: NOT_PERSISTED. Sent at least once: POSSIBLY_PERSISTED, even a batch whose
-    only attempt the broker just refused (a link may have delivered that attempt twice)."""
+    """Never sent, or every attempt refused: NOT_PERSISTED. An attempt without a definite
+    answer (awaited, timed out, IN_FLIGHT): POSSIBLY_PERSISTED."""
     seq = make(max_batch_records=1, max_in_flight=2, linger=10.0)
     handles = Handles()
     hs = [handles.add(seq, TP, rec(i), 0.0) for i in range(3)]  # a, b in flight, e queued
@@ -428,7 +471,9 @@ def test_fatal_outcomes_fail_every_unfinished_message_with_the_right_status(
     status = {h: e.status for e in events if isinstance(e, BatchFailed) for h in e.batch.handles}
     delivered = [h for e in events if isinstance(e, BatchDelivered) for h in e.batch.handles]
     assert delivered == c.handles
-    assert status[a.handles[0]] is DeliveryStatus.POSSIBLY_PERSISTED
+    # a's only attempt was refused; resent, its first attempt timed out without an answer
+    refused = DeliveryStatus.POSSIBLY_PERSISTED if resent else DeliveryStatus.NOT_PERSISTED
+    assert status[a.handles[0]] is refused
     assert status[b.handles[0]] is DeliveryStatus.POSSIBLY_PERSISTED
     assert status[hs[2]] is DeliveryStatus.NOT_PERSISTED  # queued
     assert status[hs[3]] is DeliveryStatus.NOT_PERSISTED  # open
@@ -438,20 +483,24 @@ def test_fatal_outcomes_fail_every_unfinished_message_with_the_right_status(
     assert seq.batches_to_send(2.0) == [] and seq.next_deadline() is None
 
 
-def test_refusal_of_a_duplicated_request_does_not_claim_not_persisted() -> None:
-    """The network delivers A's only request twice. The first copy is stored (its answer is
-    lost), then the producer is fenced and the second copy is refused with FENCED. A is in
-    the log, so it must not be reported NOT_PERSISTED ("safe to send again as new data")."""
+@pytest.mark.parametrize("outcome", [Outcome.FENCED, Outcome.UNKNOWN_PRODUCER])
+def test_a_definite_refusal_is_not_persisted_unless_an_earlier_attempt_is_in_doubt(outcome: Outcome) -> None:
+    """FENCED and UNKNOWN_PRODUCER store nothing: the refused attempt's batch is NOT_PERSISTED.
+    When an earlier attempt timed out without an answer, that one may be stored: POSSIBLY."""
     seq = make()
-    part = Partition()
     seq.add("t", 0, rec(0), 0.0)
     [a] = seq.batches_to_send(0.0)
-    assert part.produce(a).outcome is Outcome.ACCEPTED  # copy 1: stored, answer lost
-    assert len(part.log) == 1
-    answer(seq, a, ProduceResult(Outcome.FENCED, producer_epoch=1), now=0.1)  # copy 2's answer
+    answer(seq, a, ProduceResult(outcome, producer_epoch=1), now=0.1)
     [event] = drain(seq)
-    assert isinstance(event, BatchFailed)
-    assert event.status is DeliveryStatus.POSSIBLY_PERSISTED
+    assert isinstance(event, BatchFailed) and event.status is DeliveryStatus.NOT_PERSISTED
+    seq = make(request_timeout=1.0)
+    seq.add("t", 0, rec(0), 0.0)
+    [a] = seq.batches_to_send(0.0)
+    seq.handle_timeout(1.0)  # attempt 1 unanswered: it may still be stored
+    assert seq.batches_to_send(1.0) == [a]
+    answer(seq, a, ProduceResult(outcome, producer_epoch=1), now=1.1)
+    [event] = drain(seq)
+    assert isinstance(event, BatchFailed) and event.status is DeliveryStatus.POSSIBLY_PERSISTED
 
 
 def test_close_fails_every_unfinished_message_once() -> None:
