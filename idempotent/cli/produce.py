@@ -27,7 +27,7 @@ from ..broker import validate_topic
 from ..errors import DeliveryFailed, ProducerError, UsageError
 from ..producer import Producer, SendManyFuture
 from .common import CliError, Subcommands, float_type, int_type, topic_type
-from .progress import progress
+from .progress import Progress, add_progress_arguments
 
 #: Records sent but not yet checked before the oldest are checked; bounds memory for inputs
 #: of any length.
@@ -86,8 +86,8 @@ def add_parser(commands: Subcommands) -> None:
         default=5,
         help="pipelined batches per partition (default 5)",
     )
-    produce.add_argument("--no-progress", action="store_true", help="no progress bar")
-    produce.add_argument("--quiet", action="store_true", help="print nothing but errors (no bar, no summary)")
+    add_progress_arguments(produce)
+    produce.add_argument("--quiet", action="store_true", help="print nothing but errors (no progress, no summary)")
     produce.set_defaults(handler=cmd_produce)
 
 
@@ -286,7 +286,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         start = min(start, source.count)
         pending: deque[SendManyFuture] = deque()
         queued = 0  # records in the futures of ``pending``
-        bar = progress(args, source.count, skipped)
+        bar = Progress.from_args(args, topic, total=source.count, initial=skipped)
 
         def drain(keep: int) -> None:
             nonlocal duplicates, acknowledged, queued
@@ -297,8 +297,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 done += len(deliveries)
                 queued -= len(deliveries)
             acknowledged += done
-            if bar is not None:
-                bar.update(done)
+            bar.update(done)
 
         sending = True
         try:
@@ -321,8 +320,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
             producer.flush()
             drain(0)
         finally:
-            if bar is not None:
-                bar.close()
+            bar.close()
         clean = True
     except ProducerError as exc:
         if not sending or isinstance(exc, UsageError):
