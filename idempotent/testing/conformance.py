@@ -749,6 +749,27 @@ class BackendConformance:
         finally:
             b2.close()
 
+    def test_recovery_replays_at_most_the_records_since_the_snapshot(self, harness: Harness) -> None:
+        # few batches, many records: the record bound takes the snapshot, so that a takeover
+        # reads a bounded tail of the log (Kafka and Pulsar keep one message per record)
+        config = small_config(snapshot_entries=10_000, snapshot_records=10)
+        b1 = harness.open(config)
+        topic = self._topic(b1)
+        s = b1.init_producer()
+        for i in range(8):
+            b1.produce(topic, 0, s.producer_id, s.producer_epoch, 4 * i, [f"r{4 * i + j}".encode() for j in range(4)])
+        before = b1.checker_state(topic, 0)
+        b1.abandon()
+        b2 = harness.open(config)
+        try:
+            assert b2.checker_state(topic, 0) == before
+            assert b2.stats(topic)[0].replayed_batches <= 3, "a snapshot is due after 10 records"
+            resend = b2.produce(topic, 0, s.producer_id, s.producer_epoch, 28, [b"r28", b"r29", b"r30", b"r31"])
+            assert resend.outcome is Outcome.DUPLICATE
+            assert b2.produce(topic, 0, s.producer_id, s.producer_epoch, 32, [b"r32"]).outcome is Outcome.ACCEPTED
+        finally:
+            b2.close()
+
     def test_recovery_after_kill9_of_checker_process(self, harness: Harness, tmp_path: Any) -> None:
         setup = harness.open(small_config())
         topic = self._topic(setup)
