@@ -3,6 +3,9 @@ the same user code with the real pulsar-client against a real Pulsar."""
 
 from __future__ import annotations
 
+import datetime
+import gc
+import logging
 import socket
 import threading
 import urllib.parse
@@ -12,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import idempotent
 from adapters import open_backend
 from adapters.memory import reset_store
 from idempotent import DeliveryStatus
@@ -212,16 +216,24 @@ def test_lost_acknowledgement_is_answered_as_duplicate() -> None:
 @pytest.mark.parametrize(
     "options",
     [
-        {"authentication": object()},
-        {"use_tls": True},
-        {"listener_name": "external"},
-        {"tls_trust_certs_file_path": "/ca.pem"},
-        {"no_such_option": 1},
+        {"authentication": "token"},
+        {"use_tls": "yes"},
+        {"listener_name": 5},
+        {"tls_trust_certs_file_path": 5},
+        {"operation_timeout_seconds": "30"},
+        {"io_threads": "4"},
     ],
 )
-def test_client_refuses_unsupported_options(url: str, options: dict[str, Any]) -> None:
-    with pytest.raises(compat.InvalidConfiguration, match=next(iter(options))):
+def test_client_checks_argument_types_with_value_errors(url: str, options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=next(iter(options))) as raised:
         compat.Client(url, **options)
+    assert isinstance(raised.value, compat.InvalidConfiguration)
+    with pytest.raises(TypeError):
+        compat.Client(url, no_such_option=1)  # type: ignore[call-arg]
+    with pytest.raises(ValueError):
+        compat.Client(None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        compat.Client("fakeServiceUrl")
 
 
 @pytest.mark.parametrize("service_url", ["pulsar+ssl://localhost:6651", "http://localhost:8080"])
@@ -230,35 +242,66 @@ def test_client_refuses_other_service_urls(service_url: str) -> None:
         compat.Client(service_url)
 
 
-def test_names_outside_the_surface_say_so() -> None:
-    with pytest.raises(AttributeError, match=r"pulsar\.ConsoleLogger is not provided"):
-        compat.ConsoleLogger  # noqa: B018
+def test_the_rest_of_pulsar_client_passes_through(url: str) -> None:
+    import pulsar
+    from idempotent.compat.pulsar.schema import StringSchema
+
+    assert compat.ConsumerType is pulsar.ConsumerType and compat.AuthenticationToken is pulsar.AuthenticationToken
+    assert StringSchema is pulsar.schema.StringSchema
     with pytest.raises(compat.InvalidConfiguration, match="logger"):
-        compat.Client("memory://", logger=object())  # type: ignore[arg-type]
+        compat.Client(url, logger=object())
+    client = compat.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error), io_threads=4)
+    with pytest.raises(compat.OperationNotSupported, match="needs a Pulsar broker"):
+        client.subscribe("t", "sub")
+    with pytest.raises(compat.OperationNotSupported, match="needs a Pulsar broker"):
+        client.create_table_view("t")
+    client.close()
 
 
-def test_client_accepts_tuning_options_without_effect(url: str) -> None:
-    client = compat.Client(url, io_threads=4, connection_timeout_ms=5000, operation_timeout_seconds=10)
-    client.create_producer("t").send(b"a")
+def test_client_and_producer_options_are_accepted_and_logged_once(url: str, caplog: pytest.LogCaptureFixture) -> None:
+    import pulsar
+
+    compat._LOGGED.clear()
+    with caplog.at_level(logging.DEBUG, "idempotent.compat.pulsar"):
+        client = compat.Client(url, io_threads=4, connection_timeout_ms=5000, use_tls=True, listener_name="x")
+        options: dict[str, Any] = {
+            "compression_type": pulsar.CompressionType.LZ4,
+            "access_mode": pulsar.ProducerAccessMode.WaitForExclusive,
+            "message_routing_mode": pulsar.PartitionsRoutingMode.UseSinglePartition,
+            "chunking_enabled": True,
+            "properties": {"a": "b"},
+        }
+        for _ in range(2):
+            producer = client.create_producer("t", **options)
+            producer.send(b"a", ordering_key="k", event_timestamp=5, replication_clusters=["c"])
+    logged = [r.getMessage() for r in caplog.records if "without effect" in r.getMessage()]
+    expected = {"io_threads", "connection_timeout_ms", "use_tls", "listener_name", *options}
+    expected |= {"ordering_key", "event_timestamp", "replication_clusters"}
+    assert sorted(name for line in logged for name in expected if f": {name} is" in line) == sorted(expected)
+    assert len(logged) == len(expected)  # each once
     client.close()
 
 
 @pytest.mark.parametrize(
-    "options",
+    ("options", "error"),
     [
-        {"chunking_enabled": True},
-        {"compression_type": "LZ4"},
-        {"properties": {"a": "b"}},
-        {"encryption_key": "k"},
-        {"access_mode": "Exclusive"},
-        {"message_router": lambda msg, n: 0},
-        {"no_such_option": 1},
+        ({"compression_type": None}, ValueError),
+        ({"batching_enabled": "test"}, ValueError),
+        ({"block_if_queue_full": "test"}, ValueError),
+        ({"initial_sequence_id": "test"}, ValueError),
+        ({"producer_name": 5}, ValueError),
+        ({"send_timeout_millis": "test"}, ValueError),
+        ({"no_such_option": 1}, ValueError),
+        ({"encryption_key": "k"}, compat.OperationNotSupported),
+        ({"message_router": lambda msg, n: 0}, compat.OperationNotSupported),
     ],
 )
-def test_create_producer_refuses_unsupported_options(url: str, options: dict[str, Any]) -> None:
+def test_create_producer_checks_arguments_as_upstream(url: str, options: dict[str, Any], error: type) -> None:
     client = compat.Client(url)
-    with pytest.raises(compat.InvalidConfiguration, match=next(iter(options))):
+    with pytest.raises(error, match=next(iter(options))):
         client.create_producer("t", **options)
+    with pytest.raises(ValueError):
+        client.create_producer(None)  # type: ignore[arg-type]
     client.close()
 
 
@@ -276,26 +319,83 @@ def test_native_default_enums_are_accepted(url: str) -> None:
     client.close()
 
 
-@pytest.mark.parametrize(
-    "options",
-    [{"deliver_after": 5}, {"event_timestamp": 1}, {"ordering_key": "k"}, {"replication_clusters": ["c"]}],
-)
-def test_send_refuses_unsupported_arguments(url: str, options: dict[str, Any]) -> None:
+def test_send_checks_arguments_and_refuses_delayed_delivery(url: str) -> None:
     client = compat.Client(url)
     producer = client.create_producer("t")
-    with pytest.raises(compat.InvalidConfiguration, match=next(iter(options))):
-        producer.send(b"a", **options)
-    with pytest.raises(compat.InvalidConfiguration, match=next(iter(options))):
-        producer.send_async(b"a", lambda res, msg_id: None, **options)
+    with pytest.raises(TypeError):
+        producer.send(5)  # type: ignore[arg-type]
+    for options in ({"properties": "x"}, {"partition_key": 5}, {"sequence_id": "x"}, {"disable_replication": "x"}):
+        with pytest.raises(ValueError):
+            producer.send(b"a", **options)
+    for options in ({"deliver_at": 1}, {"deliver_after": datetime.timedelta(seconds=1)}):
+        with pytest.raises(compat.OperationNotSupported, match="delayed delivery"):
+            producer.send(b"a", **options)
+        with pytest.raises(compat.OperationNotSupported):
+            producer.send_async(b"a", None, **options)
     assert _values(client, "public/default/t") == []
+    done = threading.Event()
+    producer.send_async(b"b", None)  # no callback, as pulsar-client allows
+    producer.send_async(b"c", lambda res, msg_id: done.set())
+    assert done.wait(10)
+    assert _values(client, "public/default/t") == [b"b", b"c"]
     client.close()
+
+
+def test_a_producer_keeps_its_client_alive(tmp_path: Any) -> None:
+    def make() -> compat.Producer:
+        return compat.Client(f"sqlite:///{tmp_path / 'kept.db'}").create_producer("t")
+
+    producer = make()
+    gc.collect()
+    assert producer.send(b"a").offset() == 0  # upstream's producer keeps its client alive too
+    producer.close()
+
+
+def test_readers_on_every_url_from_message_ids(url: str) -> None:
+    client = compat.Client(url)
+    early = client.create_reader("t", compat.MessageId.earliest)
+    producer = client.create_producer("t")
+    ids = [producer.send(f"m{i}".encode(), properties={"i": str(i)}, partition_key="k") for i in range(5)]
+    late = client.create_reader("t", compat.MessageId.latest)
+    first = early.read_next(1000)
+    assert (first.data(), first.properties(), first.partition_key(), first.message_id()) == (
+        b"m0",
+        {"i": "0"},
+        "k",
+        ids[0],
+    )
+    assert first.topic_name() == "persistent://public/default/t" and first.publish_timestamp() > 0
+    assert not late.has_message_available()
+    with pytest.raises(compat.Timeout):
+        late.read_next(50)
+    producer.send(b"m5")
+    assert late.has_message_available() and late.read_next(1000).data() == b"m5"
+    after = client.create_reader("t", ids[2])  # resume after a stored id
+    assert after.read_next(1000).data() == b"m3"
+    inclusive = client.create_reader("t", ids[2], start_message_id_inclusive=True)
+    assert inclusive.read_next(1000).data() == b"m2"
+    inclusive.seek(ids[4])
+    assert inclusive.read_next(1000).data() == b"m4"
+    after.seek(compat.MessageId.earliest)
+    assert after.read_next(1000).data() == b"m0"
+    with pytest.raises(compat.OperationNotSupported):
+        after.seek(12345)
+    assert compat.MessageId.deserialize(compat.MessageId.latest.serialize()) is compat.MessageId.latest
+    assert compat.MessageId.earliest < ids[0] < compat.MessageId.latest
+    assert compat.MessageId.wrap(idempotent.MessageId("t", 0, 3)) == ids[3]
+    with pytest.raises(ValueError):
+        client.create_reader("t", None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        client.create_reader("t", compat.MessageId.earliest, reader_name=5)  # type: ignore[arg-type]
+    assert after.is_connected()
+    client.close()  # closes its readers too
+    assert not after.is_connected()
+    with pytest.raises(compat.AlreadyClosed):
+        after.read_next(10)
 
 
 def test_unsupported_calls_and_topics(url: str) -> None:
     client = compat.Client(url)
-    for call in (client.subscribe, client.create_reader):
-        with pytest.raises(compat.OperationNotSupported):
-            call("t")
     with pytest.raises(compat.OperationNotSupported, match="non-persistent"):
         client.create_producer("non-persistent://public/default/t")
     with pytest.raises(compat.OperationNotSupported, match="partition"):

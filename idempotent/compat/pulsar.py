@@ -42,9 +42,10 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import errors
+from .. import reader as _reader
 from .._outcomes import DeliveryStatus, RecordMetadata
 from .._topics import canonical_topic
 from ..api import BrokerAPI
@@ -71,6 +72,15 @@ from ..producer import default_partition
 from . import _shared
 
 _LOG = logging.getLogger("idempotent.compat.pulsar")
+
+_NATIVE = "pulsar"
+#: sequence ids are 0 .. 2**63-1, as pulsar-client's (compared without wrap-around by the
+#: monotonic policy; the strict policy refuses any jump)
+_MAX_SEQUENCE_ID = 2**63 - 1
+
+# ``import idempotent.compat.pulsar.schema`` (and every other submodule) is the native one
+__path__: list[str] = []
+_shared.pass_through_submodules(__name__, _NATIVE)
 
 _NO_TIMEOUT_MS = float(2**31 - 1)
 
@@ -148,7 +158,7 @@ class UnknownError(PulsarException):
     result_value = Result.UnknownError
 
 
-class InvalidConfiguration(PulsarException):
+class InvalidConfiguration(PulsarException, ValueError):  # a ValueError, as upstream's argument checks
     result_value = Result.InvalidConfiguration
 
 
@@ -204,11 +214,11 @@ class ProducerBusy(PulsarException):
     result_value = Result.ProducerBusy
 
 
-class InvalidTopicName(PulsarException):
+class InvalidTopicName(PulsarException, ValueError):  # a ValueError, as upstream's argument checks
     result_value = Result.InvalidTopicName
 
 
-class InvalidUrl(PulsarException):
+class InvalidUrl(PulsarException, ValueError):  # a ValueError, as upstream's argument checks
     result_value = Result.InvalidUrl
 
 
@@ -302,10 +312,31 @@ class MessageId:
     """
 
     _FORMAT = ">qq"
+    _KINDS: ClassVar[dict[int, str]] = {-2: "earliest", -3: "latest"}
+
+    #: the first message of a topic, as a reader's start (pulsar-client's ``MessageId.earliest``)
+    earliest: ClassVar[MessageId]
+    #: the next message stored after the reader opened (``MessageId.latest``)
+    latest: ClassVar[MessageId]
 
     def __init__(self, partition: int = -1, offset: int = -1) -> None:
         self._partition = partition
         self._offset = offset
+        self._kind: str | None = None
+
+    @staticmethod
+    def wrap(message_id: Any) -> MessageId:
+        """The drop-in id for ``message_id``: an id of this module (returned as is) or an
+        :class:`idempotent.MessageId` (from :class:`idempotent.Reader`).
+
+        Raises:
+            TypeError: another kind of id (pulsar-client's own ids name ledgers, not offsets).
+        """
+        if isinstance(message_id, MessageId):
+            return message_id
+        if isinstance(message_id, _reader.MessageId):
+            return MessageId(message_id.partition, message_id.offset)
+        raise TypeError(f"MessageId.wrap: expected a MessageId, not {type(message_id).__name__}")
 
     def ledger_id(self) -> int:
         """0, or -1 for an unknown position."""
@@ -328,7 +359,10 @@ class MessageId:
         return self._offset
 
     def serialize(self) -> bytes:
-        """Sixteen bytes: partition and offset, big-endian."""
+        """Sixteen bytes: partition and offset, big-endian (earliest and latest have their own)."""
+        if self._kind is not None:
+            partition = next(code for code, kind in self._KINDS.items() if kind == self._kind)
+            return struct.pack(self._FORMAT, partition, -1)
         return struct.pack(self._FORMAT, self._partition, self._offset)
 
     @staticmethod
@@ -342,9 +376,14 @@ class MessageId:
             partition, offset = struct.unpack(MessageId._FORMAT, data)
         except (struct.error, TypeError) as exc:
             raise InvalidMessage(f"not a serialized MessageId: {data!r}") from exc
+        kind = MessageId._KINDS.get(partition)
+        if kind is not None:
+            return MessageId.earliest if kind == "earliest" else MessageId.latest
         return MessageId(partition, offset)
 
     def _key(self) -> tuple[int, int]:
+        if self._kind is not None:  # earliest before every id, latest after
+            return (-(2**63), 0) if self._kind == "earliest" else (2**63, 0)
         return self._partition, self._offset
 
     def __eq__(self, other: object) -> bool:
@@ -377,7 +416,19 @@ class MessageId:
         return f"({self.ledger_id()},{self._offset},{self._partition},-1)"
 
     def __repr__(self) -> str:
+        if self._kind is not None:
+            return f"MessageId.{self._kind}"
         return f"MessageId(partition={self._partition}, offset={self._offset})"
+
+
+def _special(kind: str) -> MessageId:
+    message_id = MessageId()
+    message_id._kind = kind
+    return message_id
+
+
+MessageId.earliest = _special("earliest")
+MessageId.latest = _special("latest")
 
 
 def _message_id(meta: RecordMetadata) -> MessageId:
@@ -419,75 +470,161 @@ def topic_name(topic: str) -> tuple[str, str]:
         raise InvalidTopicName(f"invalid topic name {topic!r}: {exc.message}") from None
 
 
-def _check_defaults(
-    where: str, given: Mapping[str, Any], defaults: Mapping[str, Any], hints: Mapping[str, str]
-) -> None:
-    """Refuse every option in ``given`` that differs from its default (naming it)."""
-    for name, value in given.items():
-        if name not in defaults:
-            raise InvalidConfiguration(f"{where}: unknown option {name!r}")
-        default = defaults[name]
-        if value is not default and value != default:
-            raise InvalidConfiguration(f"{where}: option {name}={value!r} is not supported: {hints[name]}")
+def _check_type(where: str, name: str, value: Any, *kinds: type) -> None:
+    """pulsar-client's argument check: a value of the wrong type raises a ValueError.
+
+    Raises:
+        InvalidConfiguration: (a ValueError) naming the argument.
+    """
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    if not ok:
+        expected = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+        raise InvalidConfiguration(f"{where}: {name} must be {expected}, not {value!r}")
 
 
-_CLIENT_NO_EFFECT = (
-    "io_threads",
-    "message_listener_threads",
-    "concurrent_lookup_requests",
-    "stats_interval_in_seconds",
-    "connection_timeout_ms",
-)
-_CLIENT_REFUSED: dict[str, Any] = {
+# accepted without effect (logged once at DEBUG): they configure a Pulsar client's connections
+_LOGGED: set[str] = set()
+
+
+def _accept_without_effect(where: str, name: str, why: str) -> None:
+    if name not in _LOGGED:
+        _LOGGED.add(name)
+        _LOG.debug("%s: %s is accepted without effect: %s", where, name, why)
+
+
+_CONNECTION = "records go through this project's broker; the backend's connection is set on the broker URL"
+
+_CLIENT_DEFAULTS: dict[str, Any] = {
     "authentication": None,
+    "operation_timeout_seconds": 30,
+    "io_threads": 1,
+    "message_listener_threads": 1,
+    "concurrent_lookup_requests": 50000,
     "log_conf_file_path": None,
+    "stats_interval_in_seconds": 600,
     "use_tls": False,
     "tls_trust_certs_file_path": None,
     "tls_allow_insecure_connection": False,
     "tls_validate_hostname": False,
+    "logger": None,
+    "connection_timeout_ms": 10000,
     "listener_name": None,
     "tls_private_key_file_path": None,
     "tls_certificate_file_path": None,
 }
-_CLIENT_HINTS = {
-    name: "security and listener settings belong to the backend (idempotent.connect options)"
-    for name in _CLIENT_REFUSED
-}
+_AUTHENTICATIONS = (
+    "Authentication",
+    "AuthenticationTLS",
+    "AuthenticationToken",
+    "AuthenticationAthenz",
+    "AuthenticationOauth2",
+    "AuthenticationBasic",
+)
 
 
 class Client:
     """pulsar-client's ``Client``, over this project's broker.
+
+    Every argument of pulsar-client's ``Client`` is accepted and type-checked as upstream
+    checks it (a wrong type raises a ValueError). Those that tune a Pulsar connection have no
+    effect on producers and readers (records go through this project's broker; each is logged
+    once at DEBUG); on a ``pulsar://`` URL they configure the real ``pulsar.Client`` that
+    :meth:`subscribe` and :meth:`create_table_view` use.
 
     Args:
         service_url: a broker URL (``pulsar://host:port[?admin_url=...]``, ``sqlite:///f.db``,
             ``memory://``, ``kafka://host:port``) or an open broker handle (not closed by
             :meth:`close`).
         operation_timeout_seconds: how long creating a producer may take.
-        logger: a :class:`logging.Logger` for errors raised by ``send_async`` callbacks.
-        io_threads, message_listener_threads, concurrent_lookup_requests,
-        stats_interval_in_seconds, connection_timeout_ms: accepted, without effect.
+        logger: a :class:`logging.Logger` for errors raised by ``send_async`` callbacks
+            (pulsar-client's ``ConsoleLogger``/``FileLogger`` go to the real client only).
 
     Raises:
-        InvalidConfiguration: an unsupported option (named), or a bad URL.
+        InvalidUrl, InvalidConfiguration: (ValueErrors) a bad URL or argument.
         ConnectError: the backend could not be opened.
     """
 
     def __init__(
         self,
         service_url: str | BrokerAPI,
-        *,
-        operation_timeout_seconds: float = 30,
-        logger: logging.Logger | None = None,
-        **options: Any,
+        authentication: Any = None,
+        operation_timeout_seconds: int = 30,
+        io_threads: int = 1,
+        message_listener_threads: int = 1,
+        concurrent_lookup_requests: int = 50000,
+        log_conf_file_path: str | None = None,
+        stats_interval_in_seconds: int = 600,
+        use_tls: bool = False,
+        tls_trust_certs_file_path: str | None = None,
+        tls_allow_insecure_connection: bool = False,
+        tls_validate_hostname: bool = False,
+        logger: Any = None,
+        connection_timeout_ms: int = 10000,
+        listener_name: str | None = None,
+        tls_private_key_file_path: str | None = None,
+        tls_certificate_file_path: str | None = None,
     ) -> None:
-        for name in _CLIENT_NO_EFFECT:
-            options.pop(name, None)
-        _check_defaults("Client", options, _CLIENT_REFUSED, _CLIENT_HINTS)
-        if logger is not None and not isinstance(logger, logging.Logger):
-            raise InvalidConfiguration("Client: logger must be a logging.Logger")
-        self._logger = logger or _LOG
+        where = "Client"
+        if not isinstance(service_url, str | BrokerAPI):
+            raise InvalidUrl(f"service_url must be a URL or a broker, not {type(service_url).__name__}")
+        if authentication is not None and type(authentication).__name__ not in _AUTHENTICATIONS:
+            raise InvalidConfiguration(
+                f"{where}: authentication must be a pulsar Authentication, not {authentication!r}"
+            )
+        for name, value in (
+            ("operation_timeout_seconds", operation_timeout_seconds),
+            ("io_threads", io_threads),
+            ("message_listener_threads", message_listener_threads),
+            ("concurrent_lookup_requests", concurrent_lookup_requests),
+            ("stats_interval_in_seconds", stats_interval_in_seconds),
+            ("connection_timeout_ms", connection_timeout_ms),
+        ):
+            _check_type(where, name, value, int)
+        flags: tuple[tuple[str, Any], ...] = (
+            ("use_tls", use_tls),
+            ("tls_allow_insecure_connection", tls_allow_insecure_connection),
+            ("tls_validate_hostname", tls_validate_hostname),
+        )
+        for name, value in flags:
+            _check_type(where, name, value, bool)
+        paths: tuple[tuple[str, Any], ...] = (
+            ("log_conf_file_path", log_conf_file_path),
+            ("tls_trust_certs_file_path", tls_trust_certs_file_path),
+            ("listener_name", listener_name),
+            ("tls_private_key_file_path", tls_private_key_file_path),
+            ("tls_certificate_file_path", tls_certificate_file_path),
+        )
+        for name, value in paths:
+            _check_type(where, name, value, str, type(None))
+        native_logger = logger is not None and type(logger).__name__ in ("ConsoleLogger", "FileLogger")
+        if logger is not None and not native_logger and not isinstance(logger, logging.Logger):
+            raise InvalidConfiguration(f"{where}: logger must be a logging.Logger, ConsoleLogger or FileLogger")
+        #: what the real pulsar.Client gets, for subscribe() and create_table_view() on pulsar://
+        self._native_options: dict[str, Any] = {
+            "authentication": authentication,
+            "operation_timeout_seconds": operation_timeout_seconds,
+            "io_threads": io_threads,
+            "message_listener_threads": message_listener_threads,
+            "concurrent_lookup_requests": concurrent_lookup_requests,
+            "log_conf_file_path": log_conf_file_path,
+            "stats_interval_in_seconds": stats_interval_in_seconds,
+            "use_tls": use_tls,
+            "tls_trust_certs_file_path": tls_trust_certs_file_path,
+            "tls_allow_insecure_connection": tls_allow_insecure_connection,
+            "tls_validate_hostname": tls_validate_hostname,
+            "logger": logger,
+            "connection_timeout_ms": connection_timeout_ms,
+            "listener_name": listener_name,
+            "tls_private_key_file_path": tls_private_key_file_path,
+            "tls_certificate_file_path": tls_certificate_file_path,
+        }
+        for name, value in self._native_options.items():
+            if name not in ("operation_timeout_seconds", "logger") and value != _CLIENT_DEFAULTS[name]:
+                _accept_without_effect(where, name, _CONNECTION)
+        self._logger = logger if isinstance(logger, logging.Logger) else _LOG
         self._timeout = float(operation_timeout_seconds)
         self._url: str | None = None
+        self._native: Any = None
         #: gives the shared broker back once, on close() or when the client is garbage collected
         self._release: weakref.finalize[Any, Any] | None = None
         if isinstance(service_url, str):
@@ -497,11 +634,10 @@ class Client:
                 raise _exception_for(exc) from exc
             self._url = service_url
             self._release = weakref.finalize(self, _shared.release, service_url)
-        elif isinstance(service_url, BrokerAPI):
-            self._broker = service_url
         else:
-            raise InvalidUrl(f"service_url must be a URL or a broker, not {type(service_url).__name__}")
+            self._broker = service_url
         self._producers: list[Producer] = []
+        self._readers: list[Reader] = []
         self._closed = False
         self._lock = threading.Lock()
 
@@ -554,8 +690,15 @@ class Client:
         """
         if self._closed:
             raise AlreadyClosed("client is closed")
-        _check_producer_options(options)
+        where = "create_producer"
+        schema = _check_producer_options(options)
+        if not isinstance(topic, str):
+            raise InvalidTopicName(f"{where}: topic must be a str, not {topic!r}")
         full, name = topic_name(topic)
+        _check_type(where, "producer_name", producer_name, str, type(None))
+        _check_type(where, "initial_sequence_id", initial_sequence_id, int, type(None))
+        _check_type(where, "block_if_queue_full", block_if_queue_full, bool)
+        _check_type(where, "batching_enabled", batching_enabled, bool)
         for option, value in (
             ("send_timeout_millis", send_timeout_millis),
             ("max_pending_messages", max_pending_messages),
@@ -563,18 +706,17 @@ class Client:
             ("batching_max_allowed_size_in_bytes", batching_max_allowed_size_in_bytes),
             ("batching_max_publish_delay_ms", batching_max_publish_delay_ms),
         ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InvalidConfiguration(f"create_producer: {option} must be a non-negative int, not {value!r}")
+            _check_type(where, option, value, int)
+            if value < 0:
+                raise InvalidConfiguration(f"{where}: {option} must be a non-negative int, not {value!r}")
         if max_pending_messages == 0:
-            raise InvalidConfiguration("create_producer: max_pending_messages must be positive")
-        if initial_sequence_id is not None and (
-            not isinstance(initial_sequence_id, int) or not -1 <= initial_sequence_id < 2**31 - 1
-        ):
+            raise InvalidConfiguration(f"{where}: max_pending_messages must be positive")
+        if initial_sequence_id is not None and not -1 <= initial_sequence_id < _MAX_SEQUENCE_ID:
             raise InvalidConfiguration(
-                f"create_producer: initial_sequence_id must be an int in -1..2147483646, not {initial_sequence_id!r}"
+                f"{where}: initial_sequence_id must be an int in -1..2**63-2, not {initial_sequence_id!r}"
             )
-        if producer_name is not None and (not isinstance(producer_name, str) or not producer_name):
-            raise InvalidConfiguration("create_producer: producer_name must be a non-empty str")
+        if producer_name == "":
+            raise InvalidConfiguration(f"{where}: producer_name must be a non-empty str")
         self._adopt_pulsar_rule(name)
         if batching_enabled:
             linger_ms: float = batching_max_publish_delay_ms
@@ -603,6 +745,8 @@ class Client:
             max_pending_messages,
             block_if_queue_full,
             self._logger,
+            schema,
+            self,
         )
         with self._lock:
             self._producers.append(producer)
@@ -628,23 +772,119 @@ class Client:
         except ProducerError as exc:
             raise _exception_for(exc) from exc
 
-    def _refused(self, what: str) -> OperationNotSupported:
-        return OperationNotSupported(
-            f"Client.{what}() is not supported by idempotent.compat.pulsar: it publishes only; "
-            "read with idempotent.Reader (docs/consuming.md)"
-        )
+    def _native_client(self, what: str) -> Any:
+        """The real ``pulsar.Client`` on this client's ``pulsar://`` URL (created on first use).
 
-    def subscribe(self, *args: Any, **kwargs: Any) -> None:
-        """Refused: raises :class:`OperationNotSupported`."""
-        raise self._refused("subscribe")
+        Raises:
+            OperationNotSupported: the service URL is not ``pulsar://`` (an embedded or Kafka
+                backend has no Pulsar to consume from), or pulsar-client is not installed.
+        """
+        url = self._url or ""
+        if not url.startswith("pulsar://"):
+            raise OperationNotSupported(
+                f"Client.{what}() needs a Pulsar broker, and the service URL is {url or 'a broker handle'!r}: "
+                "subscriptions live in Pulsar. Read with create_reader() or idempotent.Reader "
+                "(docs/consuming.md), which work on every URL"
+            )
+        module = _shared.native(_NATIVE)
+        if module is None:
+            raise OperationNotSupported(f"Client.{what}() needs pulsar-client: pip install idempotent[pulsar]")
+        with self._lock:
+            if self._native is None:
+                self._native = module.Client(url.split("?", 1)[0], **self._native_options)
+            return self._native
 
-    def create_reader(self, *args: Any, **kwargs: Any) -> None:
-        """Refused: raises :class:`OperationNotSupported`."""
-        raise self._refused("create_reader")
+    def subscribe(self, topic: Any, subscription_name: Any, *args: Any, **kwargs: Any) -> Any:
+        """On a ``pulsar://`` URL, pulsar-client's ``Client.subscribe`` on a real client (its
+        Consumer, messages and errors are pulsar-client's own).
 
-    def create_table_view(self, *args: Any, **kwargs: Any) -> None:
-        """Refused: raises :class:`OperationNotSupported`."""
-        raise self._refused("create_table_view")
+        Raises:
+            OperationNotSupported: the service URL is not ``pulsar://``.
+            AlreadyClosed: the client is closed.
+        """
+        self._check_open()
+        return self._native_client("subscribe").subscribe(topic, subscription_name, *args, **kwargs)
+
+    def create_table_view(self, topic: Any, *args: Any, **kwargs: Any) -> Any:
+        """On a ``pulsar://`` URL, pulsar-client's ``Client.create_table_view`` on a real client.
+
+        Raises:
+            OperationNotSupported: the service URL is not ``pulsar://``.
+            AlreadyClosed: the client is closed.
+        """
+        self._check_open()
+        return self._native_client("create_table_view").create_table_view(topic, *args, **kwargs)
+
+    def create_reader(
+        self,
+        topic: str,
+        start_message_id: Any,
+        reader_listener: Any = None,
+        receiver_queue_size: int = 1000,
+        reader_name: str | None = None,
+        subscription_role_prefix: str | None = None,
+        is_read_compacted: bool = False,
+        crypto_key_reader: Any = None,
+        start_message_id_inclusive: bool = False,
+        schema: Any = None,
+    ) -> Reader:
+        """A reader of ``topic`` from ``start_message_id`` (``MessageId.earliest``,
+        ``MessageId.latest`` or the id of a message: the reader starts after it, or at it
+        with ``start_message_id_inclusive``), on every URL, through :class:`idempotent.Reader`.
+
+        Store the id of the last message you processed with your state and start the next
+        reader from it: the consuming half of effectively-once (PIP-6).
+
+        Raises:
+            InvalidTopicName, InvalidConfiguration: (ValueErrors) a bad topic or argument.
+            OperationNotSupported: ``reader_listener``, ``is_read_compacted`` or
+                ``crypto_key_reader`` (they cannot work here).
+            AlreadyClosed: the client is closed.
+            PulsarException: the topic could not be opened (mapped error).
+        """
+        self._check_open()
+        where = "create_reader"
+        if not isinstance(topic, str):
+            raise InvalidTopicName(f"{where}: topic must be a str, not {topic!r}")
+        if not isinstance(start_message_id, MessageId):
+            raise InvalidConfiguration(f"{where}: start_message_id must be a MessageId, not {start_message_id!r}")
+        _check_type(where, "receiver_queue_size", receiver_queue_size, int)
+        _check_type(where, "reader_name", reader_name, str, type(None))
+        _check_type(where, "subscription_role_prefix", subscription_role_prefix, str, type(None))
+        _check_type(where, "is_read_compacted", is_read_compacted, bool)
+        _check_type(where, "start_message_id_inclusive", start_message_id_inclusive, bool)
+        for name, value in (
+            ("reader_listener", reader_listener),
+            ("crypto_key_reader", crypto_key_reader),
+            ("is_read_compacted", is_read_compacted or None),
+        ):
+            if value is not None:
+                raise OperationNotSupported(f"{where}: {name} is not supported by the drop-in's reader")
+        full, name = topic_name(topic)
+        start: Any
+        if start_message_id._kind is not None:
+            start = start_message_id._kind
+        else:
+            start = _reader.MessageId(name, start_message_id.partition(), start_message_id.offset())
+        try:
+            inner = _reader.Reader(
+                self._broker,
+                name,
+                start,
+                inclusive=start_message_id_inclusive,
+                max_records=max(1, receiver_queue_size),
+                create=True,
+            )
+        except ProducerError as exc:
+            raise _exception_for(exc) from exc
+        reader = Reader(inner, full, start_message_id_inclusive, schema)
+        with self._lock:
+            self._readers.append(reader)
+        return reader
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AlreadyClosed("client is closed")
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         """The partition topic names of ``topic`` (``[topic]`` for one partition, as Pulsar).
@@ -666,9 +906,15 @@ class Client:
         self._closed = True
         with self._lock:
             producers, self._producers = self._producers, []
+            readers, self._readers = self._readers, []
+            native, self._native = self._native, None
         try:
             for producer in producers:
                 producer.close()
+            for reader in readers:
+                reader.close()
+            if native is not None:
+                native.close()
         finally:
             if self._release is not None:
                 self._release()
@@ -678,72 +924,114 @@ class Client:
         self.close()
 
 
-_PRODUCER_DEFAULTS: dict[str, Any] = {
-    "schema": None,
-    "compression_type": None,
-    "max_pending_messages_across_partitions": 50000,
-    "chunking_enabled": False,
-    "message_routing_mode": None,
-    "lazy_start_partitioned_producers": False,
-    "properties": None,
-    "batching_type": None,
-    "encryption_key": None,
-    "crypto_key_reader": None,
-    "access_mode": None,
-    "message_router": None,
+_PRODUCER_OPTIONS = (
+    "schema",
+    "compression_type",
+    "max_pending_messages_across_partitions",
+    "chunking_enabled",
+    "message_routing_mode",
+    "lazy_start_partitioned_producers",
+    "properties",
+    "batching_type",
+    "encryption_key",
+    "crypto_key_reader",
+    "access_mode",
+    "message_router",
+)
+_ENUMS = {
+    "compression_type": "CompressionType",
+    "message_routing_mode": "PartitionsRoutingMode",
+    "batching_type": "BatchingType",
+    "access_mode": "ProducerAccessMode",
 }
-_PRODUCER_HINTS = {
-    "schema": "only bytes payloads are supported",
-    "compression_type": "compression is not supported",
-    "max_pending_messages_across_partitions": "the limit is max_pending_messages for the whole producer",
-    "chunking_enabled": "chunking is not supported",
+_NO_EFFECT_HINTS = {
+    "compression_type": "the backend stores records as the broker writes them",
+    "max_pending_messages_across_partitions": "max_pending_messages bounds the whole producer",
+    "chunking_enabled": "a record is stored whole, up to the broker's largest entry",
     "message_routing_mode": "messages are routed by partition_key hash, round robin without one",
-    "lazy_start_partitioned_producers": "not applicable",
-    "properties": "producer properties are not supported",
-    "batching_type": "key-based batching is not supported",
-    "encryption_key": "encryption is not supported",
-    "crypto_key_reader": "encryption is not supported",
-    "access_mode": "a named producer always fences its older instances (like ExclusiveWithFencing)",
-    "message_router": "custom routers are not supported",
-}
-# enum members of pulsar-client that mean "the default"; matched by name so that passing
-# pulsar's own enums (when both modules are imported) is accepted
-_DEFAULT_ENUM_NAMES = {
-    "compression_type": "NONE",
-    "message_routing_mode": "RoundRobinDistribution",
-    "batching_type": "Default",
-    "access_mode": "Shared",
+    "lazy_start_partitioned_producers": "partitions are written through one producer",
+    "properties": "producer properties are not stored",
+    "batching_type": "batches are formed per partition",
+    "access_mode": "a named producer fences its older instances; exclusivity between names is not enforced",
 }
 
 
-def _check_producer_options(options: Mapping[str, Any]) -> None:
-    given = dict(options)
-    for name, default_name in _DEFAULT_ENUM_NAMES.items():
-        value = given.get(name)
-        if value is not None and getattr(value, "name", None) == default_name:
-            del given[name]
-    schema = given.get("schema")
-    if schema is not None and type(schema).__name__ == "BytesSchema":
-        del given["schema"]
-    _check_defaults("create_producer", given, _PRODUCER_DEFAULTS, _PRODUCER_HINTS)
+def _check_producer_options(options: Mapping[str, Any]) -> Any:
+    """Check create_producer's other options as pulsar-client does; return the schema.
+
+    Raises:
+        InvalidConfiguration: (a ValueError) an unknown option or a value of the wrong type.
+        OperationNotSupported: encryption or a custom message router (they cannot work here).
+    """
+    where = "create_producer"
+    for name, value in options.items():
+        if name not in _PRODUCER_OPTIONS:
+            raise InvalidConfiguration(f"{where}: unknown option {name!r}")
+        if name in _ENUMS:
+            if type(value).__name__ != _ENUMS[name]:
+                raise InvalidConfiguration(f"{where}: {name} must be a pulsar.{_ENUMS[name]}, not {value!r}")
+        elif name in ("chunking_enabled", "lazy_start_partitioned_producers"):
+            _check_type(where, name, value, bool)
+        elif name == "max_pending_messages_across_partitions":
+            _check_type(where, name, value, int)
+        elif name == "properties":
+            _check_type(where, name, value, dict, type(None))
+        elif name == "schema":
+            if value is not None and not callable(getattr(value, "encode", None)):
+                raise InvalidConfiguration(f"{where}: schema must be a pulsar schema, not {value!r}")
+            continue
+        elif value is not None:  # encryption_key, crypto_key_reader, message_router
+            raise OperationNotSupported(
+                f"{where}: {name} is not supported: "
+                + ("custom routers are not supported" if name == "message_router" else "encryption is not supported")
+            )
+        if name in _NO_EFFECT_HINTS:
+            _accept_without_effect(where, name, _NO_EFFECT_HINTS[name])
+    schema = options.get("schema")
+    return None if schema is None or type(schema).__name__ == "BytesSchema" else schema
 
 
-_SEND_DEFAULTS: dict[str, Any] = {
-    "ordering_key": None,
-    "replication_clusters": None,
-    "disable_replication": False,
-    "event_timestamp": None,
-    "deliver_at": None,
-    "deliver_after": None,
-}
-_SEND_HINTS = {
-    "ordering_key": "use partition_key",
-    "replication_clusters": "geo-replication is not supported",
-    "disable_replication": "geo-replication is not supported",
-    "event_timestamp": "records carry the time the backend stored them",
-    "deliver_at": "delayed delivery is not supported",
-    "deliver_after": "delayed delivery is not supported",
-}
+_SEND_OPTIONS = (
+    "ordering_key",
+    "replication_clusters",
+    "disable_replication",
+    "event_timestamp",
+    "deliver_at",
+    "deliver_after",
+)
+
+
+def _check_send_options(options: Mapping[str, Any]) -> None:
+    """Check send's other options as pulsar-client does.
+
+    Raises:
+        InvalidConfiguration: (a ValueError) an unknown option or a value of the wrong type.
+        OperationNotSupported: delayed delivery (deliver_at, deliver_after), which cannot work here.
+    """
+    where = "send"
+    for name, value in options.items():
+        if name not in _SEND_OPTIONS:
+            raise InvalidConfiguration(f"{where}: unknown option {name!r}")
+        if value is None:
+            continue
+        if name == "ordering_key":
+            _check_type(where, name, value, str)
+            _accept_without_effect(where, name, "records are ordered per partition; use partition_key")
+        elif name == "replication_clusters":
+            _check_type(where, name, value, list)
+            _accept_without_effect(where, name, "there is no geo-replication here")
+        elif name == "disable_replication":
+            _check_type(where, name, value, bool)
+            _accept_without_effect(where, name, "there is no geo-replication here")
+        elif name == "event_timestamp":
+            _check_type(where, name, value, int)
+            _accept_without_effect(where, name, "records carry the time the backend stored them")
+        else:
+            if name == "deliver_at":
+                _check_type(where, name, value, int)
+            elif not hasattr(value, "total_seconds"):
+                raise InvalidConfiguration(f"{where}: deliver_after must be a timedelta, not {value!r}")
+            raise OperationNotSupported(f"{where}: {name} is not supported: delayed delivery is not available")
 
 
 class Producer:
@@ -762,8 +1050,13 @@ class Producer:
         max_pending: int,
         block_if_full: bool,
         logger: logging.Logger,
+        schema: Any = None,
+        client: Client | None = None,
     ) -> None:
         self._inner = inner
+        self._schema = schema
+        # as pulsar-client's producer, keep the client (and so its broker) alive while in use
+        self._client = client
         self._full_topic = full_topic
         self._topic = topic
         self._logger = logger
@@ -840,7 +1133,7 @@ class Producer:
     def send_async(
         self,
         content: bytes | None,
-        callback: Callable[[Result, MessageId], Any],
+        callback: Callable[[Result, MessageId], Any] | None,
         properties: Mapping[str, str] | None = None,
         partition_key: str | None = None,
         *,
@@ -854,11 +1147,11 @@ class Producer:
         Raises:
             InvalidConfiguration: an unsupported option (named) or a bad argument (nothing sent).
         """
-        if not callable(callback):
-            raise InvalidConfiguration("send_async: callback must be callable")
+        if callback is not None and not callable(callback):
+            raise InvalidConfiguration("send_async: callback must be callable or None")
         try:
             future = self._submit(content, properties, partition_key, sequence_id, options)
-        except InvalidConfiguration:
+        except (InvalidConfiguration, OperationNotSupported):
             raise
         except PulsarException as exc:
             self._call(callback, exc.result(), MessageId())
@@ -873,7 +1166,9 @@ class Producer:
 
         future.add_done_callback(done)
 
-    def _call(self, callback: Callable[[Result, MessageId], Any], result: Result, msg_id: MessageId) -> None:
+    def _call(self, callback: Callable[[Result, MessageId], Any] | None, result: Result, msg_id: MessageId) -> None:
+        if callback is None:
+            return
         try:
             callback(result, msg_id)
         except Exception:
@@ -887,11 +1182,13 @@ class Producer:
         sequence_id: int | None,
         options: Mapping[str, Any],
     ) -> Future[RecordMetadata]:
-        _check_defaults("send", options, _SEND_DEFAULTS, _SEND_HINTS)
+        _check_send_options(options)
         if self._closed:
             raise AlreadyClosed("producer is closed")
+        if self._schema is not None and content is not None:
+            content = self._schema.encode(content)
         if content is not None and not isinstance(content, bytes | bytearray | memoryview):
-            raise InvalidConfiguration(f"send: content must be bytes or None, not {type(content).__name__}")
+            raise TypeError(f"send: content must be bytes or None, not {type(content).__name__}")
         if partition_key is not None and not isinstance(partition_key, str):
             raise InvalidConfiguration("send: partition_key must be a str")
         headers = None
@@ -902,9 +1199,13 @@ class Producer:
                 raise InvalidConfiguration("send: properties must be a dict of str to str")
             headers = {k: v.encode() for k, v in properties.items()}
         if sequence_id is not None and (
-            not isinstance(sequence_id, int) or isinstance(sequence_id, bool) or not 0 <= sequence_id < 2**31
+            not isinstance(sequence_id, int)
+            or isinstance(sequence_id, bool)
+            or not 0 <= sequence_id <= _MAX_SEQUENCE_ID
         ):
-            raise InvalidConfiguration(f"send: sequence_id must be an int in 0..2147483647, not {sequence_id!r}")
+            raise InvalidConfiguration(
+                f"send: sequence_id must be an int in 0..{_MAX_SEQUENCE_ID}, not {sequence_id!r}"
+            )
         key = partition_key.encode() if partition_key is not None else None
         with self._cond:
             while self._pending >= self._max_pending:
@@ -917,7 +1218,7 @@ class Producer:
             self._counter += 1
             sequence = sequence_id
             if sequence is None and self._next is not None:
-                sequence = self._next[partition] % 2**31
+                sequence = self._next[partition]
                 self._next[partition] = sequence + 1
             try:
                 future = self._inner.send(
@@ -959,6 +1260,160 @@ class Producer:
             self._cond.notify_all()
 
 
+class Message:
+    """A message as pulsar-client's reader returns it: ``data()``, ``value()``,
+    ``properties()``, ``partition_key()``, ``ordering_key()``, ``message_id()``,
+    ``topic_name()``, ``publish_timestamp()``, ``event_timestamp()``,
+    ``redelivery_count()``, ``schema_version()``.
+
+    Extension: ``sequence_id()``, the sequence the record was stored under.
+    """
+
+    def __init__(self, inner: _reader.Message, full_topic: str, schema: Any) -> None:
+        self._inner = inner
+        self._full_topic = full_topic
+        self._schema = schema
+
+    def data(self) -> bytes:
+        """The payload (empty for a null value)."""
+        return self._inner.value or b""
+
+    def value(self) -> Any:
+        """The payload decoded by the reader's schema (bytes without one; None for a null value)."""
+        if self._inner.value is None:
+            return None
+        return self._inner.value if self._schema is None else self._schema.decode(self._inner.value)
+
+    def properties(self) -> dict[str, str]:
+        """The properties (record headers) as str."""
+        return {k: v.decode("utf-8", "replace") for k, v in self._inner.headers}
+
+    def partition_key(self) -> str:
+        """The partition key (record key), "" when none."""
+        return (self._inner.key or b"").decode("utf-8", "replace")
+
+    def ordering_key(self) -> str:
+        """Always "": ordering keys are not stored."""
+        return ""
+
+    def message_id(self) -> MessageId:
+        """Where this message is stored; start a reader from it to read what follows."""
+        return MessageId(self._inner.partition, self._inner.offset)
+
+    def topic_name(self) -> str:
+        """The full topic name."""
+        return self._full_topic
+
+    def publish_timestamp(self) -> int:
+        """When the backend stored it, in milliseconds since the epoch."""
+        return int(self._inner.timestamp * 1000)
+
+    def event_timestamp(self) -> int:
+        """Always 0: event timestamps are not stored."""
+        return 0
+
+    def redelivery_count(self) -> int:
+        """Always 0: a reader has no redeliveries."""
+        return 0
+
+    def schema_version(self) -> str:
+        """Always "": schemas are not versioned here."""
+        return ""
+
+    def sequence_id(self) -> int:
+        """Extension: the sequence the record was stored under."""
+        return self._inner.sequence
+
+    def __repr__(self) -> str:
+        return f"Message(topic={self._full_topic!r}, id={self.message_id()!r})"
+
+
+class Reader:
+    """pulsar-client's ``Reader`` over :class:`idempotent.Reader`: ``read_next``,
+    ``has_message_available``, ``seek``, ``topic``, ``is_connected``, ``close``.
+
+    Created by :meth:`Client.create_reader`.
+    """
+
+    def __init__(self, inner: _reader.Reader, full_topic: str, inclusive: bool, schema: Any) -> None:
+        self._inner = inner
+        self._full_topic = full_topic
+        self._inclusive = inclusive
+        self._schema = schema
+        self._closed = False
+
+    def topic(self) -> str:
+        """The full topic name."""
+        return self._full_topic
+
+    def read_next(self, timeout_millis: int | None = None) -> Message:
+        """The next message, waiting up to ``timeout_millis`` (None: forever).
+
+        Raises:
+            Timeout: no message in time (call again).
+            AlreadyClosed: the reader is closed.
+            PulsarException: a read failed (mapped error); the position is unchanged.
+        """
+        self._check_open()
+        _check_type("read_next", "timeout_millis", timeout_millis, int, type(None))
+        try:
+            inner = self._inner.read_next(None if timeout_millis is None else timeout_millis / 1000)
+        except errors.ReadTimeoutError as exc:
+            raise Timeout(str(exc)) from exc
+        except ProducerError as exc:
+            raise _exception_for(exc) from exc
+        return Message(inner, self._full_topic, self._schema)
+
+    def has_message_available(self) -> bool:
+        """True when a message can be read now.
+
+        Raises:
+            AlreadyClosed: the reader is closed.
+            PulsarException: the backend failed (mapped error).
+        """
+        self._check_open()
+        try:
+            return self._inner.has_message_available()
+        except ProducerError as exc:
+            raise _exception_for(exc) from exc
+
+    def seek(self, messageid: MessageId | int) -> None:
+        """Move to ``messageid`` (the reader's ``start_message_id_inclusive`` applies), or to
+        ``MessageId.earliest`` / ``MessageId.latest``.
+
+        Raises:
+            OperationNotSupported: a publish timestamp (records are found by offset only).
+            InvalidConfiguration: an id of another topic's partition.
+            AlreadyClosed: the reader is closed.
+        """
+        self._check_open()
+        if not isinstance(messageid, MessageId):
+            raise OperationNotSupported("Reader.seek(timestamp) is not supported: seek to a MessageId")
+        try:
+            if messageid._kind is not None:
+                self._inner.seek(messageid._kind)  # type: ignore[arg-type]
+            else:
+                topic = self._inner.topic
+                target = _reader.MessageId(topic, messageid.partition(), messageid.offset())
+                self._inner.seek(target, inclusive=self._inclusive)
+        except ProducerError as exc:
+            raise _exception_for(exc) from exc
+
+    def is_connected(self) -> bool:
+        """True until the reader is closed."""
+        return not self._closed
+
+    def close(self) -> None:
+        """Close the reader (closing again does nothing)."""
+        if not self._closed:
+            self._closed = True
+            self._inner.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AlreadyClosed("reader is closed")
+
+
 __all__ = [
     "AlreadyClosed",
     "AuthenticationError",
@@ -973,6 +1428,7 @@ __all__ = [
     "InvalidTopicName",
     "InvalidUrl",
     "LookupError",
+    "Message",
     "MessageId",
     "MessageTooBig",
     "NotAllowedError",
@@ -985,6 +1441,7 @@ __all__ = [
     "ProducerQueueIsFull",
     "PulsarException",
     "ReadError",
+    "Reader",
     "Result",
     "ServiceUnitNotReady",
     "Timeout",
@@ -996,9 +1453,6 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    raise AttributeError(
-        f"pulsar.{name} is not provided by idempotent.compat.pulsar, which covers Client, Producer, "
-        "MessageId, Result and the exceptions (see docs/migration.md)"
-    )
+    """The rest of pulsar-client (schemas, ``ConsumerType``, ``AuthenticationToken``,
+    ``ConsoleLogger``, ...), passed through from the installed module."""
+    return _shared.native_attribute(__name__, _NATIVE, name)
