@@ -122,3 +122,15 @@ def test_every_command_accepts_every_spelling(tmp_path: Path, capsys: pytest.Cap
     assert capsys.readouterr().out == "root namespace: policy monotonic\n"
     assert cli.main(["tail", url, "non-persistent://public/default/orders"]) == 2
     assert "non-persistent topics are not supported" in capsys.readouterr().err
+
+
+def test_a_mirror_destination_takes_every_spelling(url: str, tmp_path: Path) -> None:
+    from idempotent.mirror import Mirror
+
+    source = tmp_path / "lines.txt"
+    source.write_bytes(b"a\nb\n")
+    job = Mirror(f"file://{source}", url, to_topic="persistent://public/default/copied", job="j")
+    assert job.run().copied == 2
+    assert Mirror(f"file://{source}", url, to_topic="copied", job="j").run().copied == 0  # the same job, resumed
+    with idempotent.Reader(url, "public/default/copied") as reader:
+        assert [reader.read_next(5).value for _ in range(2)] == [b"a", b"b"]
