@@ -134,9 +134,10 @@ def _decimal(headers: dict[str, bytes], name: str, default: int = -1) -> int:
     return default if value is None else int(value)
 
 
-#: how long the first ``init_transactions`` attempts of a takeover may take before a fresh
-#: producer asks again (the last attempt gets whatever is left of the timeout)
-_INIT_ATTEMPTS = (0.1, 0.2, 0.4)
+#: how long the first ``init_transactions`` attempt of a takeover may take before a fresh
+#: producer asks again; each further attempt gets twice as long (the last one gets whatever
+#: is left of the timeout), so a slow or distant cluster still gets the time it needs
+_FIRST_INIT_ATTEMPT = 0.1
 
 
 def _fence(config: dict[str, Any], timeout: float) -> Any:
@@ -146,17 +147,16 @@ def _fence(config: dict[str, Any], timeout: float) -> Any:
     When the previous owner died inside a transaction, the coordinator answers InitProducerId
     with CONCURRENT_TRANSACTIONS while it aborts that transaction (usually well under 100 ms)
     and librdkafka asks again only 500 ms later. So an attempt that is not done within its
-    short budget is dropped and a fresh producer asks again. Fencing is unchanged: every
-    InitProducerId that succeeds bumps the epoch, the last one wins, and a dropped producer
-    never began a transaction.
+    short budget (0.1 s, then twice as long each time) is dropped and a fresh producer asks
+    again. Fencing is unchanged: every InitProducerId that succeeds bumps the epoch, the last
+    one wins, and a dropped producer never began a transaction.
 
     Raises:
         KafkaException: the last attempt failed (mapped by the caller).
     """
     deadline = time.monotonic() + timeout
-    for budget in _INIT_ATTEMPTS:
-        if time.monotonic() + budget >= deadline:
-            break
+    budget = _FIRST_INIT_ATTEMPT
+    while time.monotonic() + 2 * budget < deadline:
         producer = Producer(config)
         try:
             producer.init_transactions(budget)
@@ -171,6 +171,7 @@ def _fence(config: dict[str, Any], timeout: float) -> Any:
                 raise
         # dropped without close(), which would try to abort a transaction that never began
         del producer
+        budget *= 2
     producer = Producer(config)
     producer.init_transactions(max(deadline - time.monotonic(), 1.0))
     return producer
