@@ -679,3 +679,32 @@ def test_exactly_once_through_a_lossy_network_to_a_broker_server() -> None:
         assert sorted(delivered) == sorted(f"order-{i}".encode() for i in range(200))
         stored = [r.value for r in server.broker.read("orders", 0, 0, 1000)]
         assert stored == [f"order-{i}".encode() for i in range(200)]
+
+
+@pytest.mark.kafka
+def test_consumer_through_the_drop_in_module_reads_what_the_drop_in_producer_stored(kafka_service: Any) -> None:
+    """One import line for both halves: the drop-in's Producer stores exactly once into Kafka,
+    and the Consumer, TopicPartition and KafkaError of the same module (confluent-kafka's own,
+    passed through) read it back."""
+    info = kafka_service
+    topic = f"drop-in-consume-{uuid.uuid4().hex[:8]}"
+    delivered = publish_orders(
+        compat, {"bootstrap.servers": info.bootstrap, "idempotent.broker.url": info.url}, topic, 5
+    )
+    assert sorted(delivered) == sorted(f"order-{i}".encode() for i in range(5))
+    consumer = compat.Consumer(
+        {"bootstrap.servers": info.bootstrap, "group.id": f"g-{uuid.uuid4().hex}", "enable.partition.eof": True}
+    )
+    consumer.assign([compat.TopicPartition(topic, 0, compat.OFFSET_BEGINNING)])
+    values: list[bytes] = []
+    try:
+        while True:
+            msg = consumer.poll(10)
+            assert msg is not None, f"no end of {topic} within 10 s"
+            if msg.error() is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                break
+            values.append(msg.value())
+    finally:
+        consumer.close()
+    assert values == [f"order-{i}".encode() for i in range(5)]

@@ -524,3 +524,33 @@ def test_authentication_and_authorization_errors_keep_their_pulsar_names() -> No
 
     assert isinstance(compat._exception_for(errors.AuthenticationError("bad token")), compat.AuthenticationError)
     assert isinstance(compat._exception_for(errors.AuthorizationError("not yours")), compat.AuthorizationError)
+
+
+@pytest.mark.pulsar
+def test_subscribe_and_create_reader_through_the_drop_in_module(pulsar_service: Any) -> None:
+    """One import line for both halves: on a pulsar:// URL the drop-in stores exactly once,
+    subscribe() reads it with a real Pulsar consumer, and create_reader() with idempotent.Reader."""
+    import pulsar
+
+    info = pulsar_service
+    topic = f"drop-in-consume-{uuid.uuid4().hex[:8]}"
+    url = f"{info.url}?{urllib.parse.urlencode({'admin_url': info.admin_url})}"
+    client = compat.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        producer = client.create_producer(topic, producer_name=f"p-{uuid.uuid4().hex[:8]}", initial_sequence_id=100)
+        consumer = client.subscribe(topic, "sub", initial_position=compat.InitialPosition.Earliest)
+        ids = [producer.send(f"order-{i}".encode()) for i in range(5)]
+        assert producer.send(b"again", sequence_id=101) == ids[0]  # a resend is recognised, not stored
+        received = []
+        for _ in range(5):
+            msg = consumer.receive(10_000)
+            received.append(msg.data())
+            consumer.acknowledge(msg)
+        assert received == [f"order-{i}".encode() for i in range(5)]
+        with pytest.raises(pulsar.Timeout):
+            consumer.receive(500)
+        reader = client.create_reader(topic, ids[1])  # resume after a stored id
+        assert [reader.read_next(10_000).data() for _ in range(3)] == [b"order-2", b"order-3", b"order-4"]
+        assert not reader.has_message_available()
+    finally:
+        client.close()
