@@ -175,6 +175,19 @@ class CutProxy:
             self._remaining -= 1
             return True
 
+    def arm(self, count: int = 1) -> None:
+        """Cut ``count`` more matching requests (after the ones already allowed)."""
+        with self._lock:
+            self._remaining += count
+
+    def cut_all(self) -> None:
+        """Close every connection now (both sides), whatever is in flight."""
+        with self._lock:
+            links = list(self._links)
+            self._links.clear()
+        for link in links:
+            link.close()
+
     def record_cut(self) -> None:
         with self._lock:
             self.injected += 1

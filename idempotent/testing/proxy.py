@@ -49,12 +49,30 @@ class FaultyProxy:
         self.address = "{}:{}".format(*self._listener.getsockname()[:2])
         self._sockets: set[socket.socket] = set()
         self._closed = False
+        self._armed = {"drop_request": 0, "drop_response": 0, "duplicate_request": 0, "cut": 0}
 
     def start(self) -> FaultyProxy:
         threading.Thread(target=self._accept_loop, name="faulty-proxy", daemon=True).start()
         return self
 
+    def arm(self, kind: str, count: int = 1) -> None:
+        """Inject fault ``kind`` (a key of ``ProxyFaults.injected``) on the next ``count``
+        frames it applies to, whatever the probabilities say.
+
+        Raises:
+            ValueError: unknown kind.
+        """
+        if kind not in self._armed:
+            raise ValueError(f"unknown fault {kind!r}; expected one of {sorted(self._armed)}")
+        with self._lock:
+            self._armed[kind] += count
+
     def _roll(self, kind: str, probability: float) -> bool:
+        with self._lock:
+            if self._armed[kind] > 0:
+                self._armed[kind] -= 1
+                self.faults.injected[kind] += 1
+                return True
         if probability <= 0:
             return False
         with self._lock:

@@ -1,0 +1,39 @@
+"""Compare: one workload and one fault schedule on every system, and a report.
+
+``idempotent compare --systems LIST --faults LIST`` publishes the same records (unique ids,
+replayable source: :mod:`~idempotent.compare.workload`) under the same seeded fault
+schedule (:mod:`~idempotent.compare.schedule`) through this project's producer (in process
+over memory, SQLite, Kafka and Pulsar, and through a broker server) and through the native
+Kafka and Pulsar clients (:mod:`~idempotent.compare.systems`, :mod:`~idempotent.compare.producers`),
+injects the faults the same way for all of them (:mod:`~idempotent.compare.faults`), reads
+everything back, counts duplicates, losses, reorders and "possibly persisted" sends
+(:mod:`~idempotent.compare.check`), and writes report.json, report.md and report.html
+(:mod:`~idempotent.compare.report`). :mod:`~idempotent.compare.runner` is the engine.
+"""
+
+from .check import Ledger, State, Verdict, check
+from .runner import CompareConfig, run_compare, run_one
+from .schedule import FAULTS, FaultEvent, schedule
+from .systems import NATIVE, OURS_IN_PROCESS, OURS_SERVER, SYSTEMS, Environment, is_ours
+from .workload import Workload, record_id
+
+__all__ = [
+    "FAULTS",
+    "NATIVE",
+    "OURS_IN_PROCESS",
+    "OURS_SERVER",
+    "SYSTEMS",
+    "CompareConfig",
+    "Environment",
+    "FaultEvent",
+    "Ledger",
+    "State",
+    "Verdict",
+    "Workload",
+    "check",
+    "is_ours",
+    "record_id",
+    "run_compare",
+    "run_one",
+    "schedule",
+]
