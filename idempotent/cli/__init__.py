@@ -16,6 +16,7 @@ Subcommands::
     idempotent admin [--url URL] stats TOPIC [--json]
     idempotent admin [--url URL] describe-producers TOPIC [--partition P] [--json]
     idempotent services ...
+    idempotent compare --systems LIST --faults LIST [--records N] [--rate R] [--schedules K] [--seed S] [--out DIR]
     idempotent --version
 
 Each command is one module of this package (``produce.py``, ``tail.py`` ...). **To add a
@@ -46,12 +47,12 @@ from types import ModuleType
 
 from .. import __version__
 from ..errors import DeliveryFailed, ProducerError, UsageError
-from . import admin, broker, mirror, produce, services, stats, tail, token
+from . import admin, broker, compare, mirror, produce, services, stats, tail, token
 from .common import CliError, Parser, err, exit_code, open_read_only
 from .formatting import format_record
 
 #: The command modules, in the order ``idempotent --help`` lists them; each has ``add_parser``.
-COMMANDS: tuple[ModuleType, ...] = (produce, mirror, tail, stats, token, broker, admin, services)
+COMMANDS: tuple[ModuleType, ...] = (produce, mirror, tail, stats, token, broker, admin, services, compare)
 #: Commands that take their arguments unparsed (``idempotent NAME ARGS...`` calls ``run(ARGS)``).
 RAW_COMMANDS: dict[str, Callable[[list[str]], int]] = {"services": services.run}
 

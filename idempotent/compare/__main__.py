@@ -1,7 +1,7 @@
-"""``python -m idempotent.compare``: the ``idempotent compare`` command."""
+"""``python -m idempotent.compare ARGS``: the same as ``idempotent compare ARGS``."""
 
 import sys
 
-from .cli import main
+from ..cli import main
 
-sys.exit(main())
+sys.exit(main(["compare", *sys.argv[1:]]))

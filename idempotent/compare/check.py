@@ -48,7 +48,7 @@ class Ledger:
         self._states = bytearray(records)
         self._lock = threading.Lock()
         self.acknowledged = 0
-        #: (ack time, latency in seconds) of each record's first acknowledgement.
+        #: (monotonic ack time, latency in seconds) of each record's first acknowledgement.
         self.acks: list[tuple[float, float]] = []
 
     def _raise(self, record_id: int, state: State) -> State:

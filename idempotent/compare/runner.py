@@ -62,11 +62,10 @@ class CompareConfig:
 class _Producing:
     """One producing process and the thread that reads its report lines."""
 
-    def __init__(self, spec: dict[str, Any], ledger: Ledger, t0: Callable[[], float], sink: _Sink) -> None:
+    def __init__(self, spec: dict[str, Any], ledger: Ledger, sink: _Sink) -> None:
         self.start = int(spec["start"])
         self.ledger = ledger
         self.sink = sink
-        self._t0 = t0
         self.high = self.start - 1
         self.ready = threading.Event()
         self.started_at = 0.0
@@ -89,7 +88,7 @@ class _Producing:
                 continue
             kind = parts[0]
             if kind == "a":
-                ledger.acknowledged_at(int(parts[1]), float(parts[3]) - self._t0(), int(parts[2]) / 1e6)
+                ledger.acknowledged_at(int(parts[1]), float(parts[3]), int(parts[2]) / 1e6)
             elif kind == "s":
                 high = int(parts[1])
                 for record_id in range(self.high + 1, high + 1):
@@ -174,7 +173,7 @@ class _Run:
             "readback": self.sys.worker_reads_back,
             "pauses": [event.at for event in self.pending],
         }
-        producing = _Producing(spec, self.ledger, lambda: self._t0, self.sink)
+        producing = _Producing(spec, self.ledger, self.sink)
         if not producing.ready.wait(READY_TIMEOUT):
             producing.kill9()
             raise RuntimeError(f"{self.system}: producer not ready within {READY_TIMEOUT:.0f} s")
@@ -293,7 +292,7 @@ class _Run:
 
     def _result(self, stored: list[int | None], produce_seconds: float) -> dict[str, Any]:
         verdict = check(self.ledger.states(), stored)
-        acks = sorted(self.ledger.acks)
+        acks = sorted((at - self._t0, latency) for at, latency in self.ledger.acks)
         latencies = sorted(latency for _, latency in acks)
         last_ack = acks[-1][0] if acks else produce_seconds
         bucket = max(last_ack, produce_seconds, 0.001) / TIMELINE_BUCKETS
