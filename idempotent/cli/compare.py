@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import signal
 from collections.abc import Callable, Sequence
+from types import FrameType
 
 from ..compare import FAULTS, SYSTEMS, CompareConfig, run_compare
 from .common import CliError, Subcommands, float_type, int_type
@@ -55,6 +57,10 @@ def add_parser(commands: Subcommands) -> None:
     compare.set_defaults(handler=cmd_compare)
 
 
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """``idempotent compare``: run the comparison, print one line per run, write the report.
 
@@ -64,6 +70,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         config = CompareConfig(args.systems, args.faults, args.records, args.rate, args.schedules, args.seed)
     except ValueError as exc:
         raise CliError(str(exc), 2) from None
-    runs = run_compare(config, args.out, progress=lambda line: print(line, flush=True))
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # stop the private brokers on SIGTERM too
+    try:
+        runs = run_compare(config, args.out, progress=lambda line: print(line, flush=True))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"report: {args.out / 'report.html'}")
     return 1 if any(run["status"] == "error" for run in runs) else 0
