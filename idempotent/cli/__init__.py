@@ -28,9 +28,12 @@ share lives in :mod:`.common` (:class:`~.common.CliError`, argument types, read-
 :mod:`.formatting` (records, stats, tables, timestamps) and :mod:`.progress` (progress
 reporting). A command that parses its own arguments is also listed in :data:`RAW_COMMANDS`.
 
-``tail`` and ``stats`` never write to the log: they open the backend read-only (no topic is
-created, no snapshot or producer record is stored), so they may run next to a writer; so do
-``admin stats`` and ``admin describe-producers`` on a backend URL.
+Every command takes every broker URL (``sqlite:///``, ``memory://``, ``kafka://``,
+``pulsar://``, ``idem://``, ``idems://``) and every spelling of a topic
+(:mod:`idempotent._topics`). ``tail`` and ``stats`` never write to the log: on a backend URL
+they open the backend read-only (no topic is created, no snapshot or producer record is
+stored), so they may run next to a writer; on a broker server URL they ask the server. So do
+``admin stats`` and ``admin describe-producers``.
 
 Exit codes: 0 success, 1 failure (a delivery failed, the broker refused), 2 bad usage or
 input (bad option, URL or file, unknown topic, a layout that does not match the topic),
