@@ -19,6 +19,13 @@ stored batch's last sequence is exactly its last record's source offset. A batch
 whole or not at all, so the destination's last sequence is always a real source offset: the
 one to resume after. Each record's own offset is in its ``idem.src.offset`` header.
 
+One batch in flight. The ``monotonic`` policy accepts any sequence above the last one, so if
+batch ``k`` were refused for a passing reason (a partition recovering, a connection lost)
+while batch ``k+1``, sent behind it, was stored, ``k`` would be lost for good: nothing would
+ever ask for it again. A partition's copy therefore sends its next batch only once the
+previous one is answered stored; the source is read meanwhile, so reading and writing still
+overlap. Partitions are copied in parallel.
+
 :func:`copy_partition` is the unit (what a Spark task runs); :class:`Mirror` plans the job
 (destination topic, policy, where each partition ends) and runs one thread per partition.
 """
@@ -52,8 +59,6 @@ _LOG = logging.getLogger("idempotent.mirror")
 
 #: Records read from the source per poll.
 POLL_RECORDS = 2000
-#: Unacknowledged records per partition before the copy waits for the oldest batch.
-WINDOW = 20_000
 #: A batch is cut at this many bytes (or at the end of a poll's records).
 BATCH_BYTES = 512 * 1024
 #: In-process restarts of a task after retriable failures, before its error is raised.
@@ -177,7 +182,7 @@ class MirrorSummary:
 
 @attrs.frozen
 class PartitionProgress:
-    """A progress report of one partition (sent after every acknowledged window).
+    """A progress report of one partition (sent after every poll of the source that moved it).
 
     ``position`` is the last source offset known stored (-1: none), ``end`` the offset the
     copy stops at, or the source's end when last asked while following (None: not known).
@@ -206,7 +211,6 @@ def copy_partition(
     broker: BrokerAPI | None = None,
     stop: threading.Event | None = None,
     progress: ProgressCallback | None = None,
-    window: int = WINDOW,
     follow_interval: float = 5.0,
     retries: int = RETRIES,
 ) -> PartitionSummary:
@@ -232,8 +236,7 @@ def copy_partition(
         source: an open source of ``task.source`` to share (opened and closed here if None).
         broker: an open broker of ``task.destination`` to share (likewise).
         stop: set it to end the copy early: what was sent is flushed, then it returns.
-        progress: called (in this thread) after each acknowledged window.
-        window: unacknowledged records before waiting for the oldest.
+        progress: called (in this thread) whenever the stored position moved.
         follow_interval: seconds between asking the source for its end while following.
         retries: how many times a retriable failure (the destination or source unreachable,
             a partition recovering, a lost answer) restarts the copy from the destination's
@@ -265,7 +268,7 @@ def copy_partition(
         failures = 0
         while True:
             try:
-                completed = _copy_once(task, source, broker, stop, progress, window, follow_interval, totals)
+                completed = _copy_once(task, source, broker, stop, progress, follow_interval, totals)
                 break
             except ProducerError as exc:
                 # A retriable failure restarts the copy from the destination's truth, exactly
@@ -309,12 +312,11 @@ def _copy_once(
     broker: BrokerAPI,
     stop: threading.Event | None,
     progress: ProgressCallback | None,
-    window: int,
     follow_interval: float,
     totals: _Totals,
 ) -> bool:
     """One attempt of :func:`copy_partition`: True when the end was reached."""
-    writer = _PartitionWriter(broker, task, window)
+    writer = _PartitionWriter(broker, task)
     if totals.resumed_after == -2:
         totals.resumed_after = writer.position
     writer.totals = totals
@@ -353,12 +355,11 @@ def _copy_once(
 
 
 class _PartitionWriter:
-    """Sends one partition's batches through a named producer session, pipelined."""
+    """Sends one partition's batches through a named producer session, one at a time."""
 
-    def __init__(self, broker: BrokerAPI, task: PartitionTask, window: int) -> None:
+    def __init__(self, broker: BrokerAPI, task: PartitionTask) -> None:
         self._broker = broker
         self._task = task
-        self._window = window
         session = broker.init_producer(producer_name(task.job, task.partition))
         if session.elsewhere:
             raise ConfigError(
@@ -371,7 +372,6 @@ class _PartitionWriter:
         self.position = session.last_sequences[(task.to_topic, task.to_partition)]
         self.totals = _Totals()
         self._pending: deque[tuple[int, int, Future[ProduceResult]]] = deque()
-        self._unanswered = 0
 
     def send(self, records: list[SourceRecord], source_topic: str) -> None:
         """Send ``records`` (offset order, above everything sent) as batches ending at the
@@ -385,6 +385,7 @@ class _PartitionWriter:
             size += item.size
             if size >= BATCH_BYTES or index == len(records) - 1:
                 last = record.offset
+                self.collect(block=True)  # the previous batch must be stored first
                 future = self._broker.submit_produce(
                     task.to_topic,
                     task.to_partition,
@@ -394,13 +395,11 @@ class _PartitionWriter:
                     batch,
                 )
                 self._pending.append((last, len(batch), future))
-                self._unanswered += len(batch)
                 batch = []
                 size = 0
-        self.collect(block=self._unanswered > self._window)
 
     def collect(self, *, block: bool) -> None:
-        """Take the answers in order: those ready, and while ``block``, down to the window.
+        """Take the answer of the batch in flight if it is ready, or with ``block``, wait for it.
 
         Raises:
             ProducerFencedError: another run of the task took over.
@@ -409,9 +408,8 @@ class _PartitionWriter:
         """
         pending = self._pending
         totals = self.totals
-        while pending and (pending[0][2].done() or (block and self._unanswered > self._window)):
+        while pending and (block or pending[0][2].done()):
             last, count, future = pending.popleft()
-            self._unanswered -= count
             result = future.result()
             if result.outcome is Outcome.ACCEPTED:
                 totals.copied += count
@@ -433,7 +431,6 @@ class _PartitionWriter:
 
     def finish(self) -> None:
         """Wait for every answer (raises as :meth:`collect`)."""
-        self._window = 0
         self.collect(block=True)
 
 

@@ -1,0 +1,143 @@
+"""Plain Kafka topics as a mirror source (``kafka+native://``): offsets with holes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import idempotent
+from idempotent.errors import InvalidTopicError
+from idempotent.mirror import Mirror
+from idempotent.testing.services import ServiceInfo
+
+pytestmark = pytest.mark.kafka
+
+
+def _topic(bootstrap: str, partitions: int = 1, config: dict[str, str] | None = None) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    name = f"mirror-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name].result()
+    return name
+
+
+def _native(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every committed record of partition 0, read independently."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, -2)])
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    while True:
+        message: Any = consumer.poll(10)
+        assert message is not None, "no end of partition"
+        if message.error():
+            break
+        out.append((message.offset(), message.key(), message.value()))
+    consumer.close()
+    return out
+
+
+def _copied(url: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    broker = idempotent.connect(url)
+    try:
+        return [(int(dict(r.headers)["idem.src.offset"]), r.key, r.value) for r in broker.read(topic, 0, 0, 100_000)]
+    finally:
+        broker.close()
+
+
+def test_transaction_markers_and_aborted_records_leave_holes(tmp_path: Path, kafka_service: ServiceInfo) -> None:
+    from confluent_kafka import Producer
+
+    topic = _topic(kafka_service.bootstrap)
+    producer = Producer({"bootstrap.servers": kafka_service.bootstrap, "transactional.id": uuid.uuid4().hex})
+    producer.init_transactions(30)
+
+    def transaction(first: int, count: int, commit: bool) -> None:
+        producer.begin_transaction()
+        for i in range(first, first + count):
+            producer.produce(topic, b"v%d" % i, key=b"k%d" % i, partition=0)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+
+    transaction(0, 10, True)
+    transaction(10, 5, False)
+    transaction(15, 10, True)
+    source = f"kafka+native://{kafka_service.bootstrap}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    summary = Mirror(source, dest, topic=topic, job="j").run()
+    expected = _native(kafka_service.bootstrap, topic)
+    assert [v for _, _, v in expected] == [b"v%d" % i for i in [*range(10), *range(15, 25)]]
+    offsets = [o for o, _, _ in expected]
+    assert offsets != list(range(offsets[0], offsets[0] + len(offsets)))  # holes
+    assert summary.copied == 20 and summary.completed
+    assert _copied(dest, topic) == expected
+    # resumes after the last copied offset; markers at the end are not waited for
+    transaction(25, 3, True)
+    again = Mirror(source, dest, topic=topic, job="j").run()
+    assert again.copied == 3
+    assert _copied(dest, topic) == _native(kafka_service.bootstrap, topic)
+
+
+def test_a_compacted_topic_copies_what_compaction_kept(tmp_path: Path, kafka_service: ServiceInfo) -> None:
+    from confluent_kafka import Producer
+
+    config = {
+        "cleanup.policy": "compact",
+        "segment.ms": "100",
+        "min.cleanable.dirty.ratio": "0.001",
+        "min.compaction.lag.ms": "0",
+        "delete.retention.ms": "100",
+    }
+    topic = _topic(kafka_service.bootstrap, 1, config)
+    producer = Producer({"bootstrap.servers": kafka_service.bootstrap})
+    deadline = time.monotonic() + 90
+    i = 0
+    while True:  # overwrite 5 keys between unique ones until the log cleaner removed old values
+        for _ in range(50):
+            key = b"u%d" % i if i % 2 else b"k%d" % (i % 10)
+            producer.produce(topic, b"v%d" % i, key=key, partition=0)
+            i += 1
+        producer.flush(30)
+        records = _native(kafka_service.bootstrap, topic)
+        offsets = [o for o, _, _ in records]
+        if offsets[-1] - offsets[0] + 1 > len(offsets) + 20:
+            break
+        assert time.monotonic() < deadline, "the topic was not compacted in time"
+        time.sleep(1.0)
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    summary = Mirror(f"kafka+native://{kafka_service.bootstrap}", dest, topic=topic, job="j").run()
+    copied = _copied(dest, topic)
+    # compaction may go on while copying: each copied record is what the topic held at its offset
+    by_offset = {o: (k, v) for o, k, v in records}
+    assert summary.completed and copied
+    assert all(by_offset.get(o, (k, v)) == (k, v) for o, k, v in copied)
+    assert [o for o, _, _ in copied] == sorted({o for o, _, _ in copied})
+    assert copied[-1] == records[-1]
+
+
+def test_an_unknown_topic_is_refused(tmp_path: Path, kafka_service: ServiceInfo) -> None:
+    with pytest.raises(InvalidTopicError):
+        Mirror(
+            f"kafka+native://{kafka_service.bootstrap}", f"sqlite:///{tmp_path / 'd.db'}", topic="nope-x", job="j"
+        ).run()
+
+
+def test_headers_named_idem_survive_a_kafka_backed_destination(kafka_service: ServiceInfo) -> None:
+    """Regression: the Kafka adapter read back only headers not starting with ``idem.``."""
+    topic = f"h-{uuid.uuid4().hex[:8]}"
+    with idempotent.Producer(kafka_service.url, producer_name=f"p-{topic}") as producer:
+        producer.send(topic, b"x", headers={"idem.src.offset": b"7", "idem.trace": b"t"}).result()
+        stored = producer.broker.read(topic, 0, 0, 10)
+    assert dict(stored[0].headers) == {"idem.src.offset": b"7", "idem.trace": b"t"}
