@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -173,6 +174,12 @@ def loop_copy(bootstrap: str, source: str, target: str, group: str, on_delivered
     )
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20, "acks": "all"})
     partitions = list(consumer.list_topics(source, timeout=30).topics[source].partitions)
+    if target not in consumer.list_topics(timeout=30).topics:
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        futures = admin.create_topics([NewTopic(target, len(partitions), 1)])
+        futures[target].result()
     committed = consumer.committed([TopicPartition(source, p) for p in partitions], timeout=30)
     consumer.assign([TopicPartition(source, tp.partition, tp.offset if tp.offset >= 0 else -2) for tp in committed])
     ends = {p: consumer.get_watermark_offsets(TopicPartition(source, p), timeout=30)[1] for p in partitions}
@@ -382,19 +389,16 @@ def kill_idempotent(info: services.ServiceInfo, source: str, records: int, parti
     argv = [sys.executable, "-m", "idempotent", "mirror", "--from", f"kafka+native://{info.bootstrap}"]
     argv += ["--to", info.url, "--topic", source, "--to-topic", target, "--job", job]
     with tempfile.NamedTemporaryFile() as log:
-        process = subprocess.Popen([*argv, "--progress-interval", "0"], stdout=subprocess.DEVNULL, stderr=log)
+        process = subprocess.Popen([*argv, "--progress-interval", "0.05"], stdout=subprocess.DEVNULL, stderr=log)
         _kill_at(process, lambda: _copied_in(Path(log.name)), records * 0.4)
     subprocess.run([*argv, "--quiet"], check=True, timeout=600)
     return count(info.bootstrap, target) - records
 
 
 def _copied_in(log: Path) -> int:
-    best = 0
-    for line in log.read_text(errors="replace").splitlines():
-        for field in line.split():
-            if field.startswith("copied="):
-                best = max(best, int(field[7:]))
-    return best
+    """The last count of the command's progress lines (``mirror JOB: N records, ...``)."""
+    counts = re.findall(r"^mirror [^:]*: (\d+) records", log.read_text(errors="replace"), re.MULTILINE)
+    return int(counts[-1]) if counts else 0
 
 
 def _kill_at(process: subprocess.Popen[bytes], progress: Any, at: float) -> None:

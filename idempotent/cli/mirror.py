@@ -11,19 +11,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
 
 from ..errors import ProducerError, UsageError
 from ..mirror import Mirror, MirrorSummary, PartitionProgress
-from .common import CliError, Subcommands, float_type, int_type, isatty
-
-#: Seconds between two progress lines when stderr is not a terminal.
-PROGRESS_INTERVAL = 5.0
+from .common import CliError, Subcommands, int_type
+from .progress import Progress, add_progress_arguments
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -49,67 +44,28 @@ def add_parser(commands: Subcommands) -> None:
     mirror.add_argument(
         "--parallelism", metavar="N", type=int_type(1, "--parallelism"), default=8, help="partitions copied at once"
     )
-    mirror.add_argument(
-        "--progress-interval",
-        metavar="SECONDS",
-        type=float_type,
-        default=PROGRESS_INTERVAL,
-        help="seconds between progress lines when stderr is not a terminal",
-    )
-    mirror.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+    add_progress_arguments(mirror)
     mirror.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     mirror.set_defaults(handler=cmd_mirror)
 
 
-class _Progress:
-    """Aggregates the partition reports: a tqdm bar on a terminal, else a line every interval."""
+class _PartitionProgress:
+    """Turns the partition reports into one :class:`~.progress.Progress`: records done
+    (copied or answered duplicate) and, after them, duplicates and lag per partition."""
 
-    def __init__(self, args: argparse.Namespace, label: str) -> None:
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
         self._lock = threading.Lock()
         self._parts: dict[int, PartitionProgress] = {}
-        self._started = time.monotonic()
-        self._interval: float = args.progress_interval
-        self._next_line = self._started + self._interval
-        self._label = label
-        self._bar: Any = None
-        self._enabled = not (args.quiet or args.no_progress)
-        if self._enabled and isatty(sys.stderr):
-            from tqdm import tqdm
-
-            self._bar = tqdm(unit="rec", unit_scale=True, mininterval=0.5, file=sys.stderr, desc=label)
-
-    def _counts(self) -> tuple[int, int, str]:
-        copied = sum(p.copied for p in self._parts.values())
-        duplicates = sum(p.duplicates for p in self._parts.values())
-        lags = " ".join(f"{n}:{'?' if p.lag is None else p.lag}" for n, p in sorted(self._parts.items()))
-        return copied, duplicates, lags
 
     def report(self, part: PartitionProgress) -> None:
-        if not self._enabled:
-            return
         with self._lock:
             before = self._parts.get(part.partition)
             self._parts[part.partition] = part
-            copied, duplicates, lags = self._counts()
-            if self._bar is not None:
-                grown = part.copied + part.duplicates - (before.copied + before.duplicates if before else 0)
-                self._bar.set_postfix_str(f"lag {lags}", refresh=False)
-                self._bar.update(grown)
-                return
-            now = time.monotonic()
-            if now >= self._next_line:
-                self._next_line = now + self._interval
-                rate = copied / (now - self._started)
-                print(
-                    f"{self._label}: copied={copied} duplicates={duplicates} rate={rate:.0f} records/s "
-                    f"lag(partition:offsets)={lags}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
+            grown = part.copied + part.duplicates - (before.copied + before.duplicates if before else 0)
+            duplicates = sum(p.duplicates for p in self._parts.values())
+            lags = " ".join(f"{n}:{'?' if p.lag is None else p.lag}" for n, p in sorted(self._parts.items()))
+            self._progress.update(grown, f"duplicates {duplicates}, lag (partition:offsets) {lags}")
 
 
 @contextlib.contextmanager
@@ -135,8 +91,7 @@ def _stop_on_signals(mirror: Mirror) -> Iterator[list[int]]:
 
 def cmd_mirror(args: argparse.Namespace) -> int:
     """``idempotent mirror``: run (or resume) a copy job and print its summary."""
-    label = f"mirror {args.job}"
-    bar = _Progress(args, label)
+    bar = Progress.from_args(args, f"mirror {args.job}")
     try:
         mirror = Mirror(
             args.source,
@@ -146,9 +101,10 @@ def cmd_mirror(args: argparse.Namespace) -> int:
             job=args.job,
             follow=args.follow,
             parallelism=args.parallelism,
-            progress=bar.report,
+            progress=_PartitionProgress(bar).report,
         )
     except UsageError as exc:
+        bar.close()
         raise CliError(exc.message) from None
     try:
         with _stop_on_signals(mirror) as received:

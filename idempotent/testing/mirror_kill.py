@@ -21,6 +21,7 @@ import argparse
 import itertools
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -35,6 +36,8 @@ import attrs
 
 import idempotent
 
+#: The count of a progress line: ``mirror JOB: N records, ...``.
+_DONE = re.compile(r"^mirror [^:]*: (\d+) records", re.MULTILINE)
 #: Records the source grows by before each round.
 PER_ROUND = 3000
 #: Share of the kills at a uniformly random moment from the start of the run (start-up
@@ -120,7 +123,7 @@ class KillReport:
 def _mirror(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "idempotent", *argv, "--progress-interval", "0"],
+            [sys.executable, "-m", "idempotent", *argv, "--progress-interval", "0.01"],
             stdout=subprocess.DEVNULL,
             stderr=err,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -129,8 +132,7 @@ def _mirror(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 def _stored_progress(log: Path) -> bool:
     """True when the round's progress lines show records stored by this run."""
-    lines = log.read_text(errors="replace").splitlines()
-    return any(" copied=" in line and " copied=0 " not in line for line in lines)
+    return any(int(done) > 0 for done in _DONE.findall(log.read_text(errors="replace")))
 
 
 def kill_rounds(
