@@ -134,10 +134,12 @@ def _decimal(headers: dict[str, bytes], name: str, default: int = -1) -> int:
     return default if value is None else int(value)
 
 
-#: how long the first ``init_transactions`` attempt of a takeover may take before a fresh
-#: producer asks again; each further attempt gets twice as long (the last one gets whatever
-#: is left of the timeout), so a slow or distant cluster still gets the time it needs
-_FIRST_INIT_ATTEMPT = 0.1
+#: how long an ``init_transactions`` attempt of a takeover may take before a fresh producer
+#: asks again, during the first :data:`_QUICK_ATTEMPTS_SECONDS`; after that each attempt gets
+#: twice as long as the one before (the last one gets whatever is left of the timeout), so a
+#: slow or distant cluster still gets the time it needs
+_INIT_ATTEMPT = 0.1
+_QUICK_ATTEMPTS_SECONDS = 1.0
 
 
 def _fence(config: dict[str, Any], timeout: float) -> Any:
@@ -147,15 +149,16 @@ def _fence(config: dict[str, Any], timeout: float) -> Any:
     When the previous owner died inside a transaction, the coordinator answers InitProducerId
     with CONCURRENT_TRANSACTIONS while it aborts that transaction (usually well under 100 ms)
     and librdkafka asks again only 500 ms later. So an attempt that is not done within its
-    short budget (0.1 s, then twice as long each time) is dropped and a fresh producer asks
-    again. Fencing is unchanged: every InitProducerId that succeeds bumps the epoch, the last
+    short budget (0.1 s for the first second, then twice as long each time) is dropped and
+    a fresh producer asks again. Fencing is unchanged: every InitProducerId that succeeds bumps the epoch, the last
     one wins, and a dropped producer never began a transaction.
 
     Raises:
         KafkaException: the last attempt failed (mapped by the caller).
     """
-    deadline = time.monotonic() + timeout
-    budget = _FIRST_INIT_ATTEMPT
+    started = time.monotonic()
+    deadline = started + timeout
+    budget = _INIT_ATTEMPT
     while time.monotonic() + 2 * budget < deadline:
         producer = Producer(config)
         try:
@@ -171,7 +174,8 @@ def _fence(config: dict[str, Any], timeout: float) -> Any:
                 raise
         # dropped without close(), which would try to abort a transaction that never began
         del producer
-        budget *= 2
+        if time.monotonic() - started >= _QUICK_ATTEMPTS_SECONDS:
+            budget *= 2
     producer = Producer(config)
     producer.init_transactions(max(deadline - time.monotonic(), 1.0))
     return producer
