@@ -105,7 +105,7 @@ class CheckerConfig:
     max_producers: int = 10_000
     producer_expiry: float = 7 * 24 * 3600.0
     snapshot_entries: int = 1000
-    snapshot_records: int = 20_000
+    snapshot_records: int = 10_000
     snapshot_seconds: float = 120.0
 
     def __attrs_post_init__(self) -> None:
