@@ -10,6 +10,11 @@ message in 16), and the ratio of idempotent to the native idempotent/dedup clien
     python bench/bench_backends.py                      # both backends, 100 B and 1 KB
     python bench/bench_backends.py --backends kafka --records 20000 --repeats 5
 
+Latency is also measured at a fixed offered rate (``--latency-seconds``, 0 to skip): half the
+native idempotent/dedup client's median throughput from the same run, offered to the native
+client and to this project's producer alike, alternated; the second table shows each one's
+p50/p99 and the difference. Latency from a throughput run is queueing time, not latency.
+
 Brokers are started with ``idempotent.testing.services`` (fetched from Maven Central on
 first use) unless already running. Results are printed as Markdown and saved as JSON under
 ``bench/results/``.
@@ -79,6 +84,38 @@ def measure(producer: Baseline, size: int, records: int) -> dict[str, float]:
     }
 
 
+def measure_at_rate(producer: Baseline, size: int, rate: float, seconds: float) -> dict[str, float]:
+    """Offer ``rate`` records/s of ``size`` bytes for ``seconds`` (sent in 1 ms steps, each
+    with the records due by then) and return the latency percentiles; closes ``producer``."""
+    try:
+        payload = b"x" * size
+        for _ in range(200):  # warm up connections and metadata
+            producer.send(payload)
+        producer.flush()
+        producer.latencies.clear()
+        total = int(rate * seconds)
+        started = time.perf_counter()
+        sent = 0
+        while sent < total:
+            due = min(total, int((time.perf_counter() - started) * rate) + 1)
+            while sent < due:
+                producer.send(payload)
+                sent += 1
+            time.sleep(0.001)
+        failed = producer.flush()
+        elapsed = time.perf_counter() - started
+    finally:
+        producer.close()
+    latencies = sorted(producer.latencies)
+    return {
+        "offered_per_s": rate,
+        "achieved_per_s": total / elapsed,
+        "p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else float("nan"),
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else float("nan"),
+        "failed": failed,
+    }
+
+
 def run_once(variant: str, info: services.ServiceInfo, size: int, records: int) -> dict[str, float]:
     return measure(make(variant, info, f"bench-{variant}-{size}-{uuid.uuid4().hex[:8]}"), size, records)
 
@@ -89,11 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="100,1000")
     parser.add_argument("--records", type=int, default=30_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--latency-seconds", type=float, default=3.0, help="length of a fixed-rate run; 0 skips them")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args(argv)
     backends = [b for b in args.backends.split(",") if b]
     sizes = [int(s) for s in args.sizes.split(",") if s]
     results: list[dict[str, Any]] = []
+    latency: list[dict[str, Any]] = []
     started_here = []
     try:
         for backend in backends:
@@ -107,16 +146,36 @@ def main(argv: list[str] | None = None) -> int:
                 for variant in order:
                     result = run_once(variant, info, size, args.records)
                     results.append({"backend": backend, "variant": variant, "size": size, "repeat": repeat, **result})
+            if args.latency_seconds > 0:
+                native = VARIANTS[backend][1]
+                for size in sizes:
+                    rate = 0.5 * statistics.median(
+                        r["records_per_s"]
+                        for r in results
+                        if r["backend"] == backend and r["size"] == size and r["variant"] == native
+                    )
+                    for repeat in range(args.repeats):
+                        order = [native, "idempotent"] if repeat % 2 == 0 else ["idempotent", native]
+                        for variant in order:
+                            topic = f"bench-rate-{variant}-{size}-{uuid.uuid4().hex[:8]}"
+                            result = measure_at_rate(make(variant, info, topic), size, rate, args.latency_seconds)
+                            latency.append(
+                                {"backend": backend, "variant": variant, "size": size, "repeat": repeat, **result}
+                            )
     finally:
         for backend in started_here:
             services.down(backend)
     table = summarize(results, backends, sizes)
+    if latency:
+        table += "\n\n" + summarize_latency(latency, backends, sizes)
     print(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     meta = {"records": args.records, "repeats": args.repeats, "python": platform.python_version(), "host_cpus": _cpus()}
-    (out / f"backends-{stamp}.json").write_text(json.dumps({"meta": meta, "runs": results, "table": table}, indent=1))
+    (out / f"backends-{stamp}.json").write_text(
+        json.dumps({"meta": meta, "runs": results, "latency_runs": latency, "table": table}, indent=1)
+    )
     return 0
 
 
@@ -146,6 +205,34 @@ def summarize(results: list[dict[str, Any]], backends: list[str], sizes: list[in
                 lines.append(
                     f"| {backend} | {size} B | {variant} | {m['records_per_s']:,.0f} | {m['p50_ms']:.1f} | "
                     f"{m['p99_ms']:.1f} | {m['failed']:.0f} | {ratio:.2f}x |"
+                )
+    return "\n".join(lines)
+
+
+def summarize_latency(latency: list[dict[str, Any]], backends: list[str], sizes: list[int]) -> str:
+    lines = [
+        "| backend | size | offered records/s | variant | achieved/s | p50 ms | p99 ms | p50 - native | p99 - native |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for backend in backends:
+        native = VARIANTS[backend][1]
+        for size in sizes:
+            medians: dict[str, dict[str, float]] = {}
+            for variant in (native, "idempotent"):
+                runs = [r for r in latency if r["backend"] == backend and r["size"] == size and r["variant"] == variant]
+                if not runs:
+                    continue
+                medians[variant] = {
+                    k: statistics.median(r[k] for r in runs)
+                    for k in ("offered_per_s", "achieved_per_s", "p50_ms", "p99_ms")
+                }
+            if native not in medians:
+                continue
+            for variant, m in medians.items():
+                lines.append(
+                    f"| {backend} | {size} B | {m['offered_per_s']:,.0f} | {variant} | {m['achieved_per_s']:,.0f} | "
+                    f"{m['p50_ms']:.1f} | {m['p99_ms']:.1f} | {m['p50_ms'] - medians[native]['p50_ms']:+.1f} | "
+                    f"{m['p99_ms'] - medians[native]['p99_ms']:+.1f} |"
                 )
     return "\n".join(lines)
 

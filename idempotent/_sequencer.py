@@ -3,10 +3,12 @@
 Theory of operation
 -------------------
 Records are added per topic-partition into an *open* batch. A batch is sealed when it is
-full (``batch_size`` bytes or ``max_batch_records``), when ``linger`` has passed since its
-first record, or on :meth:`ProducerSequencer.flush`. Sealed batches wait in a queue without a
-sequence. A batch gets its ``base_sequence`` when it is first sent (*drain time*) and keeps it
-across every retry, so a resend is always recognisable by the broker.
+full (``batch_size`` bytes or ``max_batch_records``), or when ``linger`` has passed since its
+first record (at once after :meth:`ProducerSequencer.flush`) and it can be sent at once: while
+the partition's window is full, the open batch keeps taking records, as Kafka's accumulator
+closes a batch only when it drains it. Sealed batches wait in a queue without a sequence. A
+batch gets its ``base_sequence`` when it is first sent (*drain time*) and keeps it across
+every retry, so a resend is always recognisable by the broker.
 
 Per partition at most ``max_in_flight`` stamped batches are in flight, kept in sequence
 order. Each is either AWAITING an answer or waiting to be RESENT. The answers:
@@ -503,8 +505,6 @@ class ProducerSequencer:
             return []
         out: list[OutgoingBatch] = []
         for ps in self._partitions.values():
-            if ps.open is not None and (self._flushing or now >= ps.open.created_at + self.linger):
-                self._seal(ps)
             if any(b.state is BatchState.RESEND for b in ps.inflight):
                 if any(b.state is BatchState.AWAITING for b in ps.inflight):
                     continue
@@ -514,7 +514,12 @@ class ProducerSequencer:
                     out.append(self._transmit(batch, now))
                 if any(b.state is BatchState.RESEND for b in ps.inflight):
                     continue  # new batches follow once every resend is out
-            while ps.queued and len(ps.inflight) < self.max_in_flight:
+            while len(ps.inflight) < self.max_in_flight:
+                if not ps.queued:
+                    # the open batch is sealed when it is due and can leave at once
+                    if ps.open is None or not (self._flushing or now >= ps.open.created_at + self.linger):
+                        break
+                    self._seal(ps)
                 batch = ps.queued.popleft()
                 if batch.explicit:
                     self._split_at_frontier(ps, batch)
@@ -526,6 +531,16 @@ class ProducerSequencer:
                 ps.inflight.append(batch)
                 out.append(self._transmit(batch, now))
         return out
+
+    def _has_room(self, ps: _Partition) -> bool:
+        """Whether a batch sealed now could be sent at once. Until then the open batch keeps
+        taking records (as Kafka's accumulator closes a batch only when it drains it), so a
+        partition whose window is full sends fuller batches instead of many small ones."""
+        return (
+            not ps.queued
+            and len(ps.inflight) < self.max_in_flight
+            and not any(b.state is BatchState.RESEND for b in ps.inflight)
+        )
 
     def _transmit(self, batch: OutgoingBatch, now: float) -> OutgoingBatch:
         batch.attempt += 1
@@ -543,7 +558,8 @@ class ProducerSequencer:
         deadlines: list[float] = []
         for ps in self._partitions.values():
             if ps.open is not None:
-                deadlines.append(ps.open.created_at + (0.0 if self._flushing else self.linger))
+                if self._has_room(ps):  # else the answer that makes room wakes the shell
+                    deadlines.append(ps.open.created_at + (0.0 if self._flushing else self.linger))
                 deadlines.append(ps.open.created_at + self.delivery_timeout)
             if ps.queued:
                 deadlines.append(ps.queued[0].created_at + self.delivery_timeout)

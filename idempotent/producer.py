@@ -10,11 +10,12 @@ knows whose records it holds as spans ``(owner, start, count)``, not record by r
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 import zlib
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Sequence as SequenceOf
 from concurrent.futures import Future
 from concurrent.futures._base import FINISHED as _FINISHED
@@ -41,6 +42,8 @@ from .errors import (
     QueueFullError,
     UsageError,
 )
+
+_LOGGER = logging.getLogger("concurrent.futures")
 
 
 def _retriable(exc: BaseException) -> bool:
@@ -138,21 +141,28 @@ def _failed(error: ProducerError, status: DeliveryStatus, topic: str, partition:
     return failure
 
 
+#: Guards the state and the callback list of every :class:`_RecordFuture` (a few
+#: instructions each time): one lock for all of them instead of one Condition per record.
+_RECORD_FUTURES = threading.Lock()
+
+
 class _RecordFuture(Future[RecordMetadata]):
     """The future ``send`` returns: a :class:`concurrent.futures.Future` that allocates its
-    lock, waiter list and callback list only when someone waits on it or adds a callback.
+    Condition and waiter list only when someone blocks on it (``result`` or ``exception``
+    before it is done, ``wait``, ``as_completed``).
 
-    The sender completes most futures before anyone looks at them (a loop of ``send`` calls
-    followed by ``flush``); those never build a ``threading.Condition``, which was the largest
-    cost per record. ``set_result`` publishes the result and then the state, and takes the
-    lock only when a waiter has made one; a waiter makes the lock before it reads the state,
-    so either it sees the result or the setter sees its lock and notifies it.
+    The sender completes most futures before anyone waits on them (a loop of ``send`` calls
+    followed by ``flush``, or a callback per record); those never build a
+    ``threading.Condition``, which was the largest cost per record. The state and the
+    callback list change under one module-wide lock; ``set_result`` takes the future's own
+    Condition only when a waiter has made one, and a waiter makes it before it reads the
+    state, so either it sees the result or the setter sees its Condition and notifies it.
 
     It cannot be cancelled: the record is on its way, and a cancelled future could not take
     the record's outcome.
     """
 
-    def __init__(self) -> None:  # no super().__init__(): that makes the lock and lists
+    def __init__(self) -> None:  # no super().__init__(): that makes the Condition and lists
         self._state = _PENDING
         self._result: RecordMetadata | None = None
         self._exception: BaseException | None = None
@@ -185,19 +195,46 @@ class _RecordFuture(Future[RecordMetadata]):
             return self._result  # type: ignore[return-value]
         return super().result(timeout)
 
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state == _FINISHED:
+            return self._exception
+        return super().exception(timeout)
+
+    def add_done_callback(self, fn: Callable[[Future[RecordMetadata]], object]) -> None:
+        with _RECORD_FUTURES:
+            if self._state != _FINISHED:
+                self._done_callbacks.append(fn)
+                return
+        try:
+            fn(self)
+        except Exception:  # as concurrent.futures does: a callback's error is logged, not raised
+            _LOGGER.exception("exception calling callback for %r", self)
+
     def set_result(self, result: RecordMetadata) -> None:
         """Called once, by the sender thread."""
+        self._finish(result, None)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        """Called once, by the sender thread."""
+        self._finish(None, exception)
+
+    def _finish(self, result: RecordMetadata | None, exception: BaseException | None) -> None:
         attributes = self.__dict__
         if "_lock" not in attributes:
-            self._result = result
-            self._state = _FINISHED
-            if "_lock" not in attributes:
-                return  # nobody waits, and a later waiter sees the state
+            with _RECORD_FUTURES:
+                self._result, self._exception, self._state = result, exception, _FINISHED
+            if "_lock" not in attributes:  # nobody blocks, and a later waiter sees the state
+                if "_callback_list" in attributes:
+                    self._invoke_callbacks()  # type: ignore[attr-defined]
+                return
         with self._condition:
-            self._result = result
-            self._state = _FINISHED
+            with _RECORD_FUTURES:
+                self._result, self._exception, self._state = result, exception, _FINISHED
             for waiter in self._waiters:
-                waiter.add_result(self)
+                if exception is None:
+                    waiter.add_result(self)
+                else:
+                    waiter.add_exception(self)
             self._condition.notify_all()
         self._invoke_callbacks()  # type: ignore[attr-defined]
 

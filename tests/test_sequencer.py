@@ -1095,3 +1095,21 @@ def test_explicit_batch_overlapping_a_batch_in_flight_is_cut_at_its_end() -> Non
     assert [(b.base_sequence, len(b.records)) for b in batches] == [(3, 2), (5, 2)]
     assert seq.next_sequence("t", 0) == 7
     assert seq.unfinished == 9
+
+
+def test_open_batch_keeps_growing_while_the_window_is_full() -> None:
+    """Like Kafka's accumulator: a batch is closed when it can leave, so a partition waiting
+    for answers sends one full batch next instead of one small batch per linger period."""
+    seq = make(max_in_flight=1, linger=0.005)
+    seq.add("t", 0, rec(0), 0.0)
+    [first] = seq.batches_to_send(0.01)
+    for i in range(1, 6):
+        now = 0.1 * i
+        seq.add("t", 0, rec(i), now)
+        assert seq.batches_to_send(now + 0.05) == []  # window full: nothing sealed, nothing sent
+        deadline = seq.next_deadline()
+        assert deadline is not None and deadline > now + 0.05  # and no busy wake-up meanwhile
+    answer(seq, first, ProduceResult(Outcome.ACCEPTED, 0), now=1.0)
+    [second] = seq.batches_to_send(1.0)
+    assert [r.value for r in second.records] == [f"v{i}".encode() for i in range(1, 6)]
+    assert second.base_sequence == 1
