@@ -530,19 +530,24 @@ def _attacker(address: str, requests: bytes, stop_at: float) -> None:
 def _served_within(url: str, name: str, bound: float) -> float:
     """Seconds a new producer needs to connect, initialise and store 20 records; fails past ``bound``."""
     took: list[float] = []
+    failed: list[BaseException] = []
 
     def run() -> None:
         started = time.monotonic()
-        with Producer(url, name, request_timeout_ms=int(bound * 1000), delivery_timeout_ms=int(bound * 1000)) as p:
-            for i in range(20):
-                p.send("good", b"%d" % i)
-            p.flush()
+        try:
+            timeout = int(bound * 1000)
+            with Producer(url, name, request_timeout_ms=timeout, delivery_timeout_ms=timeout) as p:
+                for i in range(20):
+                    p.send("good", b"%d" % i)
+                p.flush()
+        except BaseException as exc:
+            failed.append(exc)
         took.append(time.monotonic() - started)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(bound)
-    assert took, f"a well-behaved producer waited more than {bound} s"
+    assert took and not failed, f"a well-behaved producer ({name}) waited more than {bound} s: {failed}"
     return took[0]
 
 
@@ -568,9 +573,10 @@ def test_clients_that_never_read_do_not_freeze_the_server(tmp_path: Any, connect
         started = time.monotonic()
         with RemoteBroker(server.url) as probe:  # a handshake and a ping never wait behind reads
             probe.ping()
-        assert time.monotonic() - started < 3.0
-        _served_within(server.url, "during", 5.0)
+        waited = time.monotonic() - started
+        assert waited < 4.0, f"a handshake and a ping took {waited:.2f} s"
+        _served_within(server.url, "during", 6.0)
         for thread in attackers:
             thread.join(10)
-        _served_within(server.url, "after", 3.0)  # once they are gone, their queued work is too
+        _served_within(server.url, "after", 4.0)  # once they are gone, their queued work is too
         assert [r.value for r in broker.read("good", 0, 0, 100)] == [b"%d" % i for i in range(20)] * 2
