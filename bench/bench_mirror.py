@@ -218,12 +218,22 @@ def loop_copy(bootstrap: str, source: str, target: str, group: str, on_delivered
         producer.poll(0)
         if since_commit >= 20_000:  # at least once: flush, then commit what was read
             producer.flush(60)
-            consumer.commit(asynchronous=False)
+            _commit(consumer)
             since_commit = 0
     producer.flush(60)
-    consumer.commit(asynchronous=False)
+    _commit(consumer)
     consumer.close()
     return produced
+
+
+def _commit(consumer: Any) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        consumer.commit(asynchronous=False)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError._NO_OFFSET:  # nothing read since the last commit
+            raise
 
 
 def run_loop(info: services.ServiceInfo, source: str, records: int) -> float:

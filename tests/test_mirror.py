@@ -15,6 +15,7 @@ from idempotent.errors import ConfigError, InvalidTopicError, ProducerFencedErro
 from idempotent.mirror import (
     Mirror,
     PartitionProgress,
+    Polled,
     SourceRecord,
     copy_partition,
     open_source,
@@ -24,7 +25,8 @@ from idempotent.mirror.engine import source_headers
 
 
 def _stored(url: str, topic: str) -> dict[int, list[idempotent.StoredRecord]]:
-    broker = idempotent.connect(url)
+    # wait for the copy's write lock rather than fail while it writes (a loaded machine)
+    broker = idempotent.connect(url + "?timeout=60" if url.startswith("sqlite:") else url)
     try:
         out = {}
         for p in range(broker.topics().get(topic, 0)):
@@ -249,3 +251,59 @@ def test_source_headers_replace_the_coordinates_of_an_earlier_copy() -> None:
         ("idem.src.timestamp", b"1500"),
     )
     assert source_headers(SourceRecord(7, None, b"v"), "t", 0)[-1] == ("idem.src.offset", b"7")
+
+
+class _ListSource:
+    """A source of one partition holding records at given offsets."""
+
+    url = "list://"
+
+    def __init__(self, offsets: list[int]) -> None:
+        self.records = [SourceRecord(o, None, b"%d" % o) for o in offsets]
+
+    def partitions(self, topic: str) -> int:
+        return 1
+
+    def end(self, topic: str, partition: int) -> int:
+        return self.records[-1].offset + 1 if self.records[-1].offset < 2**63 - 1 else 2**63 - 1
+
+    def open_partition(self, topic: str, partition: int, after: int, end: int | None) -> _ListReader:
+        return _ListReader([r for r in self.records if r.offset > after])
+
+    def source_topic(self, topic: str, partition: int) -> str:
+        return topic
+
+    def close(self) -> None:
+        pass
+
+
+class _ListReader:
+    def __init__(self, records: list[SourceRecord]) -> None:
+        self.records = records
+
+    def poll(self, max_records: int, timeout: float) -> Polled:
+        out, self.records = self.records[:2], self.records[2:]  # two per batch
+        return Polled(out, not out)
+
+    def close(self) -> None:
+        pass
+
+
+def test_offsets_beyond_31_bits_resume_exactly(tmp_path: Path) -> None:
+    offsets = [0, 2**30 + 1, 2**31 - 1, 2**31, 2**32, 2**32 + 1, 2**62, 2**63 - 2]
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    broker = idempotent.connect(dest)
+    try:
+        source = _ListSource(offsets[:5])
+        (task,) = Mirror("list://", dest, topic="t", job="j").plan(source, broker)
+        first = copy_partition(task, source=source, broker=broker)
+        assert (first.copied, first.last_offset) == (5, 2**32)
+        source = _ListSource(offsets)  # the source grew: the copy resumes after 2**32
+        (task,) = Mirror("list://", dest, topic="t", job="j").plan(source, broker)
+        second = copy_partition(task, source=source, broker=broker)
+        assert (second.resumed_after, second.copied, second.last_offset) == (2**32, 3, 2**63 - 2)
+        stored = broker.read("t", 0, 0, 100)
+        assert [int(dict(r.headers)["idem.src.offset"]) for r in stored] == offsets
+        assert [r.value for r in stored] == [b"%d" % o for o in offsets]
+    finally:
+        broker.close()

@@ -17,7 +17,9 @@ holes (byte positions of lines, Pulsar message ids, compacted Kafka topics). Eac
 distinct, so ``L-n+1`` is at least its first offset, above the previous batch's ``L``), and a
 stored batch's last sequence is exactly its last record's source offset. A batch is stored
 whole or not at all, so the destination's last sequence is always a real source offset: the
-one to resume after. Each record's own offset is in its ``idem.src.offset`` header.
+one to resume after. Each record's own offset is in its ``idem.src.offset`` header. A batch
+is also cut where offsets pass ``2**31 - 1`` (the checker keeps a batch on one side of the
+int32 ring's end); the records above it then get sequences above it too.
 
 One batch in flight. The ``monotonic`` policy accepts any sequence above the last one, so if
 batch ``k`` were refused for a passing reason (a partition recovering, a connection lost)
@@ -44,6 +46,7 @@ import attrs
 
 from .._outcomes import Outcome, ProduceResult
 from .._records import Headers, Record
+from .._types import MAX_SEQUENCE
 from ..api import BrokerAPI
 from ..errors import ConfigError, ProducerError, ProducerFencedError, Recovery, SequenceDesyncError
 from .source import Source, SourceRecord, open_source
@@ -375,7 +378,8 @@ class _PartitionWriter:
 
     def send(self, records: list[SourceRecord], source_topic: str) -> None:
         """Send ``records`` (offset order, above everything sent) as batches ending at the
-        source offset of their last record."""
+        source offset of their last record. A batch is cut at ``BATCH_BYTES`` and where the
+        offsets pass ``MAX_SEQUENCE`` (no batch may hold both sides of the int32 ring's end)."""
         task = self._task
         batch: list[Record] = []
         size = 0
@@ -383,20 +387,23 @@ class _PartitionWriter:
             item = Record(record.value, record.key, source_headers(record, source_topic, task.partition))
             batch.append(item)
             size += item.size
-            if size >= BATCH_BYTES or index == len(records) - 1:
-                last = record.offset
-                self.collect(block=True)  # the previous batch must be stored first
-                future = self._broker.submit_produce(
-                    task.to_topic,
-                    task.to_partition,
-                    self._producer_id,
-                    self._producer_epoch,
-                    last - len(batch) + 1,
-                    batch,
-                )
-                self._pending.append((last, len(batch), future))
+            following = records[index + 1].offset if index + 1 < len(records) else None
+            if (
+                following is None
+                or size >= BATCH_BYTES
+                or (record.offset <= MAX_SEQUENCE < following)  # the next one is past the ring
+            ):
+                self._submit(batch, record.offset)
                 batch = []
                 size = 0
+
+    def _submit(self, batch: list[Record], last: int) -> None:
+        self.collect(block=True)  # the previous batch must be stored first
+        task = self._task
+        future = self._broker.submit_produce(
+            task.to_topic, task.to_partition, self._producer_id, self._producer_epoch, last - len(batch) + 1, batch
+        )
+        self._pending.append((last, len(batch), future))
 
     def collect(self, *, block: bool) -> None:
         """Take the answer of the batch in flight if it is ready, or with ``block``, wait for it.
