@@ -55,9 +55,11 @@ from idempotent.backend import AppendBatch
 from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
+    EntryTooLargeError,
     InvalidTopicError,
     OwnershipLostError,
     ProducerError,
+    internal_error,
 )
 
 try:
@@ -100,6 +102,8 @@ def _translate(error: Any, what: str) -> ProducerError:
             return OwnershipLostError(f"kafka: {what}: fenced by a newer owner ({error.str()})")
         if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return InvalidTopicError(f"kafka: {what}: {error.str()}")
+        if error.code() in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
+            return EntryTooLargeError(f"kafka: {what}: a record is larger than message.max.bytes ({error.str()})")
         return BackendUnavailableError(f"kafka: {what}: {error.name()}: {error.str()}")
     return BackendUnavailableError(f"kafka: {what}: {error!r}")
 
@@ -244,8 +248,13 @@ class _PartitionWriter:
             except ProducerError as exc:
                 self._fail(items, exc)
                 continue
-            except Exception as exc:  # never let the writer thread die
-                self._fail(items, BackendUnavailableError(f"kafka: commit failed: {exc!r}"))
+            except KafkaException as exc:  # mapped here, at the edge
+                self._fail(
+                    items, _translate(exc.args[0] if exc.args else exc, f"commit to {self.topic}[{self.partition}]")
+                )
+                continue
+            except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
+                self._fail(items, internal_error(f"kafka: committing to {self.topic}[{self.partition}]", exc, _LOG))
                 continue
             for (_, _, future), offset in zip(items, offsets, strict=True):
                 future.set_result(offset)

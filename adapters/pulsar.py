@@ -76,9 +76,11 @@ from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
     EntryTooLargeError,
+    InvalidBatchError,
     InvalidTopicError,
     OwnershipLostError,
     ProducerError,
+    internal_error,
 )
 
 try:
@@ -237,7 +239,7 @@ def _translate(exc: BaseException | Any, what: str) -> ProducerError:
         return BackendUnavailableError(f"pulsar admin: {what}: {exc}")
     if isinstance(exc, urllib.error.URLError | OSError):
         return BackendUnavailableError(f"pulsar admin: {what}: {exc}")
-    return BackendUnavailableError(f"pulsar: {what}: {exc!r}")
+    return internal_error(f"pulsar: {what}", exc, _LOG)  # nothing Pulsar documents: a bug
 
 
 # -- admin REST ----------------------------------------------------------------------------
@@ -440,8 +442,8 @@ class _PartitionWriter:
         if batch is not None:
             try:
                 self._encode(item)
-            except Exception as exc:  # a record that cannot be encoded: nothing of it was sent
-                failure = BackendUnavailableError(f"pulsar: cannot encode a batch of {self.where}: {exc!r}")
+            except Exception as exc:  # records are bytes and str: a failure here is a bug
+                failure = internal_error(f"pulsar: encoding a batch of {self.where}", exc, _LOG)
                 with self._cond:  # and nothing submitted after it may be
                     self.broken = self.broken or failure
                 future.set_exception(failure)
@@ -509,11 +511,16 @@ class _PartitionWriter:
                 group = items[start:end]
                 try:
                     offsets = self._write(group)
+                except InvalidBatchError as exc:  # refused for good, nothing of it stored:
+                    for item in group:  # it fails alone, the ones after it go on
+                        item.future.set_exception(exc)
+                    start = end
+                    continue
                 except ProducerError as exc:
                     self._fail(items[start:], exc)
                     return
-                except Exception as exc:  # never let an unexpected error pass silently
-                    self._fail(items[start:], BackendUnavailableError(f"pulsar: append to {self.where}: {exc!r}"))
+                except Exception as exc:  # a bug: logged, FATAL (never retried)
+                    self._fail(items[start:], internal_error(f"pulsar: appending to {self.where}", exc, _LOG))
                     return
                 for item, offset in zip(group, offsets, strict=True):
                     item.future.set_result(offset)

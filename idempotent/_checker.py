@@ -67,7 +67,7 @@ from ._types import (
     ProducerId,
     Sequence,
 )
-from .errors import ConfigError, InvalidBatchError
+from .errors import ConfigError, CorruptDataError, InvalidBatchError
 
 _SNAPSHOT_FORMAT = 1
 _HALF_RING = SEQUENCE_SPACE // 2
@@ -166,6 +166,8 @@ class _Pending:
     timestamp: float
     base_offset: int = -1
     done: bool = False
+    #: the backend refused it for good (:meth:`PartitionChecker.drop`): never applied
+    dropped: bool = False
 
 
 def validate_header(header: BatchHeader) -> None:
@@ -416,9 +418,44 @@ class PartitionChecker:
         item = self._fifo[index]
         item.base_offset = base_offset
         item.done = True
+        self._apply_done()
+
+    def drop(self, ticket: Ticket) -> None:
+        """Record that the backend stored nothing of a pushed batch, for certain (it refused
+        it: ``EntryTooLargeError``). The batch is never applied and the partition needs no
+        rebuild; when no later batch of its producer was pushed, the producer's pushed
+        sequence goes back to what it was before, so that it may send those sequences again.
+        A ticket from before :meth:`discard_pending` is ignored."""
+        if ticket.generation != self._generation:
+            return
+        index = ticket.number - self._first_number
+        if not 0 <= index < len(self._fifo):
+            return
+        item = self._fifo[index]
+        item.done = item.dropped = True
+        header = item.header
+        state = None if header is None else self._producers.get(header.producer_id)
+        if header is not None and state is not None:
+            state.pending -= 1
+            mine = [p for p in self._fifo if p.header is not None and p.header.producer_id == header.producer_id]
+            if mine[-1] is item:  # nothing of the producer pushed after it
+                before = [p for p in mine[:-1] if not p.dropped]
+                last = before[-1].header if before else None
+                if last is not None:
+                    state.pushed_sequence = last_sequence_of(last.base_sequence, last.record_count)
+                else:
+                    state.pushed_sequence = state.last_sequence
+                if state.last_sequence == NO_SEQUENCE and not state.pending:
+                    del self._producers[header.producer_id]  # it has nothing stored: as if never seen
+        self._apply_done()
+
+    def _apply_done(self) -> None:
+        """Apply the finished batches at the head of the push order."""
         while self._fifo and self._fifo[0].done:
             head = self._fifo.popleft()
             self._first_number += 1
+            if head.dropped:
+                continue
             if head.header is None:
                 self.position = max(self.position, head.base_offset + 1)
                 continue
@@ -595,7 +632,7 @@ class PartitionChecker:
         ``now`` starts the snapshot clock when there is no snapshot.
 
         Raises:
-            ValueError: the snapshot bytes are not a snapshot of a known format.
+            CorruptDataError: the snapshot bytes are not a snapshot of a known format.
         """
         checker = cls(config)
         checker.last_snapshot_at = now
@@ -603,10 +640,10 @@ class PartitionChecker:
             return checker
         try:
             fmt, position, producers = msgpack.unpackb(snapshot.data)
-        except Exception as exc:
-            raise ValueError(f"corrupt checker snapshot: {exc}") from exc
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:  # garbage, or not 3 values
+            raise CorruptDataError(f"corrupt checker snapshot: {exc!r}") from exc
         if fmt != _SNAPSHOT_FORMAT:
-            raise ValueError(f"unknown checker snapshot format {fmt!r}")
+            raise CorruptDataError(f"unknown checker snapshot format {fmt!r}")
         for pid, epoch, last_seq, last_off, ts, window in producers:
             state = ProducerState(
                 producer_epoch=epoch,
@@ -637,7 +674,7 @@ class PartitionChecker:
             The checker and how many batches were replayed.
 
         Raises:
-            ValueError: the snapshot is corrupt.
+            CorruptDataError: the snapshot is corrupt.
         """
         checker = cls.restore(snapshot, config, now=now)
         replayed = 0

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from ._types import TopicPartition
+from .errors import ConfigError
 
 #: a holder renews when this fraction of its lease duration has passed since its last renewal
 RENEW_FRACTION = 1 / 3
@@ -118,9 +119,9 @@ class OwnershipTable:
 
     def __init__(self, broker_id: str, address: str, duration: float) -> None:
         if not broker_id:
-            raise ValueError("broker_id must be a non-empty string")
+            raise ConfigError("broker_id must be a non-empty string")
         if duration <= 0:
-            raise ValueError("lease duration must be positive")
+            raise ConfigError("lease duration must be positive")
         self.broker_id = broker_id
         self.address = address
         self.duration = duration

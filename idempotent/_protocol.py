@@ -33,7 +33,15 @@ from ._outcomes import Outcome, ProduceResult
 from ._records import Record, StoredRecord
 from ._types import MAX_APPLICATION_SEQUENCE, MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID, TopicPartition
 from .broker import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
-from .errors import ConfigError, InvalidBatchError, InvalidTopicError, ProducerError, ProtocolError
+from .errors import (
+    ConfigError,
+    InvalidBatchError,
+    InvalidRecordError,
+    InvalidTopicError,
+    LocalProtocolError,
+    ProducerError,
+    RemoteProtocolError,
+)
 
 #: The protocol version this module speaks (the ``version`` of ``hello``).
 PROTOCOL_VERSION: Final = 1
@@ -155,11 +163,11 @@ REQUIRED: Final = _Required()
 Check = Callable[[str, Any], Any]
 
 
-def _bad(name: str, value: Any, want: str) -> ProtocolError:
+def _bad(name: str, value: Any, want: str) -> LocalProtocolError:
     shown = repr(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."
-    return ProtocolError(f"argument {name!r} must be {want}, got {shown}")
+    return LocalProtocolError(f"argument {name!r} must be {want}, got {shown}")
 
 
 def _int(lo: int, hi: int) -> Check:
@@ -238,7 +246,7 @@ _TOPIC: Final[Check] = _str
 _PARTITION: Final = _int(0, MAX_PARTITIONS - 1)
 
 #: Arguments of every operation: name -> (check, default or REQUIRED). A bad value is a
-#: ProtocolError, except for the arguments in ``_ERRORS``, whose errors are those the
+#: LocalProtocolError, except for the arguments in ``_ERRORS``, whose errors are those the
 #: in-process broker raises for the same mistake.
 SCHEMAS: Final[dict[str, dict[str, tuple[Check, Any]]]] = {
     "hello": {
@@ -309,24 +317,24 @@ ADMIN_OPS: Final = frozenset({"create_topic", "set_deduplication", "set_policy"}
 def validate_args(op: str, args: Any) -> dict[str, Any]:
     """Check ``args`` of ``op`` against its schema; return them with defaults filled in.
 
-    Unknown keys are ignored (a newer client may send more). Raises ProtocolError, or for
+    Unknown keys are ignored (a newer client may send more). Raises LocalProtocolError, or for
     a bad topic, partition, batch field, offset or count the error the broker itself raises
     for it (InvalidTopicError, InvalidBatchError, ConfigError).
     """
     schema = SCHEMAS.get(op)
     if schema is None:
-        raise ProtocolError(f"unknown operation {op!r}")
+        raise LocalProtocolError(f"unknown operation {op!r}")
     if type(args) is not dict:
-        raise ProtocolError(f"arguments of {op!r} must be a map, got {type(args).__name__}")
+        raise LocalProtocolError(f"arguments of {op!r} must be a map, got {type(args).__name__}")
     out: dict[str, Any] = {}
     for name, (check, default) in schema.items():
         if name in args:
             try:
                 out[name] = check(name, args[name])
-            except ProtocolError as exc:
-                raise _ERRORS.get(name, ProtocolError)(exc.message) from None
+            except LocalProtocolError as exc:
+                raise _ERRORS.get(name, LocalProtocolError)(exc.message) from None
         elif default is REQUIRED:
-            raise ProtocolError(f"{op!r} needs the argument {name!r}")
+            raise LocalProtocolError(f"{op!r} needs the argument {name!r}")
         else:
             out[name] = default
     return out
@@ -337,20 +345,24 @@ def parse_request(body: bytes) -> Request | BadRequest:
     try:
         value = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
-        return BadRequest(0, ProtocolError(f"malformed frame: not one MessagePack value ({type(exc).__name__})"), True)
+        return BadRequest(
+            0, LocalProtocolError(f"malformed frame: not one MessagePack value ({type(exc).__name__})"), True
+        )
     if type(value) is not list or len(value) != 4 or value[0] != REQUEST or type(value[0]) is not int:
-        return BadRequest(0, ProtocolError("a request frame must be the array [0, correlation_id, op, args]"), True)
+        return BadRequest(
+            0, LocalProtocolError("a request frame must be the array [0, correlation_id, op, args]"), True
+        )
     _, correlation_id, op, args = value
     if type(correlation_id) is not int or not 1 <= correlation_id <= MAX_CORRELATION_ID:
-        return BadRequest(0, ProtocolError(f"correlation_id must be an int in 1..{MAX_CORRELATION_ID}"), True)
+        return BadRequest(0, LocalProtocolError(f"correlation_id must be an int in 1..{MAX_CORRELATION_ID}"), True)
     if type(op) is not str:
-        return BadRequest(correlation_id, ProtocolError("op must be a string"), False)
+        return BadRequest(correlation_id, LocalProtocolError("op must be a string"), False)
     try:
         return Request(correlation_id, op, validate_args(op, args))
     except ProducerError as exc:
         return BadRequest(correlation_id, exc, False, op)
     except Exception as exc:  # a record or value the broker's types refuse
-        return BadRequest(correlation_id, ProtocolError(f"bad argument of {op!r}: {exc}"), False, op)
+        return BadRequest(correlation_id, LocalProtocolError(f"bad argument of {op!r}: {exc}"), False, op)
 
 
 def encode_request(correlation_id: int, op: str, args: Mapping[str, Any]) -> bytes:
@@ -391,10 +403,10 @@ def encode_error(correlation_id: int, error: ProducerError) -> bytes:
 def error_from_wire(value: Any) -> ProducerError:
     """Rebuild the exception an error map describes: same class (by code), same fields.
 
-    A malformed map gives a ProtocolError; an unknown code gives the root ProducerError.
+    A malformed map gives a RemoteProtocolError; an unknown code gives the root ProducerError.
     """
     if type(value) is not dict or type(value.get("code")) is not int or type(value.get("message")) is not str:
-        return ProtocolError(f"malformed error frame from the broker: {value!r:.200}")
+        return RemoteProtocolError(f"malformed error frame from the broker: {value!r:.200}")
     cls = ProducerError.for_code(value["code"])
     kwargs: dict[str, Any] = {}
     raw = value.get("fields")
@@ -439,7 +451,7 @@ def encode_records(records: Sequence[Record | bytes | str | None]) -> list[Any]:
         elif isinstance(item, bytearray | memoryview):
             append(bytes(item))
         else:
-            raise TypeError(f"records must be bytes, str, None or Record, not {type(item).__name__}")
+            raise InvalidRecordError(f"records must be bytes, str, None or Record, not {type(item).__name__}")
     return out
 
 

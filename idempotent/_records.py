@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from ._types import Epoch, ProducerId, Sequence
+from .errors import InvalidRecordError
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -18,11 +19,11 @@ def _headers(value: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None) ->
     out = []
     for name, data in items:
         if not isinstance(name, str):
-            raise TypeError(f"header names must be str, not {type(name).__name__}")
+            raise InvalidRecordError(f"header names must be str, not {type(name).__name__}")
         if isinstance(data, str):
             data = data.encode()
         if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"header {name!r} must be bytes or str, not {type(data).__name__}")
+            raise InvalidRecordError(f"header {name!r} must be bytes or str, not {type(data).__name__}")
         out.append((name, bytes(data)))
     return tuple(out)
 
@@ -34,7 +35,7 @@ def _optional_bytes(value: object) -> bytes | None:
         return value.encode()
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
-    raise TypeError(f"record keys and values must be bytes, str or None, not {type(value).__name__}")
+    raise InvalidRecordError(f"record keys and values must be bytes, str or None, not {type(value).__name__}")
 
 
 @attrs.frozen

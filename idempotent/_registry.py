@@ -23,7 +23,7 @@ from __future__ import annotations
 import attrs
 
 from ._types import MAX_EPOCH, Epoch, ProducerId
-from .errors import ConfigError
+from .errors import ConfigError, InternalError
 
 
 @attrs.frozen
@@ -129,7 +129,7 @@ class ProducerRegistry:
 
     def _take_id(self) -> ProducerId:
         if self.needs_id_block():
-            raise RuntimeError("no producer id left in the current block")
+            raise InternalError("no producer id left in the current block (the broker adds one first)")
         pid = self._next_id
         self._next_id += 1
         return ProducerId(pid)

@@ -17,7 +17,7 @@ from typing import Any
 from ._outcomes import RecordMetadata
 from ._records import Record
 from .api import BrokerAPI
-from .errors import QueueFullError
+from .errors import QueueFullError, UsageError
 from .producer import Deliveries, Producer
 
 
@@ -42,7 +42,7 @@ class AsyncProducer:
     def producer(self) -> Producer:
         """The underlying synchronous producer (after :meth:`start`)."""
         if self._producer is None:
-            raise RuntimeError("call 'await start()' or use 'async with' first")
+            raise UsageError("call 'await start()' or use 'async with' first")
         return self._producer
 
     @property

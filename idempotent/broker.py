@@ -18,6 +18,7 @@ the outstanding appends have drained; until then requests get a retriable
 from __future__ import annotations
 
 import functools
+import logging
 import queue
 import threading
 import time
@@ -35,8 +36,9 @@ from ._topics import canonical_namespace, canonical_topic
 from ._types import ProducerId, TopicPartition, namespace_of
 from .backend import AppendBatch, LogBackend
 from .errors import (
-    BackendUnavailableError,
     ConfigError,
+    CorruptDataError,
+    InternalError,
     InvalidBatchError,
     InvalidTopicError,
     NotOwnerError,
@@ -45,10 +47,13 @@ from .errors import (
     ProducerError,
     RequestTimeoutError,
     UnknownProducerError,
+    internal_error,
 )
 from .observer import BrokerObserver, notify
 
 MAX_PARTITIONS = 10_000
+
+_LOG = logging.getLogger("idempotent.broker")
 
 
 def validate_topic(topic: str) -> str:
@@ -235,6 +240,8 @@ class Broker:
             self._maintainer.start()
         #: the backend confirmed this broker as its writer (see _claim_writer)
         self._writer = False
+        #: a bug a background loop hit (see _background): every later request raises it
+        self._failure: InternalError | None = None
         self._writer_lock = threading.Lock()
         self._ownership: OwnershipTable | None = None
         self._lease_lock = threading.Lock()
@@ -742,10 +749,10 @@ class Broker:
                 return
             try:
                 self._appended(*item)
-            except Exception as exc:  # keep completing the others; the future reports it
+            except Exception as exc:  # a bug: logged; the future reports it, the others complete
                 future = item[3]
                 if not future.done():
-                    future.set_exception(BackendUnavailableError(f"completing an append failed: {exc!r}"))
+                    future.set_exception(internal_error("completing an append", exc, _LOG))
 
     def _appended(self, part: _Partition, ticket: _Ticket, appended: Future[int], out: Future[ProduceResult]) -> None:
         exc = appended.exception()
@@ -758,7 +765,12 @@ class Broker:
         with part.lock:
             part.outstanding -= 1
             checker = part.checker
-            if exc is not None:
+            if isinstance(exc, InvalidBatchError):
+                # the backend refused it and stored nothing, for certain (EntryTooLargeError):
+                # the batch fails alone; the partition needs no rebuild
+                if checker is not None:
+                    checker.drop(ticket.push)
+            elif exc is not None:
                 if checker is not None and checker.generation == ticket.push.generation:
                     checker.discard_pending()
                 part.failed = True
@@ -769,8 +781,8 @@ class Broker:
                     self._write_snapshot(part, checker, now)
             part.cond.notify_all()
         if exc is not None:
-            if not isinstance(exc, ProducerError):
-                exc = BackendUnavailableError(f"append to {part.tp} failed: {exc!r}")
+            if not isinstance(exc, ProducerError):  # the backend broke its contract: a bug
+                exc = internal_error(f"appending to {part.tp}", exc, _LOG)
             out.set_exception(exc)
         else:
             out.set_result(ProduceResult(Outcome.ACCEPTED, base_offset=appended.result()))
@@ -870,7 +882,7 @@ class Broker:
                 self.config.checker,
                 now=now,
             )
-        except ValueError:  # a corrupt snapshot: the log alone still has every batch boundary
+        except CorruptDataError:  # a corrupt snapshot: the log alone still has every batch boundary
             checker, replayed = PartitionChecker.recover(
                 None, self.backend.replay(topic, partition, 0), self.config.checker, now=now
             )
@@ -1040,10 +1052,8 @@ class Broker:
 
     def _lease_loop(self) -> None:
         while not self._stop.wait(self.config.lease_duration * RENEW_FRACTION / 2):
-            try:
-                self.renew_leases()
-            except Exception:  # retried next interval; never kill the thread
-                continue
+            if not self._background("renewing leases", self.renew_leases):
+                return
 
     def _refresh_producers(self) -> None:
         """Adopt producer records that other brokers stored (new producers, higher epochs)."""
@@ -1170,12 +1180,26 @@ class Broker:
 
     def _maintain_loop(self) -> None:
         while not self._stop.wait(self.config.maintenance_interval):
-            try:
-                self.maintain()
-            except Exception:  # the sweep is retried next interval; never kill the thread
-                continue
+            if not self._background("maintenance", self.maintain):
+                return
+
+    def _background(self, what: str, step: Callable[[], None]) -> bool:
+        """One step of a background loop. An error of the tree (the backend failed) is logged
+        and the step runs again next interval. Anything else is a bug: it is logged with its
+        traceback and kept as the broker's failure (every later request raises that FATAL
+        InternalError), and the loop stops. Returns whether the loop goes on."""
+        try:
+            step()
+        except ProducerError as exc:
+            _LOG.warning("%s failed, retried next interval: %s", what, exc)
+        except Exception as exc:
+            self._failure = internal_error(what, exc, _LOG)
+            return False
+        return True
 
     def _check_open(self) -> None:
+        if self._failure is not None:
+            raise self._failure
         if self._closed:
             raise ProducerClosedError(f"broker for {self.url} is closed")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import select
 import socket
@@ -39,13 +40,16 @@ from .errors import (
     AuthenticationError,
     BrokerConnectionError,
     ConfigError,
+    InternalError,
     InvalidBatchError,
     NotOwnerError,
     ProducerClosedError,
     ProducerError,
     ProtocolError,
+    RemoteProtocolError,
     RequestTimeoutError,
     UsageError,
+    internal_error,
 )
 
 if TYPE_CHECKING:
@@ -61,6 +65,8 @@ _Decode = Callable[[dict[str, Any]], Any]
 
 #: Operations whose repetition has no further effect: retried after transport errors.
 _REPEATABLE = frozenset(wire.SCHEMAS) - {"hello", "init_producer", "produce"}
+
+_LOG = logging.getLogger("idempotent.client")
 
 
 def _same(value: dict[str, Any]) -> dict[str, Any]:
@@ -149,6 +155,8 @@ class _Link:
                 self._send(data)
         except (OSError, ValueError) as exc:
             self.fail(BrokerConnectionError(f"sending to {self.address} failed: {exc}"))
+        except BrokerConnectionError as exc:
+            self.fail(exc)
         return future
 
     def _send(self, data: bytes) -> None:
@@ -159,7 +167,7 @@ class _Link:
         deadline = time.monotonic() + self.send_timeout
         while view:
             if not self.alive:
-                raise OSError("the connection was closed")
+                raise BrokerConnectionError(f"sending to {self.address} failed: the connection was closed")
             with self.io_lock:
                 try:
                     sent = self.sock.send(view)
@@ -169,7 +177,7 @@ class _Link:
                 view = view[sent:]
                 continue
             if time.monotonic() > deadline:
-                raise TimeoutError(f"could not send for {self.send_timeout:g} s")
+                raise BrokerConnectionError(f"sending to {self.address} failed: blocked for {self.send_timeout:g} s")
             writable = select.poll()
             writable.register(self.sock, select.POLLOUT)
             writable.poll(50)
@@ -213,22 +221,27 @@ class _Link:
                     return
                 for body in decoder.feed(data):
                     if isinstance(body, wire.FrameTooLarge):
-                        self.fail(ProtocolError(f"the broker sent a frame of {body.length} bytes"))
+                        self.fail(RemoteProtocolError(f"the broker sent a frame of {body.length} bytes"))
                         return
                     self._deliver(body)
                 self._expire()
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             self.fail(BrokerConnectionError(f"connection to {self.address} failed: {exc}"))
-        except Exception as exc:  # never leave futures hanging on a bug or a garbled frame
-            self.fail(ProtocolError(f"bad answer from {self.address}: {exc!r}"))
+        except RemoteProtocolError as exc:
+            self.fail(exc)
+        except Exception as exc:  # a bug: logged, and no future is left hanging
+            self.fail(internal_error(f"reading answers from {self.address}", exc, _LOG))
 
     def _deliver(self, body: bytes) -> None:
-        frame = msgpack.unpackb(body, raw=False)
+        try:
+            frame = msgpack.unpackb(body, raw=False)
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise RemoteProtocolError(f"bad answer from {self.address}: {exc!r}") from None
         if type(frame) is not list or len(frame) != 3 or frame[0] not in (wire.RESPONSE, wire.ERROR):
-            raise ValueError(f"unexpected frame {frame!r:.100}")
+            raise RemoteProtocolError(f"bad answer from {self.address}: unexpected frame {frame!r:.100}")
         kind, cid, value = frame
         if cid == 0:  # about the connection as a whole: it is about to close
-            error = wire.error_from_wire(value) if kind == wire.ERROR else ProtocolError("bad connection frame")
+            error = wire.error_from_wire(value) if kind == wire.ERROR else RemoteProtocolError("bad connection frame")
             if isinstance(error, ProducerClosedError | RequestTimeoutError):
                 error = BrokerConnectionError(f"{self.address}: {error.message}")
             self.fail(error)
@@ -244,7 +257,7 @@ class _Link:
         try:
             result = decode(value)
         except Exception as exc:
-            future.set_exception(ProtocolError(f"malformed answer from {self.address}: {exc!r}"))
+            future.set_exception(RemoteProtocolError(f"malformed answer from {self.address}: {exc!r}"))
             return
         future.set_result(result)
 
@@ -306,7 +319,7 @@ class RemoteBroker:
         ConfigError: bad URL or options.
         BrokerConnectionError: the server could not be reached within ``connect_timeout``.
         AuthenticationError: the server refused the token.
-        ProtocolError: the server does not speak this protocol version.
+        RemoteProtocolError: the server does not speak this protocol version.
 
     A produce sent to a broker that does not own the partition (several brokers, see
     ``docs/clustering.md``) fails with ConfigError naming the owner: one address cannot
@@ -437,7 +450,7 @@ class RemoteBroker:
             raise wire.error_from_wire(value)
         if kind != wire.RESPONSE or cid != 1 or type(value) is not dict:
             sock.close()
-            raise ProtocolError(f"{self._url} answered the handshake with {answer!r:.100}")
+            raise RemoteProtocolError(f"{self._url} answered the handshake with {answer!r:.100}")
         link = _Link(sock, value, self.address, self.timeout)
         link.translate = self._translate
         return link
@@ -450,10 +463,13 @@ class RemoteBroker:
                 raise BrokerConnectionError(f"{self._url} closed the connection during the handshake")
             for body in decoder.feed(data):
                 if isinstance(body, wire.FrameTooLarge):
-                    raise ProtocolError("oversized handshake answer")
-                frame = msgpack.unpackb(body, raw=False)
+                    raise RemoteProtocolError("oversized handshake answer")
+                try:
+                    frame = msgpack.unpackb(body, raw=False)
+                except (ValueError, msgpack.UnpackException):
+                    frame = None
                 if type(frame) is not list or len(frame) != 3:
-                    raise ProtocolError(f"{self._url} does not speak the idempotent protocol")
+                    raise RemoteProtocolError(f"{self._url} does not speak the idempotent protocol")
                 return frame
 
     # -- requests --------------------------------------------------------------------------------
@@ -490,7 +506,7 @@ class RemoteBroker:
         ):
             with attempt:
                 return self._call_once(op, args, decode, timeout)
-        raise AssertionError("unreachable")  # pragma: no cover
+        raise InternalError("unreachable: the retry loop ended without a result")  # pragma: no cover
 
     def _call_once(self, op: str, args: dict[str, Any], decode: _Decode, timeout: float | None) -> Any:
         wait = self.timeout if timeout is None else timeout

@@ -9,11 +9,16 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     ProducerError                         root of everything raised by idempotent
     ├── UsageError                        local misuse; the object stays usable       FATAL
     │   ├── ConfigError                   bad option or URL                           FATAL
-    │   ├── InvalidBatchError             malformed batch; broker state unchanged     FATAL
+    │   ├── InvalidBatchError             malformed or oversized batch; nothing       FATAL
+    │   │   │                             stored, broker state unchanged
+    │   │   └── EntryTooLargeError        larger than one backend entry; not stored   FATAL
+    │   ├── InvalidRecordError            a key, value or header of the wrong type    FATAL
+    │   │                                 (also a TypeError)
     │   ├── InvalidTopicError             bad topic name or partition                 FATAL
     │   ├── QueueFullError                local buffer full; poll or flush first      RETRY
     │   ├── ProducerClosedError           the producer or broker is closed            FATAL
-    │   └── ProtocolError                 a frame broke the wire protocol             FATAL
+    │   └── LocalProtocolError            this side's request broke the protocol      FATAL
+    │                                     (also a ProtocolError)
     ├── BrokerError                       the broker refused                           (varies)
     │   ├── ProducerFencedError           a newer instance took the name over         FATAL
     │   ├── UnknownProducerError          broker lost or never had this producer      RESET_PRODUCER
@@ -24,15 +29,28 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     │   └── AuthorizationError            the principal may not do this               FATAL
     ├── TransportError                    I/O failed; outcome unknown                 RETRY
     │   ├── BackendUnavailableError       the storage backend failed or timed out     RETRY
-    │   │   ├── OwnershipLostError        another broker took the partition over      RETRY
-    │   │   └── EntryTooLargeError        a batch exceeds the backend's entry limit   RETRY
+    │   │   └── OwnershipLostError        another broker took the partition over      RETRY
     │   ├── RequestTimeoutError           no answer in time                           RETRY
     │   │   └── ReadTimeoutError          Reader.read_next: no message in time        RETRY
     │   ├── BrokerConnectionError         cannot reach the broker, or connection lost RETRY
-    │   └── DeliveryTimeoutError          a sent batch outlived delivery_timeout      BUMP_EPOCH
+    │   ├── DeliveryTimeoutError          a sent batch outlived delivery_timeout      BUMP_EPOCH
+    │   └── RemoteProtocolError           the peer sent bytes that break the          FATAL
+    │                                     protocol; connection closed (a ProtocolError)
+    ├── InternalError                     a bug in idempotent: an unexpected          FATAL
+    │                                     exception, logged with its traceback
+    ├── CorruptDataError                  stored data (a snapshot) cannot be decoded  FATAL
     └── DeliveryFailed                    a message's terminal failure, set on its future;
                                           ``status`` says NOT_PERSISTED or POSSIBLY_PERSISTED,
                                           ``__cause__`` holds the error above that caused it
+
+    ProtocolError                         abstract: catches LocalProtocolError and
+                                          RemoteProtocolError (h11's split)
+
+Nothing else escapes: a bug anywhere in the library or the adapters becomes an
+:class:`InternalError` (FATAL, never retried) after it is logged, and each adapter maps its
+client's errors once, at its edge; only what a backend documents as transient is ``RETRY``.
+A backend's refusal that stores nothing for certain (:class:`EntryTooLargeError`) is not a
+transport error: the batch fails alone, NOT_PERSISTED, and the partition is not rebuilt.
 
 Recovery classes:
 
@@ -52,6 +70,7 @@ boundary), because their attrs fields are positional.
 from __future__ import annotations
 
 import enum
+import logging
 from typing import ClassVar
 
 import attrs
@@ -112,6 +131,14 @@ class InvalidBatchError(UsageError):
 
 
 @attrs.frozen(str=False)
+class InvalidRecordError(UsageError, TypeError):
+    """A record's key, value or a header has the wrong type (``Record(...)`` raises it).
+    Also a ``TypeError``, as Python raises for arguments of the wrong type."""
+
+    code: ClassVar[int] = 18
+
+
+@attrs.frozen(str=False)
 class InvalidTopicError(UsageError):
     """A topic name is invalid or a partition does not exist."""
 
@@ -134,10 +161,19 @@ class ProducerClosedError(UsageError):
 
 
 @attrs.frozen(str=False)
-class ProtocolError(UsageError):
-    """A frame broke the wire protocol (malformed, too large, unknown operation, bad argument
-    type or range, unsupported version). Nothing changed on the broker; a frame that cannot
-    be parsed at all also closes the connection."""
+class ProtocolError(ProducerError):
+    """Abstract: a frame broke the wire protocol. Catch it to handle both sides; what is
+    raised is :class:`LocalProtocolError` or :class:`RemoteProtocolError` (as in h11)."""
+
+    code: ClassVar[int] = 19
+
+
+@attrs.frozen(str=False)
+class LocalProtocolError(UsageError, ProtocolError):
+    """This side's request broke the wire protocol (malformed, too large, unknown operation,
+    bad argument type or range, unsupported version, not ``hello`` first), as the broker
+    server answers it. Nothing changed on the broker; a frame that cannot be parsed at all
+    also closes the connection."""
 
     code: ClassVar[int] = 16
 
@@ -240,10 +276,38 @@ class OwnershipLostError(BackendUnavailableError):
 
 
 @attrs.frozen(str=False)
-class EntryTooLargeError(BackendUnavailableError):
-    """A batch does not fit into one entry of the backend (Pulsar ``maxMessageSize``)."""
+class EntryTooLargeError(InvalidBatchError):
+    """A batch does not fit into one entry of the backend (Pulsar ``maxMessageSize``). The
+    backend stored nothing of it, for certain: the batch fails alone, and neither a retry nor
+    a rebuild of the partition would help."""
 
     code: ClassVar[int] = 35
+
+
+@attrs.frozen(str=False)
+class InternalError(ProducerError):
+    """A bug in idempotent or an adapter: an exception nobody expected. It is logged with its
+    traceback where it was caught and never retried; the operation's outcome is unknown."""
+
+    code: ClassVar[int] = 2
+
+
+@attrs.frozen(str=False)
+class CorruptDataError(ProducerError):
+    """Stored data cannot be decoded (a checker snapshot of an unknown format or garbled).
+    The broker then rebuilds from the log alone, which holds every batch boundary."""
+
+    code: ClassVar[int] = 3
+
+
+def internal_error(what: str, exc: BaseException, log: logging.Logger) -> InternalError:
+    """Log an unexpected exception with its traceback and return the :class:`InternalError`
+    to raise or report instead: the one way a bug enters the tree (never as a retriable
+    error). ``what`` says what was being done."""
+    log.error("bug while %s: %r", what, exc, exc_info=exc)
+    error = InternalError(f"internal error while {what}: {exc!r} (a bug; logged with its traceback)")
+    error.__cause__ = exc
+    return error
 
 
 @attrs.frozen(str=False)
@@ -276,6 +340,16 @@ class DeliveryTimeoutError(TransportError):
 
     recovery: ClassVar[Recovery] = Recovery.BUMP_EPOCH
     code: ClassVar[int] = 33
+
+
+@attrs.frozen(str=False)
+class RemoteProtocolError(TransportError, ProtocolError):
+    """The peer sent bytes that break the wire protocol (a malformed or oversized frame, an
+    answer that is not one, a server that does not speak it). The connection is closed; the
+    outcome of requests outstanding on it is unknown."""
+
+    recovery: ClassVar[Recovery] = Recovery.FATAL
+    code: ClassVar[int] = 17
 
 
 @attrs.frozen(str=False)

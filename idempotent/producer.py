@@ -33,17 +33,19 @@ from ._types import DEFAULT_MAX_IN_FLIGHT
 from .api import BrokerAPI
 from .broker import ProducerSession
 from .errors import (
-    BackendUnavailableError,
     ConfigError,
     DeliveryFailed,
+    InternalError,
     InvalidBatchError,
     ProducerClosedError,
     ProducerError,
     QueueFullError,
     UsageError,
+    internal_error,
 )
 
 _LOGGER = logging.getLogger("concurrent.futures")
+_LOG = logging.getLogger("idempotent.producer")
 
 
 def _retriable(exc: BaseException) -> bool:
@@ -398,7 +400,7 @@ class Producer:
                         "this broker cannot tell where its sequences continue; connect to every broker"
                     )
                 return session
-        raise AssertionError("unreachable")  # pragma: no cover
+        raise InternalError("unreachable: the retry loop ended without a result")  # pragma: no cover
 
     # -- identity --------------------------------------------------------------------------
 
@@ -754,8 +756,8 @@ class Producer:
         except ProducerError as exc:
             self._answered(batch_id, attempt, None, exc)
             return
-        except Exception as exc:  # never let the sender thread die on an unexpected error
-            self._answered(batch_id, attempt, None, BackendUnavailableError(f"produce failed: {exc!r}"))
+        except Exception as exc:  # a bug: logged, FATAL (never retried); the sender thread lives on
+            self._answered(batch_id, attempt, None, internal_error("submitting a batch", exc, _LOG))
             return
         answer.add_done_callback(lambda f: self._answered(batch_id, attempt, f, None))
 
@@ -765,7 +767,7 @@ class Producer:
         if answer is not None:
             exc = answer.exception()
             if exc is not None:
-                error = exc if isinstance(exc, ProducerError) else BackendUnavailableError(repr(exc))
+                error = exc if isinstance(exc, ProducerError) else internal_error("producing a batch", exc, _LOG)
         now = time.monotonic()
         state = tenacity.RetryCallState(self._retrying, None, (), {})
         state.attempt_number = attempt

@@ -62,13 +62,13 @@ from .auth import ANONYMOUS, Principal
 from .broker import Broker
 from .errors import (
     AuthenticationError,
-    BackendUnavailableError,
     ConfigError,
+    LocalProtocolError,
     NotOwnerError,
     ProducerClosedError,
     ProducerError,
-    ProtocolError,
     RequestTimeoutError,
+    internal_error,
 )
 from .fairqueue import FairQueue
 
@@ -203,7 +203,7 @@ class _Connection(asyncio.Protocol):
             if isinstance(item, wire.FrameTooLarge):
                 self.fail(
                     wire.encode_error(
-                        0, ProtocolError(f"frame of {item.length} bytes exceeds the limit of {item.limit}")
+                        0, LocalProtocolError(f"frame of {item.length} bytes exceeds the limit of {item.limit}")
                     )
                 )
                 return
@@ -222,7 +222,7 @@ class _Connection(asyncio.Protocol):
         """The peer finished sending: answer what it sent, then close (half-close)."""
         self.eof = True
         if self.decoder.buffered:  # a frame that can never complete
-            self.fail(wire.encode_error(0, ProtocolError("connection ended inside a frame")))
+            self.fail(wire.encode_error(0, LocalProtocolError("connection ended inside a frame")))
         else:
             self.close_if_done()
         return self.server.ssl_context is None  # TLS cannot half-close: the transport closes
@@ -278,7 +278,7 @@ class _Connection(asyncio.Protocol):
         if isinstance(request, wire.BadRequest):
             error = request.error
             if not self.greeted and request.op != "hello":
-                error = ProtocolError("the first request must be 'hello'")
+                error = LocalProtocolError("the first request must be 'hello'")
             frame = wire.encode_error(request.correlation_id, error)
             if request.fatal or not self.greeted:  # a refused first request ends the connection
                 self.fail(frame)
@@ -287,14 +287,16 @@ class _Connection(asyncio.Protocol):
             return
         if not self.greeted:
             if request.op != "hello":
-                self.fail(wire.encode_error(request.correlation_id, ProtocolError("the first request must be 'hello'")))
+                self.fail(
+                    wire.encode_error(request.correlation_id, LocalProtocolError("the first request must be 'hello'"))
+                )
                 return
             self.greeting = True
             self.in_flight += 1
             self.server._control.submit(self.server._hello, self, request)
             return
         if request.op == "hello":
-            self.send(wire.encode_error(request.correlation_id, ProtocolError("'hello' was already answered")))
+            self.send(wire.encode_error(request.correlation_id, LocalProtocolError("'hello' was already answered")))
             return
         self.in_flight += 1
         self.server._dispatch(self, request)
@@ -347,10 +349,10 @@ class _Connection(asyncio.Protocol):
         if self.closing:
             return
         if not self.greeted and not self.greeting and now - self.opened_at > cfg.handshake_timeout:
-            self.fail(wire.encode_error(0, ProtocolError(f"no 'hello' within {cfg.handshake_timeout:g} s")))
+            self.fail(wire.encode_error(0, LocalProtocolError(f"no 'hello' within {cfg.handshake_timeout:g} s")))
         elif self.partial_since is not None and now - self.partial_since > cfg.frame_timeout:
             self.fail(
-                wire.encode_error(0, ProtocolError(f"a frame took longer than {cfg.frame_timeout:g} s to arrive"))
+                wire.encode_error(0, LocalProtocolError(f"a frame took longer than {cfg.frame_timeout:g} s to arrive"))
             )
         elif self.in_flight == 0 and not self.backlog and now - self.last_frame_at > cfg.idle_timeout:
             self.fail(wire.encode_error(0, RequestTimeoutError(f"connection idle for {cfg.idle_timeout:g} s")))
@@ -609,16 +611,15 @@ class BrokerServer:
     def _hello(self, conn: _Connection, request: wire.Request) -> None:
         try:
             self._greet(conn, request)
-        except Exception as exc:  # never leave a connection waiting for its handshake
-            log.exception("hello failed")
-            error = BackendUnavailableError(f"hello failed: {exc!r}")
+        except Exception as exc:  # a bug: logged; the connection still gets its answer
+            error = internal_error("answering hello", exc, log)
             self._reply(conn, wire.encode_error(request.correlation_id, error), fatal=True)
 
     def _greet(self, conn: _Connection, request: wire.Request) -> None:
         args = request.args
         cid = request.correlation_id
         if args["version"] not in wire.SUPPORTED_VERSIONS:
-            error = ProtocolError(
+            error = LocalProtocolError(
                 f"protocol version {args['version']} is not supported; this broker speaks "
                 f"{sorted(wire.SUPPORTED_VERSIONS)}"
             )
@@ -654,9 +655,8 @@ class BrokerServer:
             except ProducerError as exc:
                 self._reply(conn, wire.encode_error(cid, exc))
                 continue
-            except Exception as exc:
-                log.exception("produce failed")
-                self._reply(conn, wire.encode_error(cid, BackendUnavailableError(f"produce failed: {exc!r}")))
+            except Exception as exc:  # a bug: logged, answered FATAL (never retried)
+                self._reply(conn, wire.encode_error(cid, internal_error("submitting a produce", exc, log)))
                 continue
             future.add_done_callback(lambda f, c=conn, i=cid: self._produced(c, i, f))  # type: ignore[misc]
 
@@ -675,10 +675,10 @@ class BrokerServer:
                 frame = wire.encode_response(cid, wire.encode_result(future.result()))
             elif isinstance(exc, ProducerError):
                 frame = wire.encode_error(cid, exc)
-            else:
-                frame = wire.encode_error(cid, BackendUnavailableError(f"produce failed: {exc!r}"))
-        except BaseException as failure:
-            frame = wire.encode_error(cid, BackendUnavailableError(f"produce failed: {failure!r}"))
+            else:  # the broker sets only errors of the tree: anything else is a bug
+                frame = wire.encode_error(cid, internal_error("producing", exc, log))
+        except Exception as failure:  # a bug (an answer that cannot be encoded): logged
+            frame = wire.encode_error(cid, internal_error("answering a produce", failure, log))
         self._reply(conn, frame)
 
     def _check_owner(self, topic: str, partition: int) -> None:
@@ -701,9 +701,8 @@ class BrokerServer:
             frame = wire.encode_response(cid, result)
         except ProducerError as exc:
             frame = wire.encode_error(cid, exc)
-        except Exception as exc:
-            log.exception("%s failed", request.op)
-            frame = wire.encode_error(cid, BackendUnavailableError(f"{request.op} failed: {exc!r}"))
+        except Exception as exc:  # a bug: logged, answered FATAL (never retried)
+            frame = wire.encode_error(cid, internal_error(f"serving {request.op!r}", exc, log))
         self._reply(conn, frame)
 
     def _call(self, op: str, a: dict[str, Any], principal: object = ANONYMOUS) -> dict[str, Any]:
@@ -751,7 +750,7 @@ class BrokerServer:
             return {}
         if op == "metadata":
             return self._metadata(a["topics"], a["create"])
-        raise ProtocolError(f"unknown operation {op!r}")  # pragma: no cover - the schema refuses it first
+        raise LocalProtocolError(f"unknown operation {op!r}")  # pragma: no cover - the schema refuses it first
 
     def _metadata(self, topics: list[str] | None, create: bool) -> dict[str, Any]:
         names = sorted(self.broker.topics()) if topics is None else [canonical_topic(t) for t in topics]

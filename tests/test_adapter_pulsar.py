@@ -181,6 +181,7 @@ def test_tenant_namespace_topics_and_offsets(harness: ServiceHarness, pulsar_ser
 
 def test_batch_larger_than_an_entry_fails_cleanly(harness: ServiceHarness) -> None:
     from adapters.pulsar import EntryTooLargeError
+    from idempotent.errors import InvalidBatchError
 
     broker = harness.open(small_config())
     try:
@@ -188,10 +189,17 @@ def test_batch_larger_than_an_entry_fails_cleanly(harness: ServiceHarness) -> No
         broker.create_topic(topic, 1)
         s = broker.init_producer()
         assert broker.produce(topic, 0, s.producer_id, s.producer_epoch, 0, [b"small"]).outcome is Outcome.ACCEPTED
-        with pytest.raises(EntryTooLargeError, match="maxMessageSize"):
+        # the broker knows the entry limit (Broker.limits) and refuses before the backend
+        assert broker.limits()[1] < 5 << 20
+        with pytest.raises(InvalidBatchError, match="max_batch_bytes"):
             broker.produce(topic, 0, s.producer_id, s.producer_epoch, 1, [b"x" * (3 << 20), b"y" * (3 << 20)])
-        # the partition rebuilds (under a new owner) and carries on; the big batch was not stored
+        # small records whose Pulsar properties outgrow the entry: only the adapter can tell;
+        # nothing of it is stored, for certain, so it fails alone and nothing is rebuilt
+        replayed = broker.stats(topic)[0].replayed_batches
+        with pytest.raises(EntryTooLargeError, match="more than one Pulsar entry holds"):
+            broker.produce(topic, 0, s.producer_id, s.producer_epoch, 1, [b"z"] * 80_000)
         result = broker.produce(topic, 0, s.producer_id, s.producer_epoch, 1, [b"next"])
+        assert broker.stats(topic)[0].replayed_batches == replayed
         assert result.outcome is Outcome.ACCEPTED
         assert [r.value for r in broker.read(topic, 0, 0, 10)] == [b"small", b"next"]
     finally:

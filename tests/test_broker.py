@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Future
 
 import pytest
 
 import idempotent
 from adapters.memory import MemoryBackend
-from idempotent import Outcome
+from idempotent import DeliveryFailed, DeliveryStatus, Outcome, Producer, Recovery
+from idempotent._records import Snapshot
+from idempotent.backend import AppendBatch
 from idempotent.broker import Broker, BrokerConfig
-from idempotent.errors import BackendUnavailableError, ConfigError, ProducerClosedError
+from idempotent.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    EntryTooLargeError,
+    InternalError,
+    ProducerClosedError,
+)
 
 from .conftest import memory_harness
 
@@ -209,3 +218,91 @@ def test_lease_heartbeat_reload_keeps_newer_local_settings() -> None:
         assert backend.race is None and not broker.deduplication_enabled("t")
     finally:
         broker.close()
+
+
+# -- backend refusals that store nothing, and bugs ---------------------------------------------
+
+
+class _RefusingBackend(MemoryBackend):
+    """Memory, but a batch over ``limit`` bytes is refused as one Pulsar entry too large (it
+    is not stored), and ``bug`` makes the next append raise an exception nobody expects."""
+
+    limit = 1000
+    bug: BaseException | None = None
+
+    def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
+        if self.bug is not None:
+            bug, self.bug = self.bug, None
+            raise bug
+        if sum(r.size for r in batch.records) > self.limit:
+            future: Future[int] = Future()
+            future.set_exception(EntryTooLargeError("larger than one entry (test)"))
+            return future
+        return super().append(topic, partition, batch, snapshot)
+
+
+def test_a_definite_backend_refusal_fails_the_batch_alone_without_a_rebuild() -> None:
+    backend = _RefusingBackend(memory_harness().url)
+    broker = Broker(backend, BrokerConfig(maintenance_interval=0))
+    s = broker.init_producer()
+    assert broker.produce("t", 0, s.producer_id, s.producer_epoch, 0, [b"a"]).outcome is Outcome.ACCEPTED
+    recovered = broker.stats("t")[0].recovery_seconds, broker.stats("t")[0].replayed_batches
+    with pytest.raises(EntryTooLargeError) as refused:
+        broker.produce("t", 0, s.producer_id, s.producer_epoch, 1, [b"x" * 2000])
+    assert refused.value.recovery is Recovery.FATAL and not refused.value.retriable
+    # no rebuild: the next batch takes the refused one's sequence at once
+    assert broker.produce("t", 0, s.producer_id, s.producer_epoch, 1, [b"b"]).outcome is Outcome.ACCEPTED
+    stats = broker.stats("t")[0]
+    assert stats.status == "ready" and (stats.recovery_seconds, stats.replayed_batches) == recovered
+    assert [r.value for r in broker.read("t", 0)] == [b"a", b"b"]
+    with Producer(broker, linger_ms=0) as producer:  # through the producer: fails alone
+        big = producer.send("t", b"y" * 2000, partition=0)
+        with pytest.raises(DeliveryFailed) as failed:
+            big.result(10)
+        assert failed.value.status is DeliveryStatus.NOT_PERSISTED
+        assert isinstance(failed.value.__cause__, EntryTooLargeError)
+        assert producer.send("t", b"c", partition=0).result(10).sequence == 0
+    broker.close()
+
+
+def test_a_bug_is_a_logged_fatal_internal_error_not_a_retry(caplog: pytest.LogCaptureFixture) -> None:
+    backend = _RefusingBackend(memory_harness().url)
+    broker = Broker(backend, BrokerConfig(maintenance_interval=0))
+    backend.bug = KeyError("a bug in an adapter")
+    with Producer(broker, linger_ms=0, delivery_timeout_ms=60_000) as producer:
+        started = time.monotonic()
+        with pytest.raises(DeliveryFailed) as failed:
+            producer.send("t", b"a", partition=0).result(30)
+        assert time.monotonic() - started < 10  # not retried until the delivery timeout
+        cause = failed.value.__cause__
+        assert isinstance(cause, InternalError) and cause.recovery is Recovery.FATAL
+        assert "KeyError" in str(cause)
+    assert any(
+        r.levelname == "ERROR" and r.exc_info and "a bug in an adapter" in r.getMessage() for r in caplog.records
+    )
+    broker.close()
+
+
+def test_background_loops_log_a_bug_and_fail_the_broker(caplog: pytest.LogCaptureFixture) -> None:
+    broker = memory_harness().open(BrokerConfig(maintenance_interval=0.05))
+    broker.create_topic("t", 1)
+    original = broker.maintain
+    calls = []
+
+    def maintain(now: float | None = None) -> None:
+        calls.append(now)
+        if len(calls) == 1:
+            raise BackendUnavailableError("backend down (test)")  # expected: retried
+        raise ZeroDivisionError("a bug in maintenance")
+
+    broker.maintain = maintain  # type: ignore[method-assign]
+    deadline = time.monotonic() + 10
+    while broker._failure is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(calls) == 2, "a retriable error is retried next interval, a bug stops the loop"
+    with pytest.raises(InternalError, match="ZeroDivisionError"):
+        broker.init_producer()
+    assert any("a bug in maintenance" in r.getMessage() and r.exc_info for r in caplog.records)
+    assert any("backend down (test)" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+    broker.maintain = original  # type: ignore[method-assign]
+    broker.close()

@@ -8,7 +8,7 @@ from idempotent._checker import CheckerConfig, PartitionChecker, Policy, make_he
 from idempotent._outcomes import Outcome
 from idempotent._records import StoredBatch
 from idempotent._types import MAX_SEQUENCE, Epoch, ProducerId, Sequence
-from idempotent.errors import ConfigError, InvalidBatchError
+from idempotent.errors import ConfigError, CorruptDataError, InvalidBatchError
 
 P = 7
 
@@ -207,7 +207,7 @@ def test_snapshot_round_trip_and_replay_equals_live_state() -> None:
     assert replayed == 12 and rebuilt.state() == live.state() and rebuilt.position == live.position
     full, replayed_all = PartitionChecker.recover(None, log, CheckerConfig(window=5))
     assert replayed_all == 30 and full.state() == live.state()
-    with pytest.raises(ValueError):
+    with pytest.raises(CorruptDataError):
         PartitionChecker.restore(type(snap)(0, 0, 0.0, b"\x00garbage"))
 
 
@@ -355,3 +355,24 @@ def test_snapshot_due_after_many_records_in_few_batches() -> None:
 def test_snapshot_records_must_be_positive() -> None:
     with pytest.raises(ConfigError):
         CheckerConfig(snapshot_records=0)
+
+
+def test_a_dropped_batch_is_never_applied_and_gives_its_sequences_back() -> None:
+    """drop(): the backend refused a pushed batch and stored nothing of it, for certain."""
+    c = PartitionChecker()
+    stored(c, 0, 2)
+    refused = c.push(make_header(P, 0, 2, 3), now=1.0)
+    assert check(c, 2, 3)[0] is Outcome.IN_FLIGHT
+    c.drop(refused)
+    assert c.pending == 0 and c.producer(P).pushed_sequence == 1  # type: ignore[union-attr]
+    assert check(c, 2, 1)[0] is Outcome.ACCEPTED  # its sequences may be sent again
+    # with a later batch of the producer pushed behind it, that one still applies
+    refused = c.push(make_header(P, 0, 2, 1), now=1.0)
+    behind = c.push(make_header(P, 0, 3, 1), now=1.0)
+    c.drop(refused)
+    c.commit(behind, c.position)
+    assert c.last_sequence(P) == 3 and c.pending == 0
+    # a producer whose only batch was dropped is as if never seen: it must start at 0 again
+    first = c.push(make_header(9, 0, 0, 1), now=1.0)
+    c.drop(first)
+    assert c.producer(9) is None

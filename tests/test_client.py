@@ -14,6 +14,7 @@ import attrs
 import pytest
 
 import idempotent
+import idempotent.errors as errors
 from idempotent import Outcome, Policy, Producer, Record
 from idempotent.api import BrokerAPI
 from idempotent.broker import Broker, BrokerConfig
@@ -428,3 +429,46 @@ def test_a_link_the_cluster_client_dropped_fails_retriably_for_its_holders(serve
         with pytest.raises(BrokerConnectionError) as info:
             link.read("dropped", 0)
         assert info.value.retriable
+
+
+def _garbage_server(answer: bytes) -> tuple[socket.socket, threading.Thread]:
+    """A listener that answers every connection's first frame with ``answer``."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with listener:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(answer)
+                time.sleep(0.5)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [b"\x00\x00\x00\x03\xc1\xc1\xc1", b"\x00\x00\x00\x02\x91\x07", b"HTTP/1.1 400 Bad Request\r\n\r\n"],
+    ids=["not msgpack", "not an answer", "not the protocol"],
+)
+def test_garbage_from_the_server_is_a_remote_protocol_error(answer: bytes) -> None:
+    """The client's error for bytes the peer got wrong is RemoteProtocolError: a
+    ProtocolError and a TransportError (the peer's fault), never a UsageError."""
+    listener, thread = _garbage_server(answer)
+    port = listener.getsockname()[1]
+    with pytest.raises(errors.RemoteProtocolError) as raised:
+        RemoteBroker(f"idem://127.0.0.1:{port}", connect_timeout=5, retries=0)
+    assert isinstance(raised.value, errors.ProtocolError) and not isinstance(raised.value, errors.UsageError)
+    assert raised.value.recovery is errors.Recovery.FATAL
+    thread.join(5)
+
+
+def test_a_request_the_server_refuses_as_malformed_is_a_local_protocol_error(client: RemoteBroker) -> None:
+    with pytest.raises(errors.LocalProtocolError) as raised:
+        client.call("drop_everything", {})
+    assert isinstance(raised.value, errors.UsageError) and isinstance(raised.value, errors.ProtocolError)

@@ -7,6 +7,7 @@ import pytest
 
 from idempotent._ownership import Action, Lease, OwnershipTable, supersedes
 from idempotent._types import TopicPartition
+from idempotent.errors import ConfigError
 
 TP = TopicPartition("t", 0)
 
@@ -111,9 +112,9 @@ def test_release_gives_everything_up() -> None:
 
 
 def test_bad_arguments() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         OwnershipTable("", "x", 1.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         OwnershipTable("a", "x", 0.0)
 
 

@@ -59,12 +59,12 @@ def test_parse_request_fills_defaults_and_ignores_unknown_keys() -> None:
 @pytest.mark.parametrize(
     ("body", "fatal", "cls"),
     [
-        (b"\xc1", True, errors.ProtocolError),
-        (msgpack.packb([0, 1, "ping"]), True, errors.ProtocolError),
-        (msgpack.packb([0, 1, "nope", {}]), False, errors.ProtocolError),
-        (msgpack.packb([0, 1, "hello", {"version": "1"}]), False, errors.ProtocolError),
+        (b"\xc1", True, errors.LocalProtocolError),
+        (msgpack.packb([0, 1, "ping"]), True, errors.LocalProtocolError),
+        (msgpack.packb([0, 1, "nope", {}]), False, errors.LocalProtocolError),
+        (msgpack.packb([0, 1, "hello", {"version": "1"}]), False, errors.LocalProtocolError),
         (msgpack.packb([0, 1, "read", {"topic": "t", "partition": 10**6}]), False, errors.InvalidTopicError),
-        (msgpack.packb([0, 1, "init_producer", {"timeout": -1}]), False, errors.ProtocolError),
+        (msgpack.packb([0, 1, "init_producer", {"timeout": -1}]), False, errors.LocalProtocolError),
     ],
 )
 def test_parse_request_refusals(body: bytes, fatal: bool, cls: type[errors.ProducerError]) -> None:
@@ -88,7 +88,7 @@ def test_every_error_crosses_the_wire_as_itself(cls: type[errors.ProducerError])
 
 
 def test_malformed_error_maps_and_unknown_codes() -> None:
-    assert type(wire.error_from_wire("nope")) is errors.ProtocolError
+    assert type(wire.error_from_wire("nope")) is errors.RemoteProtocolError
     unknown = wire.error_from_wire({"code": 999, "message": "new", "fields": {"x": 1}})
     assert type(unknown) is errors.ProducerError and unknown.message == "new"
     typed = wire.error_from_wire({"code": errors.NotOwnerError.code, "message": "m", "fields": {"partition": "x"}})

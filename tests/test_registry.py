@@ -6,7 +6,7 @@ import pytest
 
 from idempotent._registry import Admission, ProducerRegistry
 from idempotent._types import MAX_EPOCH
-from idempotent.errors import ConfigError
+from idempotent.errors import ConfigError, InternalError
 
 
 def registry() -> ProducerRegistry:
@@ -20,7 +20,7 @@ def test_anonymous_ids_are_unique_and_blocks_run_out() -> None:
     ids = [r.init(None).producer_id for _ in range(10)]
     assert ids == list(range(100, 110))
     assert r.needs_id_block()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(InternalError):
         r.init(None)
 
 

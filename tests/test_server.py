@@ -27,9 +27,9 @@ from idempotent.errors import (
     ConfigError,
     InvalidBatchError,
     InvalidTopicError,
+    LocalProtocolError,
     ProducerClosedError,
     ProducerError,
-    ProtocolError,
     RequestTimeoutError,
 )
 from idempotent.server import BrokerServer, ServerConfig
@@ -234,16 +234,16 @@ GOOD = {"topic": TOPIC, "partition": 0, "producer_id": 0, "producer_epoch": 0, "
 
 # (name, frame bytes, error code, connection closed)
 BAD: list[tuple[str, bytes, int, bool]] = [
-    ("garbage", frame(b"\xc1\xc1\xc1"), ProtocolError.code, True),
-    ("truncated msgpack", frame(msgpack.packb([0, 7, "ping", {}])[:-2]), ProtocolError.code, True),
-    ("not an array", frame(msgpack.packb({"op": "ping"})), ProtocolError.code, True),
-    ("wrong kind", frame(msgpack.packb([1, 7, "ping", {}])), ProtocolError.code, True),
-    ("correlation id 0", frame(msgpack.packb([0, 0, "ping", {}])), ProtocolError.code, True),
-    ("correlation id too big", frame(msgpack.packb([0, 2**32, "ping", {}])), ProtocolError.code, True),
-    ("unknown op", frame(msgpack.packb([0, 7, "drop_everything", {}])), ProtocolError.code, False),
-    ("op not a string", frame(msgpack.packb([0, 7, 5, {}])), ProtocolError.code, False),
-    ("args not a map", frame(msgpack.packb([0, 7, "produce", [1, 2]])), ProtocolError.code, False),
-    ("missing argument", frame(msgpack.packb([0, 7, "produce", {"topic": TOPIC}])), ProtocolError.code, False),
+    ("garbage", frame(b"\xc1\xc1\xc1"), LocalProtocolError.code, True),
+    ("truncated msgpack", frame(msgpack.packb([0, 7, "ping", {}])[:-2]), LocalProtocolError.code, True),
+    ("not an array", frame(msgpack.packb({"op": "ping"})), LocalProtocolError.code, True),
+    ("wrong kind", frame(msgpack.packb([1, 7, "ping", {}])), LocalProtocolError.code, True),
+    ("correlation id 0", frame(msgpack.packb([0, 0, "ping", {}])), LocalProtocolError.code, True),
+    ("correlation id too big", frame(msgpack.packb([0, 2**32, "ping", {}])), LocalProtocolError.code, True),
+    ("unknown op", frame(msgpack.packb([0, 7, "drop_everything", {}])), LocalProtocolError.code, False),
+    ("op not a string", frame(msgpack.packb([0, 7, 5, {}])), LocalProtocolError.code, False),
+    ("args not a map", frame(msgpack.packb([0, 7, "produce", [1, 2]])), LocalProtocolError.code, False),
+    ("missing argument", frame(msgpack.packb([0, 7, "produce", {"topic": TOPIC}])), LocalProtocolError.code, False),
     *[
         (f"bad {key}", frame(msgpack.packb([0, 7, "produce", {**GOOD, key: value}])), code, False)
         for key, value, code in [
@@ -267,8 +267,8 @@ BAD: list[tuple[str, bytes, int, bool]] = [
     ],
     ("read max_records 0", frame(msgpack.packb([0, 7, "read", {"topic": TOPIC, "partition": 0, "max_records": 0}])),
      ConfigError.code, False),
-    ("second hello", frame(msgpack.packb([0, 7, "hello", {"version": 1}])), ProtocolError.code, False),
-    ("frame over the limit", struct.pack(">I", 2**31) + b"xx", ProtocolError.code, True),
+    ("second hello", frame(msgpack.packb([0, 7, "hello", {"version": 1}])), LocalProtocolError.code, False),
+    ("frame over the limit", struct.pack(">I", 2**31) + b"xx", LocalProtocolError.code, True),
 ]  # fmt: skip
 
 
@@ -300,11 +300,11 @@ def test_bad_frames_get_an_error_and_change_nothing(
 def test_requests_before_hello_and_bad_versions_are_refused(server: BrokerServer) -> None:
     raw = Raw(server.address, hello=False)
     raw.request(3, "init_producer", {"producer_name": "sneaky"})
-    assert raw.frame()[2]["code"] == ProtocolError.code and raw.closed()
+    assert raw.frame()[2]["code"] == LocalProtocolError.code and raw.closed()
     raw = Raw(server.address, hello=False)
     raw.request(1, "hello", {"version": 99})
     kind, cid, error = raw.frame()
-    assert (kind, cid, error["code"]) == (2, 1, ProtocolError.code) and "version" in error["message"]
+    assert (kind, cid, error["code"]) == (2, 1, LocalProtocolError.code) and "version" in error["message"]
     assert raw.closed()
     assert server.broker.producer_record(0) is None
 
@@ -324,7 +324,7 @@ def test_a_malformed_first_request_closes_the_connection(
     raw = Raw(server.address, hello=False)
     raw.request(7, op, args)
     kind, cid, error = raw.frame()
-    assert (kind, cid, error["code"]) == (2, 7, ProtocolError.code) and words in error["message"]
+    assert (kind, cid, error["code"]) == (2, 7, LocalProtocolError.code) and words in error["message"]
     assert raw.closed()
 
 
@@ -361,7 +361,7 @@ def test_connection_ending_mid_frame_or_half_closed(server: BrokerServer) -> Non
     raw = Raw(server.address)
     raw.send(struct.pack(">I", 50) + b"\x94\x00")
     raw.sock.shutdown(socket.SHUT_WR)
-    assert raw.frame()[2]["code"] == ProtocolError.code and raw.closed()
+    assert raw.frame()[2]["code"] == LocalProtocolError.code and raw.closed()
 
 
 # -- fuzzing -----------------------------------------------------------------------------------
