@@ -778,13 +778,15 @@ class LossyLink:
     # -- invariants ------------------------------------------------------------------------
 
     def refused_duplicates(self, message: Message) -> bool:
-        """True when the message's last attempt reached the broker more than once (the link
-        duplicated the request), so a refusal of one copy says nothing about the other."""
+        """True when an attempt of the message's batch reached the broker more than once (the
+        link duplicated the request), so a refusal of one copy says nothing about the other."""
         events = self.events[message]
         if len(events) != 1 or events[0].attempt == 0:
             return False
-        key = (message.producer, events[0].batch_id, events[0].attempt)
-        return self.deliveries.get(key, 0) > 1
+        return any(
+            self.deliveries.get((message.producer, events[0].batch_id, attempt), 0) > 1
+            for attempt in range(1, events[0].attempt + 1)
+        )
 
     def violations(self, *, allow_duplicated_refusals: bool = False) -> list[str]:
         """Every broken exactly-once invariant, in words (empty when all hold):
@@ -801,7 +803,7 @@ class LossyLink:
         The sequencer reports a batch NOT_PERSISTED when the broker refused its only attempt,
         which presumes that one attempt reaches the broker at most once. With
         ``allow_duplicated_refusals`` a NOT_PERSISTED message in the log is tolerated when
-        the link did deliver that attempt twice (see :meth:`refused_duplicates`).
+        the link delivered an attempt of its batch twice (see :meth:`refused_duplicates`).
         """
         problems: list[str] = []
         by_value = {m.value: m for m in self.messages}
