@@ -936,31 +936,38 @@ class PulsarBackend:
             self._writer(topic, partition, renew=True)  # take ownership first: fences a stale owner
         data_topic = pulsar_topic_name(topic).partition(partition)
         batches: list[StoredBatch] = []
-        # the records of a batch have consecutive offsets (batch indexes of one entry): only
-        # the first one's properties are read, the others are passed over by offset
-        inside_until = -1
         with _map_errors(f"replay {topic}[{partition}]"):
-            for message in self._read(data_topic, _start_id(from_offset)):
-                offset = _offset_of(message.message_id())
-                if offset < inside_until:
-                    continue
-                properties = message.properties()
-                count = properties.get("idem.count")
-                if count is None:
-                    if "idem.pid" not in properties:  # a record written without the checker
-                        batches.append(StoredBatch(offset, NO_PRODUCER_ID, Epoch(-1), SequenceNumber(-1), 1, 0.0))
-                    continue
-                inside_until = offset + int(count)
-                batches.append(
-                    StoredBatch(
-                        offset,
-                        ProducerId(_decimal(properties, "idem.pid")),
-                        Epoch(_decimal(properties, "idem.epoch")),
-                        SequenceNumber(_decimal(properties, "idem.seq")),
-                        int(count),
-                        _timestamp(message),
+            reader = self._client.create_reader(
+                data_topic, _start_id(from_offset), start_message_id_inclusive=True, receiver_queue_size=1000
+            )
+            try:
+                timeout_ms = int(self.timeout * 1000)
+                while reader.has_message_available():
+                    message = reader.read_next(timeout_ms)
+                    offset = _offset_of(message.message_id())
+                    properties = message.properties()
+                    count = properties.get("idem.count")
+                    if count is None:
+                        if "idem.pid" not in properties:  # a record written without the checker
+                            batches.append(StoredBatch(offset, NO_PRODUCER_ID, Epoch(-1), SequenceNumber(-1), 1, 0.0))
+                        continue
+                    batches.append(
+                        StoredBatch(
+                            offset,
+                            ProducerId(_decimal(properties, "idem.pid")),
+                            Epoch(_decimal(properties, "idem.epoch")),
+                            SequenceNumber(_decimal(properties, "idem.seq")),
+                            int(count),
+                            _timestamp(message),
+                        )
                     )
-                )
+                    # the batch's other records follow in the same entry (it was written as
+                    # one, with consecutive batch indexes): taken without looking at them
+                    for _ in range(int(count) - 1):
+                        reader.read_next(timeout_ms)
+            finally:
+                with contextlib.suppress(Exception):
+                    reader.close()
         return iter(batches)
 
     def end_offset(self, topic: str, partition: int) -> int:
