@@ -136,7 +136,9 @@ class ProducerState:
     last_sequence: int = NO_SEQUENCE
     last_offset: int = -1
     last_timestamp: float = 0.0
-    window: deque[WindowEntry] = attrs.field(factory=deque)
+    #: oldest first; a list, not a deque: a deque allocates a 64-slot block (over 600 B) even
+    #: for the one entry most producers hold
+    window: list[WindowEntry] = attrs.field(factory=list)
     pushed_epoch: int = 0
     pushed_sequence: int = NO_SEQUENCE
     pending: int = 0
@@ -522,8 +524,8 @@ class PartitionChecker:
         state.last_offset = base_offset + record_count - 1
         state.last_timestamp = max(state.last_timestamp, timestamp)
         state.window.append(WindowEntry(base_sequence, last, base_offset))
-        while len(state.window) > self.config.window:
-            state.window.popleft()
+        if len(state.window) > self.config.window:
+            del state.window[: len(state.window) - self.config.window]
         if pushed:
             state.pending -= 1
         else:
@@ -650,7 +652,7 @@ class PartitionChecker:
                 last_sequence=last_seq,
                 last_offset=last_off,
                 last_timestamp=ts,
-                window=deque(WindowEntry(f, lst, o) for f, lst, o in window),
+                window=[WindowEntry(f, lst, o) for f, lst, o in window],
                 pushed_epoch=epoch,
                 pushed_sequence=last_seq,
             )
