@@ -3,6 +3,7 @@ twin run of the same user code with the real confluent-kafka client against a re
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import threading
@@ -708,3 +709,38 @@ def test_consumer_through_the_drop_in_module_reads_what_the_drop_in_producer_sto
     finally:
         consumer.close()
     assert values == [f"order-{i}".encode() for i in range(5)]
+
+
+def test_serializing_producer_is_the_exactly_once_one(url: str) -> None:
+    from confluent_kafka.error import ValueSerializationError
+    from confluent_kafka.serialization import StringSerializer
+
+    producer = compat.SerializingProducer(
+        {
+            "idempotent.broker.url": url,
+            "key.serializer": StringSerializer("utf_8"),
+            "value.serializer": lambda v, ctx: v * 2,
+        }
+    )
+    assert isinstance(producer, compat.Producer)
+    reports: list[Any] = []
+    producer.produce("t", key="k", value=b"ab", on_delivery=lambda err, msg: reports.append((msg.key(), msg.value())))
+    with pytest.raises(ValueSerializationError):
+        producer.produce("t", value=None)  # the serializer fails on None: nothing queued
+    producer.flush()
+    assert reports == [(b"k", b"abab")]
+    assert [(r.key, r.value) for r in producer.producer.broker.read("t", 0)] == [(b"k", b"abab")]
+    producer.close()
+
+
+def test_stats_cb_gets_librdkafka_shaped_statistics_from_poll(url: str) -> None:
+    seen: list[dict[str, Any]] = []
+    producer = _producer(url, **{"statistics.interval.ms": 20, "stats_cb": lambda s: seen.append(json.loads(s))})
+    producer.produce("t", b"a")
+    for _ in range(20):  # the delivery report, then the statistics once due (every 20 ms)
+        if seen:
+            break
+        producer.poll(0.1)
+    assert seen
+    assert seen[0]["type"] == "producer" and seen[0]["brokers"] == {} and seen[0]["msg_cnt"] in (0, 1)
+    producer.close()
