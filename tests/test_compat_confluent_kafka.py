@@ -596,10 +596,10 @@ def test_keyed_messages_use_crc32_partitioning(url: str) -> None:
 # -- the twin run against a real Kafka -----------------------------------------------------
 
 
-def _read_values(bootstrap: str, topic: str) -> list[bytes]:
-    import confluent_kafka
-
-    consumer = confluent_kafka.Consumer(
+def _read_values(bootstrap: str, topic: str, kafka: Any = confluent_kafka) -> list[bytes]:
+    """Every value in partition 0 of ``topic``, read with ``kafka.Consumer`` (confluent-kafka's,
+    or the same class through the drop-in module)."""
+    consumer = kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"twin-{uuid.uuid4().hex}",
@@ -608,14 +608,14 @@ def _read_values(bootstrap: str, topic: str) -> list[bytes]:
             "enable.auto.commit": False,
         }
     )
-    consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+    consumer.assign([kafka.TopicPartition(topic, 0, kafka.OFFSET_BEGINNING)])
     values: list[bytes] = []
     try:
         while True:
             msg = consumer.poll(10)
             assert msg is not None, f"no end of {topic} within 10 s"
             if msg.error() is not None:
-                assert msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, msg.error()
+                assert msg.error().code() == kafka.KafkaError._PARTITION_EOF, msg.error()
                 return values
             values.append(msg.value())
     finally:
@@ -624,8 +624,6 @@ def _read_values(bootstrap: str, topic: str) -> list[bytes]:
 
 @pytest.mark.kafka
 def test_twin_run_native_client_duplicates_drop_in_does_not(kafka_service: Any) -> None:
-    import confluent_kafka
-
     info = kafka_service
     assert info.proxy_port is not None, "the running Kafka has no proxied listener: restart it with this version"
     count = 20
@@ -693,21 +691,7 @@ def test_consumer_through_the_drop_in_module_reads_what_the_drop_in_producer_sto
         compat, {"bootstrap.servers": info.bootstrap, "idempotent.broker.url": info.url}, topic, 5
     )
     assert sorted(delivered) == sorted(f"order-{i}".encode() for i in range(5))
-    consumer = compat.Consumer(
-        {"bootstrap.servers": info.bootstrap, "group.id": f"g-{uuid.uuid4().hex}", "enable.partition.eof": True}
-    )
-    consumer.assign([compat.TopicPartition(topic, 0, compat.OFFSET_BEGINNING)])
-    values: list[bytes] = []
-    try:
-        while True:
-            msg = consumer.poll(10)
-            assert msg is not None, f"no end of {topic} within 10 s"
-            if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                break
-            values.append(msg.value())
-    finally:
-        consumer.close()
+    values = _read_values(info.bootstrap, topic, compat)  # compat.Consumer, compat.TopicPartition, ...
     assert values == [f"order-{i}".encode() for i in range(5)]
 
 
