@@ -6,6 +6,7 @@ Change one import line and keep the rest of the code::
     from idempotent.compat import pulsar            # instead of: import pulsar
 
 Every record then goes through this project's broker and its sequence checker, so retries
-never store a record twice. The supported surface, and what is refused, is listed option by
-option in ``docs/migration.md``; anything outside it fails with an error naming the option.
+never store a record twice. The rest of each module (consumers, admin clients, schemas, ...)
+is passed through from the installed native package. What each option does here, and the few
+that are refused, is listed in ``docs/migration.md``.
 """

@@ -21,9 +21,14 @@ raises ``BufferError`` when ``queue.buffering.max.messages`` messages (or
 objects with librdkafka's codes and names, plus the message's :class:`MessageStatus`
 (persisted, not persisted, possibly persisted).
 
-Every configuration key, argument value and method outside the supported surface
-(``docs/migration.md``) raises :class:`KafkaException` with ``_INVALID_ARG`` or
-``_NOT_IMPLEMENTED`` naming it; unknown keyword arguments raise ``TypeError``.
+Every librdkafka configuration property is accepted: those that mean something here are
+used, the others (Kafka connection tuning) have no effect and are logged once at DEBUG; only
+``enable.idempotence=false``, which would give up exactly-once, and unknown keys are refused
+(:class:`KafkaException` ``_INVALID_ARG``). Transactions, ``purge()`` and ``list_topics()``
+raise ``_NOT_IMPLEMENTED``. ``produce_batch`` sends each partition's messages through
+``idempotent.Producer.send_many``. Every other name of confluent-kafka (``Consumer``,
+``AdminClient``, ``TopicPartition``, the submodules ...) is passed through from the installed
+module; ``KafkaException`` is confluent-kafka's own class. See ``docs/migration.md``.
 """
 
 from __future__ import annotations

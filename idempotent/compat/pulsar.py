@@ -29,8 +29,14 @@ after the producer's last stored one, at 0 for a new producer). A sequence id at
 last stored one is a duplicate: it is not stored again and ``send`` returns the original
 message id (or ``-1:-1`` when it is out of the checker's window, as Pulsar does).
 
-Everything outside the supported surface (``docs/migration.md``) raises
-:class:`InvalidConfiguration` or :class:`OperationNotSupported` naming the option.
+Every argument of pulsar-client's Client, ``create_producer`` and ``send`` is accepted and
+type-checked as upstream (a wrong type raises a ValueError); connection tuning has no effect
+(logged once at DEBUG); what cannot work here (encryption, custom routers, delayed delivery)
+raises :class:`OperationNotSupported` saying so. ``create_reader`` works on every URL through
+:class:`idempotent.Reader`; ``subscribe`` and ``create_table_view`` go to a real
+``pulsar.Client`` on a ``pulsar://`` URL. Every other name of pulsar-client (schemas,
+``ConsumerType``, authentication classes, ...) is passed through from the installed module.
+See ``docs/migration.md``.
 """
 
 from __future__ import annotations
