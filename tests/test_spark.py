@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -185,3 +187,241 @@ def test_bad_input_is_refused_before_anything_is_written(spark: Any, tmp_path: P
 def test_host_directory_is_private_to_the_run(spark_hosts: Path) -> None:
     assert hosts_dir() == spark_hosts
     assert stop_host(f"sqlite:///{spark_hosts}/never-used-{uuid.uuid4().hex}.db") is False
+
+
+# -- kill -9 of the driver: Spark runs in a subprocess whose process group is killed --------
+
+JOBS = Path(__file__).resolve().parent / "spark_jobs.py"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _job(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start a driver program of tests/spark_jobs.py in its own process group."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(
+        [sys.executable, str(JOBS), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**environment, **(env or {})},
+        start_new_session=True,
+    )
+
+
+def _finish(child: subprocess.Popen[str], timeout: float = 600) -> str:
+    out, _ = child.communicate(timeout=timeout)
+    assert child.returncode == 0, out[-4000:]
+    return out
+
+
+def _produce(url: str, topic: str, partitions: int, per_partition: int) -> Counter[bytes]:
+    """Fill an idempotent topic; returns the values the pipeline must output (upper-cased)."""
+    with idempotent.connect(idempotent.spark.broker_url(url)) as broker:
+        broker.create_topic(topic, partitions)
+    with idempotent.Producer(idempotent.spark.broker_url(url)) as producer:
+        for p in range(partitions):
+            producer.send_many(topic, [f"p{p}-r{i}" for i in range(per_partition)], partition=p).result()
+    return Counter(f"P{p}-R{i}".encode() for p in range(partitions) for i in range(per_partition))
+
+
+def _count(url: str, topic: str) -> int:
+    with idempotent.connect(idempotent.spark.broker_url(url)) as broker:
+        if topic not in broker.topics():
+            return 0
+        return sum(broker.end_offset(topic, p) for p in range(broker.partitions_for(topic, create=False)))
+
+
+@pytest.mark.timeout(900)
+def test_driver_kill_mid_job_then_rerun_is_exact(spark_hosts: Path, tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    total = 60_000
+    child = _job("batch", url, "nightly", "job-1", str(total), "3", "--slow")
+    deadline = time.monotonic() + 240
+    while (stored := _count(url, "nightly")) < 3_000:
+        assert child.poll() is None, "the job ended before it could be killed"
+        assert time.monotonic() < deadline, "nothing was stored in time"
+        time.sleep(0.2)
+    os.killpg(child.pid, signal.SIGKILL)
+    child.communicate(timeout=60)
+    partial = _count(url, "nightly")
+    assert stored <= partial < total, "the kill came before the job stored part of its output"
+    _finish(_job("batch", url, "nightly", "job-1", str(total), "3"))
+    assert sorted(int(r.value) for r in _stored(url, "nightly")) == list(range(total))
+
+
+@pytest.mark.timeout(900)
+def test_streaming_kill_between_sink_write_and_commit_then_restart(spark_hosts: Path, tmp_path: Path) -> None:
+    """SQLite pipeline: idempotent topic -> upper-case -> idempotent topic, killed after the
+    sink stored micro-batch 0 and before Spark committed it; the restart replays the batch."""
+    url = _url(tmp_path)
+    expected = _produce(url, "raw", 2, 3_000)
+    checkpoint = tmp_path / "checkpoint"
+    killed = _job("stream", url, "raw", url, "clean", str(checkpoint), "--kill-at-commit", "0")
+    out, _ = killed.communicate(timeout=600)
+    assert killed.returncode == -signal.SIGKILL, out[-4000:]
+    assert (checkpoint / "offsets" / "0").exists() and not (checkpoint / "commits" / "0").exists()
+    assert Counter(r.value for r in _stored(url, "clean")) == expected  # stored before the commit
+    _finish(_job("stream", url, "raw", url, "clean", str(checkpoint)))
+    assert (checkpoint / "commits" / "0").exists()  # the restart ran batch 0 again, and finished it
+    assert Counter(r.value for r in _stored(url, "clean")) == expected
+
+
+@pytest.mark.kafka
+@pytest.mark.pulsar
+@pytest.mark.timeout(900)
+def test_kafka_to_pulsar_pipeline_killed_and_restarted(
+    kafka_service: Any, pulsar_service: Any, spark_hosts: Path, tmp_path: Path
+) -> None:
+    """A plain Kafka topic (written by confluent-kafka), read with Spark's own Kafka source,
+    upper-cased into a Pulsar-backed idempotent topic; killed at the sink's commit, restarted."""
+    from confluent_kafka import Producer as KafkaProducer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from idempotent.testing.spark import kafka_connector_jars
+
+    jars = ",".join(str(j) for j in kafka_connector_jars())
+    source = f"spark-plain-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_service.bootstrap})
+    admin.create_topics([NewTopic(source, 2, 1)])[source].result(30)
+    plain = KafkaProducer({"bootstrap.servers": kafka_service.bootstrap})
+    expected: Counter[bytes] = Counter()
+    for p in range(2):
+        for i in range(1_500):
+            plain.produce(source, f"p{p}-r{i}".encode(), key=f"k{i % 7}".encode(), partition=p)
+            expected[f"P{p}-R{i}".encode()] += 1
+    assert plain.flush(30) == 0
+    sink = pulsar_service.url
+    sink_topic = f"spark-out-{uuid.uuid4().hex[:8]}"
+    checkpoint = tmp_path / "checkpoint"
+    args = ("stream", f"kafka+native://{kafka_service.bootstrap}", source, sink, sink_topic, str(checkpoint))
+    killed = _job(*args, "--kill-at-commit", "0", env={"SPARK_KAFKA_JARS": jars})
+    out, _ = killed.communicate(timeout=600)
+    assert killed.returncode == -signal.SIGKILL, out[-4000:]
+    assert Counter(r.value for r in _stored(sink, sink_topic)) == expected
+    _finish(_job(*args, env={"SPARK_KAFKA_JARS": jars}))
+    records = _stored(sink, sink_topic)
+    assert Counter(r.value for r in records) == expected
+    assert {r.key for r in records} == {f"k{i}".encode() for i in range(7)}
+
+
+def test_mirror_on_spark_copies_each_partition_once(spark: Any, tmp_path: Path) -> None:
+    source, destination = _url(tmp_path, "source"), _url(tmp_path, "copy")
+    _produce(source, "orders", 3, 400)
+    summary = idempotent.spark.mirror(spark, source, destination, topic="orders", job="orders-copy")
+    assert (summary.copied, summary.completed) == (1200, True)
+    assert [s.partition for s in summary.partitions] == [0, 1, 2]
+    again = idempotent.spark.mirror(spark, source, destination, topic="orders", job="orders-copy")
+    assert (again.copied, again.duplicates) == (0, 0)
+    with idempotent.connect(idempotent.spark.broker_url(destination)) as broker:
+        for p in range(3):
+            assert [r.value for r in broker.read("orders", p, 0, 1000)] == [f"p{p}-r{i}".encode() for i in range(400)]
+
+
+def test_mirror_cli_refuses_follow_on_spark(capsys: pytest.CaptureFixture[str]) -> None:
+    from idempotent.cli import main
+
+    argv = ["mirror", "--from", "sqlite:///a.db", "--to", "sqlite:///b.db", "--topic", "t", "--job", "j"]
+    assert main([*argv, "--engine", "spark", "--follow"]) != 0
+    assert "--follow needs --engine threads" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(900)
+def test_example_spark_pipeline(spark_hosts: Path, tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "spark_pipeline.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    assert "orders-clean holds 3000 records, 3000 distinct" in out
+    assert "daily-summary holds 3 records after two runs of one job" in out
+
+
+@contextlib.contextmanager
+def _standalone_cluster(tmp_path: Path) -> Iterator[str]:
+    """A Spark standalone master and two one-core workers on two loopback addresses.
+
+    Spark never starts a speculative copy on a host that runs an attempt of the task, and
+    local mode has one host (and no speculation), so speculation needs two hosts: workers
+    on 127.0.0.1 and 127.0.0.2 count as two.
+    """
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_DAEMON_MEMORY": "256m",
+        "SPARK_WORKER_DIR": str(tmp_path / "work"),
+        "SPARK_LOG_DIR": str(tmp_path / "logs"),
+    }
+    port = _free_port()
+    spark_class = str(home / "bin" / "spark-class")
+    log = open(tmp_path / "cluster.log", "wb")  # noqa: SIM115 - closed below
+    processes = [
+        subprocess.Popen(
+            [spark_class, "org.apache.spark.deploy.master.Master", *("--host", "127.0.0.1", "--port", str(port))],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    ]
+    try:
+        for host in ("127.0.0.1", "127.0.0.2"):
+            processes.append(
+                subprocess.Popen(
+                    [
+                        spark_class,
+                        "org.apache.spark.deploy.worker.Worker",
+                        "--host",
+                        host,
+                        "--cores",
+                        "1",
+                        "--memory",
+                        "768m",
+                        f"spark://127.0.0.1:{port}",
+                    ],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        for process in reversed(processes):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(30)
+        log.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.timeout(900)
+def test_speculative_copy_of_a_slow_task_stores_no_duplicates(spark_hosts: Path, tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    markers = tmp_path / "attempts"
+    markers.mkdir()
+    rows = 2 * 25_000
+    with _standalone_cluster(tmp_path) as master:
+        _finish(_job("speculate", master, url, "speculated", str(rows), str(markers)), timeout=600)
+    attempts = sorted(p.name for p in markers.iterdir())
+    assert "0-1" in attempts, f"Spark started no second attempt of the slow task: {attempts}"
+    records = _stored(url, "speculated")
+    assert sorted(int(r.value) for r in records) == list(range(rows))
+    # the slow attempt stored rows (epoch 0) before the speculative copy fenced it (epoch 1)
+    assert {r.producer_epoch for r in records if int(r.value) < rows // 2} == {0, 1}

@@ -13,12 +13,13 @@ from idempotent.spark._identity import (
     parse_offsets,
     resolve_offset,
     stream_producer_name,
+    stream_sequence_base,
 )
 
 
 def test_names_depend_on_job_partition_and_batch_only() -> None:
     assert batch_producer_name("daily", 3) == "spark/daily/3"
-    assert stream_producer_name("q-1", 7, 3) == "spark/q-1/7/3"
+    assert stream_producer_name("q-1", 3) == "spark/q-1/3"
     with pytest.raises(ConfigError, match="job"):
         batch_producer_name("", 0)
 
@@ -29,6 +30,18 @@ def test_sequences_count_rows_per_topic_partition() -> None:
     assert routed == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2)]
     again = RowRouter(2)
     assert [again.route(None, None) for _ in range(5)] == routed  # a replay numbers alike
+
+
+def test_micro_batches_continue_one_producers_sequences() -> None:
+    assert stream_sequence_base(0) == 0
+    assert stream_sequence_base(7) == 7 << 32
+    later = RowRouter(2, stream_sequence_base(8))
+    assert later.route(None, None) == (0, 8 << 32)
+    # every row of batch 7 sorts below every row of batch 8, however many rows batch 7 had
+    assert RowRouter(1, stream_sequence_base(7)).route(None, None)[1] + 2**32 - 1 < 8 << 32
+    for bad in (-1, 2**31):
+        with pytest.raises(ConfigError):
+            stream_sequence_base(bad)
 
 
 def test_keys_and_explicit_partitions() -> None:

@@ -45,6 +45,19 @@ def add_parser(commands: Subcommands) -> None:
         "--parallelism", metavar="N", type=int_type(1, "--parallelism"), default=8, help="partitions copied at once"
     )
     add_progress_arguments(mirror)
+    mirror.add_argument(
+        "--engine",
+        choices=("threads", "spark"),
+        default="threads",
+        help="threads: one thread per partition in this process; spark: one Spark task per partition "
+        "(needs the 'spark' extra; not with --follow)",
+    )
+    mirror.add_argument(
+        "--spark-master",
+        metavar="MASTER",
+        default="local[*]",
+        help="Spark master for --engine spark",
+    )
     mirror.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     mirror.set_defaults(handler=cmd_mirror)
 
@@ -89,8 +102,38 @@ def _stop_on_signals(mirror: Mirror) -> Iterator[list[int]]:
             signal.signal(s, old)
 
 
+def _run_on_spark(args: argparse.Namespace) -> MirrorSummary:
+    """The copy job as a Spark job on ``--spark-master``, one task per source partition."""
+    import os
+
+    if args.follow:
+        raise CliError("--engine spark copies up to the source's current end; --follow needs --engine threads")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this environment's packages
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise CliError("--engine spark needs PySpark: pip install 'idempotent[spark]'") from None
+    from .. import spark as idempotent_spark
+
+    session = SparkSession.builder.master(args.spark_master).appName(f"idempotent mirror {args.job}").getOrCreate()
+    try:
+        return idempotent_spark.mirror(
+            session, args.source, args.destination, topic=args.topic, to_topic=args.to_topic, job=args.job
+        )
+    finally:
+        session.stop()
+
+
 def cmd_mirror(args: argparse.Namespace) -> int:
     """``idempotent mirror``: run (or resume) a copy job and print its summary."""
+    if args.engine == "spark":
+        try:
+            on_spark = _run_on_spark(args)
+        except UsageError as exc:
+            raise CliError(exc.message) from None
+        if not args.quiet:
+            print(on_spark, flush=True)
+        return 0
     bar = Progress.from_args(args, f"mirror {args.job}")
     try:
         mirror = Mirror(

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ._host import ensure_host, stop_host
+from ._mirror import mirror
 
 
 def register(spark: Any) -> None:
@@ -43,4 +44,4 @@ def broker_url(url: str) -> str:
     return ensure_host(url)
 
 
-__all__ = ["broker_url", "register", "stop_host"]
+__all__ = ["broker_url", "mirror", "register", "stop_host"]

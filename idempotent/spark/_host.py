@@ -4,7 +4,7 @@ Spark runs a data source's code in many short-lived Python worker processes. The
 open an in-process broker over the same backend: a SQLite file has one writing process, and
 brokers over Kafka or Pulsar would take each other's partitions over on every task. So every
 ``sqlite://``, ``kafka://``, ``pulsar://`` or ``memory://`` URL is served by one *host*: a
-detached ``python -m idempotent.spark._host`` process running a
+detached ``python -m idempotent.spark`` process running a
 :class:`~idempotent.server.BrokerServer` on 127.0.0.1. Spark's processes reach it as
 ``idem://127.0.0.1:PORT``; ``idem://`` and ``idems://`` URLs are used as they are.
 
@@ -111,6 +111,7 @@ def ensure_host(url: str, *, idle_seconds: float = DEFAULT_IDLE_SECONDS, timeout
     with _locked(base / f"{key}.spawn", wait=True):
         log_path = base / f"{key}.log"
         process: subprocess.Popen[bytes] | None = None
+        spawned = 0
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             address = _running_address(key)
@@ -119,7 +120,10 @@ def ensure_host(url: str, *, idle_seconds: float = DEFAULT_IDLE_SECONDS, timeout
             if process is not None and process.poll() not in (None, 0):
                 break  # the host failed to start: report its log
             if (process is None or process.poll() == 0) and not _host_alive(key):
+                if spawned == 3:
+                    break  # hosts that leave at once (a host of another life just leaving)
                 process = _spawn(url, key, idle_seconds, log_path)
+                spawned += 1
             time.sleep(0.05)
         if process is not None and process.poll() is None:
             process.kill()
@@ -137,7 +141,7 @@ def _spawn(url: str, key: str, idle_seconds: float, log_path: Path) -> subproces
         (hosts_dir() / f"{key}.addr").unlink()
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "idempotent.spark._host", url, key, str(idle_seconds)],
+            [sys.executable, "-m", "idempotent.spark", url, key, str(idle_seconds)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -201,5 +205,7 @@ def _serve(url: str, key: str, idle_seconds: float) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(_serve(sys.argv[1], sys.argv[2], float(sys.argv[3])))
+def main(argv: list[str]) -> int:
+    """``python -m idempotent.spark URL KEY IDLE_SECONDS``: run a host (what ensure_host starts)."""
+    url, key, idle = argv
+    return _serve(url, key, float(idle))

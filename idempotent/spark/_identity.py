@@ -5,11 +5,14 @@ same rows in the same order (the input contract in docs/spark.md). So the identi
 record is computed from where the row sits, never from when or by whom it is written:
 
 * producer name: ``spark/<job>/<spark partition>`` for a batch job,
-  ``spark/<query id>/<batch id>/<spark partition>`` for a micro-batch of a stream;
+  ``spark/<query id>/<spark partition>`` for a stream;
 * destination partition: the row's ``partition`` column, else the CRC32 of its key, else
   round robin by the row's index in the task;
 * sequence: the row's index among the task's rows bound for the same topic partition, so
-  every topic partition gets 0, 1, 2, ... and the ``strict`` policy holds.
+  every topic partition gets 0, 1, 2, ... (the ``strict`` policy holds); in a stream, plus
+  ``batch id << 32``, so that the micro-batches of one query continue one producer's
+  sequences (the sink's topic takes the ``monotonic`` policy, with 64-bit sequences) and a
+  stream leaves one producer per Spark partition, however many batches it runs.
 
 Every attempt initialises the same named producer, which bumps its epoch and fences the
 attempts before it; rows at or below the partition's stored sequence are skipped (they are
@@ -36,9 +39,24 @@ def batch_producer_name(job: str, spark_partition: int) -> str:
     return f"spark/{job}/{spark_partition}"
 
 
-def stream_producer_name(query_id: str, batch_id: int, spark_partition: int) -> str:
-    """The producer name of one Spark partition of one micro-batch of a streaming query."""
-    return f"spark/{query_id}/{batch_id}/{spark_partition}"
+#: rows of one task per topic partition in one micro-batch are numbered below this
+BATCH_SEQUENCE_BITS = 32
+
+
+def stream_producer_name(query_id: str, spark_partition: int) -> str:
+    """The producer name of one Spark partition of a streaming query (for every batch)."""
+    return f"spark/{query_id}/{spark_partition}"
+
+
+def stream_sequence_base(batch_id: int) -> int:
+    """The sequence of a micro-batch's first row on each topic partition.
+
+    Raises:
+        ConfigError: a batch id outside ``0 .. 2**31 - 1`` (the sequences would pass 2**63).
+    """
+    if not 0 <= batch_id < 2**31:
+        raise ConfigError(f"batch id {batch_id} is outside 0..2**31-1")
+    return batch_id << BATCH_SEQUENCE_BITS
 
 
 class RowRouter:
@@ -46,15 +64,18 @@ class RowRouter:
 
     Args:
         partitions: the topic's partition count.
+        base: the first sequence on every topic partition (0 for a batch job).
 
     Raises:
-        ConfigError: (from :meth:`route`) a ``partition`` column value out of range.
+        ConfigError: (from :meth:`route`) a ``partition`` column value out of range, or more
+            than 2**32 rows for one topic partition in a micro-batch.
     """
 
-    def __init__(self, partitions: int) -> None:
+    def __init__(self, partitions: int, base: int = 0) -> None:
         self.partitions = partitions
         self.index = 0
-        self.next_sequence = [0] * partitions
+        self.base = base
+        self.next_sequence = [base] * partitions
 
     def route(self, key: bytes | None, partition: int | None) -> tuple[int, int]:
         """``(partition, sequence)`` of the next row, given its key and ``partition`` column."""
@@ -64,6 +85,8 @@ class RowRouter:
             raise ConfigError(f"row {self.index}: partition {partition} is outside 0..{self.partitions - 1}")
         self.index += 1
         sequence = self.next_sequence[partition]
+        if self.base and sequence - self.base >= 1 << BATCH_SEQUENCE_BITS:
+            raise ConfigError(f"over 2**{BATCH_SEQUENCE_BITS} rows for one partition in one micro-batch")
         self.next_sequence[partition] = sequence + 1
         return partition, sequence
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +29,10 @@ from pyspark.sql.types import StructType
 
 import idempotent
 
-from .._outcomes import RecordMetadata
+from .._records import Record
 from ..api import BrokerAPI
 from ..errors import ConfigError
-from ..producer import Producer
+from ..producer import Deliveries, Producer, SendManyFuture
 from ._host import ensure_host
 from ._identity import (
     EARLIEST,
@@ -42,6 +42,7 @@ from ._identity import (
     parse_offsets,
     resolve_offset,
     stream_producer_name,
+    stream_sequence_base,
 )
 
 READ_SCHEMA = (
@@ -50,6 +51,8 @@ READ_SCHEMA = (
 )
 WRITE_COLUMNS = {"value", "key", "partition", "headers", "topic"}
 READ_CHUNK = 2000
+#: records a task may have queued before it waits for the oldest to be stored
+MAX_UNFINISHED = 200_000
 
 #: local properties Spark's micro-batch engine sets on the tasks of a batch
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -88,15 +91,17 @@ def _check_write_schema(schema: StructType) -> None:
         raise ConfigError(f"unexpected columns {sorted(unknown)}: use value, key, partition, headers")
 
 
-def _prepare_topic(url: str, topic: str, partitions: str | None) -> None:
-    """Create the topic on the driver (before tasks race to), with ``partitions`` if given."""
+def _prepare_topic(url: str, topic: str, partitions: str | None, *, monotonic: bool = False) -> None:
+    """Create the topic on the driver (before tasks race to), with ``partitions`` if given;
+    with ``monotonic``, set the topic's policy so that sequences may jump (streams)."""
     with contextlib.closing(_connect(url)) as broker:
-        if topic in broker.topics():
-            return
-        if partitions is None:
-            broker.partitions_for(topic)
-        else:
-            broker.create_topic(topic, int(partitions))
+        if topic not in broker.topics():
+            if partitions is None:
+                broker.partitions_for(topic)
+            else:
+                broker.create_topic(topic, int(partitions))
+        if monotonic:
+            broker.set_policy("monotonic", topic=topic)
 
 
 def _as_bytes(value: object) -> bytes | None:
@@ -109,44 +114,67 @@ def _as_bytes(value: object) -> bytes | None:
     raise ConfigError(f"keys and values must be binary or string, not {type(value).__name__}")
 
 
-def write_task(url: str, topic: str, producer_name: str, batches: Iterator[Any], linger_ms: float) -> Written:
-    """Write one task's record batches under ``producer_name``; block until every record is
-    stored or answered as a duplicate.
+def write_task(
+    url: str, topic: str, producer_name: str, batches: Iterator[Any], linger_ms: float, base: int = 0
+) -> Written:
+    """Write one task's record batches under ``producer_name``, numbering each topic
+    partition's rows from ``base``; block until every record is stored or answered as a
+    duplicate.
 
     Raises:
         DeliveryFailed: a record was not stored (fenced by a later attempt, broker gone...).
         ConfigError: bad column values; records before it may be stored (a rerun completes).
     """
     attempt = _attempt()
-    written = duplicates = skipped = 0
+    skipped = 0
+    pending: deque[tuple[SendManyFuture, int]] = deque()
+    unfinished = 0
+    done: list[Deliveries] = []
     with Producer(ensure_host(url), producer_name=producer_name, linger_ms=linger_ms) as producer:
-        count = producer.partitions_for(topic)
-        router = RowRouter(count)
-        stored = [producer.last_sequence(topic, p) for p in range(count)]
-        futures: list[Future[RecordMetadata]] = []
+        router = RowRouter(producer.partitions_for(topic), base)
+        stored = [producer.last_sequence(topic, p) for p in range(router.partitions)]
         for batch in batches:
-            columns = set(batch.schema.names)
-            values = batch.column("value").to_pylist()
-            keys = batch.column("key").to_pylist() if "key" in columns else None
-            parts = batch.column("partition").to_pylist() if "partition" in columns else None
-            headers = batch.column("headers").to_pylist() if "headers" in columns else None
-            for i, value in enumerate(values):
-                key = _as_bytes(keys[i]) if keys is not None else None
-                partition, sequence = router.route(key, parts[i] if parts is not None else None)
+            # per topic partition: the first sequence and the records of this batch after it
+            runs: dict[int, tuple[int, list[Record | bytes | str | None]]] = {}
+            for partition, sequence, item in _rows(batch, router):
                 if sequence <= stored[partition]:
-                    skipped += 1
+                    skipped += 1  # stored by an earlier attempt
                     continue
-                row_headers = None
-                if headers is not None and headers[i]:
-                    row_headers = [(h["key"], h["value"] if h["value"] is not None else b"") for h in headers[i]]
-                futures.append(producer.send(topic, value, key, partition, row_headers, sequence=sequence))
+                run = runs.get(partition)
+                if run is None:
+                    runs[partition] = (sequence, [item])
+                else:
+                    run[1].append(item)
+            for partition, (first, items) in runs.items():
+                pending.append((producer.send_many(topic, items, partition=partition, sequence=first), len(items)))
+                unfinished += len(items)
+            while unfinished > MAX_UNFINISHED:  # back-pressure: wait for the oldest calls
+                future, count = pending.popleft()
+                done.append(future.result())
+                unfinished -= count
         producer.flush()
-        for future in futures:
-            if future.result().duplicate:
-                duplicates += 1
-            else:
-                written += 1
+        done.extend(future.result() for future, _ in pending)
+    duplicates = sum(1 for deliveries in done for meta in deliveries if getattr(meta, "duplicate", False))
+    written = sum(len(deliveries) for deliveries in done) - duplicates
     return Written(producer_name, attempt, written, duplicates, skipped)
+
+
+def _rows(batch: Any, router: RowRouter) -> Iterator[tuple[int, int, Record | bytes | str | None]]:
+    """``(partition, sequence, record)`` for every row of an Arrow record batch."""
+    columns = set(batch.schema.names)
+    values = batch.column("value").to_pylist()
+    keys = batch.column("key").to_pylist() if "key" in columns else None
+    parts = batch.column("partition").to_pylist() if "partition" in columns else None
+    headers = batch.column("headers").to_pylist() if "headers" in columns else None
+    for i, value in enumerate(values):
+        key = _as_bytes(keys[i]) if keys is not None else None
+        partition, sequence = router.route(key, parts[i] if parts is not None else None)
+        row_headers = headers[i] if headers is not None else None
+        if key is None and not row_headers:
+            yield partition, sequence, _as_bytes(value)
+        else:
+            pairs = [(h["key"], h["value"] if h["value"] is not None else b"") for h in row_headers or ()]
+            yield partition, sequence, Record(value, key, pairs)
 
 
 def _attempt() -> int:
@@ -194,7 +222,7 @@ class IdempotentDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
         _check_write_schema(schema)
         opts = _Options(self.options)
-        _prepare_topic(opts.url, opts.topic, opts.partitions)
+        _prepare_topic(opts.url, opts.topic, opts.partitions, monotonic=True)
         return StreamWriter(opts)
 
     def reader(self, schema: StructType) -> BatchReader:
@@ -223,7 +251,8 @@ class BatchWriter(DataSourceArrowWriter):
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
-    """Writes each Spark partition of micro-batch B under ``spark/<query id>/<B>/<partition>``."""
+    """Writes each Spark partition under ``spark/<query id>/<partition>``, the rows of
+    micro-batch B from sequence ``B << 32`` on."""
 
     def __init__(self, options: _Options) -> None:
         self.options = options
@@ -235,8 +264,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
         query_id = opts.job or (context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None)
         if batch_id is None or not query_id:
             raise ConfigError("the idempotent stream sink runs inside a micro-batch streaming query only")
-        name = stream_producer_name(query_id, int(batch_id), _spark_partition())
-        return write_task(opts.url, opts.topic, name, iterator, opts.linger_ms)
+        name = stream_producer_name(query_id, _spark_partition())
+        base = stream_sequence_base(int(batch_id))
+        return write_task(opts.url, opts.topic, name, iterator, opts.linger_ms, base)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to do, so calling it again for the same batch is harmless."""

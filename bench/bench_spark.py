@@ -1,0 +1,133 @@
+"""Rows/s of the ``idempotent`` Spark sink against Spark's own Kafka sink, same data, same broker.
+
+    python bench/bench_spark.py                         # 400,000 rows of 100 B, 5 rounds
+    python bench/bench_spark.py --rows 1000000 --repeats 7 --backends kafka sqlite
+
+One local SparkSession (``local[2]``, driver memory 1g) writes one cached DataFrame
+(``--partitions`` Spark partitions, a 6-byte key and a ``--size``-byte value per row) with:
+
+* ``spark-kafka``: ``format("kafka")`` (spark-sql-kafka-0-10, at-least-once) into a plain
+  Kafka topic;
+* ``idempotent-kafka``: ``format("idempotent")`` with a ``kafka://`` URL on the same Kafka
+  broker (through the broker server the data source starts), a fresh job and topic per round;
+* ``idempotent-sqlite`` (with ``--backends ... sqlite``): the same into the embedded backend.
+
+Variants alternate within each round, each on a fresh topic; the table shows medians of
+rows/s and the ratio to Spark's Kafka sink. Kafka is started with
+``idempotent.testing.services`` unless it runs. Results go to ``bench/results/`` as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from idempotent.testing import services
+from idempotent.testing.spark import kafka_connector_jars
+
+
+def session(jars: list[Path]) -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import idempotent.spark
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.driver.memory", "1g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.jars", ",".join(str(j) for j in jars))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    idempotent.spark.register(spark)
+    return spark
+
+
+def write_once(spark: Any, df: Any, variant: str, kafka: services.ServiceInfo, workdir: Path, partitions: int) -> float:
+    """Seconds one write of ``df`` takes with ``variant`` into a fresh topic."""
+    topic = f"bench-spark-{uuid.uuid4().hex[:10]}"
+    if variant == "spark-kafka":
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+        started = time.perf_counter()
+        df.write.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", topic).save()
+        return time.perf_counter() - started
+    url = kafka.url if variant == "idempotent-kafka" else f"sqlite:///{workdir / 'bench.db'}"
+    import idempotent
+    import idempotent.spark
+
+    with idempotent.connect(idempotent.spark.broker_url(url)) as broker:
+        broker.create_topic(topic, partitions)  # outside the timing, like the Kafka topic
+    started = time.perf_counter()
+    df.write.format("idempotent").option("url", url).option("topic", topic).option("job", topic).mode("append").save()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=400_000)
+    parser.add_argument("--size", type=int, default=100, help="value bytes per row")
+    parser.add_argument("--partitions", type=int, default=2, help="Spark partitions and topic partitions")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--backends", nargs="+", default=["kafka"], choices=["kafka", "sqlite"])
+    args = parser.parse_args()
+
+    kafka = services.up("kafka")
+    spark = session(kafka_connector_jars())
+    from pyspark.sql import functions as F
+
+    df = (
+        spark.range(0, args.rows, numPartitions=args.partitions)
+        .select(
+            F.format_string("k%05d", F.col("id") % 100_000).alias("key"),
+            F.format_string(f"%0{args.size}d", F.col("id")).alias("value"),
+        )
+        .cache()
+    )
+    df.count()
+    variants = ["spark-kafka", *(f"idempotent-{b}" for b in args.backends)]
+    seconds: dict[str, list[float]] = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
+        write_once(spark, df.limit(1000), "idempotent-kafka", kafka, Path(tmp), args.partitions)  # warm-up
+        write_once(spark, df.limit(1000), "spark-kafka", kafka, Path(tmp), args.partitions)
+        for round_number in range(args.repeats):
+            order = variants[round_number % len(variants) :] + variants[: round_number % len(variants)]
+            for variant in order:
+                took = write_once(spark, df, variant, kafka, Path(tmp), args.partitions)
+                seconds[variant].append(took)
+                print(f"round {round_number + 1} {variant}: {args.rows / took:,.0f} rows/s", flush=True)
+    spark.stop()
+
+    baseline = statistics.median(args.rows / s for s in seconds["spark-kafka"])
+    results = []
+    print(f"\n{args.rows:,} rows of {args.size} B, {args.partitions} partitions, local[2], medians of {args.repeats}\n")
+    print("| sink | rows/s (median) | ratio to Spark's Kafka sink |")
+    print("|---|---|---|")
+    for variant in variants:
+        rate = statistics.median(args.rows / s for s in seconds[variant])
+        results.append({"variant": variant, "rows_per_s": rate, "ratio": rate / baseline, "seconds": seconds[variant]})
+        print(f"| {variant} | {rate:,.0f} | {rate / baseline:.2f}x |")
+    out = Path(__file__).parent / "results" / f"spark-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(
+        json.dumps(
+            {"args": vars(args), "machine": platform.platform(), "cpus": os.cpu_count(), "results": results}, indent=2
+        )
+        + "\n"
+    )
+    print(f"\nsaved {out}")
+
+
+if __name__ == "__main__":
+    main()

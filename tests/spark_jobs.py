@@ -1,0 +1,166 @@
+"""Spark driver programs that tests/test_spark_kill.py runs, kills with SIGKILL and reruns.
+
+    python tests/spark_jobs.py batch URL TOPIC JOB ROWS PARTITIONS [--slow]
+    python tests/spark_jobs.py stream SOURCE SOURCE_TOPIC SINK SINK_TOPIC CHECKPOINT [--kill-at-commit B]
+    python tests/spark_jobs.py speculate MASTER URL TOPIC ROWS MARKERS
+
+``speculate`` runs on a standalone cluster (MASTER) with speculation on: the first attempt
+of Spark partition 0 stalls after most of its rows reached the sink, so Spark starts a
+speculative copy on the other worker; every attempt leaves a file ``<partition>-<attempt>``
+in MARKERS. ``batch`` writes ROWS rows (``value`` = the row number) under JOB. ``stream`` copies a topic
+into SINK_TOPIC, upper-casing values, in one availableNow run; SOURCE is an idempotent URL,
+or ``kafka+native://host:port`` for a plain Kafka topic read with Spark's own Kafka source.
+With ``--kill-at-commit B`` the sink's driver-side commit of micro-batch B kills this whole
+process group (JVM and Python workers) with SIGKILL: after every task stored its rows, before
+Spark records the batch as done, so the restart replays it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import idempotent.spark
+from idempotent.spark._source import IdempotentDataSource, StreamWriter
+
+
+class KillingStreamWriter(StreamWriter):
+    def commit(self, messages: Any, batchId: int) -> None:
+        if batchId == int(os.environ.get("KILL_AT_COMMIT", "-1")):
+            print(f"KILLING at the commit of batch {batchId}", flush=True)
+            os.killpg(int(os.environ["JOB_PROCESS_GROUP"]), signal.SIGKILL)
+        super().commit(messages, batchId)
+
+
+class KillingDataSource(IdempotentDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "idempotent_killing"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> StreamWriter:
+        writer = super().streamWriter(schema, overwrite)
+        return KillingStreamWriter(writer.options)
+
+
+def session(jars: str | None = None, master: str = "local[2]", **conf: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["JOB_PROCESS_GROUP"] = str(os.getpgrp())
+    builder = SparkSession.builder.master(master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    builder = (
+        builder.config("spark.driver.memory", "1g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+    )
+    if jars:
+        builder = builder.config("spark.jars", jars)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    idempotent.spark.register(spark)
+    spark.dataSource.register(KillingDataSource)
+    return spark
+
+
+def batch(url: str, topic: str, job: str, rows: int, partitions: int, slow: bool) -> None:
+    from pyspark.sql import functions as F
+
+    spark = session()
+
+    def value(i: int) -> str:
+        if slow and i % 500 == 0:
+            time.sleep(0.05)
+        return str(i)
+
+    df = spark.range(0, rows, numPartitions=partitions).select(F.udf(value, "string")("id").alias("value"))
+    print("WRITING", flush=True)
+    df.write.format("idempotent").option("url", url).option("topic", topic).option("job", job).mode("append").save()
+    print("DONE", flush=True)
+
+
+def speculate(master: str, url: str, topic: str, rows: int, markers: str) -> None:
+    from pyspark import TaskContext
+    from pyspark.sql import functions as F
+
+    spark = session(
+        None,
+        master,
+        **{
+            "spark.executor.memory": "512m",
+            "spark.speculation": "true",
+            "spark.speculation.interval": "200ms",
+            "spark.speculation.quantile": "0.5",
+            "spark.speculation.multiplier": "2",
+            "spark.speculation.minTaskRuntime": "500ms",
+            "spark.task.maxFailures": "4",
+        },
+    )
+    per_partition = rows // 2
+
+    def value(i: int) -> str:
+        context = TaskContext.get()
+        assert context is not None
+        if i % per_partition == 0:
+            open(os.path.join(markers, f"{context.partitionId()}-{context.attemptNumber()}"), "w").close()
+        if context.partitionId() == 0 and context.attemptNumber() == 0 and i == per_partition * 4 // 5:
+            time.sleep(40)  # the slow task: its rows before this one are in the sink already
+        return str(i)
+
+    df = spark.range(0, rows, numPartitions=2).select(F.udf(value, "string")("id").alias("value"))
+    df.write.format("idempotent").option("url", url).option("topic", topic).option("job", "speculated").mode(
+        "append"
+    ).save()
+    print("DONE", flush=True)
+
+
+def stream(source: str, source_topic: str, sink: str, sink_topic: str, checkpoint: str, kill_at: int) -> None:
+    from pyspark.sql import functions as F
+
+    os.environ["KILL_AT_COMMIT"] = str(kill_at)
+    if source.startswith("kafka+native://"):
+        spark = session(os.environ["SPARK_KAFKA_JARS"])
+        df = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", source.removeprefix("kafka+native://"))
+            .option("subscribe", source_topic)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+    else:
+        spark = session()
+        df = (
+            spark.readStream.format("idempotent")
+            .option("url", source)
+            .option("topic", source_topic)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+    out = df.select("key", F.upper(F.col("value").cast("string")).alias("value"))
+    query = (
+        out.writeStream.format("idempotent_killing")
+        .option("url", sink)
+        .option("topic", sink_topic)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    print(f"DONE batches={query.lastProgress and query.lastProgress['batchId']}", flush=True)
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    if command == "batch":
+        batch(args[0], args[1], args[2], int(args[3]), int(args[4]), "--slow" in args)
+    elif command == "speculate":
+        speculate(args[0], args[1], args[2], int(args[3]), args[4])
+    elif command == "stream":
+        kill = int(args[args.index("--kill-at-commit") + 1]) if "--kill-at-commit" in args else -1
+        stream(args[0], args[1], args[2], args[3], args[4], kill)
+    else:
+        raise SystemExit(f"unknown command {command!r}")
