@@ -63,3 +63,14 @@ def test_offsets_options() -> None:
     assert resolve_offset(EARLIEST, 9) == 0
     assert resolve_offset(LATEST, 9) == 9
     assert resolve_offset(4, 9) == 4
+
+
+def test_spread_routes_like_one_row_at_a_time() -> None:
+    for partitions, counts in ((3, [7, 1, 5]), (4, [2, 9]), (1, [3, 3])):
+        one, many = RowRouter(partitions, 10), RowRouter(partitions, 10)
+        for count in counts:
+            rows = [one.route(None, None) for _ in range(count)]
+            for partition, offset, first in many.spread(count):
+                mine = [(partition, first + k) for k in range(len(range(offset, count, partitions)))]
+                assert mine == rows[offset::partitions]
+        assert (one.index, one.next_sequence) == (many.index, many.next_sequence)

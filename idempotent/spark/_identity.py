@@ -90,6 +90,26 @@ class RowRouter:
         self.next_sequence[partition] = sequence + 1
         return partition, sequence
 
+    def spread(self, count: int) -> list[tuple[int, int, int]]:
+        """Route the next ``count`` rows, none with a key or partition, round robin at once.
+
+        Returns:
+            ``(partition, first row, first sequence)`` per partition that gets rows: the
+            partition's rows are rows ``first row``, ``first row + partitions``, ... of the
+            ``count``, numbered consecutively from ``first sequence``.
+        """
+        out = []
+        for offset in range(min(count, self.partitions)):
+            partition = (self.index + offset) % self.partitions
+            rows = len(range(offset, count, self.partitions))
+            first = self.next_sequence[partition]
+            if self.base and first + rows - self.base > 1 << BATCH_SEQUENCE_BITS:
+                raise ConfigError(f"over 2**{BATCH_SEQUENCE_BITS} rows for one partition in one micro-batch")
+            self.next_sequence[partition] = first + rows
+            out.append((partition, offset, first))
+        self.index += count
+        return out
+
 
 def parse_offsets(text: str | None, topic: str, partitions: int, default: int) -> dict[int, int]:
     """Per partition, the offset named by a ``startingOffsets``/``endingOffsets`` option.

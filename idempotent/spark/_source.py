@@ -134,20 +134,33 @@ def write_task(
         router = RowRouter(producer.partitions_for(topic), base)
         stored = [producer.last_sequence(topic, p) for p in range(router.partitions)]
         for batch in batches:
-            # per topic partition: the first sequence and the records of this batch after it
-            runs: dict[int, tuple[int, list[Record | bytes | str | None]]] = {}
-            for partition, sequence, item in _rows(batch, router):
-                if sequence <= stored[partition]:
-                    skipped += 1  # stored by an earlier attempt
-                    continue
-                run = runs.get(partition)
-                if run is None:
-                    runs[partition] = (sequence, [item])
-                else:
-                    run[1].append(item)
-            for partition, (first, items) in runs.items():
-                pending.append((producer.send_many(topic, items, partition=partition, sequence=first), len(items)))
-                unfinished += len(items)
+            columns = set(batch.schema.names)
+            if columns == {"value"}:  # no key, partition or headers: round robin, by slices
+                values = batch.column("value").to_pylist()
+                for partition, offset, first in router.spread(len(values)):
+                    items = values[offset :: router.partitions]
+                    skip = min(len(items), max(0, stored[partition] - first + 1))  # stored by an earlier attempt
+                    skipped += skip
+                    if skip < len(items):
+                        future = producer.send_many(topic, items[skip:], partition=partition, sequence=first + skip)
+                        pending.append((future, len(items) - skip))
+                        unfinished += len(items) - skip
+            else:
+                # per topic partition: the first sequence and the records of this batch after it
+                runs: dict[int, tuple[int, list[Record | bytes | str | None]]] = {}
+                for partition, sequence, item in _rows(batch, router):
+                    if sequence <= stored[partition]:
+                        skipped += 1  # stored by an earlier attempt
+                        continue
+                    run = runs.get(partition)
+                    if run is None:
+                        runs[partition] = (sequence, [item])
+                    else:
+                        run[1].append(item)
+                for partition, (first, items) in runs.items():
+                    future = producer.send_many(topic, items, partition=partition, sequence=first)
+                    pending.append((future, len(items)))
+                    unfinished += len(items)
             while unfinished > MAX_UNFINISHED:  # back-pressure: wait for the oldest calls
                 future, count = pending.popleft()
                 done.append(future.result())
