@@ -26,7 +26,7 @@ import idempotent.spark
 from idempotent._records import StoredRecord
 from idempotent.spark._host import hosts_dir, stop_host
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # a Spark JVM starts slowly on a busy machine
 
 ROWS_PER_PARTITION = 30_000  # large enough that a late failure comes after rows were stored
 
@@ -231,7 +231,6 @@ def _count(url: str, topic: str) -> int:
         return sum(broker.end_offset(topic, p) for p in range(broker.partitions_for(topic, create=False)))
 
 
-@pytest.mark.timeout(900)
 def test_driver_kill_mid_job_then_rerun_is_exact(spark_hosts: Path, tmp_path: Path) -> None:
     url = _url(tmp_path)
     total = 60_000
@@ -249,7 +248,6 @@ def test_driver_kill_mid_job_then_rerun_is_exact(spark_hosts: Path, tmp_path: Pa
     assert sorted(int(r.value) for r in _stored(url, "nightly")) == list(range(total))
 
 
-@pytest.mark.timeout(900)
 def test_streaming_kill_between_sink_write_and_commit_then_restart(spark_hosts: Path, tmp_path: Path) -> None:
     """SQLite pipeline: idempotent topic -> upper-case -> idempotent topic, killed after the
     sink stored micro-batch 0 and before Spark committed it; the restart replays the batch."""
@@ -264,6 +262,43 @@ def test_streaming_kill_between_sink_write_and_commit_then_restart(spark_hosts: 
     _finish(_job("stream", url, "raw", url, "clean", str(checkpoint)))
     assert (checkpoint / "commits" / "0").exists()  # the restart ran batch 0 again, and finished it
     assert Counter(r.value for r in _stored(url, "clean")) == expected
+
+
+@pytest.mark.kafka
+@pytest.mark.pulsar
+def test_kafka_to_pulsar_pipeline_killed_and_restarted(
+    kafka_service: Any, pulsar_service: Any, spark_hosts: Path, tmp_path: Path
+) -> None:
+    """A plain Kafka topic (written by confluent-kafka), read with Spark's own Kafka source,
+    upper-cased into a Pulsar-backed idempotent topic; killed at the sink's commit, restarted."""
+    from confluent_kafka import Producer as KafkaProducer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from idempotent.testing.spark import kafka_connector_jars
+
+    jars = ",".join(str(j) for j in kafka_connector_jars())
+    source = f"spark-plain-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_service.bootstrap})
+    admin.create_topics([NewTopic(source, 2, 1)])[source].result(30)
+    plain = KafkaProducer({"bootstrap.servers": kafka_service.bootstrap})
+    expected: Counter[bytes] = Counter()
+    for p in range(2):
+        for i in range(1_500):
+            plain.produce(source, f"p{p}-r{i}".encode(), key=f"k{i % 7}".encode(), partition=p)
+            expected[f"P{p}-R{i}".encode()] += 1
+    assert plain.flush(30) == 0
+    sink = f"{pulsar_service.url}?admin_url={pulsar_service.admin_url}"  # the Pulsar adapter takes options in the URL
+    sink_topic = f"spark-out-{uuid.uuid4().hex[:8]}"
+    checkpoint = tmp_path / "checkpoint"
+    args = ("stream", f"kafka+native://{kafka_service.bootstrap}", source, sink, sink_topic, str(checkpoint))
+    killed = _job(*args, "--kill-at-commit", "0", env={"SPARK_KAFKA_JARS": jars})
+    out, _ = killed.communicate(timeout=600)
+    assert killed.returncode == -signal.SIGKILL, out[-4000:]
+    assert Counter(r.value for r in _stored(sink, sink_topic)) == expected
+    _finish(_job(*args, env={"SPARK_KAFKA_JARS": jars}))
+    records = _stored(sink, sink_topic)
+    assert Counter(r.value for r in records) == expected
+    assert {r.key for r in records} == {f"k{i}".encode() for i in range(7)}
 
 
 def test_mirror_on_spark_copies_each_partition_once(spark: Any, tmp_path: Path) -> None:
