@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
@@ -104,8 +106,6 @@ def _stop_on_signals(mirror: Mirror) -> Iterator[list[int]]:
 
 def _run_on_spark(args: argparse.Namespace) -> MirrorSummary:
     """The copy job as a Spark job on ``--spark-master``, one task per source partition."""
-    import os
-
     if args.follow:
         raise CliError("--engine spark copies up to the source's current end; --follow needs --engine threads")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this environment's packages
