@@ -93,14 +93,15 @@ def test_initial_sequence_id_and_gaps_work_on_a_fresh_broker_with_default_settin
     producer = client.create_producer("t", producer_name="p", initial_sequence_id=100)
     first = producer.send(b"x")
     assert producer.last_sequence_id() == 101
-    gapped = {seq: producer.send(f"v{seq}".encode(), sequence_id=seq) for seq in (105, 2000, 70000)}
+    gapped = {seq: producer.send(f"v{seq}".encode(), sequence_id=seq) for seq in (105, 2000, 2**40, 2**63 - 1)}
     assert producer.send(b"again", sequence_id=105) == gapped[105]  # a resend is still a duplicate
     assert producer.send(b"old", sequence_id=101) == first
     assert [(r.sequence, r.value) for r in client.broker.read("public/default/t", 0)] == [
         (101, b"x"),
         (105, b"v105"),
         (2000, b"v2000"),
-        (70000, b"v70000"),
+        (2**40, f"v{2**40}".encode()),
+        (2**63 - 1, f"v{2**63 - 1}".encode()),
     ]
     assert client.broker.stats("public/default/t")[0].policy == "monotonic"
     client.close()
