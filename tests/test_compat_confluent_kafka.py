@@ -7,6 +7,7 @@ import json
 import logging
 import pickle
 import threading
+import time
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -728,3 +729,7 @@ def test_stats_cb_gets_librdkafka_shaped_statistics_from_poll(url: str) -> None:
     assert seen
     assert seen[0]["type"] == "producer" and seen[0]["brokers"] == {} and seen[0]["msg_cnt"] in (0, 1)
     producer.close()
+    quiet = _producer(url, **{"statistics.interval.ms": 10})  # no stats_cb: poll waits its whole timeout
+    started = time.monotonic()
+    assert quiet.poll(0.2) == 0 and time.monotonic() - started >= 0.19
+    quiet.close()

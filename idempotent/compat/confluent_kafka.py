@@ -910,7 +910,9 @@ class Producer:
             raise KafkaException(kafka_error_for(exc)) from exc
         self._random = random.Random()
         self._created = time.monotonic()
-        self._stats_due = self._created + config.stats_interval if config.stats_interval > 0 else None
+        # statistics are due every statistics.interval.ms, and only when there is a stats_cb to get them
+        stats_on = config.stats_interval > 0 and config.stats_cb is not None
+        self._stats_due = self._created + config.stats_interval if stats_on else None
         self._closed = False
         self._finalizer = weakref.finalize(self, _close, self._producer, self._url, 0.0)
 
