@@ -49,10 +49,10 @@ _MM2_MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 # -- Kafka helpers --------------------------------------------------------------------------
 
 
-def create_topic(bootstrap: str, partitions: int) -> str:
+def create_topic(bootstrap: str, partitions: int, name: str | None = None) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    name = f"bench-src-{uuid.uuid4().hex[:8]}"
+    name = name or f"bench-src-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result()
     return name
@@ -429,6 +429,7 @@ def kill_loop(info: services.ServiceInfo, source: str, records: int) -> int:
 
     watcher = Consumer({"bootstrap.servers": info.bootstrap, "group.id": uuid.uuid4().hex})
     partitions = len(watcher.list_topics(source, timeout=30).topics[source].partitions)
+    create_topic(info.bootstrap, partitions, target)  # so that the watcher sees it from the start
     process = subprocess.Popen(argv)
     try:
         _kill_at(process, lambda: high_watermarks(watcher, target, partitions), records * 0.4)
@@ -468,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--no-kill", action="store_true", help="skip the kill -9 runs")
+    parser.add_argument("--kill-only", action="store_true", help="only the kill -9 runs")
     parser.add_argument(
         "--loop-child", nargs=4, metavar=("BOOTSTRAP", "SOURCE", "TARGET", "GROUP"), help=argparse.SUPPRESS
     )
@@ -481,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     duplicates: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        for repeat in range(args.repeats):
+        for repeat in range(0 if args.kill_only else args.repeats):
             source = create_topic(info.bootstrap, args.partitions)
             fill(info.bootstrap, source, args.partitions, args.records, args.size)
             order = variants[repeat % len(variants) :] + variants[: repeat % len(variants)]
@@ -505,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     duplicates[variant] = kill_mm2(info, source, args.records, args.partitions, workdir)
                 print(f"kill -9: {variant}: {duplicates[variant]} duplicates", flush=True)
-    medians = {v: statistics.median(r) for v, r in results.items()}
+    medians = {v: statistics.median(r) for v, r in results.items() if r}
     lines = [
         f"Kafka -> Kafka, {args.records} records of {args.size} B, {args.partitions} partitions, "
         f"median of {args.repeats} (rate between 10 % and 90 % of the records), {os.cpu_count()} CPUs",
@@ -515,7 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for v in variants:
         runs = ", ".join(f"{r:,.0f}" for r in results[v])
-        lines.append(f"| {v} | {medians[v]:,.0f} | {runs} | {duplicates.get(v, '-')} |")
+        median = f"{medians[v]:,.0f}" if v in medians else "-"
+        lines.append(f"| {v} | {median} | {runs} | {duplicates.get(v, '-')} |")
     if "idempotent" in medians:
         for other in ("loop", "mm2"):
             if other in medians:

@@ -75,6 +75,17 @@ def value_record(value: bytes) -> Record:
     return record
 
 
+def trusted_record(value: bytes | None, key: bytes | None, headers: Headers) -> Record:
+    """``Record(value, key, headers)`` without the converters, for fields that already have
+    their final types (``bytes`` or None, and a tuple of ``(str, bytes)`` pairs): records
+    read from a log and copied on (a mirror). The caller guarantees the types."""
+    record: Record = _new(Record)
+    _set_value(record, value)
+    _set_key(record, key)
+    _set_headers(record, headers)
+    return record
+
+
 def as_record(item: Record | bytes | str | None) -> Record:
     """Coerce a bytes/str/None value or a :class:`Record` to a :class:`Record`."""
     if type(item) is Record:

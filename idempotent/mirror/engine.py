@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from .._outcomes import Outcome, ProduceResult
-from .._records import Headers, Record
+from .._records import Headers, Record, trusted_record
 from .._types import MAX_SEQUENCE
 from ..api import BrokerAPI
 from ..errors import ConfigError, ProducerError, ProducerFencedError, Recovery, SequenceDesyncError
@@ -76,15 +76,17 @@ def producer_name(job: str, partition: int) -> str:
 def source_headers(record: SourceRecord, topic: str, partition: int) -> Headers:
     """The record's own headers (without source coordinates of an earlier copy) followed by
     the ``idem.src.*`` coordinates of this copy."""
-    own = tuple(h for h in record.headers if not h[0].startswith(_SOURCE_PREFIX))
-    coordinates = [
+    own = record.headers
+    if own and any(name.startswith(_SOURCE_PREFIX) for name, _ in own):
+        own = tuple(h for h in own if not h[0].startswith(_SOURCE_PREFIX))
+    coordinates: Headers = (
         (SOURCE_TOPIC, topic.encode()),
         (SOURCE_PARTITION, b"%d" % partition),
         (SOURCE_OFFSET, b"%d" % record.offset),
-    ]
+    )
     if record.timestamp is not None:
-        coordinates.append((SOURCE_TIMESTAMP, b"%d" % round(record.timestamp * 1000)))
-    return own + tuple(coordinates)
+        coordinates += ((SOURCE_TIMESTAMP, b"%d" % round(record.timestamp * 1000)),)
+    return own + coordinates if own else coordinates
 
 
 @attrs.frozen
@@ -383,10 +385,12 @@ class _PartitionWriter:
         task = self._task
         batch: list[Record] = []
         size = 0
+        partition = task.partition
         for index, record in enumerate(records):
-            item = Record(record.value, record.key, source_headers(record, source_topic, task.partition))
-            batch.append(item)
-            size += item.size
+            # a source hands out bytes (or None) and (str, bytes) headers: no conversion needed
+            headers = source_headers(record, source_topic, partition)
+            batch.append(trusted_record(record.value, record.key, headers))
+            size += 16 + len(record.value or b"") + len(record.key or b"") + 48 * len(headers)
             following = records[index + 1].offset if index + 1 < len(records) else None
             if (
                 following is None

@@ -41,7 +41,9 @@ MAX_OFFSET = 2**63 - 1
 class SourceRecord:
     """One record read from a source partition.
 
-    ``timestamp`` is in seconds since the epoch, or None when the source has none.
+    ``key`` and ``value`` are ``bytes`` or None and ``headers`` a tuple of ``(str, bytes)``
+    pairs, exactly (they are copied on without conversion); ``timestamp`` is in seconds
+    since the epoch, or None when the source has none.
     """
 
     offset: int
