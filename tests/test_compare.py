@@ -65,6 +65,7 @@ def test_matrix(
     assert result["status"] == "ok", result["notes"]
     assert [window["at"] for window in result["faults"]] == [event.at for event in schedule(fault, SEED, RECORDS)]
     assert all(window["applied"] for window in result["faults"]), result["faults"]
+    assert result["injected"] >= len(result["faults"]), "a scheduled fault did not happen"
     assert result["sent"] == RECORDS
     if is_ours(system):
         assert (result["duplicates"], result["lost"], result["reordered"]) == (0, 0, 0), result["examples"]

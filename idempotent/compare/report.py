@@ -18,7 +18,7 @@ import attrs
 
 from .runner import CompareConfig
 
-COUNTS = ("sent", "acknowledged", "failed", "ambiguous", "stored", "duplicates", "lost", "reordered")
+COUNTS = ("injected", "sent", "acknowledged", "failed", "ambiguous", "stored", "duplicates", "lost", "reordered")
 ANOMALIES = ("duplicates", "lost", "reordered", "ambiguous")
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
 MAX_RUN_ROWS = 300

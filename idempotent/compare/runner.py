@@ -100,6 +100,8 @@ class _Producing:
                 self.sink.stored.append(None if parts[1] == "-1" else int(parts[1]))
             elif kind == "i":
                 self.sink.carried_out.set()
+            elif kind == "k":
+                self.sink.injected += int(parts[1])
             elif kind == "e":
                 self.sink.notes.append(" ".join(parts[1:]))
             elif kind == "p":
@@ -140,6 +142,7 @@ class _Sink:
     notes: list[str] = attrs.field(factory=list)
     carried_out: threading.Event = attrs.field(factory=threading.Event)
     paused: queue.Queue[int] = attrs.field(factory=queue.Queue)
+    injected: int = 0
 
 
 class _Run:
@@ -210,6 +213,8 @@ class _Run:
                 return False
             assert self.producing is not None
             self.producing.command("go")  # the armed fault needs traffic to happen on
+            if fault == "cut":
+                self.sink.injected += 1
             deadline = time.monotonic() + 5
             while self.sys.injected() == before and fault != "cut" and time.monotonic() < deadline:
                 time.sleep(0.005)
@@ -290,6 +295,13 @@ class _Run:
         stored = self.sink.stored if self.sys.worker_reads_back else self.sys.read_back()
         return self._result(stored, produce_seconds)
 
+    def _injected(self) -> int:
+        """Faults that demonstrably happened: link faults counted where they were injected
+        (proxies, the in-process link, cuts), the others once per applied window."""
+        if self.fault in ("lost-ack", "cut", "duplicate-request"):
+            return self.sink.injected + self.sys.injected()
+        return sum(1 for window in self.windows if window["applied"])
+
     def _result(self, stored: list[int | None], produce_seconds: float) -> dict[str, Any]:
         verdict = check(self.ledger.states(), stored)
         acks = sorted((at - self._t0, latency) for at, latency in self.ledger.acks)
@@ -311,6 +323,7 @@ class _Run:
                 "p999_ms": _quantile(latencies, 0.999),
                 "seconds": round(produce_seconds, 3),
                 "faults": self.windows,
+                "injected": self._injected(),
                 "timeline": {"bucket_s": round(bucket, 4), "acks": timeline},
                 "notes": self.sink.notes[:20],
             }

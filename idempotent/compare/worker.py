@@ -10,6 +10,7 @@ as allowed by ``rate`` (records/s, 0 = unlimited), and reports on stdout, one li
     f ID n|p                    record ID failed: not persisted / possibly persisted
     i FAULT                     a fault asked for on stdin has been carried out
     e MESSAGE                   something went wrong that the report should show
+    k COUNT                     link faults that happened in this process (at the end)
     r ID                        (read-back) a stored record, in log order
     done T                      every record has ended (or the flush timed out), at time T
 
@@ -73,6 +74,7 @@ class Worker:
         self._stop = threading.Event()
         self._pauses = sorted(int(p) for p in spec.get("pauses", ()))
         self._go = threading.Event()
+        self._links: list[LinkInjector] = []
 
     # -- output ----------------------------------------------------------------------------
 
@@ -105,6 +107,7 @@ class Worker:
 
             self.broker = connect(self.target.url)
         link = LinkInjector(self.broker)
+        self._links.append(link)
         return _Driver(OursInstance(self.target, link), link)
 
     def _kill(self, driver: _Driver) -> None:
@@ -238,6 +241,7 @@ class Worker:
         self._drive(self.driver, self.start, main=True)
         if self._zombie is not None:
             self._zombie.join(FLUSH_TIMEOUT + 60)
+        self.emit(f"k {sum(sum(link.injected.values()) for link in self._links)}")
         self.emit(f"done {time.monotonic():.6f}")
         if self.readback and self.broker is not None:
             self._read_back(self.broker)
