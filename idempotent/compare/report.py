@@ -17,6 +17,8 @@ from typing import Any
 import attrs
 
 from .runner import CompareConfig
+from .schedule import FAULTS
+from .systems import SYSTEMS
 
 COUNTS = ("injected", "sent", "acknowledged", "failed", "ambiguous", "stored", "duplicates", "lost", "reordered")
 ANOMALIES = ("duplicates", "lost", "reordered", "ambiguous")
@@ -43,7 +45,7 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         row["status"] = "ok"
         row["runs"] += 1
         for count in COUNTS:
-            row[count] += run[count]
+            row[count] += run.get(count, 0)
         for metric, values in row["_speed"].items():
             if run.get(metric) is not None:
                 values.append(run[metric])
@@ -260,10 +262,14 @@ def _html_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], table_id
     return f"<table id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+def _order(names: Sequence[str]) -> Callable[[str], int]:
+    return lambda name: names.index(name) if name in names else len(names)
+
+
 def _html(config: CompareConfig, runs: Sequence[dict[str, Any]], summary: list[dict[str, Any]], elapsed: float) -> str:
     ok = [r for r in summary if r["status"] == "ok"]
-    systems = list(dict.fromkeys(r["system"] for r in ok))
-    faults = list(dict.fromkeys(r["fault"] for r in ok))
+    systems = sorted({r["system"] for r in ok}, key=_order(SYSTEMS))
+    faults = sorted({r["fault"] for r in ok}, key=_order(FAULTS))
     index = {(r["system"], r["fault"]): r for r in ok}
 
     def metric(name: str) -> Callable[[str, str], float | None]:
