@@ -74,13 +74,18 @@ def measure(producer: Baseline, size: int, records: int) -> dict[str, float]:
         elapsed = time.perf_counter() - started
     finally:
         producer.close()
-    latencies = sorted(producer.latencies)
+    rate = records / elapsed
+    return {"records_per_s": rate, **_percentiles(producer.latencies), "failed": failed, "seconds": elapsed}
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    """p50 and p99 of latency samples in seconds, as milliseconds (NaN without samples)."""
+    latencies = sorted(samples)
+    if not latencies:
+        return {"p50_ms": float("nan"), "p99_ms": float("nan")}
     return {
-        "records_per_s": records / elapsed,
-        "p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else float("nan"),
-        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else float("nan"),
-        "failed": failed,
-        "seconds": elapsed,
+        "p50_ms": 1000 * latencies[len(latencies) // 2],
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
     }
 
 
@@ -106,12 +111,10 @@ def measure_at_rate(producer: Baseline, size: int, rate: float, seconds: float) 
         elapsed = time.perf_counter() - started
     finally:
         producer.close()
-    latencies = sorted(producer.latencies)
     return {
         "offered_per_s": rate,
         "achieved_per_s": total / elapsed,
-        "p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else float("nan"),
-        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else float("nan"),
+        **_percentiles(producer.latencies),
         "failed": failed,
     }
 

@@ -342,23 +342,8 @@ class ProducerSequencer:
         ps = self._partitions.get(tp)
         if ps is None:
             ps = self._partitions[tp] = _Partition(next_sequence(self._last.get(tp, NO_SEQUENCE)))
-        batch = ps.open
         size = record.size
-        if batch is not None and (
-            len(batch.records) >= self.max_batch_records
-            or batch.size + size > self.batch_size
-            or (sequence is not None and not self._continues(batch, sequence))
-        ):
-            self._seal(ps)
-            batch = None
-        if batch is None:
-            self.wakeup = True
-            batch = OutgoingBatch(self._next_batch_id, topic, partition, [], Spans(), now)
-            if sequence is not None:
-                batch.base_sequence, batch.explicit = sequence, True
-            self._next_batch_id += 1
-            self._batches[batch.batch_id] = batch
-            ps.open = batch
+        batch = self._batch_for(ps, topic, partition, size, sequence, now)
         batch.records.append(record)
         spans = batch.spans
         spans.owners.append(owner)
@@ -401,25 +386,10 @@ class ProducerSequencer:
         if ps is None:
             ps = self._partitions[tp] = _Partition(next_sequence(self._last.get(tp, NO_SEQUENCE)))
         max_records, max_bytes = self.max_batch_records, self.batch_size
-        batch = ps.open
         position = 0
         while position < count:
             first = None if sequences is None else sequences[position]
-            if batch is not None and (
-                len(batch.records) >= max_records
-                or batch.size + records[position].size > max_bytes
-                or (first is not None and not self._continues(batch, first))
-            ):
-                self._seal(ps)
-                batch = None
-            if batch is None:
-                self.wakeup = True
-                batch = OutgoingBatch(self._next_batch_id, topic, partition, [], Spans(), now)
-                if first is not None:
-                    batch.base_sequence, batch.explicit = first, True
-                self._next_batch_id += 1
-                self._batches[batch.batch_id] = batch
-                ps.open = batch
+            batch = self._batch_for(ps, topic, partition, records[position].size, first, now)
             # take every following record that fits: room, bytes, and (explicit) no jump
             room = max_records - len(batch.records)
             size = batch.size
@@ -442,7 +412,30 @@ class ProducerSequencer:
             if len(batch.records) >= max_records or batch.size >= max_bytes:
                 self._seal(ps)  # full: do not wait for linger
                 self.wakeup = True
-                batch = None
+
+    def _batch_for(
+        self, ps: _Partition, topic: str, partition: int, size: int, sequence: int | None, now: float
+    ) -> OutgoingBatch:
+        """The open batch that takes a record of ``size`` bytes (with explicit ``sequence``):
+        the current one, or a new one after sealing the current one when it is full or the
+        sequence does not continue it."""
+        batch = ps.open
+        if batch is not None and (
+            len(batch.records) >= self.max_batch_records
+            or batch.size + size > self.batch_size
+            or (sequence is not None and not self._continues(batch, sequence))
+        ):
+            self._seal(ps)
+            batch = None
+        if batch is None:
+            self.wakeup = True
+            batch = OutgoingBatch(self._next_batch_id, topic, partition, [], Spans(), now)
+            if sequence is not None:
+                batch.base_sequence, batch.explicit = sequence, True
+            self._next_batch_id += 1
+            self._batches[batch.batch_id] = batch
+            ps.open = batch
+        return batch
 
     @staticmethod
     def _continues(batch: OutgoingBatch, sequence: int) -> bool:
