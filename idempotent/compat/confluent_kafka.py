@@ -1024,6 +1024,31 @@ class Producer:
             reports.outstanding += count
             reports.outstanding_bytes += size
 
+    def _reserve_upto(self, sizes: list[int]) -> int:
+        """Take report slots for as many of the leading messages (of ``sizes`` bytes) as the
+        queue holds, in one step.
+
+        Returns:
+            How many were taken (the rest do not fit).
+
+        Raises:
+            KafkaException: ``_FATAL``, the producer failed earlier.
+        """
+        reports = self._reports
+        with reports.cond:
+            if reports.fatal is not None:
+                raise KafkaException(self._fatal_error())
+            room = max(0, self._config.max_messages - reports.outstanding)
+            taken = total = 0
+            for size in sizes[:room]:
+                if (reports.outstanding or taken) and reports.outstanding_bytes + total + size > self._config.max_bytes:
+                    break
+                taken += 1
+                total += size
+            reports.outstanding += taken
+            reports.outstanding_bytes += total
+            return taken
+
     def _unreserve(self, count: int, size: int) -> None:
         with self._reports.cond:
             self._reports.outstanding -= count
@@ -1161,12 +1186,8 @@ class Producer:
                 raise TypeError(f"Message callback at index {index} must be callable")
             value_bytes, key_bytes = _payload("value", value), _payload("key", key)
             prepared.append((index, target, value_bytes, key_bytes, _header_list(message.get("headers")), report))
-        with self._reports.cond:
-            if self._reports.fatal is not None:
-                raise KafkaException(self._fatal_error())
         count = self._partition_count(topic) if prepared else 1
-        groups: dict[int, list[tuple[Any, ...]]] = {}
-        unknown: list[tuple[Any, ...]] = []
+        fitting: list[tuple[int, int, bytes | None, bytes | None, Any, Any, int]] = []
         for index, target, value_bytes, key_bytes, header_list, report in prepared:
             size = len(value_bytes or b"") + len(key_bytes or b"")
             if size > self._config.max_message_bytes:
@@ -1174,20 +1195,22 @@ class Producer:
                     KafkaError.MSG_SIZE_TOO_LARGE,
                     f"Message size {size} exceeds message.max.bytes={self._config.max_message_bytes}",
                 )
-                continue
+            else:
+                fitting.append((index, target, value_bytes, key_bytes, header_list, report, size))
+        taken = self._reserve_upto([entry[-1] for entry in fitting])  # one lock for the whole batch
+        for index, *_ in fitting[taken:]:
+            messages[index]["_error"] = KafkaError(KafkaError._QUEUE_FULL)
+        created_ms = int(time.time() * 1000)
+        groups: dict[int, list[tuple[Any, ...]]] = {}
+        unknown: list[tuple[Any, ...]] = []
+        for index, target, value_bytes, key_bytes, header_list, report, size in fitting[:taken]:
             if target == -1:
                 target = self._choose(count, key_bytes)
-            try:
-                self._reserve(1, size)
-            except BufferError:
-                messages[index]["_error"] = KafkaError(KafkaError._QUEUE_FULL)
-                continue
-            created_ms = int(time.time() * 1000)
             entry = (topic, target, key_bytes, value_bytes, header_list, created_ms, report, size)
             if not 0 <= target < count:  # queued, and failed in its delivery report (as librdkafka)
                 unknown.append(entry)
-                continue
-            groups.setdefault(target, []).append((index, entry))
+            else:
+                groups.setdefault(target, []).append((index, entry))
         queued = len(unknown)
         if unknown:
             error = KafkaError(
