@@ -402,7 +402,7 @@ class KafkaBackend:
     def _ensure_internal_topics(self) -> None:
         compacted = {"cleanup.policy": "compact", **self.topic_config}
         wanted = [self.prefix + META_TOPIC, self.prefix + SNAPSHOT_TOPIC]
-        existing = self._admin.list_topics(timeout=self.timeout).topics
+        existing = self._list_topics()
         missing = [
             NewTopic(name, num_partitions=1, replication_factor=self.replication_factor, config=compacted)
             for name in wanted
@@ -417,10 +417,18 @@ class KafkaBackend:
                         raise _translate(exc.args[0], f"create {name}") from exc
         self._wait_for_topics(wanted)
 
+    def _list_topics(self) -> dict[str, Any]:
+        """The cluster's topics, from the admin client; then hands its queued log lines (an
+        admin client has no thread of its own that would) to Python logging."""
+        try:
+            return dict(self._admin.list_topics(timeout=self.timeout).topics)
+        finally:
+            self._admin.poll(0)
+
     def _wait_for_topics(self, names: list[str]) -> None:
         deadline = time.monotonic() + self.timeout
         while True:
-            topics = self._admin.list_topics(timeout=self.timeout).topics
+            topics = self._list_topics()
             if all(n in topics and topics[n].error is None and topics[n].partitions for n in names):
                 return
             if time.monotonic() > deadline:
@@ -536,7 +544,7 @@ class KafkaBackend:
             clash = [t for t in self._meta.topics if t != topic and kafka_topic_name(t, self.prefix) == name]
             if clash:
                 raise InvalidTopicError(f"topic {topic!r} would share the Kafka topic {name!r} with {clash[0]!r}")
-            existing = self._admin.list_topics(timeout=self.timeout).topics.get(name)
+            existing = self._list_topics().get(name)
             if existing is not None and existing.error is None and existing.partitions:
                 if len(existing.partitions) != partitions:
                     raise InvalidTopicError(

@@ -101,3 +101,14 @@ def test_takeover_of_a_writer_that_died_inside_a_transaction(
     takeover = [r for r in caplog.records if r.getMessage().startswith("GETPID")]
     assert all(r.name == "idempotent.adapters.kafka.librdkafka" for r in takeover)
     assert not [r.getMessage() for r in takeover if r.levelno > logging.INFO]
+
+
+def test_librdkafka_log_lines_of_the_admin_client_reach_python_logging(caplog: pytest.LogCaptureFixture) -> None:
+    from adapters.kafka import KafkaBackend
+    from idempotent.errors import BackendUnavailableError
+
+    caplog.set_level("DEBUG", logger="idempotent.adapters.kafka.librdkafka")
+    with pytest.raises(BackendUnavailableError):
+        KafkaBackend("kafka://127.0.0.1:1", timeout=1.0)  # nothing listens there
+    lines = [r for r in caplog.records if r.name == "idempotent.adapters.kafka.librdkafka"]
+    assert any("Connection refused" in r.getMessage() and r.levelno >= logging.WARNING for r in lines)
