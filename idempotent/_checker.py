@@ -412,15 +412,19 @@ class PartitionChecker:
         Batches are applied in push order; a commit that arrives early waits for its
         predecessors. A ticket from before :meth:`discard_pending` is ignored.
         """
-        if ticket.generation != self._generation:
+        item = self._pushed(ticket)
+        if item is None:
             return
-        index = ticket.number - self._first_number
-        if not 0 <= index < len(self._fifo):
-            return
-        item = self._fifo[index]
         item.base_offset = base_offset
         item.done = True
         self._apply_done()
+
+    def _pushed(self, ticket: Ticket) -> _Pending | None:
+        """The pushed batch a ticket stands for, or None for a stale or finished ticket."""
+        if ticket.generation != self._generation:
+            return None
+        index = ticket.number - self._first_number
+        return self._fifo[index] if 0 <= index < len(self._fifo) else None
 
     def drop(self, ticket: Ticket) -> None:
         """Record that the backend stored nothing of a pushed batch, for certain (it refused
@@ -428,12 +432,9 @@ class PartitionChecker:
         rebuild; when no later batch of its producer was pushed, the producer's pushed
         sequence goes back to what it was before, so that it may send those sequences again.
         A ticket from before :meth:`discard_pending` is ignored."""
-        if ticket.generation != self._generation:
+        item = self._pushed(ticket)
+        if item is None:
             return
-        index = ticket.number - self._first_number
-        if not 0 <= index < len(self._fifo):
-            return
-        item = self._fifo[index]
         item.done = item.dropped = True
         header = item.header
         state = None if header is None else self._producers.get(header.producer_id)
