@@ -18,10 +18,16 @@ ACCEPTED / DUPLICATE        the batch is done (persisted, with its offset when k
 OUT_OF_ORDER_SEQUENCE       an earlier batch has not arrived yet: resend in order; if the
                             expected sequence is none of ours, fail: SequenceDesyncError
                             (unless it was acknowledged after the attempt was sent: the
-                            answer is older than that acknowledgement, so resend)
-IN_FLIGHT, RETRY errors     resend the same batch after the backoff the shell chose
+                            answer is older than that acknowledgement, so resend); if it is
+                            the base of a batch refused for good, number the batches behind
+                            it again from there and resend them
+IN_FLIGHT, RETRY errors     resend the same batch after the backoff the shell chose (the
+                            attempt's outcome stays unknown: the batch is *doubtful*)
+InvalidBatchError           that batch alone fails, NOT_PERSISTED unless doubtful; its
+                            sequences are given back (it numbered itself)
 FENCED, UNKNOWN_PRODUCER,   the producer fails: every unfinished message ends NOT_PERSISTED
-other fatal errors          (never sent) or POSSIBLY_PERSISTED (sent at least once)
+other fatal errors          (never sent, or every attempt refused) or POSSIBLY_PERSISTED (an
+                            attempt awaited, timed out, failed in transport or IN_FLIGHT)
 ==========================  ===============================================================
 
 While any batch of a partition waits to be resent, the partition sends nothing new and
