@@ -64,6 +64,7 @@ def main(workdir: Path) -> None:
             .writeStream.format("idempotent")
             .option("url", url)
             .option("topic", "orders-clean")
+            .option("partitions", "3")
             .option("checkpointLocation", str(workdir / "checkpoint"))
             .trigger(availableNow=True)
             .start()

@@ -95,7 +95,7 @@ def speculate(master: str, url: str, topic: str, rows: int, markers: str) -> Non
             "spark.speculation": "true",
             "spark.speculation.interval": "200ms",
             "spark.speculation.quantile": "0.5",
-            "spark.speculation.multiplier": "2",
+            "spark.speculation.multiplier": "1.5",
             "spark.speculation.minTaskRuntime": "500ms",
             "spark.task.maxFailures": "4",
         },
@@ -108,7 +108,9 @@ def speculate(master: str, url: str, topic: str, rows: int, markers: str) -> Non
         if i % per_partition == 0:
             open(os.path.join(markers, f"{context.partitionId()}-{context.attemptNumber()}"), "w").close()
         if context.partitionId() == 0 and context.attemptNumber() == 0 and i == per_partition * 4 // 5:
-            time.sleep(40)  # the slow task: its rows before this one are in the sink already
+            # the slow task: its rows before this one are in the sink already; it stalls until
+            # Spark kills it once the speculative copy (started on the other worker) succeeded
+            time.sleep(300)
         return str(i)
 
     df = spark.range(0, rows, numPartitions=2).select(F.udf(value, "string")("id").alias("value"))

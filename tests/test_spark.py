@@ -320,3 +320,103 @@ def test_mirror_cli_refuses_follow_on_spark(capsys: pytest.CaptureFixture[str]) 
     argv = ["mirror", "--from", "sqlite:///a.db", "--to", "sqlite:///b.db", "--topic", "t", "--job", "j"]
     assert main([*argv, "--engine", "spark", "--follow"]) != 0
     assert "--follow needs --engine threads" in capsys.readouterr().err
+
+
+def test_example_spark_pipeline(spark_hosts: Path, tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "spark_pipeline.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=800,
+        check=True,
+    ).stdout
+    assert "orders-clean holds 3000 records, 3000 distinct" in out
+    assert "daily-summary holds 3 records after two runs of one job" in out
+
+
+@contextlib.contextmanager
+def _standalone_cluster(tmp_path: Path) -> Iterator[str]:
+    """A Spark standalone master and two one-core workers on two loopback addresses.
+
+    Spark never starts a speculative copy on a host that runs an attempt of the task, and
+    local mode has one host (and no speculation), so speculation needs two hosts: workers
+    on 127.0.0.1 and 127.0.0.2 count as two.
+    """
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_DAEMON_MEMORY": "256m",
+        "SPARK_WORKER_DIR": str(tmp_path / "work"),
+        "SPARK_LOG_DIR": str(tmp_path / "logs"),
+    }
+    port = _free_port()
+    spark_class = str(home / "bin" / "spark-class")
+    log = open(tmp_path / "cluster.log", "wb")  # noqa: SIM115 - closed below
+    processes = [
+        subprocess.Popen(
+            [spark_class, "org.apache.spark.deploy.master.Master", *("--host", "127.0.0.1", "--port", str(port))],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    ]
+    try:
+        for host in ("127.0.0.1", "127.0.0.2"):
+            processes.append(
+                subprocess.Popen(
+                    [
+                        spark_class,
+                        "org.apache.spark.deploy.worker.Worker",
+                        "--host",
+                        host,
+                        "--cores",
+                        "1",
+                        "--memory",
+                        "768m",
+                        f"spark://127.0.0.1:{port}",
+                    ],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        for process in reversed(processes):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(30)
+        log.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_speculative_copy_of_a_slow_task_stores_no_duplicates(spark_hosts: Path, tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    markers = tmp_path / "attempts"
+    markers.mkdir()
+    rows = 2 * 25_000
+    with _standalone_cluster(tmp_path) as master:
+        _finish(_job("speculate", master, url, "speculated", str(rows), str(markers)), timeout=600)
+    attempts = sorted(p.name for p in markers.iterdir())
+    assert "0-1" in attempts, f"Spark started no second attempt of the slow task: {attempts}"
+    records = _stored(url, "speculated")
+    assert sorted(int(r.value) for r in records) == list(range(rows))
+    # the slow attempt stored rows (epoch 0) before the speculative copy fenced it (epoch 1)
+    assert {r.producer_epoch for r in records if int(r.value) < rows // 2} == {0, 1}
