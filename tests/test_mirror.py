@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
 import idempotent
 from adapters.memory import reset_store
-from idempotent.errors import ConfigError, InvalidTopicError, ProducerFencedError
+from idempotent.errors import ConfigError, InvalidTopicError, PartitionRecoveringError, ProducerFencedError
 from idempotent.mirror import (
     Mirror,
     PartitionProgress,
@@ -305,5 +306,42 @@ def test_offsets_beyond_31_bits_resume_exactly(tmp_path: Path) -> None:
         stored = broker.read("t", 0, 0, 100)
         assert [int(dict(r.headers)["idem.src.offset"]) for r in stored] == offsets
         assert [r.value for r in stored] == [b"%d" % o for o in offsets]
+    finally:
+        broker.close()
+
+
+class _RefusesFirstBatch:
+    """A destination whose first produce is refused (retriable, nothing stored) only after
+    the copy could have sent the next batch behind it."""
+
+    def __init__(self, inner: idempotent.BrokerAPI) -> None:
+        self.inner = inner
+        self.refused = False
+
+    def init_producer(self, name: str) -> object:
+        return self.inner.init_producer(name)
+
+    def submit_produce(self, *args: object) -> Future[idempotent.ProduceResult]:
+        if self.refused:
+            return self.inner.submit_produce(*args)  # type: ignore[arg-type]
+        self.refused = True
+        answer: Future[idempotent.ProduceResult] = Future()
+        threading.Timer(0.3, answer.set_exception, [PartitionRecoveringError("recovering")]).start()
+        return answer
+
+
+def test_a_batch_refused_for_a_passing_reason_is_not_overtaken(tmp_path: Path) -> None:
+    """Regression: batches were pipelined, so under the monotonic policy the batch behind a
+    refused one was stored and the refused one lost for good."""
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"".join(b"line %d\n" % i for i in range(5000)))
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    broker = idempotent.connect(dest)
+    try:
+        (task,) = Mirror(f"file://{source}", dest, to_topic="t", job="j").plan(open_source(f"file://{source}"), broker)
+        flaky = _RefusesFirstBatch(broker)
+        summary = copy_partition(task, broker=flaky)  # type: ignore[arg-type]
+        assert flaky.refused and summary.copied == 5000
+        assert [r.value for r in broker.read("t", 0, 0, 10_000)] == [b"line %d" % i for i in range(5000)]
     finally:
         broker.close()
