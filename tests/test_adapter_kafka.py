@@ -112,3 +112,137 @@ def test_librdkafka_log_lines_of_the_admin_client_reach_python_logging(caplog: p
         KafkaBackend("kafka://127.0.0.1:1", timeout=1.0)  # nothing listens there
     lines = [r for r in caplog.records if r.name == "idempotent.adapters.kafka.librdkafka"]
     assert any("Connection refused" in r.getMessage() and r.levelno >= logging.WARNING for r in lines)
+
+
+# -- error mapping at the adapter edge (no broker needed) ------------------------------------
+
+
+def _kafka_error(code_name: str, *, fatal: bool = False, retriable: bool = False, abortable: bool = False) -> Any:
+    from confluent_kafka import KafkaError
+
+    return KafkaError(
+        getattr(KafkaError, code_name), "reason", fatal=fatal, retriable=retriable, txn_requires_abort=abortable
+    )
+
+
+_TRANSIENT_CODES = [
+    "_TRANSPORT",
+    "_ALL_BROKERS_DOWN",
+    "_TIMED_OUT",
+    "_MSG_TIMED_OUT",
+    "NOT_LEADER_FOR_PARTITION",
+    "LEADER_NOT_AVAILABLE",
+    "REQUEST_TIMED_OUT",
+    "NETWORK_EXCEPTION",
+    "NOT_ENOUGH_REPLICAS",
+    "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+    "CONCURRENT_TRANSACTIONS",
+    "COORDINATOR_LOAD_IN_PROGRESS",
+    "COORDINATOR_NOT_AVAILABLE",
+    "NOT_COORDINATOR",
+]
+
+
+@pytest.mark.parametrize("code_name", _TRANSIENT_CODES)
+def test_transient_kafka_errors_are_retriable(code_name: str) -> None:
+    from adapters.kafka import _translate
+    from idempotent.errors import BackendUnavailableError, OwnershipLostError, Recovery
+
+    # librdkafka sets retriable() only where it raises them; the code alone must be enough
+    for error in (_kafka_error(code_name), _kafka_error(code_name, retriable=True)):
+        mapped = _translate(error, "append to t[0]")
+        assert type(mapped) is BackendUnavailableError and not isinstance(mapped, OwnershipLostError)
+        assert mapped.recovery is Recovery.RETRY and code_name in str(mapped)
+
+
+@pytest.mark.parametrize(
+    ("code_name", "flags"),
+    [("INVALID_RECORD", {"retriable": True}), ("OUT_OF_ORDER_SEQUENCE_NUMBER", {"abortable": True})],
+)
+def test_kafka_errors_librdkafka_flags_as_retriable_or_abortable_are_retriable(
+    code_name: str, flags: dict[str, bool]
+) -> None:
+    from adapters.kafka import _translate
+    from idempotent.errors import BackendUnavailableError
+
+    assert type(_translate(_kafka_error(code_name, **flags), "append to t[0]")) is BackendUnavailableError
+
+
+@pytest.mark.parametrize("code_name", ["_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"])
+def test_fencing_kafka_errors_mean_ownership_lost(code_name: str) -> None:
+    from adapters.kafka import _translate
+    from idempotent.errors import OwnershipLostError
+
+    # librdkafka raises fencing as a fatal error: it is still a takeover, not a bug
+    mapped = _translate(_kafka_error(code_name, fatal=True), "commit to t[0]")
+    assert type(mapped) is OwnershipLostError and "fenced" in str(mapped)
+
+
+@pytest.mark.parametrize("code_name", ["MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE"])
+def test_oversized_kafka_errors_store_nothing(code_name: str) -> None:
+    from adapters.kafka import _translate
+    from idempotent.errors import EntryTooLargeError, Recovery
+
+    mapped = _translate(_kafka_error(code_name), "deliver to t[0]")
+    assert type(mapped) is EntryTooLargeError and mapped.recovery is Recovery.FATAL
+
+
+@pytest.mark.parametrize(
+    ("code_name", "expected"),
+    [
+        ("_INVALID_ARG", "ConfigError"),
+        ("INVALID_CONFIG", "ConfigError"),
+        ("INVALID_TRANSACTION_TIMEOUT", "ConfigError"),
+        ("UNSUPPORTED_VERSION", "ConfigError"),
+        ("TOPIC_AUTHORIZATION_FAILED", "ConfigError"),
+        ("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "ConfigError"),
+        ("CLUSTER_AUTHORIZATION_FAILED", "ConfigError"),
+        ("SASL_AUTHENTICATION_FAILED", "ConfigError"),
+        ("_AUTHENTICATION", "ConfigError"),
+        ("_UNKNOWN_TOPIC", "InvalidTopicError"),
+        ("_UNKNOWN_PARTITION", "InvalidTopicError"),
+        ("TOPIC_EXCEPTION", "InvalidTopicError"),
+        ("INVALID_RECORD", "InternalError"),
+        ("UNKNOWN", "InternalError"),
+        ("_FAIL", "InternalError"),
+    ],
+)
+def test_permanent_and_unknown_kafka_errors_are_fatal(code_name: str, expected: str) -> None:
+    from adapters.kafka import _translate
+    from idempotent.errors import Recovery
+
+    # retriable() is false here, as librdkafka reports them: the outcome must not be a retry
+    mapped = _translate(_kafka_error(code_name), "append to t[0]")
+    assert type(mapped).__name__ == expected and mapped.recovery is Recovery.FATAL and not mapped.retriable
+
+
+@pytest.mark.parametrize("code_name", ["OUT_OF_ORDER_SEQUENCE_NUMBER", "_GAPLESS_GUARANTEE", "REQUEST_TIMED_OUT"])
+def test_fatal_kafka_errors_are_logged_internal_errors(code_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    from confluent_kafka import KafkaException
+
+    from adapters.kafka import _translate
+    from idempotent.errors import InternalError, Recovery
+
+    # fatal() wins over the code: the client instance is unusable, even after a transient code
+    with caplog.at_level(logging.ERROR, logger="idempotent.adapters.kafka"):
+        mapped = _translate(_kafka_error(code_name, fatal=True, retriable=True), "commit to t[0]")
+    assert type(mapped) is InternalError and mapped.recovery is Recovery.FATAL
+    assert isinstance(mapped.__cause__, KafkaException) and code_name in str(mapped)
+    assert any(code_name in r.getMessage() for r in caplog.records)
+
+
+def test_kafka_map_errors_retries_only_a_full_queue() -> None:
+    from confluent_kafka import KafkaException
+
+    from adapters.kafka import _map_errors
+    from idempotent.errors import BackendUnavailableError, ConfigError, InternalError
+
+    with pytest.raises(BackendUnavailableError), _map_errors("produce"):
+        raise BufferError("Local: Queue full")
+    for bug in (RuntimeError("closed"), ValueError("bad"), TypeError("bad")):
+        with pytest.raises(InternalError) as info, _map_errors("produce"):
+            raise bug
+        assert info.value.__cause__ is bug
+    with pytest.raises(ConfigError) as config, _map_errors("connect"):
+        raise KafkaException(_kafka_error("_INVALID_ARG"))
+    assert isinstance(config.value.__cause__, KafkaException)

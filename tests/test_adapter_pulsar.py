@@ -4,6 +4,7 @@ Pulsar specifics (plain consumers, fencing of a stale owner, Pulsar's own dedupl
 from __future__ import annotations
 
 import json
+import logging
 import urllib.parse
 import urllib.request
 from typing import Any
@@ -248,3 +249,115 @@ def test_read_only_backend_does_not_take_partitions_over(harness: ServiceHarness
 
 def test_stale_owner_with_a_lapsed_lease_is_fenced(harness: ServiceHarness) -> None:
     check_stale_owner_is_fenced(harness)
+
+
+# -- error mapping at the adapter edge (no broker needed) ------------------------------------
+
+_PULSAR_TRANSIENT = [
+    "Timeout",
+    "ConnectError",
+    "NotConnected",
+    "ReadError",
+    "LookupError",
+    "TooManyLookupRequestException",
+    "ServiceUnitNotReady",
+    "BrokerMetadataError",
+    "BrokerPersistenceError",
+    "ProducerQueueIsFull",
+    "MemoryBufferIsFull",
+    "ProducerBlockedQuotaExceededError",
+    "ProducerBusy",
+    "AlreadyClosed",
+]
+_PULSAR_FATAL = [
+    ("AuthenticationError", "ConfigError"),
+    ("AuthorizationError", "ConfigError"),
+    ("InvalidConfiguration", "ConfigError"),
+    ("InvalidUrl", "ConfigError"),
+    ("NotAllowedError", "ConfigError"),
+    ("OperationNotSupported", "ConfigError"),
+    ("UnsupportedVersionError", "ConfigError"),
+    ("TopicNotFound", "InvalidTopicError"),
+    ("InvalidTopicName", "InvalidTopicError"),
+    ("TopicTerminated", "InvalidTopicError"),
+    ("MessageTooBig", "EntryTooLargeError"),
+    ("UnknownError", "InternalError"),
+    ("ChecksumError", "InternalError"),
+    ("InvalidMessage", "InternalError"),
+    ("Interrupted", "InternalError"),
+]
+
+
+@pytest.mark.parametrize("name", _PULSAR_TRANSIENT)
+def test_transient_pulsar_errors_are_retriable(name: str) -> None:
+    import pulsar
+    from pulsar import exceptions
+
+    from adapters.pulsar import _translate
+    from idempotent.errors import OwnershipLostError, Recovery
+
+    # raised by a blocking call, or reported as a send callback's Result
+    for error in (getattr(exceptions, name)("reason"), getattr(pulsar.Result, name)):
+        mapped = _translate(error, "append to t[0]")
+        assert type(mapped) is BackendUnavailableError and not isinstance(mapped, OwnershipLostError)
+        assert mapped.recovery is Recovery.RETRY
+
+
+@pytest.mark.parametrize(("name", "expected"), _PULSAR_FATAL)
+def test_permanent_and_unknown_pulsar_errors_are_fatal(name: str, expected: str) -> None:
+    import pulsar
+    from pulsar import exceptions
+
+    from adapters.pulsar import _translate
+    from idempotent.errors import Recovery
+
+    for error in (getattr(exceptions, name)("reason"), getattr(pulsar.Result, name)):
+        mapped = _translate(error, "append to t[0]")
+        assert type(mapped).__name__ == expected and mapped.recovery is Recovery.FATAL and not mapped.retriable
+
+
+def test_pulsar_fencing_means_ownership_lost() -> None:
+    from pulsar import exceptions
+
+    from adapters.pulsar import _translate
+    from idempotent.errors import OwnershipLostError
+
+    assert type(_translate(exceptions.ProducerFenced("reason"), "append to t[0]")) is OwnershipLostError
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (500, "BackendUnavailableError"),
+        (503, "BackendUnavailableError"),
+        (429, "BackendUnavailableError"),
+        (408, "BackendUnavailableError"),
+        (401, "ConfigError"),
+        (403, "ConfigError"),
+        (404, "InvalidTopicError"),
+        (412, "InvalidTopicError"),
+        (405, "InternalError"),
+        (409, "InternalError"),
+    ],
+)
+def test_pulsar_admin_statuses(status: int, expected: str) -> None:
+    from adapters.pulsar import _HttpError, _translate
+
+    mapped = _translate(_HttpError(status, "reason", "http://admin/x"), "create topic t")
+    assert type(mapped).__name__ == expected
+    assert mapped.retriable == (expected == "BackendUnavailableError")
+
+
+def test_pulsar_unexpected_exceptions_are_logged_internal_errors(caplog: pytest.LogCaptureFixture) -> None:
+    from adapters.pulsar import _map_errors
+    from idempotent.errors import InternalError
+
+    with (
+        caplog.at_level(logging.ERROR, logger="idempotent.adapters.pulsar"),
+        pytest.raises(InternalError) as info,
+        _map_errors("append to t[0]"),
+    ):
+        raise KeyError("a bug")
+    assert isinstance(info.value.__cause__, KeyError) and "KeyError" in caplog.text
+    with pytest.raises(BackendUnavailableError), _map_errors("admin"):
+        raise ConnectionRefusedError("refused")
