@@ -224,6 +224,13 @@ def _translate(error: Any, what: str) -> ProducerError:
     return internal_error(f"kafka: {what} (an unexpected Kafka error)", KafkaException(error), _LOG)
 
 
+def _is_fatal(cause: BaseException | None) -> bool:
+    """Whether an error's cause is a fatal librdkafka error other than being fenced: the
+    client instance that raised it can do nothing more."""
+    error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+    return isinstance(error, KafkaError) and error.fatal() and error.code() not in _FENCED_CODES
+
+
 class _LibrdkafkaLog:
     """Where librdkafka's own log lines go (the clients' ``logger``): the Python logger
     ``idempotent.adapters.kafka.librdkafka``, at the level librdkafka gave them, except the
@@ -310,6 +317,9 @@ class _PartitionWriter:
         self.partition = partition
         self.kafka_topic = kafka_topic_name(topic, backend.prefix)
         self.lost: ProducerError | None = None
+        #: librdkafka reported a fatal error: this producer instance can no longer write, so
+        #: the backend replaces the writer (fencing this one) on the next append
+        self.broken = False
         self._cond = threading.Condition()
         self._queue: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]] = []
         self._closed = False
@@ -446,6 +456,8 @@ class _PartitionWriter:
     def _fail(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], error: ProducerError) -> None:
         if isinstance(error, OwnershipLostError):
             self.lost = error
+        elif _is_fatal(error.__cause__):
+            self.broken = True
         # Fail the failed transaction's appends first: their callbacks mark the partition
         # failed in the broker. Then fail everything queued behind them (the ordering
         # contract of LogBackend.append): nothing after a failed append may be stored.
@@ -688,6 +700,9 @@ class KafkaBackend:
             raise ConfigError(f"{self.url} was opened read-only: it does not write to {topic}[{partition}]")
         with self._lock:
             writer = self._writers.get((topic, partition))
+            if writer is not None and writer.broken:  # its producer is unusable: fence it
+                writer.close()
+                writer = None
             if writer is None or writer.lost is not None:
                 if writer is not None:
                     raise writer.lost  # type: ignore[misc]

@@ -246,3 +246,42 @@ def test_kafka_map_errors_retries_only_a_full_queue() -> None:
     with pytest.raises(ConfigError) as config, _map_errors("connect"):
         raise KafkaException(_kafka_error("_INVALID_ARG"))
     assert isinstance(config.value.__cause__, KafkaException)
+
+
+def test_a_fatal_error_marks_the_partition_writer_broken() -> None:
+    import threading
+    from concurrent.futures import Future
+
+    from adapters.kafka import _PartitionWriter, _translate
+
+    def failed_writer(error: Any) -> Any:
+        writer = object.__new__(_PartitionWriter)
+        writer.lost, writer.broken, writer._cond, writer._queue = None, False, threading.Condition(), []
+        future: Future[int] = Future()
+        writer._fail([(None, None, future)], _translate(error, "commit to t[0]"))
+        assert future.exception() is not None
+        return writer
+
+    assert failed_writer(_kafka_error("_INCONSISTENT", fatal=True)).broken
+    assert not failed_writer(_kafka_error("_TIMED_OUT", retriable=True)).broken
+    fenced = failed_writer(_kafka_error("PRODUCER_FENCED", fatal=True))
+    assert fenced.lost is not None and not fenced.broken  # fenced: the partition is gone, not replaced
+
+
+def test_a_broken_partition_writer_is_replaced(kafka_service: Any) -> None:
+    from adapters.kafka import KafkaBackend
+    from idempotent import Record
+    from idempotent.backend import AppendBatch
+
+    backend = KafkaBackend(kafka_service.url, timeout=60)
+    try:
+        topic = topic_name("broken")
+        backend.create_topic(topic, 1)
+        first = backend._writer(topic, 0)
+        assert backend.append(topic, 0, AppendBatch(None, [Record(b"a")], 0.0), None).result(60) == 0
+        first.broken = True  # as librdkafka's fatal error leaves it (previous test)
+        assert backend.append(topic, 0, AppendBatch(None, [Record(b"b")], 0.0), None).result(60) > 0
+        assert backend._writer(topic, 0) is not first and not first._thread.is_alive()
+        assert [r.value for r in backend.read(topic, 0, 0, 10)] == [b"a", b"b"]
+    finally:
+        backend.close()
