@@ -27,7 +27,11 @@ S beyond that                                   OUT_OF_ORDER_SEQUENCE (+ expecte
 ==============================================  ==========================================
 
 Under the ``monotonic`` policy (Pulsar PIP-6) any S beyond the pushed sequence is accepted,
-holes allowed. With deduplication disabled every well-formed batch is accepted, but the
+holes allowed, unless the batch names its predecessor (``previous_sequence``, the last
+sequence of the batch its producer sent just before) and that is not the pushed sequence:
+then it is OUT_OF_ORDER_SEQUENCE (expected: pushed + 1), because an earlier batch of the
+producer was refused with nothing stored and must not be overtaken, or its resend would be
+answered DUPLICATE. With deduplication disabled every well-formed batch is accepted, but the
 state still follows the log so that enabling it again is consistent.
 
 Accepted batches are applied to the persisted view strictly in the order they were pushed
@@ -184,6 +188,9 @@ def validate_header(header: BatchHeader) -> None:
         )
     if not 1 <= header.record_count <= MAX_BATCH_RECORDS:
         raise InvalidBatchError(f"record_count {header.record_count} out of range (1..{MAX_BATCH_RECORDS})")
+    previous = header.previous_sequence
+    if previous is not None and not NO_SEQUENCE <= previous <= MAX_APPLICATION_SEQUENCE:
+        raise InvalidBatchError(f"previous_sequence {previous} out of range (-1..{MAX_APPLICATION_SEQUENCE})")
 
 
 def _steps(first: int, sequence: int) -> int:
@@ -281,6 +288,9 @@ class PartitionChecker:
         if state is None:
             if not admitted:
                 return ProduceResult(Outcome.UNKNOWN_PRODUCER)
+            if policy is Policy.MONOTONIC and enabled and header.previous_sequence not in (None, NO_SEQUENCE):
+                # it names a predecessor this partition never saw: that one comes first
+                return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0)
             if not enabled or policy is Policy.MONOTONIC or header.base_sequence == 0:
                 return ProduceResult(Outcome.ACCEPTED)
             return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0)
@@ -289,11 +299,17 @@ class PartitionChecker:
         if not enabled:
             return ProduceResult(Outcome.ACCEPTED)
         if policy is Policy.MONOTONIC:
-            return self._check_monotonic(state, header.base_sequence, header.record_count)
+            return self._check_monotonic(state, header.base_sequence, header.record_count, header.previous_sequence)
         return self._check_strict(state, header.base_sequence, header.record_count)
 
-    def _check_monotonic(self, state: ProducerState, base: int, count: int) -> ProduceResult:
-        """Pulsar's rule on 64-bit sequences, compared as plain integers (no wrap-around)."""
+    def _check_monotonic(self, state: ProducerState, base: int, count: int, previous: int | None) -> ProduceResult:
+        """Pulsar's rule on 64-bit sequences, compared as plain integers (no wrap-around).
+
+        A batch above the pushed sequence that names its predecessor (``previous``) is
+        accepted only when that predecessor is the pushed sequence: a gap the producer
+        declared is allowed, a batch that overtook an earlier one of its producer (refused
+        for a passing reason, nothing stored) is OUT_OF_ORDER_SEQUENCE, so that the earlier
+        one is not taken for a duplicate when it is resent."""
         last = base + count - 1
         stored, pushed = state.last_sequence, state.pushed_sequence
         if pushed == MAX_SEQUENCE and base == 0:
@@ -308,6 +324,8 @@ class PartitionChecker:
             if last > pushed:
                 raise InvalidBatchError(f"batch {base}..{last} straddles the in-flight sequence {pushed}")
             return ProduceResult(Outcome.IN_FLIGHT)
+        if previous is not None and previous != pushed:
+            return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=pushed + 1)
         return ProduceResult(Outcome.ACCEPTED)
 
     def _check_strict(self, state: ProducerState, base: int, count: int) -> ProduceResult:
@@ -689,6 +707,10 @@ class PartitionChecker:
         return checker, replayed
 
 
-def make_header(producer_id: int, producer_epoch: int, base_sequence: int, record_count: int) -> BatchHeader:
+def make_header(
+    producer_id: int, producer_epoch: int, base_sequence: int, record_count: int, previous_sequence: int | None = None
+) -> BatchHeader:
     """Build a :class:`BatchHeader` from plain ints."""
-    return BatchHeader(ProducerId(producer_id), Epoch(producer_epoch), Sequence(base_sequence), record_count)
+    return BatchHeader(
+        ProducerId(producer_id), Epoch(producer_epoch), Sequence(base_sequence), record_count, previous_sequence
+    )

@@ -264,6 +264,7 @@ SCHEMAS: Final[dict[str, dict[str, tuple[Check, Any]]]] = {
         "producer_epoch": (_int(0, MAX_EPOCH), REQUIRED),
         "base_sequence": (_int(0, MAX_APPLICATION_SEQUENCE), REQUIRED),
         "records": (_records, REQUIRED),
+        "previous_sequence": (_opt(_int(-1, MAX_APPLICATION_SEQUENCE)), None),
     },
     "read": {
         "topic": (_TOPIC, REQUIRED),
@@ -303,6 +304,7 @@ _ERRORS: Final[dict[str, type[ProducerError]]] = {
     "producer_id": InvalidBatchError,
     "producer_epoch": InvalidBatchError,
     "base_sequence": InvalidBatchError,
+    "previous_sequence": InvalidBatchError,
     "records": InvalidBatchError,
     "offset": ConfigError,
     "max_records": ConfigError,

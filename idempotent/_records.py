@@ -99,12 +99,20 @@ def as_record(item: Record | bytes | str | None) -> Record:
 
 @attrs.frozen
 class BatchHeader:
-    """What the checker needs to know about a batch: who sent it and which sequences it holds."""
+    """What the checker needs to know about a batch: who sent it and which sequences it holds.
+
+    ``previous_sequence`` is the last sequence of the batch the producer sent just before on
+    this partition (-1: none), or None when the producer does not say (older clients, and
+    batches replayed from a log). Under the ``monotonic`` policy a batch above the producer's
+    pushed sequence is accepted only when it names that sequence as its predecessor, so a
+    batch cannot overtake a refused one (docs/semantics.md). Stores do not keep it.
+    """
 
     producer_id: ProducerId
     producer_epoch: Epoch
     base_sequence: Sequence
     record_count: int
+    previous_sequence: int | None = None
 
 
 @attrs.frozen

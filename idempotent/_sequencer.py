@@ -35,6 +35,14 @@ resends only once no answer is outstanding, then all pending resends in sequence
 (followed by new batches once every resend is out).
 Every message ends in exactly one event: :class:`BatchDelivered` or :class:`BatchFailed`.
 
+Every batch names its predecessor at drain time (``previous_sequence``: the last sequence of the
+batch sent before it on the partition), kept across retries: under the ``monotonic`` policy the
+broker refuses a batch whose predecessor has not arrived, so a batch refused with nothing stored
+is never overtaken by the one behind it. An OUT_OF_ORDER_SEQUENCE for a batch whose predecessor
+is still in flight resends in order (under ``monotonic`` the expected sequence may lie in a gap
+the producer declared). A batch refused for good hands its predecessor on to the batch after it
+(none when a copy of it may be stored).
+
 Application-chosen sequences (PIP-6 style): :meth:`ProducerSequencer.add` takes an optional
 ``sequence``. Records with consecutive explicit sequences share a batch, a jump seals the open
 batch and starts a new one at that sequence. When it is sent, an explicit batch is cut where it
@@ -182,6 +190,12 @@ class OutgoingBatch:
     created_at: float
     size: int = 0
     base_sequence: int = NO_SEQUENCE
+    #: the last sequence of the batch sent just before on the partition (-1: none; None:
+    #: unknown, after a refused batch that may be stored), set at drain time: the broker's
+    #: ``monotonic`` policy refuses the batch while that one is not its latest.
+    previous_sequence: int | None = None
+    #: ``previous_sequence`` as the latest attempt carried it.
+    previous_at_send: int | None = None
     attempt: int = 0
     state: BatchState = BatchState.OPEN
     not_before: float = 0.0
@@ -228,6 +242,8 @@ Event = BatchDelivered | BatchFailed
 @attrs.define(eq=False)
 class _Partition:
     next_sequence: int
+    #: the last sequence of the latest batch sent (None: unknown); the next batch's predecessor
+    sent: int | None = NO_SEQUENCE
     open: OutgoingBatch | None = None
     queued: deque[OutgoingBatch] = attrs.field(factory=deque)
     inflight: list[OutgoingBatch] = attrs.field(factory=list)
@@ -347,7 +363,7 @@ class ProducerSequencer:
         tp = TopicPartition(topic, partition)
         ps = self._partitions.get(tp)
         if ps is None:
-            ps = self._partitions[tp] = _Partition(next_sequence(self._last.get(tp, NO_SEQUENCE)))
+            ps = self._partitions[tp] = self._new_partition(tp)
         size = record.size
         batch = self._batch_for(ps, topic, partition, size, sequence, now)
         batch.records.append(record)
@@ -390,7 +406,7 @@ class ProducerSequencer:
         tp = TopicPartition(topic, partition)
         ps = self._partitions.get(tp)
         if ps is None:
-            ps = self._partitions[tp] = _Partition(next_sequence(self._last.get(tp, NO_SEQUENCE)))
+            ps = self._partitions[tp] = self._new_partition(tp)
         max_records, max_bytes = self.max_batch_records, self.batch_size
         position = 0
         while position < count:
@@ -418,6 +434,10 @@ class ProducerSequencer:
             if len(batch.records) >= max_records or batch.size >= max_bytes:
                 self._seal(ps)  # full: do not wait for linger
                 self.wakeup = True
+
+    def _new_partition(self, tp: TopicPartition) -> _Partition:
+        last = self._last.get(tp, NO_SEQUENCE)
+        return _Partition(next_sequence(last), last)
 
     def _batch_for(
         self, ps: _Partition, topic: str, partition: int, size: int, sequence: int | None, now: float
@@ -527,9 +547,21 @@ class ProducerSequencer:
                     ps.next_sequence = next_sequence(ps.next_sequence, len(batch.records))
                 elif at_or_before(ps.next_sequence, last_sequence_of(batch.base_sequence, len(batch.records))):
                     ps.next_sequence = next_sequence(batch.base_sequence, len(batch.records))
+                self._link(ps, batch)
                 ps.inflight.append(batch)
                 out.append(self._transmit(batch, now))
         return out
+
+    @staticmethod
+    def _link(ps: _Partition, batch: OutgoingBatch) -> None:
+        """Name the batch's predecessor: the last sequence of the batch sent before it (numbered
+        batches follow it; the application's sequences are compared as plain integers, as the
+        ``monotonic`` policy does). A resend of sequences at or below it names none."""
+        last = last_sequence_of(batch.base_sequence, len(batch.records))
+        if batch.explicit and ps.sent is not None and last <= ps.sent:
+            batch.previous_sequence = None
+        else:
+            batch.previous_sequence, ps.sent = ps.sent, last
 
     def _has_room(self, ps: _Partition) -> bool:
         """Whether a batch sealed now could be sent at once. Until then the open batch keeps
@@ -546,6 +578,7 @@ class ProducerSequencer:
         batch.state = BatchState.AWAITING
         batch.sent_at = now
         batch.acked_at_send = self._acked.get(batch.topic_partition, NO_SEQUENCE)
+        batch.previous_at_send = batch.previous_sequence
         return batch
 
     def next_event(self) -> Event | None:
@@ -620,6 +653,8 @@ class ProducerSequencer:
                 batch.state, batch.not_before = BatchState.RESEND, now
             elif expected is not None and expected == ps.given_back and self._renumber(ps, batch, expected):
                 pass  # refused behind a batch that was refused for good: numbered again
+            elif self._predecessor_pending(ps, batch, expected):
+                batch.state, batch.not_before = BatchState.RESEND, now
             else:
                 self._fail_all(
                     SequenceDesyncError(
@@ -650,6 +685,29 @@ class ProducerSequencer:
                 )
             )
 
+    def _predecessor_pending(self, ps: _Partition, batch: OutgoingBatch, expected: int | None) -> bool:
+        """Whether a ``monotonic`` broker refused ``batch`` because the batch it names as its
+        predecessor had not arrived: the broker ``expected`` a sequence at or before that
+        one's (with the application's sequences it may lie in a declared gap), and that batch
+        is still in flight, was acknowledged after the attempt was sent, or was refused for
+        good so that ``batch`` now names another one."""
+        previous = batch.previous_at_send
+        if previous is None or expected is None:
+            return False
+        if batch.previous_sequence != previous:
+            return True
+        for b in ps.inflight:
+            if b is not batch and last_sequence_of(b.base_sequence, len(b.records)) == previous:
+                return expected <= b.base_sequence  # the monotonic policy does not wrap
+        acked = self._acked.get(batch.topic_partition, NO_SEQUENCE)
+        return (
+            previous != NO_SEQUENCE
+            and acked != NO_SEQUENCE
+            and expected <= previous
+            and at_or_before(previous, acked)
+            and (batch.acked_at_send == NO_SEQUENCE or not at_or_before(previous, batch.acked_at_send))
+        )
+
     def handle_error(self, batch_id: int, attempt: int, error: ProducerError, now: float, retry_at: float) -> None:
         """Feed a failed transmission: retriable errors resend at ``retry_at``; a batch the broker
         refused for good (:class:`InvalidBatchError`: nothing of it was stored) fails alone and
@@ -678,6 +736,16 @@ class ProducerSequencer:
         self._finish(batch)
         status = DeliveryStatus.POSSIBLY_PERSISTED if doubtful else DeliveryStatus.NOT_PERSISTED
         self._events.append(BatchFailed(batch, error, status))
+        if batch.previous_sequence is not None or doubtful:
+            # the batch after it names the one before it (nothing of it is stored), or no
+            # predecessor at all when a copy of it may be stored
+            link = None if doubtful else batch.previous_sequence
+            last = last_sequence_of(batch.base_sequence, len(batch.records))
+            following = [b for b in later if b.previous_sequence == last]
+            if following:
+                following[0].previous_sequence = link
+            elif ps.sent == last:
+                ps.sent = link
         if doubtful or batch.explicit:
             return
         if later:
@@ -697,11 +765,12 @@ class ProducerSequencer:
             return False
         if any(b.state is BatchState.AWAITING for b in tail):
             return True  # wait for their answers: an attempt in transit could still be stored
-        sequence = start
+        sequence, previous = start, tail[0].previous_sequence if tail else ps.sent
         for b in tail:
-            b.base_sequence = sequence
+            b.base_sequence, b.previous_sequence = sequence, previous
+            previous = last_sequence_of(sequence, len(b.records))
             sequence = next_sequence(sequence, len(b.records))
-        ps.next_sequence = sequence
+        ps.next_sequence, ps.sent = sequence, previous
         ps.given_back = None
         return True
 

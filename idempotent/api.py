@@ -52,6 +52,7 @@ class BrokerAPI(Protocol):
         producer_epoch: int,
         base_sequence: int,
         records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
     ) -> ProduceResult:
         """Check a batch and store it if accepted; block until durable."""
         ...
@@ -64,6 +65,7 @@ class BrokerAPI(Protocol):
         producer_epoch: int,
         base_sequence: int,
         records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
     ) -> Future[ProduceResult]:
         """Like ``produce`` but return a future; one partition's batches keep submission order."""
         ...

@@ -596,11 +596,16 @@ class Broker:
         producer_epoch: int,
         base_sequence: int,
         records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
     ) -> ProduceResult:
         """Check a batch and store it if accepted. Blocks until it is durable.
 
         Args:
             records: bytes values, or :class:`Record` objects with key, value and headers.
+            previous_sequence: the last sequence of the batch the producer sent just before
+                on this partition (-1: none), or None. Under the ``monotonic`` policy a batch
+                that names a predecessor other than the producer's latest pushed sequence is
+                OUT_OF_ORDER_SEQUENCE (docs/semantics.md); ``strict`` ignores it.
 
         Returns:
             The outcome; see :class:`idempotent.Outcome`.
@@ -613,7 +618,9 @@ class Broker:
             NotOwnerError: another broker owns the partition (several brokers); nothing
                 changed, send it to ``owner``.
         """
-        future = self.submit_produce(topic, partition, producer_id, producer_epoch, base_sequence, records)
+        future = self.submit_produce(
+            topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+        )
         try:
             return future.result(self.config.append_timeout)
         except TimeoutError:
@@ -629,6 +636,7 @@ class Broker:
         producer_epoch: int,
         base_sequence: int,
         records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
     ) -> Future[ProduceResult]:
         """Like :meth:`produce`, but return at once with a future of the result.
 
@@ -638,10 +646,14 @@ class Broker:
         topic = validate_topic(topic)
         observers = self._observers
         if not observers:
-            return self._submit(topic, partition, producer_id, producer_epoch, base_sequence, records)[0]
+            return self._submit(
+                topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+            )[0]
         started = time.monotonic()
         try:
-            future, size = self._submit(topic, partition, producer_id, producer_epoch, base_sequence, records)
+            future, size = self._submit(
+                topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+            )
         except BaseException as exc:
             notify(observers, "produce_failed", topic, partition, exc, time.monotonic() - started)
             raise
@@ -666,15 +678,24 @@ class Broker:
         producer_epoch: int,
         base_sequence: int,
         records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
     ) -> tuple[Future[ProduceResult], int]:
         """``submit_produce`` without observers; also returns the batch's size in bytes."""
         self._check_open()
         header = make_header(
-            producer_id, producer_epoch, base_sequence, len(records) if hasattr(records, "__len__") else 0
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records) if hasattr(records, "__len__") else 0,
+            previous_sequence,
         )
         for value in (producer_id, producer_epoch, base_sequence):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise InvalidBatchError(f"producer_id, producer_epoch and base_sequence must be ints, got {value!r}")
+        if previous_sequence is not None and (
+            not isinstance(previous_sequence, int) or isinstance(previous_sequence, bool)
+        ):
+            raise InvalidBatchError(f"previous_sequence must be an int or None, got {previous_sequence!r}")
         if isinstance(records, bytes | str) or not isinstance(records, Sequence):
             raise InvalidBatchError("records must be a list of bytes values or Record objects")
         if not records:

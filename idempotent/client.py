@@ -568,9 +568,12 @@ class RemoteBroker:
         producer_epoch: int,
         base_sequence: int,
         records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
     ) -> ProduceResult:
         """Check a batch and store it if accepted; block until durable."""
-        future = self.submit_produce(topic, partition, producer_id, producer_epoch, base_sequence, records)
+        future = self.submit_produce(
+            topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+        )
         try:
             return future.result(self.timeout + 5)
         except TimeoutError:
@@ -584,6 +587,7 @@ class RemoteBroker:
         producer_epoch: int,
         base_sequence: int,
         records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
     ) -> Future[ProduceResult]:
         """Send a batch; return the future of its result. Batches of one partition are sent,
         and stored, in the order of these calls.
@@ -606,6 +610,8 @@ class RemoteBroker:
             "base_sequence": base_sequence,
             "records": encoded,
         }
+        if previous_sequence is not None:  # absent: the broker applies the rule without it
+            args["previous_sequence"] = previous_sequence
         future: Future[ProduceResult] = self.submit("produce", args, wire.decode_result)
         return future
 
@@ -868,6 +874,7 @@ class ClusterBroker:
         producer_epoch: int,
         base_sequence: int,
         records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
     ) -> Future[ProduceResult]:
         """Send a batch to the partition's owner; return the future of its result. Batches
         of one partition go out in call order; a batch that is redirected or resent after a
@@ -882,7 +889,7 @@ class ClusterBroker:
         if isinstance(records, bytes | str) or not isinstance(records, Sequence):
             raise InvalidBatchError("records must be a list of bytes values or Record objects")
         topic = canonical_topic(topic)  # routes are keyed by the stored name
-        args = (topic, partition, producer_id, producer_epoch, base_sequence, records)
+        args = (topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence)
         out: Future[ProduceResult] = Future()
         deadline = time.monotonic() + self.timeout
         address = self.owner(topic, partition)
@@ -991,9 +998,12 @@ class ClusterBroker:
         producer_epoch: int,
         base_sequence: int,
         records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
     ) -> ProduceResult:
         """Check a batch and store it at the partition's owner; block until durable."""
-        future = self.submit_produce(topic, partition, producer_id, producer_epoch, base_sequence, records)
+        future = self.submit_produce(
+            topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+        )
         try:
             return future.result(self.timeout + 5)
         except TimeoutError:

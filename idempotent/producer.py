@@ -752,6 +752,7 @@ class Producer:
                 self._session.producer_epoch,
                 batch.base_sequence,
                 batch.records,
+                batch.previous_sequence,
             )
         except ProducerError as exc:
             self._answered(batch_id, attempt, None, exc)

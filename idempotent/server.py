@@ -665,7 +665,13 @@ class BrokerServer:
         self.authorizer(conn.principal, "produce", a)
         self._check_owner(a["topic"], a["partition"])
         return self.broker.submit_produce(
-            a["topic"], a["partition"], a["producer_id"], a["producer_epoch"], a["base_sequence"], a["records"]
+            a["topic"],
+            a["partition"],
+            a["producer_id"],
+            a["producer_epoch"],
+            a["base_sequence"],
+            a["records"],
+            a["previous_sequence"],
         )
 
     def _produced(self, conn: _Connection, cid: int, future: Future[Any]) -> None:

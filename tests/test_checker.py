@@ -376,3 +376,59 @@ def test_a_dropped_batch_is_never_applied_and_gives_its_sequences_back() -> None
     first = c.push(make_header(9, 0, 0, 1), now=1.0)
     c.drop(first)
     assert c.producer(9) is None
+
+
+def _chained(
+    checker: PartitionChecker, base: int, count: int, previous: int | None, **kw: object
+) -> tuple[object, ...]:
+    r = checker.check(make_header(P, 0, base, count, previous), policy=Policy.MONOTONIC, **kw)  # type: ignore[arg-type]
+    return r.outcome, r.base_offset, r.expected_sequence
+
+
+def test_monotonic_batch_naming_a_predecessor_that_never_arrived_is_refused() -> None:
+    """Regression: a batch refused with nothing stored (the partition was recovering) was
+    overtaken by the next one, and its resend was then answered DUPLICATE: lost."""
+    c = PartitionChecker()
+    # the first batch (0..9, predecessor -1) was refused; the next one names it
+    assert _chained(c, 10, 10, 9) == (Outcome.OUT_OF_ORDER_SEQUENCE, None, 0)
+    assert _chained(c, 0, 10, -1)[0] is Outcome.ACCEPTED
+    stored(c, 0, 10)
+    assert _chained(c, 10, 10, 9)[0] is Outcome.ACCEPTED
+    stored(c, 10, 10)
+    # later: batch 30.. (predecessor 29) arrives while 20..29 was refused
+    assert _chained(c, 30, 5, 29) == (Outcome.OUT_OF_ORDER_SEQUENCE, None, 20)
+    # and one in flight: the pushed sequence counts, not the stored one
+    c.push(make_header(P, 0, 20, 10, 19), now=1.0)
+    assert _chained(c, 30, 5, 29)[0] is Outcome.ACCEPTED
+    assert _chained(c, 30, 5, 24) == (Outcome.OUT_OF_ORDER_SEQUENCE, None, 30)
+
+
+def test_monotonic_declared_gap_is_accepted_and_classification_is_unchanged() -> None:
+    c = PartitionChecker()
+    assert _chained(c, 100, 1, -1)[0] is Outcome.ACCEPTED  # a first batch may start anywhere
+    stored(c, 100, 1)
+    assert _chained(c, 500, 3, 100)[0] is Outcome.ACCEPTED  # a gap the producer declares
+    stored(c, 500, 3)
+    # a resend of stored or in-flight sequences is classified as before, whatever it names
+    assert _chained(c, 500, 3, 100) == (Outcome.DUPLICATE, 1, None)
+    assert _chained(c, 100, 1, 42)[0] is Outcome.DUPLICATE
+    c.push(make_header(P, 0, 600, 1, 502), now=1.0)
+    assert _chained(c, 600, 1, 502)[0] is Outcome.IN_FLIGHT
+    # without previous_sequence (old clients, replays) the gap rule of Pulsar applies
+    assert _chained(c, 900, 1, None)[0] is Outcome.ACCEPTED
+    assert _chained(c, 900, 1, 502)[0] is Outcome.OUT_OF_ORDER_SEQUENCE
+    assert _chained(c, 900, 1, 600)[0] is Outcome.ACCEPTED
+    assert _chained(PartitionChecker(), 7, 1, 3, enabled=False)[0] is Outcome.ACCEPTED  # dedup off
+
+
+def test_strict_ignores_previous_sequence() -> None:
+    c = PartitionChecker()
+    assert c.check(make_header(P, 0, 0, 1, 55)).outcome is Outcome.ACCEPTED
+    stored(c, 0, 1)
+    assert c.check(make_header(P, 0, 1, 1, 77)).outcome is Outcome.ACCEPTED
+    assert c.check(make_header(P, 0, 3, 1, 0)).outcome is Outcome.OUT_OF_ORDER_SEQUENCE
+
+
+def test_previous_sequence_out_of_range_is_refused() -> None:
+    with pytest.raises(InvalidBatchError, match="previous_sequence"):
+        PartitionChecker().check(make_header(P, 0, 0, 1, -2))

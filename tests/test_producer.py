@@ -17,7 +17,13 @@ from adapters.memory import MemoryBackend
 from idempotent import Deliveries, DeliveryFailed, DeliveryStatus, Producer, Recovery, SendManyFuture
 from idempotent._outcomes import RecordMetadata
 from idempotent._records import Record
-from idempotent.errors import ProducerClosedError, ProducerFencedError, QueueFullError, UsageError
+from idempotent.errors import (
+    PartitionRecoveringError,
+    ProducerClosedError,
+    ProducerFencedError,
+    QueueFullError,
+    UsageError,
+)
 from idempotent.producer import default_partition
 from idempotent.server import BrokerServer
 
@@ -443,3 +449,81 @@ def test_a_record_only_the_broker_refuses_fails_alone_and_the_producer_keeps_wor
         assert [f.result(10).sequence for f in small] == [0, 1, 2, 3]
         assert producer.send("t", b"later", partition=0).result(10).sequence == 4
     assert [r.value for r in broker.read("t", 0)] == [b"s0", b"s1", b"s2", b"s3", b"later"]
+
+
+# -- a batch refused for a passing reason is not overtaken (monotonic) --------------------------
+
+
+def _refuse_first_batch(broker: idempotent.Broker, topic: str) -> list[int]:
+    """Make the broker refuse the first batch for ``topic`` with PartitionRecoveringError
+    (nothing stored), answered only after the batches behind it reached the broker; returns
+    the list of base sequences it refused."""
+    submit = broker.submit_produce
+    refused: list[int] = []
+
+    def submit_produce(*args: Any) -> concurrent.futures.Future[idempotent.ProduceResult]:
+        if args[0] != topic or refused:
+            return submit(*args)
+        refused.append(args[4])
+        answer: concurrent.futures.Future[idempotent.ProduceResult] = concurrent.futures.Future()
+        threading.Timer(0.3, answer.set_exception, [PartitionRecoveringError("recovering (injected)")]).start()
+        return answer
+
+    broker.submit_produce = submit_produce  # type: ignore[method-assign]
+    return refused
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=["numbered", "application-sequences-with-gaps"])
+def test_a_refused_batch_is_not_overtaken_by_the_pipelined_ones_behind_it(
+    target: tuple[idempotent.Broker, Any], explicit: bool
+) -> None:
+    """Regression: under the monotonic policy the batch behind one refused with nothing stored
+    was accepted (gaps are allowed), so the refused batch's resend was answered DUPLICATE and
+    reported delivered (offset None, duplicate) although nothing of it was stored."""
+    broker, url = target
+    broker.create_topic("ids", 1)
+    broker.set_policy("monotonic", topic="ids")
+    refused = _refuse_first_batch(broker, "ids")
+    values = [f"r{i}".encode() for i in range(300)]
+    sequences = [(i // 10) * 100 + i % 10 for i in range(300)] if explicit else None
+    with Producer(url, linger_ms=5, max_batch_records=10, max_in_flight=5) as producer:
+        result = producer.send_many("ids", values, partition=0, sequence=sequences).result(30)
+    assert refused == [0]
+    assert [(m.offset, m.duplicate) for m in result] == [(i, False) for i in range(300)]  # type: ignore[union-attr]
+    assert [m.sequence for m in result] == (sequences or list(range(300)))  # type: ignore[union-attr]
+    stored = broker.read("ids", 0, 0, 1000)
+    assert [r.value for r in stored] == values
+    assert [r.sequence for r in stored] == (sequences or list(range(300)))
+
+
+def test_a_refused_batch_is_not_overtaken_with_single_sends(target: tuple[idempotent.Broker, Any]) -> None:
+    broker, url = target
+    broker.create_topic("ids", 1)
+    broker.set_policy("monotonic", topic="ids")
+    refused = _refuse_first_batch(broker, "ids")
+    with Producer(url, linger_ms=1, max_batch_records=7) as producer:
+        futures = [producer.send("ids", f"v{i}", partition=0) for i in range(100)]
+        metas = [f.result(30) for f in futures]
+    assert refused == [0]
+    assert [(m.offset, m.duplicate) for m in metas] == [(i, False) for i in range(100)]
+    assert [r.value for r in broker.read("ids", 0, 0, 1000)] == [f"v{i}".encode() for i in range(100)]
+
+
+def test_a_batch_lost_by_the_backend_is_not_overtaken_under_monotonic() -> None:
+    """A failed append (nothing stored) makes the broker recover the partition while the
+    batches behind it are in flight: every record ends stored once, in order, and truthfully
+    reported."""
+    broker = memory_harness().open()
+    backend = broker.backend
+    assert isinstance(backend, MemoryBackend)
+    broker.create_topic("ids", 1)
+    broker.set_policy("monotonic", topic="ids")
+    values = [f"r{i}".encode() for i in range(200)]
+    with Producer(broker, linger_ms=5, max_batch_records=10, max_in_flight=5) as producer:
+        producer.send("ids", b"first", partition=0).result(10)
+        backend.faults.delay = 0.02
+        backend.faults.drop = 1
+        result = producer.send_many("ids", values, partition=0).result(30)
+    assert [(m.offset, m.duplicate) for m in result] == [(i + 1, False) for i in range(200)]  # type: ignore[union-attr]
+    assert [r.value for r in broker.read("ids", 0, 0, 1000)] == [b"first", *values]
+    broker.close()

@@ -122,7 +122,7 @@ def documented_frames() -> list[tuple[str, bytes]]:
 
 def test_documented_frames_are_well_formed() -> None:
     frames = documented_frames()
-    assert [side for side, _ in frames] == ["client", "server"] * 9
+    assert [side for side, _ in frames] == ["client", "server"] * 12
     for side, data in frames:
         (length,) = struct.unpack(">I", data[:4])
         assert length == len(data) - 4

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from idempotent._checker import PartitionChecker, Ticket, make_header
+from idempotent._checker import PartitionChecker, Policy, Ticket, make_header
 from idempotent._outcomes import DeliveryStatus, Outcome, ProduceResult
 from idempotent._records import BatchHeader, Record, StoredBatch
 from idempotent._sequencer import (
@@ -1113,3 +1113,74 @@ def test_open_batch_keeps_growing_while_the_window_is_full() -> None:
     [second] = seq.batches_to_send(1.0)
     assert [r.value for r in second.records] == [f"v{i}".encode() for i in range(1, 6)]
     assert second.base_sequence == 1
+
+
+# -- previous_sequence: each batch names its predecessor (the monotonic policy) ----------------
+
+
+def mono_produce(checker: PartitionChecker, log: list[int], batch: OutgoingBatch) -> ProduceResult:
+    """Check, push and commit a batch under the monotonic policy, with the predecessor its
+    latest attempt named."""
+    header = make_header(PID, 0, batch.base_sequence, len(batch.records), batch.previous_at_send)
+    result = checker.check(header, policy=Policy.MONOTONIC)
+    if result.outcome is Outcome.ACCEPTED:
+        checker.commit(checker.push(header, 0.0), len(log))
+        log.extend(batch.base_sequence + i for i in range(len(batch.records)))
+        return ProduceResult(Outcome.ACCEPTED, base_offset=len(log) - len(batch.records))
+    return result
+
+
+def test_each_batch_names_its_predecessor_across_retries_and_renumbering() -> None:
+    seq = make(max_batch_records=1, max_in_flight=3, last_sequences={TP: 41})
+    add_batches(seq, 3)
+    a, b, c = seq.batches_to_send(0.0)
+    assert [(x.base_sequence, x.previous_sequence) for x in (a, b, c)] == [(42, 41), (43, 42), (44, 43)]
+    seq.handle_error(a.batch_id, 1, InvalidBatchError("too large"), 0.1, 0.3)  # refused for good
+    assert b.previous_sequence == 41  # it now names the batch before the refused one
+    for x in (b, c):
+        answer(seq, x, ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=42), now=0.2)
+    resent = seq.batches_to_send(0.3)
+    assert [(x.base_sequence, x.previous_sequence, x.attempt) for x in resent] == [(42, 41, 2), (43, 42, 2)]
+    add_batches(seq, 1)  # a new batch follows the renumbered ones
+    [d] = seq.batches_to_send(0.4)
+    assert (d.base_sequence, d.previous_sequence) == (44, 43)
+
+
+@pytest.mark.parametrize("sequences", [None, [10, 20, 30, 31, 50]])
+def test_monotonic_a_batch_refused_with_nothing_stored_is_not_overtaken(sequences: list[int] | None) -> None:
+    """Regression: under the monotonic policy the batches behind a batch refused for a
+    passing reason were accepted, and its resend answered DUPLICATE though never stored."""
+    seq = make(max_batch_records=1, max_in_flight=5)
+    checker, log = PartitionChecker(), []
+    wanted = sequences or list(range(5))
+    for s in wanted:
+        seq.add("t", 0, rec(s), 0.0, sequence=None if sequences is None else s)
+    first, *rest = seq.batches_to_send(0.0)
+    seq.handle_error(first.batch_id, 1, BackendUnavailableError("recovering"), 0.1, 0.2)
+    for x in rest:
+        answer(seq, x, mono_produce(checker, log, x), now=0.1)
+    assert seq.failure is None and log == []
+    for _ in range(3):
+        for x in seq.batches_to_send(0.5):
+            answer(seq, x, mono_produce(checker, log, x), now=0.5)
+    events = drain(seq)
+    assert log == wanted
+    assert all(isinstance(e, BatchDelivered) and not e.duplicate for e in events) and len(events) == 5
+
+
+def test_monotonic_a_batch_of_application_sequences_refused_for_good_leaves_a_declared_gap() -> None:
+    seq = make(max_batch_records=1, max_in_flight=5)
+    checker, log = PartitionChecker(), []
+    for s in (10, 20, 30):
+        seq.add("t", 0, rec(s), 0.0, sequence=s)
+    a, b, c = seq.batches_to_send(0.0)
+    seq.handle_error(a.batch_id, 1, InvalidBatchError("too large"), 0.1, 0.2)
+    assert (b.previous_sequence, c.previous_sequence) == (-1, 20)
+    for x in (b, c):  # sent naming 10, which never arrived
+        answer(seq, x, mono_produce(checker, log, x), now=0.1)
+    assert seq.failure is None
+    for x in seq.batches_to_send(0.5):
+        answer(seq, x, mono_produce(checker, log, x), now=0.5)
+    assert log == [20, 30]
+    events = drain(seq)
+    assert [type(e) for e in events] == [BatchFailed, BatchDelivered, BatchDelivered]

@@ -98,8 +98,11 @@ class LinkInjector:
         producer_epoch: int,
         base_sequence: int,
         records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
     ) -> ProduceResult:
-        return self.submit_produce(topic, partition, producer_id, producer_epoch, base_sequence, records).result()
+        return self.submit_produce(
+            topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+        ).result()
 
     def submit_produce(
         self,
@@ -109,6 +112,7 @@ class LinkInjector:
         producer_epoch: int,
         base_sequence: int,
         records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
     ) -> Future[ProduceResult]:
         with self._lock:
             self._check()
@@ -120,7 +124,7 @@ class LinkInjector:
             if duplicate:
                 self._duplicates -= 1
                 self.injected["duplicate-request"] += 1
-        args = (topic, partition, producer_id, producer_epoch, base_sequence, records)
+        args = (topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence)
         answer = self.inner.submit_produce(*args)
         if duplicate:
             self.inner.submit_produce(*args)

@@ -55,6 +55,7 @@ class FaultyBroker(Broker):
         producer_epoch: int,
         base_sequence: int,
         records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
     ) -> Future[ProduceResult]:
         f = self.faults
         roll = self._rng.random
@@ -63,10 +64,14 @@ class FaultyBroker(Broker):
             lost: Future[ProduceResult] = Future()
             lost.set_exception(RequestTimeoutError("request lost (injected)"))
             return lost
-        answer = super().submit_produce(topic, partition, producer_id, producer_epoch, base_sequence, records)
+        answer = super().submit_produce(
+            topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+        )
         if roll() < f.duplicate:
             f.injected["duplicate"] += 1
-            super().submit_produce(topic, partition, producer_id, producer_epoch, base_sequence, records)
+            super().submit_produce(
+                topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+            )
         lost_answer = roll() < f.drop_response
         if f.drop_first_responses > 0:
             f.drop_first_responses -= 1

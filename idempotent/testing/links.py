@@ -207,6 +207,7 @@ class Request:
     producer_epoch: int
     base_sequence: int
     records: tuple[Record, ...]
+    previous_sequence: int | None = None
 
 
 @attrs.frozen
@@ -319,7 +320,13 @@ class SimulatedBroker:
             return ProduceResult(Outcome.FENCED, producer_epoch=epoch)
         tp = request.topic_partition
         checker = self.checker(tp)
-        header = make_header(request.producer_id, request.producer_epoch, request.base_sequence, len(request.records))
+        header = make_header(
+            request.producer_id,
+            request.producer_epoch,
+            request.base_sequence,
+            len(request.records),
+            request.previous_sequence,
+        )
         try:
             result = checker.check(header)
         except InvalidBatchError as exc:
@@ -667,6 +674,7 @@ class LossyLink:
                 sequencer.producer_epoch,
                 batch.base_sequence,
                 tuple(batch.records),
+                batch.previous_sequence,
             )
             self._transmit(_Kind.REQUEST, request, self.request_faults)
         while (event := sequencer.next_event()) is not None:
