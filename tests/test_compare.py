@@ -22,6 +22,7 @@ import pytest
 
 from idempotent.compare import SYSTEMS, CompareConfig, Environment, is_ours, run_compare, run_one, schedule
 from idempotent.compare.systems import backend_of
+from idempotent.testing import browser
 
 MATRIX_FAULTS = ("none", "lost-ack", "producer-restart", "broker-kill")
 RECORDS = 2000
@@ -117,9 +118,7 @@ def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
 
 
 def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert found, "Debian's chromium package is needed (.ci/run installs it)"
-    return found
+    return browser.chromium()
 
 
 def _chromium_run(args: list[str], profile: pathlib.Path) -> subprocess.CompletedProcess[bytes]:
