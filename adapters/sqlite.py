@@ -23,6 +23,7 @@ import fcntl
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from collections.abc import Sequence as Seq
 from concurrent.futures import Future
@@ -117,11 +118,10 @@ class SQLiteBackend:
         self._ends: dict[tuple[str, int], int] = {}
         self._topics: dict[str, int] = {}
         self._partition_ids: dict[tuple[str, int], int] = {}
+        timeout = float(options.get("timeout", 10))
         try:
-            self._db = sqlite3.connect(
-                self.path, timeout=float(options.get("timeout", 10)), check_same_thread=False, isolation_level=None
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False, isolation_level=None)
+            self._enter_wal(timeout)
             self._db.execute(f"PRAGMA synchronous={options.get('synchronous', 'normal').upper()}")
             #: a database of an earlier version: records keep their ten-column rows
             self._legacy = (
@@ -134,6 +134,27 @@ class SQLiteBackend:
             raise BackendUnavailableError(f"cannot open {self.path!r}: {exc}") from exc
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _enter_wal(self, timeout: float) -> None:
+        """Switch the file to WAL, waiting up to ``timeout`` for other connections.
+
+        On a file still in rollback mode (a new one), SQLite answers the switch with "database
+        is locked" at once, without its busy handler, while another connection opens the same
+        file: several processes or threads starting on one new file (a mirror and a reader, a
+        Spark task and the driver) would fail for no reason. The switch is retried instead.
+
+        Raises:
+            sqlite3.OperationalError: still locked after ``timeout`` seconds, or another error.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005)
 
     def _write_lock(self) -> None:
         if self._lockfile is not None:
