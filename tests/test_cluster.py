@@ -138,7 +138,10 @@ def run_cluster(url: str) -> None:
         }
         started = time.monotonic()
         client.deliver(0)
-        assert time.monotonic() - started < LEASE  # released: no lease to wait for
+        # released: no lease to wait for. Without the release the new owner waits at least 5/6 of a
+        # lease after the last renewal and then pays the same fencing and replay as here, which on
+        # Kafka alone has taken up to 2.2 s (a clean handover measured 2.21 s once on a quiet machine)
+        assert time.monotonic() - started < 1.5 * LEASE
         assert 0 in owned(a)
         client.round()
 
