@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import statistics
 import time
+from pathlib import Path
 
 from idempotent._checker import CheckerConfig, PartitionChecker, make_header
 
@@ -44,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--producers", type=int, default=1_000_000)
     parser.add_argument("--snapshot-producers", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args(argv)
     gc.collect()
     before = _rss()
@@ -70,6 +73,20 @@ def main(argv: list[str] | None = None) -> int:
         f"{statistics.median(writes):.2f} s | 0.5 s |"
     )
     print(f"| snapshot restore, {args.snapshot_producers:,} producers | {statistics.median(restores):.2f} s | 0.5 s |")
+    result = {
+        "bench": "checker",
+        "producers": args.producers,
+        "bytes_per_producer": per_producer,
+        "snapshot_producers": args.snapshot_producers,
+        "snapshot_bytes": size,
+        "snapshot_write_s": statistics.median(writes),
+        "snapshot_restore_s": statistics.median(restores),
+        "repeats": args.repeats,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"checker-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.json").write_text(json.dumps(result, indent=2))
     return 0
 
 
