@@ -74,3 +74,32 @@ def test_spread_routes_like_one_row_at_a_time() -> None:
                 mine = [(partition, first + k) for k in range(len(range(offset, count, partitions)))]
                 assert mine == rows[offset::partitions]
         assert (one.index, one.next_sequence) == (many.index, many.next_sequence)
+
+
+def test_route_many_routes_like_one_row_at_a_time() -> None:
+    keys = [b"a", None, b"b", b"c", None, b"a", b"zz"]
+    parts: list[int | None] = [None, 2, None, 0, None, None, 1]
+    for partitions, row_keys, row_parts in ((3, keys, None), (3, keys, parts), (3, None, parts), (4, None, None)):
+        for base in (0, 5 << 32):
+            one, many = RowRouter(partitions, base), RowRouter(partitions, base)
+            for _ in range(2):  # a second batch continues the first one's numbering
+                rows = [
+                    one.route(row_keys[i] if row_keys else None, row_parts[i] if row_parts else None)
+                    for i in range(len(keys))
+                ]
+                routed, first = many.route_many(len(keys), row_keys, row_parts)
+                numbered = list(first)
+                mine = []
+                for partition in routed:
+                    mine.append((partition, numbered[partition]))
+                    numbered[partition] += 1
+                assert mine == rows
+            assert (one.index, one.next_sequence) == (many.index, many.next_sequence)
+    router = RowRouter(2)
+    with pytest.raises(ConfigError, match="outside"):
+        router.route_many(2, None, [0, 2])
+    assert (router.index, router.next_sequence) == (0, [0, 0])  # nothing routed
+    full = RowRouter(1, 7 << 32)
+    full.next_sequence = [(8 << 32) - 1]
+    with pytest.raises(ConfigError, match="2\\*\\*32"):
+        full.route_many(2)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Mapping
+from typing import cast
 
 from ..errors import ConfigError
 
@@ -89,6 +90,47 @@ class RowRouter:
             raise ConfigError(f"over 2**{BATCH_SEQUENCE_BITS} rows for one partition in one micro-batch")
         self.next_sequence[partition] = sequence + 1
         return partition, sequence
+
+    def route_many(
+        self, count: int, keys: list[bytes | None] | None = None, parts: list[int | None] | None = None
+    ) -> tuple[list[int], list[int]]:
+        """Route the next ``count`` rows at once, as :meth:`route` would one by one.
+
+        Args:
+            keys: each row's key (None: no key column).
+            parts: each row's ``partition`` column (None: no such column).
+
+        Returns:
+            ``(partition of each row, first sequence per topic partition)``: the rows bound
+            for partition ``p`` are numbered ``first[p], first[p] + 1, ...`` in row order.
+
+        Raises:
+            ConfigError: a ``partition`` value out of range, or over 2**32 rows for one
+                partition in a micro-batch; nothing is routed then.
+        """
+        n, index = self.partitions, self.index
+        if parts is None and keys is None:
+            routed = [(index + i) % n for i in range(count)]
+        elif parts is None and keys is not None and None not in keys:
+            crc32 = zlib.crc32
+            routed = [crc32(key) % n for key in cast(list[bytes], keys)]
+        else:
+            routed = []
+            for i in range(count):
+                partition = parts[i] if parts is not None else None
+                if partition is None:
+                    key = keys[i] if keys is not None else None
+                    partition = (index + i) % n if key is None else zlib.crc32(key) % n
+                elif not 0 <= partition < n:
+                    raise ConfigError(f"row {index + i}: partition {partition} is outside 0..{n - 1}")
+                routed.append(partition)
+        first = list(self.next_sequence)
+        following = [first[p] + routed.count(p) for p in range(n)] if n > 1 else [first[0] + count]
+        if self.base and any(f - self.base > 1 << BATCH_SEQUENCE_BITS for f in following):
+            raise ConfigError(f"over 2**{BATCH_SEQUENCE_BITS} rows for one partition in one micro-batch")
+        self.next_sequence = following
+        self.index += count
+        return routed, first
 
     def spread(self, count: int) -> list[tuple[int, int, int]]:
         """Route the next ``count`` rows, none with a key or partition, round robin at once.

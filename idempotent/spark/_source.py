@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import itertools
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
@@ -29,7 +31,7 @@ from pyspark.sql.types import StructType
 
 import idempotent
 
-from .._records import Record
+from .._records import Record, trusted_record
 from ..api import BrokerAPI
 from ..errors import ConfigError
 from ..producer import Deliveries, Producer, SendManyFuture
@@ -104,14 +106,21 @@ def _prepare_topic(url: str, topic: str, partitions: str | None, *, monotonic: b
             broker.set_policy("monotonic", topic=topic)
 
 
-def _as_bytes(value: object) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    raise ConfigError(f"keys and values must be binary or string, not {type(value).__name__}")
+def _binary(batch: Any, name: str) -> list[bytes | None]:
+    """Column ``name`` of an Arrow record batch as bytes (strings are taken as UTF-8 bytes
+    by a cast in Arrow, without a Python object per row).
+
+    Raises:
+        ConfigError: the column is neither binary nor string.
+    """
+    column = batch.column(name)
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        column = column.cast(pa.large_binary() if pa.types.is_large_string(kind) else pa.binary())
+    elif not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind)):
+        raise ConfigError(f"column {name!r} must be binary or string, not {kind}")
+    values: list[bytes | None] = column.to_pylist()
+    return values
 
 
 def write_task(
@@ -121,9 +130,13 @@ def write_task(
     partition's rows from ``base``; block until every record is stored or answered as a
     duplicate.
 
+    Each Arrow batch is routed as a whole (:meth:`RowRouter.route_many`) and sent with one
+    :meth:`Producer.send_many` call per topic partition; the results are counted per call.
+
     Raises:
         DeliveryFailed: a record was not stored (fenced by a later attempt, broker gone...).
-        ConfigError: bad column values; records before it may be stored (a rerun completes).
+        ConfigError: bad column values; records of earlier Arrow batches may be stored (a
+            rerun completes them).
     """
     attempt = _attempt()
     skipped = 0
@@ -134,60 +147,57 @@ def write_task(
         router = RowRouter(producer.partitions_for(topic), base)
         stored = [producer.last_sequence(topic, p) for p in range(router.partitions)]
         for batch in batches:
-            columns = set(batch.schema.names)
-            if columns == {"value"}:  # no key, partition or headers: round robin, by slices
-                values = batch.column("value").to_pylist()
-                for partition, offset, first in router.spread(len(values)):
-                    items = values[offset :: router.partitions]
-                    skip = min(len(items), max(0, stored[partition] - first + 1))  # stored by an earlier attempt
-                    skipped += skip
-                    if skip < len(items):
-                        future = producer.send_many(topic, items[skip:], partition=partition, sequence=first + skip)
-                        pending.append((future, len(items) - skip))
-                        unfinished += len(items) - skip
-            else:
-                # per topic partition: the first sequence and the records of this batch after it
-                runs: dict[int, tuple[int, list[Record | bytes | str | None]]] = {}
-                for partition, sequence, item in _rows(batch, router):
-                    if sequence <= stored[partition]:
-                        skipped += 1  # stored by an earlier attempt
-                        continue
-                    run = runs.get(partition)
-                    if run is None:
-                        runs[partition] = (sequence, [item])
-                    else:
-                        run[1].append(item)
-                for partition, (first, items) in runs.items():
-                    future = producer.send_many(topic, items, partition=partition, sequence=first)
-                    pending.append((future, len(items)))
-                    unfinished += len(items)
+            for partition, first, items in _routed(batch, router):
+                skip = min(len(items), max(0, stored[partition] - first + 1))  # stored by an earlier attempt
+                skipped += skip
+                if skip < len(items):
+                    future = producer.send_many(topic, items[skip:], partition=partition, sequence=first + skip)
+                    pending.append((future, len(items) - skip))
+                    unfinished += len(items) - skip
             while unfinished > MAX_UNFINISHED:  # back-pressure: wait for the oldest calls
                 future, count = pending.popleft()
                 done.append(future.result())
                 unfinished -= count
         producer.flush()
         done.extend(future.result() for future, _ in pending)
-    duplicates = sum(1 for deliveries in done for meta in deliveries if getattr(meta, "duplicate", False))
+    duplicates = sum(deliveries.duplicates for deliveries in done)
     written = sum(len(deliveries) for deliveries in done) - duplicates
     return Written(producer_name, attempt, written, duplicates, skipped)
 
 
-def _rows(batch: Any, router: RowRouter) -> Iterator[tuple[int, int, Record | bytes | str | None]]:
-    """``(partition, sequence, record)`` for every row of an Arrow record batch."""
+def _routed(batch: Any, router: RowRouter) -> list[tuple[int, int, Sequence[Record | bytes | None]]]:
+    """``(partition, first sequence, records)`` per topic partition that gets rows of one
+    Arrow record batch, the records in row order.
+
+    Raises:
+        ConfigError: a column of the wrong type or a ``partition`` value out of range.
+    """
     columns = set(batch.schema.names)
-    values = batch.column("value").to_pylist()
-    keys = batch.column("key").to_pylist() if "key" in columns else None
+    values = _binary(batch, "value")
+    count = len(values)
+    if columns == {"value"}:  # no key, partition or headers: round robin, by slices
+        partitions = router.partitions
+        return [(p, first, values[offset::partitions]) for p, offset, first in router.spread(count)]
+    keys = _binary(batch, "key") if "key" in columns else None
     parts = batch.column("partition").to_pylist() if "partition" in columns else None
     headers = batch.column("headers").to_pylist() if "headers" in columns else None
-    for i, value in enumerate(values):
-        key = _as_bytes(keys[i]) if keys is not None else None
-        partition, sequence = router.route(key, parts[i] if parts is not None else None)
-        row_headers = headers[i] if headers is not None else None
-        if key is None and not row_headers:
-            yield partition, sequence, _as_bytes(value)
-        else:
-            pairs = [(h["key"], h["value"] if h["value"] is not None else b"") for h in row_headers or ()]
-            yield partition, sequence, Record(value, key, pairs)
+    routed, firsts = router.route_many(count, keys, parts)
+    records: list[Record | bytes | None]
+    if headers is not None:
+        records = [
+            Record(value, key, [(h["key"], h["value"] if h["value"] is not None else b"") for h in row or ()])
+            for value, key, row in zip(values, keys or itertools.repeat(None), headers, strict=False)
+        ]
+    elif keys is not None:
+        records = list(map(trusted_record, values, keys, itertools.repeat((), count)))
+    else:
+        records = list(values)
+    if router.partitions == 1:
+        return [(0, firsts[0], records)] if records else []
+    shares: list[list[Record | bytes | None]] = [[] for _ in range(router.partitions)]
+    for record, partition in zip(records, routed, strict=True):
+        shares[partition].append(record)
+    return [(p, firsts[p], share) for p, share in enumerate(shares) if share]
 
 
 def _attempt() -> int:
