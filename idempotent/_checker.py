@@ -48,15 +48,16 @@ The checker reads no clock: every method that needs the time takes ``now``.
 from __future__ import annotations
 
 import enum
-from collections import OrderedDict, deque
+from array import array
+from collections import deque
 from collections.abc import Iterable
 
 import attrs
-import msgpack
 
 from ._outcomes import Outcome, ProduceResult
 from ._records import BatchHeader, Snapshot, StoredBatch
 from ._sequence import advances, crosses_ring_end, distance, in_ring, last_sequence_of, next_sequence
+from ._snapshot import Columns, decode, encode
 from ._types import (
     DEFAULT_WINDOW,
     MAX_APPLICATION_SEQUENCE,
@@ -71,9 +72,8 @@ from ._types import (
     ProducerId,
     Sequence,
 )
-from .errors import ConfigError, CorruptDataError, InvalidBatchError
+from .errors import ConfigError, InvalidBatchError
 
-_SNAPSHOT_FORMAT = 1
 _HALF_RING = SEQUENCE_SPACE // 2
 
 
@@ -134,14 +134,15 @@ class WindowEntry:
 
 @attrs.define(eq=False)
 class ProducerState:
-    """What the checker knows about one producer on one partition."""
+    """What the checker knows about one producer on one partition: a copy, taken when
+    :meth:`PartitionChecker.producer` or :meth:`PartitionChecker.producers` was called (the
+    checker itself keeps its state in columns, see :class:`PartitionChecker`)."""
 
     producer_epoch: int
     last_sequence: int = NO_SEQUENCE
     last_offset: int = -1
     last_timestamp: float = 0.0
-    #: oldest first; a list, not a deque: a deque allocates a 64-slot block (over 600 B) even
-    #: for the one entry most producers hold
+    #: oldest first
     window: list[WindowEntry] = attrs.field(factory=list)
     pushed_epoch: int = 0
     pushed_sequence: int = NO_SEQUENCE
@@ -164,6 +165,16 @@ class Ticket:
 
     generation: int
     number: int
+
+
+@attrs.define(eq=False)
+class _Pushed:
+    """The pushed view of a producer while it differs from its persisted view (batches in
+    flight, or a dropped batch that raised the epoch)."""
+
+    epoch: int
+    sequence: int
+    pending: int = 0
 
 
 @attrs.define(eq=False)
@@ -206,12 +217,45 @@ def _within(first: int, last: int, sequence: int) -> bool:
     return in_ring(sequence) and (sequence >= first or sequence <= last)  # wraps to 0
 
 
+def _original_offset(window: list[tuple[int, int, int]], base: int, last: int) -> int | None:
+    """The offset of sequence ``base`` when every record up to ``last`` is in the window
+    (``(first, last, base_offset)`` entries, oldest first) at consecutive offsets (one stored
+    batch, or adjacent ones with no other records between them), else None: record i of the
+    resend is then at the result + i."""
+    for index, (first, entry_last, entry_offset) in enumerate(window):
+        if not _within(first, entry_last, base):
+            continue
+        offset = entry_offset + _steps(first, base)
+        current = (first, entry_last, entry_offset)
+        for following in window[index + 1 :]:
+            if _within(current[0], current[1], last):
+                return offset
+            contiguous = following[0] == next_sequence(current[1]) and (
+                following[2] == current[2] + _steps(current[0], current[1]) + 1
+            )
+            if not contiguous:
+                return None
+            current = following
+        if _within(current[0], current[1], last):
+            return offset
+        return None
+    return None
+
+
 class PartitionChecker:
-    """Sequence checker for one topic-partition. See the module docstring."""
+    """Sequence checker for one topic-partition. See the module docstring.
+
+    The persisted view is held in columns (arrays indexed by a slot per producer,
+    and a dict from producer_id to slot kept in eviction order, least recently active
+    first), not in one object per producer: a producer with one stored batch costs a dict
+    entry and about 40 bytes of columns. The newest window entry of every producer lives in
+    the columns; the older ones, and the pushed view while it differs from the persisted one
+    (batches in flight), are kept aside only for the producers that have them.
+    """
 
     def __init__(self, config: CheckerConfig | None = None) -> None:
         self.config = config or CheckerConfig()
-        self._producers: OrderedDict[int, ProducerState] = OrderedDict()
+        self._init_columns(Columns())
         self._fifo: deque[_Pending] = deque()
         self._first_number = 0
         self._generation = 0
@@ -222,6 +266,82 @@ class PartitionChecker:
         self.records_since_snapshot = 0
         self.last_snapshot_at = 0.0
         self.last_snapshot_position = -1
+
+    def _init_columns(self, columns: Columns) -> None:
+        """Take over decoded columns: slot i is the i-th producer, in eviction order."""
+        self._slots: dict[int, int] = dict(zip(columns.producer_id, range(len(columns.producer_id)), strict=True))
+        self._epoch = columns.producer_epoch
+        self._last = columns.last_sequence
+        self._time = columns.last_timestamp
+        #: the newest window entry: first sequence, base offset and record count (0: none)
+        self._first = columns.first_sequence
+        self._base = columns.base_offset
+        self._count = columns.record_count
+        #: older window entries, flat (first_sequence, last_sequence, base_offset), oldest first
+        self._older: dict[int, array[int]] = columns.older
+        self._free: list[int] = []
+        self._pushed_views: dict[int, _Pushed] = {}
+
+    def _add(self, producer_id: int, producer_epoch: int) -> int:
+        """A slot for a producer new to the partition (nothing stored), at the end of the
+        eviction order."""
+        if self._free:
+            slot = self._free.pop()
+            self._epoch[slot] = producer_epoch
+            self._last[slot] = NO_SEQUENCE
+            self._time[slot] = 0.0
+            self._first[slot] = self._base[slot] = self._count[slot] = 0
+        else:
+            slot = len(self._epoch)
+            self._epoch.append(producer_epoch)
+            self._last.append(NO_SEQUENCE)
+            self._time.append(0.0)
+            self._first.append(0)
+            self._base.append(0)
+            self._count.append(0)
+        self._slots[producer_id] = slot
+        return slot
+
+    def _remove(self, producer_id: int) -> None:
+        self._free.append(self._slots.pop(producer_id))
+        self._older.pop(producer_id, None)
+        self._pushed_views.pop(producer_id, None)
+
+    def _pushed_of(self, producer_id: int, slot: int) -> _Pushed:
+        """The pushed view of a producer, made separate from the persisted one."""
+        view = self._pushed_views.get(producer_id)
+        if view is None:
+            view = self._pushed_views[producer_id] = _Pushed(self._epoch[slot], self._last[slot])
+        return view
+
+    def _settle(self, producer_id: int, slot: int, view: _Pushed) -> None:
+        """Drop the separate pushed view once it equals the persisted one again."""
+        if not view.pending and view.sequence == self._last[slot] and view.epoch == self._epoch[slot]:
+            del self._pushed_views[producer_id]
+
+    def _window(self, producer_id: int, slot: int) -> list[tuple[int, int, int]]:
+        """The window of a producer, oldest first, as (first, last, base_offset)."""
+        older = self._older.get(producer_id)
+        entries = [] if older is None else [(older[i], older[i + 1], older[i + 2]) for i in range(0, len(older), 3)]
+        count = self._count[slot]
+        if count:
+            first = self._first[slot]
+            entries.append((first, last_sequence_of(first, count), self._base[slot]))
+        return entries
+
+    def _state_of(self, producer_id: int, slot: int) -> ProducerState:
+        count = self._count[slot]
+        view = self._pushed_views.get(producer_id)
+        return ProducerState(
+            producer_epoch=self._epoch[slot],
+            last_sequence=self._last[slot],
+            last_offset=self._base[slot] + count - 1 if count else -1,
+            last_timestamp=self._time[slot],
+            window=[WindowEntry(*entry) for entry in self._window(producer_id, slot)],
+            pushed_epoch=self._epoch[slot] if view is None else view.epoch,
+            pushed_sequence=self._last[slot] if view is None else view.sequence,
+            pending=0 if view is None else view.pending,
+        )
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -235,22 +355,41 @@ class PartitionChecker:
         """Incremented by :meth:`discard_pending`; older tickets are ignored."""
         return self._generation
 
+    @property
+    def producer_count(self) -> int:
+        """How many producers the partition tracks (including ones with nothing stored yet)."""
+        return len(self._slots)
+
+    def tracks(self, producer_id: int) -> bool:
+        """Whether the partition has state for the producer (stored, or batches in flight)."""
+        return producer_id in self._slots
+
     def producer(self, producer_id: int) -> ProducerState | None:
-        """The state of one producer, or None."""
-        return self._producers.get(producer_id)
+        """A copy of the state of one producer, or None."""
+        slot = self._slots.get(producer_id)
+        return None if slot is None else self._state_of(producer_id, slot)
 
     def producers(self) -> dict[int, ProducerState]:
-        """All tracked producers (a copy of the mapping; states are live objects)."""
-        return dict(self._producers)
+        """Copies of the states of all tracked producers, in eviction order."""
+        return {pid: self._state_of(pid, slot) for pid, slot in self._slots.items()}
+
+    def pending_batches(self, producer_id: int) -> int:
+        """Batches of a producer pushed and not yet applied (0 for an unknown producer)."""
+        view = self._pushed_views.get(producer_id)
+        return 0 if view is None else view.pending
 
     def last_sequence(self, producer_id: int) -> int:
         """The highest persisted sequence of a producer, or -1."""
-        state = self._producers.get(producer_id)
-        return NO_SEQUENCE if state is None else state.last_sequence
+        slot = self._slots.get(producer_id)
+        return NO_SEQUENCE if slot is None else self._last[slot]
 
     def state(self) -> dict[int, tuple[object, ...]]:
         """The persisted state as plain values (what a snapshot holds), for comparisons."""
-        return {pid: s.persisted_view() for pid, s in self._producers.items() if s.last_sequence != NO_SEQUENCE}
+        return {
+            pid: self._state_of(pid, slot).persisted_view()
+            for pid, slot in self._slots.items()
+            if self._last[slot] != NO_SEQUENCE
+        }
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -284,8 +423,9 @@ class PartitionChecker:
                 f"batch {header.base_sequence}+{header.record_count} crosses {MAX_SEQUENCE}: under the "
                 f"monotonic policy a batch ends there and the next one starts at {MAX_SEQUENCE + 1}"
             )
-        state = self._producers.get(header.producer_id)
-        if state is None:
+        producer_id = header.producer_id
+        slot = self._slots.get(producer_id)
+        if slot is None:
             if not admitted:
                 return ProduceResult(Outcome.UNKNOWN_PRODUCER)
             if policy is Policy.MONOTONIC and enabled and header.previous_sequence not in (None, NO_SEQUENCE):
@@ -294,15 +434,25 @@ class PartitionChecker:
             if not enabled or policy is Policy.MONOTONIC or header.base_sequence == 0:
                 return ProduceResult(Outcome.ACCEPTED)
             return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0)
-        if header.producer_epoch < state.pushed_epoch:
-            return ProduceResult(Outcome.FENCED, producer_epoch=state.pushed_epoch)
+        stored = self._last[slot]
+        view = self._pushed_views.get(producer_id)
+        if view is None:
+            pushed_epoch, pushed = self._epoch[slot], stored
+        else:
+            pushed_epoch, pushed = view.epoch, view.sequence
+        if header.producer_epoch < pushed_epoch:
+            return ProduceResult(Outcome.FENCED, producer_epoch=pushed_epoch)
         if not enabled:
             return ProduceResult(Outcome.ACCEPTED)
         if policy is Policy.MONOTONIC:
-            return self._check_monotonic(state, header.base_sequence, header.record_count, header.previous_sequence)
-        return self._check_strict(state, header.base_sequence, header.record_count)
+            return self._check_monotonic(
+                producer_id, slot, stored, pushed, header.base_sequence, header.record_count, header.previous_sequence
+            )
+        return self._check_strict(producer_id, slot, stored, pushed, header.base_sequence, header.record_count)
 
-    def _check_monotonic(self, state: ProducerState, base: int, count: int, previous: int | None) -> ProduceResult:
+    def _check_monotonic(
+        self, producer_id: int, slot: int, stored: int, pushed: int, base: int, count: int, previous: int | None
+    ) -> ProduceResult:
         """Pulsar's rule on 64-bit sequences, compared as plain integers (no wrap-around).
 
         A batch above the pushed sequence that names its predecessor (``previous``) is
@@ -311,7 +461,6 @@ class PartitionChecker:
         for a passing reason, nothing stored) is OUT_OF_ORDER_SEQUENCE, so that the earlier
         one is not taken for a duplicate when it is resent."""
         last = base + count - 1
-        stored, pushed = state.last_sequence, state.pushed_sequence
         if pushed == MAX_SEQUENCE and base == 0:
             # a producer numbering its own records wrapped to 0 after 2**31-1: under this
             # policy 0 is not after 2**31-1, and reading it as a resend would drop it
@@ -319,7 +468,9 @@ class PartitionChecker:
         if stored != NO_SEQUENCE and base <= stored:
             if last > stored:
                 raise InvalidBatchError(f"batch {base}..{last} straddles the stored sequence {stored}")
-            return ProduceResult(Outcome.DUPLICATE, base_offset=self._original_offset(state, base, last))
+            return ProduceResult(
+                Outcome.DUPLICATE, base_offset=_original_offset(self._window(producer_id, slot), base, last)
+            )
         if pushed != NO_SEQUENCE and base <= pushed:
             if last > pushed:
                 raise InvalidBatchError(f"batch {base}..{last} straddles the in-flight sequence {pushed}")
@@ -328,7 +479,9 @@ class PartitionChecker:
             return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=pushed + 1)
         return ProduceResult(Outcome.ACCEPTED)
 
-    def _check_strict(self, state: ProducerState, base: int, count: int) -> ProduceResult:
+    def _check_strict(
+        self, producer_id: int, slot: int, stored: int, pushed: int, base: int, count: int
+    ) -> ProduceResult:
         """Kafka's rule on the int32 ring: only the next sequence is accepted.
 
         Positions are counted forward from H(P) on the ring: ``1 .. ahead`` are in flight and
@@ -338,12 +491,11 @@ class PartitionChecker:
         jump, or a resend from before the last wrap that left the window) is
         OUT_OF_ORDER_SEQUENCE, never a duplicate: a jump of any size is refused, not dropped.
         """
-        stored, pushed = state.last_sequence, state.pushed_sequence
         last = last_sequence_of(base, count)
         expected = next_sequence(pushed)
         if not in_ring(stored) or not in_ring(pushed):
             # stored by the monotonic policy beyond the ring: only window duplicates are known
-            offset, covered = self._window_lookup(state, base, last)
+            offset, covered = self._window_lookup(producer_id, slot, stored, base, last)
             if covered:
                 return ProduceResult(Outcome.DUPLICATE, base_offset=offset)
             return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=pushed + 1)
@@ -355,7 +507,7 @@ class PartitionChecker:
             return ProduceResult(Outcome.IN_FLIGHT)
         if base == expected:
             return ProduceResult(Outcome.ACCEPTED)
-        offset, covered = self._window_lookup(state, base, last)
+        offset, covered = self._window_lookup(producer_id, slot, stored, base, last)
         if covered:
             return ProduceResult(Outcome.DUPLICATE, base_offset=offset)
         if stored != NO_SEQUENCE and base <= stored and stored - base < _HALF_RING:
@@ -364,44 +516,19 @@ class PartitionChecker:
             return ProduceResult(Outcome.DUPLICATE, base_offset=offset)
         return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=expected)
 
-    def _window_lookup(self, state: ProducerState, base: int, last: int) -> tuple[int | None, bool]:
+    def _window_lookup(self, producer_id: int, slot: int, stored: int, base: int, last: int) -> tuple[int | None, bool]:
         """Whether ``base`` lies in a window entry (and ``last`` too), and the original offset.
 
         Returns ``(offset, covered)``: ``covered`` when the first record is in a stored window
         entry; raises when the batch starts there but runs past H(P).
         """
-        for entry in state.window:
-            if _within(entry.first_sequence, entry.last_sequence, base):
-                if not _within(base, state.last_sequence, last):
-                    raise InvalidBatchError(f"batch {base}..{last} straddles the stored sequence {state.last_sequence}")
-                return self._original_offset(state, base, last), True
+        window = self._window(producer_id, slot)
+        for first, entry_last, _ in window:
+            if _within(first, entry_last, base):
+                if not _within(base, stored, last):
+                    raise InvalidBatchError(f"batch {base}..{last} straddles the stored sequence {stored}")
+                return _original_offset(window, base, last), True
         return None, False
-
-    @staticmethod
-    def _original_offset(state: ProducerState, base: int, last: int) -> int | None:
-        """The offset of sequence ``base`` when every record up to ``last`` is in the window
-        at consecutive offsets (one stored batch, or adjacent ones with no other records
-        between them), else None: record i of the resend is then at the result + i."""
-        window = list(state.window)
-        for index, entry in enumerate(window):
-            if not _within(entry.first_sequence, entry.last_sequence, base):
-                continue
-            offset = entry.base_offset + _steps(entry.first_sequence, base)
-            current = entry
-            for following in window[index + 1 :]:
-                if _within(current.first_sequence, current.last_sequence, last):
-                    return offset
-                contiguous = following.first_sequence == next_sequence(current.last_sequence) and (
-                    following.base_offset
-                    == current.base_offset + _steps(current.first_sequence, current.last_sequence) + 1
-                )
-                if not contiguous:
-                    return None
-                current = following
-            if _within(current.first_sequence, current.last_sequence, last):
-                return offset
-            return None
-        return None
 
     # -- transitions -----------------------------------------------------------------------
 
@@ -411,16 +538,17 @@ class PartitionChecker:
         ``header`` is None for a batch written without producer identity.
         """
         if header is not None:
-            state = self._producers.get(header.producer_id)
-            if state is None:
-                state = ProducerState(producer_epoch=header.producer_epoch)
-                state.pushed_epoch = header.producer_epoch
-                self._producers[header.producer_id] = state
+            producer_id = header.producer_id
+            slot = self._slots.get(producer_id)
+            if slot is None:
+                slot = self._add(producer_id, header.producer_epoch)
+            view = self._pushed_of(producer_id, slot)
             last = last_sequence_of(header.base_sequence, header.record_count)
-            state.pushed_epoch = max(state.pushed_epoch, header.producer_epoch)
-            if advances(last, state.pushed_sequence):
-                state.pushed_sequence = last
-            state.pending += 1
+            if header.producer_epoch > view.epoch:
+                view.epoch = header.producer_epoch
+            if advances(last, view.sequence):
+                view.sequence = last
+            view.pending += 1
         self._fifo.append(_Pending(header, now))
         return Ticket(self._generation, self._first_number + len(self._fifo) - 1)
 
@@ -455,19 +583,24 @@ class PartitionChecker:
             return
         item.done = item.dropped = True
         header = item.header
-        state = None if header is None else self._producers.get(header.producer_id)
-        if header is not None and state is not None:
-            state.pending -= 1
-            mine = [p for p in self._fifo if p.header is not None and p.header.producer_id == header.producer_id]
+        slot = None if header is None else self._slots.get(header.producer_id)
+        if header is not None and slot is not None:
+            producer_id = header.producer_id
+            view = self._pushed_of(producer_id, slot)
+            view.pending -= 1
+            mine = [p for p in self._fifo if p.header is not None and p.header.producer_id == producer_id]
             if mine[-1] is item:  # nothing of the producer pushed after it
                 before = [p for p in mine[:-1] if not p.dropped]
                 last = before[-1].header if before else None
                 if last is not None:
-                    state.pushed_sequence = last_sequence_of(last.base_sequence, last.record_count)
+                    view.sequence = last_sequence_of(last.base_sequence, last.record_count)
                 else:
-                    state.pushed_sequence = state.last_sequence
-                if state.last_sequence == NO_SEQUENCE and not state.pending:
-                    del self._producers[header.producer_id]  # it has nothing stored: as if never seen
+                    view.sequence = self._last[slot]
+                if self._last[slot] == NO_SEQUENCE and not view.pending:
+                    self._remove(producer_id)  # it has nothing stored: as if never seen
+                    slot = None
+            if slot is not None:
+                self._settle(producer_id, slot, view)
         self._apply_done()
 
     def _apply_done(self) -> None:
@@ -499,10 +632,7 @@ class PartitionChecker:
         self._fifo.clear()
         self._first_number = 0
         self._generation += 1
-        for state in self._producers.values():
-            state.pending = 0
-            state.pushed_sequence = state.last_sequence
-            state.pushed_epoch = state.producer_epoch
+        self._pushed_views.clear()  # every pushed view is the persisted one again
 
     def apply(self, batch: StoredBatch) -> None:
         """Apply a batch replayed from the log (no validation, as in Kafka's recovery)."""
@@ -530,27 +660,41 @@ class PartitionChecker:
         *,
         pushed: bool,
     ) -> None:
-        state = self._producers.get(producer_id)
-        if state is None:
-            state = ProducerState(producer_epoch=producer_epoch, pushed_epoch=producer_epoch)
-            self._producers[producer_id] = state
-        else:
-            self._producers.move_to_end(producer_id)
+        slots = self._slots
+        slot = slots.get(producer_id)
+        if slot is None:
+            slot = self._add(producer_id, producer_epoch)
+        elif next(reversed(slots)) != producer_id:  # the most recently active goes last
+            del slots[producer_id]
+            slots[producer_id] = slot
         last = last_sequence_of(base_sequence, record_count)
-        state.producer_epoch = max(state.producer_epoch, producer_epoch)
-        if advances(last, state.last_sequence):
-            state.last_sequence = last
-        state.last_offset = base_offset + record_count - 1
-        state.last_timestamp = max(state.last_timestamp, timestamp)
-        state.window.append(WindowEntry(base_sequence, last, base_offset))
-        if len(state.window) > self.config.window:
-            del state.window[: len(state.window) - self.config.window]
-        if pushed:
-            state.pending -= 1
-        else:
-            state.pushed_epoch = max(state.pushed_epoch, state.producer_epoch)
-            if advances(last, state.pushed_sequence):
-                state.pushed_sequence = state.last_sequence
+        if producer_epoch > self._epoch[slot]:
+            self._epoch[slot] = producer_epoch
+        if advances(last, self._last[slot]):
+            self._last[slot] = last
+        if timestamp > self._time[slot]:
+            self._time[slot] = timestamp
+        previous = self._count[slot]
+        if previous:  # the newest entry so far joins the older ones
+            first = self._first[slot]
+            older = self._older.get(producer_id)
+            if older is None:
+                older = self._older[producer_id] = array("q")
+            older.extend((first, last_sequence_of(first, previous), self._base[slot]))
+            if len(older) > 3 * (self.config.window - 1):
+                del older[: len(older) - 3 * (self.config.window - 1)]
+        self._first[slot] = base_sequence
+        self._base[slot] = base_offset
+        self._count[slot] = record_count
+        view = self._pushed_views.get(producer_id)
+        if view is not None:
+            if pushed:
+                view.pending -= 1
+            else:
+                view.epoch = max(view.epoch, self._epoch[slot])
+                if advances(last, view.sequence):
+                    view.sequence = self._last[slot]
+            self._settle(producer_id, slot, view)
         self.position = max(self.position, base_offset + record_count)
         self.entries_since_snapshot += 1
         self.records_since_snapshot += record_count
@@ -564,34 +708,36 @@ class PartitionChecker:
         """
         evicted: list[ProducerId] = []
         limit = self.config.max_producers - room_for
-        for producer_id in list(self._producers):
-            if len(self._producers) <= limit:
+        if len(self._slots) <= limit:
+            return evicted
+        for producer_id in list(self._slots):
+            if len(self._slots) <= limit:
                 break
-            state = self._producers[producer_id]
-            if state.pending or state.pushed_sequence != state.last_sequence:
+            if not self._idle(producer_id):
                 continue
-            del self._producers[producer_id]
+            self._remove(producer_id)
             evicted.append(ProducerId(producer_id))
         return evicted
+
+    def _idle(self, producer_id: int) -> bool:
+        """No batch of the producer in flight, and none dropped ahead of what is stored."""
+        view = self._pushed_views.get(producer_id)
+        return view is None or (not view.pending and view.sequence == self._last[self._slots[producer_id]])
 
     def expire(self, now: float) -> list[ProducerId]:
         """Evict producers idle for longer than ``producer_expiry``. Returns their ids."""
         limit = now - self.config.producer_expiry
-        expired = [
-            pid
-            for pid, s in self._producers.items()
-            if s.last_timestamp < limit and not s.pending and s.pushed_sequence == s.last_sequence
-        ]
+        times = self._time
+        expired = [pid for pid, slot in self._slots.items() if times[slot] < limit and self._idle(pid)]
         for pid in expired:
-            del self._producers[pid]
+            self._remove(pid)
         return [ProducerId(p) for p in expired]
 
     def forget(self, producer_id: int) -> bool:
         """Drop one producer's state (administrative). Returns whether it was tracked."""
-        state = self._producers.get(producer_id)
-        if state is None or state.pending:
+        if producer_id not in self._slots or self.pending_batches(producer_id):
             return False
-        del self._producers[producer_id]
+        self._remove(producer_id)
         return True
 
     # -- snapshots -------------------------------------------------------------------------
@@ -620,20 +766,26 @@ class PartitionChecker:
 
         The snapshot is valid for every batch below :attr:`position`.
         """
-        producers = [
-            [
-                pid,
-                s.producer_epoch,
-                s.last_sequence,
-                s.last_offset,
-                s.last_timestamp,
-                [[w.first_sequence, w.last_sequence, w.base_offset] for w in s.window],
-            ]
-            for pid, s in self._producers.items()
-            if s.last_sequence != NO_SEQUENCE
-        ]
-        data = msgpack.packb([_SNAPSHOT_FORMAT, self.position, producers])
-        snap = Snapshot(self.position, self.entries_since_snapshot, now, data)
+        slots = self._slots
+        pids: Iterable[int] = slots
+        if len(self._count) != len(slots) or any(self._last[slots[p]] == NO_SEQUENCE for p in self._pushed_views):
+            # free slots, or producers with nothing stored yet (only ever ones with a pushed view)
+            unstored = {p for p in self._pushed_views if self._last[slots[p]] == NO_SEQUENCE}
+            pids = [p for p in slots if p not in unstored]
+        order = array("q", pids)
+        index = [slots[p] for p in order]
+        columns = Columns(
+            self.position,
+            order,
+            array("h", map(self._epoch.__getitem__, index)),
+            array("q", map(self._last.__getitem__, index)),
+            array("d", map(self._time.__getitem__, index)),
+            array("q", map(self._first.__getitem__, index)),
+            array("q", map(self._base.__getitem__, index)),
+            array("i", map(self._count.__getitem__, index)),
+            older={p: self._older[p] for p in order if p in self._older} if self._older else {},
+        )
+        snap = Snapshot(self.position, self.entries_since_snapshot, now, encode(columns))
         self.mark_snapshot(snap)
         return snap
 
@@ -659,24 +811,9 @@ class PartitionChecker:
         checker.last_snapshot_at = now
         if snapshot is None:
             return checker
-        try:
-            fmt, position, producers = msgpack.unpackb(snapshot.data)
-        except (ValueError, TypeError, msgpack.UnpackException) as exc:  # garbage, or not 3 values
-            raise CorruptDataError(f"corrupt checker snapshot: {exc!r}") from exc
-        if fmt != _SNAPSHOT_FORMAT:
-            raise CorruptDataError(f"unknown checker snapshot format {fmt!r}")
-        for pid, epoch, last_seq, last_off, ts, window in producers:
-            state = ProducerState(
-                producer_epoch=epoch,
-                last_sequence=last_seq,
-                last_offset=last_off,
-                last_timestamp=ts,
-                window=[WindowEntry(f, lst, o) for f, lst, o in window],
-                pushed_epoch=epoch,
-                pushed_sequence=last_seq,
-            )
-            checker._producers[pid] = state
-        checker.position = position
+        columns = decode(snapshot.data)
+        checker._init_columns(columns)
+        checker.position = columns.position
         checker.mark_snapshot(snapshot)
         return checker
 

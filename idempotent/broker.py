@@ -565,8 +565,7 @@ class Broker:
         if part.failed and part.outstanding == 0:
             return True
         checker = part.checker
-        state = checker.producer(producer_id) if checker is not None else None
-        return state is None or state.pending == 0
+        return checker is None or checker.pending_batches(producer_id) == 0
 
     def producer_record(self, producer_id: int, *, refresh: bool = False) -> ProducerRecord | None:
         """The registry record of a producer id, or None.
@@ -739,8 +738,8 @@ class Broker:
             )
             if result.outcome is not Outcome.ACCEPTED:
                 return _done(result), total
-            if checker.producer(producer_id) is None:
-                if len(checker.producers()) >= self.config.checker.max_producers:
+            if not checker.tracks(producer_id):
+                if checker.producer_count >= self.config.checker.max_producers:
                     self._evict(part, checker, checker.evict_over_capacity(room_for=1), now)
                     checker = self._ready(part)
                 self._note_partition(producer_id, part.tp)

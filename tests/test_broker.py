@@ -306,3 +306,23 @@ def test_background_loops_log_a_bug_and_fail_the_broker(caplog: pytest.LogCaptur
     assert any("backend down (test)" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
     broker.maintain = original  # type: ignore[method-assign]
     broker.close()
+
+
+def test_a_corrupt_snapshot_is_ignored_and_the_partition_rebuilt_from_the_log() -> None:
+    harness = memory_harness()
+    broker = harness.open()
+    s = broker.init_producer()
+    for i in range(3):
+        broker.produce("t", 0, s.producer_id, s.producer_epoch, i, [b"x"])
+    broker.close()  # leaves a snapshot at position 3
+    backend = MemoryBackend(harness.url)
+    snapshot = backend.latest_snapshot("t", 0)
+    assert snapshot is not None and snapshot.position == 3
+    flipped = snapshot.data[:-6] + bytes([snapshot.data[-6] ^ 0x01]) + snapshot.data[-5:]
+    backend.write_snapshot("t", 0, Snapshot(snapshot.position, snapshot.entries, snapshot.taken_at, flipped))
+    again = harness.open()
+    resend = again.produce("t", 0, s.producer_id, s.producer_epoch, 2, [b"x"])
+    assert resend.outcome is Outcome.DUPLICATE and resend.base_offset == 2
+    assert again.stats("t")[0].replayed_batches == 3  # the whole log, not the snapshot
+    assert again.produce("t", 0, s.producer_id, s.producer_epoch, 3, [b"x"]).outcome is Outcome.ACCEPTED
+    again.close()
