@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import sqlite3
 import threading
@@ -38,7 +39,9 @@ from idempotent._registry import ProducerRecord, merge_record
 from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
 from idempotent.backend import AppendBatch
-from idempotent.errors import BackendUnavailableError, ConfigError, InvalidTopicError
+from idempotent.errors import BackendUnavailableError, ConfigError, InvalidTopicError, ProducerError, internal_error
+
+_LOG = logging.getLogger("idempotent.adapters.sqlite")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (name TEXT PRIMARY KEY, partitions INTEGER NOT NULL);
@@ -118,7 +121,10 @@ class SQLiteBackend:
         self._ends: dict[tuple[str, int], int] = {}
         self._topics: dict[str, int] = {}
         self._partition_ids: dict[tuple[str, int], int] = {}
-        timeout = float(options.get("timeout", 10))
+        timeout = self._timeout = float(options.get("timeout", 10))
+        #: started by the first append
+        self._writer: _Writer | None = None
+        self._closed = False
         try:
             self._db = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False, isolation_level=None)
             self._enter_wal(timeout)
@@ -224,21 +230,51 @@ class SQLiteBackend:
         self._topics.setdefault(topic, partitions)
 
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
+        """Queue the batch for the file's writer thread; see :class:`_Writer`.
+
+        Raises:
+            ConfigError: another process writes the file; nothing was queued.
+        """
         future: Future[int] = Future()
-        header = batch.header
-        pid = header.producer_id if header else NO_PRODUCER_ID
-        epoch = header.producer_epoch if header else -1
-        base_seq = header.base_sequence if header else -1
+        if self._closed:
+            future.set_exception(BackendUnavailableError(f"{self.url} is closed"))
+            return future
+        if not 0 <= partition < self._topics.get(topic, 0):
+            future.set_exception(InvalidTopicError(f"no partition {topic}[{partition}] in {self.url}"))
+            return future
+        writer = self._writer
+        if writer is None or self._lockfile is None:
+            with self._lock:
+                self._write_lock()
+                writer = self._writer
+                if writer is None:
+                    writer = self._writer = _Writer(self)
+        writer.submit((topic, partition, batch, snapshot, future))
+        return future
+
+    def _commit(self, items: list[_Append]) -> list[int]:
+        """Store a group of queued appends in one transaction; their base offsets, in order.
+
+        Raises:
+            BackendUnavailableError: nothing of the group is stored.
+        """
+        offsets: list[int] = []
+        ends: dict[tuple[str, int], int] = {}
         try:
             with self._lock, _mapped(self.url):
-                self._check(topic, partition)
-                base = self._end(topic, partition)
-                records = batch.records
                 with self._tx() as db:
-                    if self._legacy:
-                        db.executemany(
-                            "INSERT INTO records VALUES (?,?,?,?,?,?,?,?,?,?)",
-                            [
+                    rows: list[tuple[Any, ...]] = []
+                    bounds: list[tuple[Any, ...]] = []
+                    for topic, partition, batch, snapshot, _ in items:
+                        key = (topic, partition)
+                        base = ends[key] if key in ends else self._end(topic, partition)
+                        records = batch.records
+                        header = batch.header
+                        pid = header.producer_id if header else NO_PRODUCER_ID
+                        epoch = header.producer_epoch if header else -1
+                        base_seq = header.base_sequence if header else -1
+                        if self._legacy:
+                            rows.extend(
                                 (
                                     topic,
                                     partition,
@@ -252,33 +288,30 @@ class SQLiteBackend:
                                     batch.timestamp,
                                 )
                                 for i, r in enumerate(records)
-                            ],
-                        )
-                    else:
-                        part = self._partition_id(topic, partition, db)
-                        db.executemany(
-                            "INSERT INTO log VALUES (?,?,?,?,?)",
-                            [
+                            )
+                        else:
+                            part = self._partition_id(topic, partition, db)
+                            rows.extend(
                                 (part, offset, r.key, r.value, msgpack.packb(r.headers) if r.headers else None)
                                 for offset, r in enumerate(records, base)
-                            ],
-                        )
-                    db.execute(
-                        "INSERT INTO batches VALUES (?,?,?,?,?,?,?,?)",
-                        (topic, partition, base, pid, epoch, base_seq, len(records), batch.timestamp),
-                    )
-                    if snapshot is not None:
-                        self._put_snapshot(db, topic, partition, snapshot)
-                self._ends[(topic, partition)] = base + len(records)
-        except BaseException as exc:
-            self._ends.pop((topic, partition), None)
-            self._partition_ids.pop((topic, partition), None)  # its row may have rolled back
-            if isinstance(exc, InvalidTopicError | BackendUnavailableError):
-                future.set_exception(exc)
-                return future
+                            )
+                        bounds.append((topic, partition, base, pid, epoch, base_seq, len(records), batch.timestamp))
+                        if snapshot is not None:
+                            self._put_snapshot(db, topic, partition, snapshot)
+                        offsets.append(base)
+                        ends[key] = base + len(records)
+                    if self._legacy:
+                        db.executemany("INSERT INTO records VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+                    else:
+                        db.executemany("INSERT INTO log VALUES (?,?,?,?,?)", rows)
+                    db.executemany("INSERT INTO batches VALUES (?,?,?,?,?,?,?,?)", bounds)
+                self._ends.update(ends)
+        except BaseException:
+            for topic, partition, *_ in items:
+                self._ends.pop((topic, partition), None)
+                self._partition_ids.pop((topic, partition), None)  # its row may have rolled back
             raise
-        future.set_result(base)
-        return future
+        return offsets
 
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
         with self._lock, _mapped(self.url):
@@ -324,6 +357,12 @@ class SQLiteBackend:
         return out
 
     def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
+        writer = self._writer
+        if writer is not None:
+            writer.replayed(topic, partition)
+        return self._replay(topic, partition, from_offset)
+
+    def _replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
         position = from_offset
         while True:
             with self._lock, _mapped(self.url):
@@ -506,6 +545,10 @@ class SQLiteBackend:
         return None
 
     def close(self) -> None:
+        self._closed = True
+        writer = self._writer
+        if writer is not None:
+            writer.close(2 * self._timeout + 5)
         with self._lock:
             try:
                 self._db.close()
@@ -513,6 +556,98 @@ class SQLiteBackend:
                 if self._lockfile is not None:
                     self._lockfile.close()
                     self._lockfile = None
+
+
+#: a queued append: topic, partition, batch, snapshot and the future of its base offset
+_Append = tuple[str, int, AppendBatch, Snapshot | None, "Future[int]"]
+
+
+class _Writer:
+    """The file's writer thread, with group commit.
+
+    ``append`` only queues; this thread takes everything queued (every partition's batches,
+    in order) and stores it in one transaction, then completes the futures: a batch's future
+    resolves only after its transaction committed. SQLite lets one transaction write a file
+    at a time, so one writer per file (not per partition) is what lets a producer pipeline
+    batches (``max_in_flight``) and lets the transactions grow with the load.
+
+    When a transaction fails, its appends fail, and so does every later append of the
+    partitions they belong to (queued or submitted after), until the partition is replayed,
+    which is how the broker rebuilds it: nothing is stored behind a failed append (the
+    ordering contract of ``LogBackend.append``).
+    """
+
+    def __init__(self, backend: SQLiteBackend) -> None:
+        self._backend = backend
+        self._cond = threading.Condition()
+        self._queue: list[_Append] = []
+        #: partitions with a failed append, refused until replayed
+        self._failed: dict[tuple[str, int], BackendUnavailableError] = {}
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"idempotent-sqlite-{backend.path}", daemon=True)
+        self._thread.start()
+
+    def submit(self, item: _Append) -> None:
+        with self._cond:
+            error = self._failed.get((item[0], item[1]))
+            if error is None and self._closed:
+                error = BackendUnavailableError(f"{self._backend.url} is closed")
+            if error is None:
+                self._queue.append(item)
+                self._cond.notify()
+                return
+        item[4].set_exception(error)
+
+    def replayed(self, topic: str, partition: int) -> None:
+        """The partition is being rebuilt from what is stored: take its appends again."""
+        with self._cond:
+            self._failed.pop((topic, partition), None)
+
+    def close(self, timeout: float) -> None:
+        """Store what is queued (the thread drains the queue before it ends), then stop; what
+        is still queued after ``timeout`` seconds fails with BackendUnavailableError."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout)
+        with self._cond:
+            left, self._queue = self._queue, []
+        error = BackendUnavailableError(f"{self._backend.url} was closed before the append was stored")
+        for item in left:
+            item[4].set_exception(error)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                items, self._queue = self._queue, []
+            try:
+                offsets = self._backend._commit(items)
+            except BackendUnavailableError as exc:
+                self._fail(items, exc)
+                continue
+            except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
+                self._fail(items, internal_error(f"sqlite: appending to {self._backend.url}", exc, _LOG))
+                continue
+            for item, offset in zip(items, offsets, strict=True):
+                item[4].set_result(offset)
+
+    def _fail(self, items: list[_Append], error: ProducerError) -> None:
+        failed = BackendUnavailableError(f"{self._backend.url}: an earlier append of the partition failed: {error}")
+        with self._cond:
+            for topic, partition, *_ in items:
+                self._failed[(topic, partition)] = failed
+            behind = [item for item in self._queue if (item[0], item[1]) in self._failed]
+            self._queue = [item for item in self._queue if (item[0], item[1]) not in self._failed]
+        # the failed transaction's appends first (the broker marks their partitions failed),
+        # then those queued behind them, in order
+        for item in items:
+            item[4].set_exception(error)
+        for item in behind:
+            item[4].set_exception(failed)
 
 
 class _Transaction:

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from pathlib import Path
+
+import pytest
 
 import idempotent
 from adapters.sqlite import SQLiteBackend
+from idempotent import Record
+from idempotent.backend import AppendBatch
+from idempotent.errors import BackendUnavailableError
 
 OLD_SCHEMA = """
 CREATE TABLE producers (
@@ -136,3 +142,87 @@ def test_many_connections_opening_one_new_file_at_once_all_succeed(tmp_path: Pat
         for thread in threads:
             thread.join()
         assert errors == [], (round_, errors)
+
+
+# -- the writer thread: group commit, failures, close ------------------------------------------
+
+
+def _batch(*values: bytes) -> AppendBatch:
+    return AppendBatch(None, [Record(v) for v in values], time.time())
+
+
+def _opened(tmp_path: Path) -> tuple[SQLiteBackend, list[str]]:
+    backend = SQLiteBackend(f"sqlite:///{tmp_path / 'w.db'}")
+    backend.create_topic("t", 2)
+    statements: list[str] = []
+    backend._db.set_trace_callback(statements.append)
+    return backend, statements
+
+
+def test_appends_queued_while_one_commits_are_committed_together(tmp_path: Path) -> None:
+    backend, statements = _opened(tmp_path)
+    try:
+        with backend._lock:  # a commit in progress holds it: everything appended now queues
+            futures = [backend.append("t", p, _batch(b"a", b"b"), None) for p in (0, 1, 0, 1, 0)]
+            time.sleep(0.05)
+            assert not any(f.done() for f in futures)  # none resolves before its commit
+        offsets = [f.result(10) for f in futures]
+        assert offsets == [0, 0, 2, 2, 4]
+        # at most the first append committed alone (the writer may have taken it before the
+        # rest were queued), the others in one transaction
+        assert 1 <= statements.count("COMMIT") <= 2, statements
+        assert [r.value for r in backend.read("t", 0, 0, 10)] == [b"a", b"b"] * 3
+    finally:
+        backend.close()
+
+
+def test_a_failed_append_fails_everything_behind_it_until_the_partition_is_replayed(tmp_path: Path) -> None:
+    backend, _ = _opened(tmp_path)
+    db = sqlite3.connect(tmp_path / "w.db")
+    db.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON log WHEN NEW.value = X'626164' BEGIN SELECT RAISE(ABORT, 'no'); END"
+    )
+    db.commit()
+    try:
+        assert backend.append("t", 0, _batch(b"first"), None).result(10) == 0
+        with backend._lock:
+            failed = backend.append("t", 0, _batch(b"bad"), None)
+            time.sleep(0.05)  # the writer takes it and waits for the lock
+            behind = [backend.append("t", 0, _batch(b"ok"), None) for _ in range(3)]
+            other = backend.append("t", 1, _batch(b"ok"), None)
+        with pytest.raises(BackendUnavailableError):
+            failed.result(10)
+        for future in behind:
+            with pytest.raises(BackendUnavailableError):
+                future.result(10)
+        assert other.result(10) == 0  # another partition carries on
+        later = backend.append("t", 0, _batch(b"later"), None)
+        with pytest.raises(BackendUnavailableError, match="earlier append"):
+            later.result(10)
+        assert [r.value for r in backend.read("t", 0, 0, 10)] == [b"first"]  # nothing behind the hole
+        assert [b.base_offset for b in backend.replay("t", 0, 0)] == [0]
+        assert backend.append("t", 0, _batch(b"again"), None).result(10) == 1
+    finally:
+        db.close()
+        backend.close()
+
+
+def test_close_stores_what_is_queued_and_refuses_what_comes_after(tmp_path: Path) -> None:
+    backend, _ = _opened(tmp_path)
+    with backend._lock:
+        futures = [backend.append("t", 0, _batch(b"%d" % i), None) for i in range(4)]
+        closing = threading.Thread(target=backend.close)
+        closing.start()
+        time.sleep(0.05)
+        assert not any(f.done() for f in futures)
+    closing.join(10)
+    assert not closing.is_alive()
+    assert [f.result(0) for f in futures] == [0, 1, 2, 3]
+    late = backend.append("t", 0, _batch(b"late"), None)
+    with pytest.raises(BackendUnavailableError, match="closed"):
+        late.result(0)
+    reopened = SQLiteBackend(f"sqlite:///{tmp_path / 'w.db'}")
+    try:
+        assert [r.value for r in reopened.read("t", 0, 0, 10)] == [b"0", b"1", b"2", b"3"]
+    finally:
+        reopened.close()
