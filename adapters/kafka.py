@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Sequence as Seq
 from concurrent.futures import Future
 from typing import Any
@@ -49,7 +49,7 @@ from adapters._meta import MetaLog, lease_key, pack_lease, pack_producer, pack_s
 from idempotent._ownership import Lease
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
-from idempotent._sequence import sequence_at
+from idempotent._sequence import crosses_ring_end, sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
 from idempotent.backend import AppendBatch
 from idempotent.errors import (
@@ -407,40 +407,7 @@ class _PartitionWriter:
                         self.backend.produce_snapshot(producer, self.topic, self.partition, snapshot)
                     if batch is None:
                         continue
-                    callback = delivered(first_offsets[index])
-                    header = batch.header
-                    identity: list[tuple[str, str | bytes | None]] = []
-                    if header is not None:
-                        identity = [
-                            ("idem.pid", b"%d" % header.producer_id),
-                            ("idem.epoch", b"%d" % header.producer_epoch),
-                        ]
-                    timestamp = int(batch.timestamp * 1000)
-                    produce = producer.produce
-                    for i, record in enumerate(batch.records):
-                        headers: list[tuple[str, str | bytes | None]] = [*record.headers, *identity]
-                        if header is not None:
-                            headers.append(("idem.seq", b"%d" % (sequence_at(header.base_sequence, i))))
-                            if i == 0:
-                                headers.append(("idem.count", b"%d" % len(batch.records)))
-                        # only the first record's offset is needed (a batch's offsets are
-                        # consecutive); a failure of any record fails commit_transaction
-                        while True:
-                            try:
-                                produce(
-                                    self.kafka_topic,
-                                    value=record.value,
-                                    key=record.key,
-                                    partition=self.partition,
-                                    headers=headers,
-                                    timestamp=timestamp,
-                                    on_delivery=callback if i == 0 else None,
-                                )
-                                break
-                            except BufferError:  # local queue full: let it drain
-                                producer.poll(0.05)
-                        if i % 1000 == 999:
-                            producer.poll(0)
+                    self._produce(batch, delivered(first_offsets[index]))
                 producer.commit_transaction(self.backend.timeout)
                 producer.poll(0)  # hand librdkafka's queued log lines to Python logging
             except KafkaException as exc:
@@ -452,6 +419,64 @@ class _PartitionWriter:
         if errors:
             raise _translate(errors[0], f"deliver to {self.topic}[{self.partition}]")
         return [min(slot) if slot else -1 for slot in first_offsets]
+
+    def _produce(self, batch: AppendBatch, delivered: Callable[[Any, Any], None]) -> None:
+        """Hand a batch's records to the open transaction: the identity headers are built for
+        the whole batch first, then one ``produce`` call per record (the client has no batch
+        call that takes headers). Only the first record gets a delivery callback: a batch's
+        offsets are consecutive, and a failure of any record fails ``commit_transaction``."""
+        records = batch.records
+        header = batch.header
+        if header is None:
+            heads: list[Any] = [list(record.headers) or None for record in records]
+        else:
+            identity = (("idem.pid", b"%d" % header.producer_id), ("idem.epoch", b"%d" % header.producer_epoch))
+            base = header.base_sequence
+            count = len(records)
+            if crosses_ring_end(base, count):
+                sequences: Iterable[int] = [sequence_at(base, i) for i in range(count)]
+            else:
+                sequences = range(base, base + count)
+            heads = [
+                [*record.headers, *identity, ("idem.seq", b"%d" % sequence)]
+                if record.headers
+                else [*identity, ("idem.seq", b"%d" % sequence)]
+                for record, sequence in zip(records, sequences, strict=True)
+            ]
+            heads[0].append(("idem.count", b"%d" % count))
+        producer = self._producer
+        produce = producer.produce
+        topic, partition, timestamp = self.kafka_topic, self.partition, int(batch.timestamp * 1000)
+        first = records[0]
+        done = 0
+        while done < len(records):
+            try:
+                if done == 0:
+                    produce(
+                        topic,
+                        value=first.value,
+                        key=first.key,
+                        partition=partition,
+                        headers=heads[0],
+                        timestamp=timestamp,
+                        on_delivery=delivered,
+                    )
+                    done = 1
+                # serve queued delivery reports and log lines every 1000 records
+                for start in range(done, len(records), 1000):
+                    for record, head in zip(records[start : start + 1000], heads[start : start + 1000], strict=True):
+                        produce(
+                            topic,
+                            value=record.value,
+                            key=record.key,
+                            partition=partition,
+                            headers=head,
+                            timestamp=timestamp,
+                        )
+                        done += 1
+                    producer.poll(0)
+            except BufferError:  # the client's local queue is full: let it drain, then go on
+                producer.poll(0.05)
 
     def _fail(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], error: ProducerError) -> None:
         if isinstance(error, OwnershipLostError):
