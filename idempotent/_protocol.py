@@ -30,7 +30,7 @@ import attrs
 import msgpack
 
 from ._outcomes import Outcome, ProduceResult
-from ._records import Record, StoredRecord
+from ._records import Record, StoredRecord, trusted_record, value_record
 from ._types import MAX_APPLICATION_SEQUENCE, MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID, TopicPartition
 from .broker import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
 from .errors import (
@@ -219,12 +219,18 @@ def _bytes_or_nil(name: str, value: Any) -> bytes | None:
 
 
 def _records(name: str, value: Any) -> list[Record]:
+    """Decode a produce request's records. Each field's type is checked here, so the records
+    are built without :class:`Record`'s converters (the server's per-record cost)."""
     if type(value) is not list or not 1 <= len(value) <= MAX_BATCH_RECORDS:
         raise _bad(name, value, f"an array of 1..{MAX_BATCH_RECORDS} records")
-    out = []
+    out: list[Record] = []
+    append = out.append
     for item in value:
-        if item is None or type(item) is bytes:
-            out.append(Record(item))
+        if type(item) is bytes:
+            append(value_record(item))
+            continue
+        if item is None:
+            append(trusted_record(None, None, ()))
             continue
         if type(item) is not list or len(item) != 3:
             raise _bad(name, item, "records that are bin, nil, or [value, key, headers]")
@@ -238,7 +244,7 @@ def _records(name: str, value: Any) -> list[Record]:
             if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str or type(pair[1]) is not bytes:
                 raise _bad("record headers", pair, "[str name, bin value] pairs")
             pairs.append((pair[0], pair[1]))
-        out.append(Record(val, key, tuple(pairs)))
+        append(trusted_record(val, key, tuple(pairs)))
     return out
 
 
@@ -441,7 +447,15 @@ def encode_records(records: Sequence[Record | bytes | str | None]) -> list[Any]:
     out: list[Any] = []
     append = out.append
     for item in records:
-        if item is None or type(item) is bytes:
+        if type(item) is Record:  # the producer's records: the common case first
+            headers = item.headers
+            if headers:
+                append([item.value, item.key, [list(h) for h in headers]])
+            elif item.key is None:
+                append(item.value)
+            else:
+                append([item.value, item.key, []])
+        elif item is None or type(item) is bytes:
             append(item)
         elif isinstance(item, str):
             append(item.encode())
