@@ -43,6 +43,7 @@ def unpack_producer(value: bytes) -> ProducerRecord:
         state_lost=bool(record.state_lost),
         partitions=tuple((str(t), int(p)) for t, p in record.partitions),
         principal=None if record.principal is None else str(record.principal),
+        last_used=float(record.last_used),
     )
 
 

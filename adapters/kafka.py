@@ -846,6 +846,12 @@ class KafkaBackend:
         # folded as the metadata log folds it: a stale copy does not undo a newer record
         self._meta.producers[record.producer_id] = merge_record(self._meta.producers.get(record.producer_id), record)
 
+    def delete_producers(self, producer_ids: Seq[int]) -> None:
+        if producer_ids:  # tombstones, in one flush: compaction drops the keys
+            self._put_metas([(f"producer:{producer_id}", None) for producer_id in producer_ids])
+        for producer_id in producer_ids:
+            self._meta.producers.pop(producer_id, None)
+
     def load_settings(self) -> dict[str, str]:
         with self._lock, _map_errors("load settings"):
             self._catch_up_meta()

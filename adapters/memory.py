@@ -213,6 +213,12 @@ class MemoryBackend:
                         del store.producers[pid]
             store.producers[record.producer_id] = record
 
+    def delete_producers(self, producer_ids: Seq[int]) -> None:
+        store = self._up()
+        with store.lock:
+            for producer_id in producer_ids:
+                store.producers.pop(producer_id, None)
+
     def load_settings(self) -> dict[str, str]:
         store = self._up()
         with store.lock:

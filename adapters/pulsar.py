@@ -1085,6 +1085,12 @@ class PulsarBackend:
                 self._meta.producers.get(record.producer_id), record
             )
 
+    def delete_producers(self, producer_ids: Sequence[int]) -> None:
+        with self._lock:
+            for producer_id in producer_ids:
+                self._put_meta(f"producer:{producer_id}", None)  # a tombstone, as for renamed ids
+                self._meta.producers.pop(producer_id, None)
+
     def load_settings(self) -> dict[str, str]:
         with self._lock, _map_errors("load settings"):
             self._catch_up_meta()

@@ -63,6 +63,9 @@ class ReadOnlyBackend:
     def save_producer(self, record: ProducerRecord) -> None:
         return None
 
+    def delete_producers(self, producer_ids: Sequence[int]) -> None:
+        return None
+
     def load_settings(self) -> dict[str, str]:
         return self.inner.load_settings()
 

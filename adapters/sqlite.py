@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS producers (
     producer_id INTEGER PRIMARY KEY, name TEXT UNIQUE, producer_epoch INTEGER NOT NULL,
     state_lost INTEGER NOT NULL DEFAULT 0, partitions BLOB);
 CREATE TABLE IF NOT EXISTS producer_principals (producer_id INTEGER PRIMARY KEY, principal TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS producer_activity (producer_id INTEGER PRIMARY KEY, last_used REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, broker_id TEXT NOT NULL, address TEXT NOT NULL,
@@ -417,8 +418,9 @@ class SQLiteBackend:
     def load_producers(self) -> list[ProducerRecord]:
         with self._lock, _mapped(self.url):
             rows = self._db.execute(
-                "SELECT p.producer_id, p.producer_epoch, p.name, p.state_lost, p.partitions, o.principal "
-                "FROM producers p LEFT JOIN producer_principals o USING (producer_id)"
+                "SELECT p.producer_id, p.producer_epoch, p.name, p.state_lost, p.partitions, o.principal, a.last_used "
+                "FROM producers p LEFT JOIN producer_principals o USING (producer_id) "
+                "LEFT JOIN producer_activity a USING (producer_id)"
             ).fetchall()
         return [
             ProducerRecord(
@@ -428,20 +430,22 @@ class SQLiteBackend:
                 bool(s),
                 tuple((t, q) for t, q in msgpack.unpackb(parts or b"\x90")),
                 owner,
+                float(used or 0.0),
             )
-            for p, e, n, s, parts, owner in rows
+            for p, e, n, s, parts, owner, used in rows
         ]
 
     def save_producer(self, record: ProducerRecord) -> None:
         with self._lock, _mapped(self.url), self._tx() as db:
             row = db.execute(
-                "SELECT p.producer_epoch, p.name, p.state_lost, p.partitions, o.principal "
-                "FROM producers p LEFT JOIN producer_principals o USING (producer_id) WHERE p.producer_id=?",
+                "SELECT p.producer_epoch, p.name, p.state_lost, p.partitions, o.principal, a.last_used "
+                "FROM producers p LEFT JOIN producer_principals o USING (producer_id) "
+                "LEFT JOIN producer_activity a USING (producer_id) WHERE p.producer_id=?",
                 (record.producer_id,),
             ).fetchone()
             known = None
             if row is not None:
-                e, n, lost, parts, owner = row
+                e, n, lost, parts, owner, used = row
                 known = ProducerRecord(
                     record.producer_id,
                     Epoch(e),
@@ -449,17 +453,19 @@ class SQLiteBackend:
                     bool(lost),
                     tuple((t, q) for t, q in msgpack.unpackb(parts or b"\x90")),
                     owner,
+                    float(used or 0.0),
                 )
             record = merge_record(known, record)  # a stale copy must not undo a newer record
             if record is known:
                 return
             if record.producer_name is not None:
                 moved = (record.producer_name, record.producer_id)
-                db.execute(
-                    "DELETE FROM producer_principals WHERE producer_id IN "
-                    "(SELECT producer_id FROM producers WHERE name=? AND producer_id<>?)",
-                    moved,
-                )
+                for table in ("producer_principals", "producer_activity"):
+                    db.execute(
+                        f"DELETE FROM {table} WHERE producer_id IN "
+                        "(SELECT producer_id FROM producers WHERE name=? AND producer_id<>?)",
+                        moved,
+                    )
                 db.execute("DELETE FROM producers WHERE name=? AND producer_id<>?", moved)
             if record.principal is None:
                 db.execute("DELETE FROM producer_principals WHERE producer_id=?", (record.producer_id,))
@@ -467,6 +473,7 @@ class SQLiteBackend:
                 db.execute(
                     "INSERT OR REPLACE INTO producer_principals VALUES (?,?)", (record.producer_id, record.principal)
                 )
+            db.execute("INSERT OR REPLACE INTO producer_activity VALUES (?,?)", (record.producer_id, record.last_used))
             db.execute(
                 "INSERT OR REPLACE INTO producers VALUES (?,?,?,?,?)",
                 (
@@ -477,6 +484,12 @@ class SQLiteBackend:
                     msgpack.packb([list(tp) for tp in record.partitions]),
                 ),
             )
+
+    def delete_producers(self, producer_ids: Seq[int]) -> None:
+        ids = [(int(producer_id),) for producer_id in producer_ids]
+        with self._lock, _mapped(self.url), self._tx() as db:
+            for table in ("producers", "producer_principals", "producer_activity"):
+                db.executemany(f"DELETE FROM {table} WHERE producer_id=?", ids)
 
     def load_settings(self) -> dict[str, str]:
         with self._lock, _mapped(self.url):

@@ -20,6 +20,8 @@ in :class:`idempotent.auth.AccessPolicy`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import attrs
 
 from ._types import MAX_EPOCH, Epoch, ProducerId
@@ -40,6 +42,9 @@ class ProducerRecord:
     #: the principal owning this producer, None when unowned; new fields go last (encodings
     #: of older records are shorter and decode with the default)
     principal: str | None = None
+    #: when the producer was last initialised or seen writing (wall-clock seconds), as far
+    #: as the brokers noted it (see :meth:`ProducerRegistry.sweep`); 0.0: not noted yet
+    last_used: float = 0.0
 
 
 class Admission:
@@ -78,9 +83,19 @@ def merge_record(known: ProducerRecord | None, incoming: ProducerRecord) -> Prod
         return known
     partitions = tuple(sorted({*known.partitions, *incoming.partitions}))
     state_lost = known.state_lost or incoming.state_lost
-    if partitions == known.partitions and state_lost == known.state_lost:
+    last_used = max(known.last_used, incoming.last_used)
+    if partitions == known.partitions and state_lost == known.state_lost and last_used == known.last_used:
         return known
-    return attrs.evolve(known, partitions=partitions, state_lost=state_lost)
+    return attrs.evolve(known, partitions=partitions, state_lost=state_lost, last_used=last_used)
+
+
+@attrs.frozen
+class RegistrySweep:
+    """What :meth:`ProducerRegistry.sweep` decided: records to store again with a later
+    ``last_used``, and ids of records to delete (idle for longer than the retention)."""
+
+    touched: list[ProducerRecord]
+    expired: list[ProducerId]
 
 
 class ProducerRegistry:
@@ -91,6 +106,8 @@ class ProducerRegistry:
         self._by_name: dict[str, ProducerRecord] = {}
         self._next_id = 0
         self._block_end = 0
+        #: when :meth:`sweep` first saw each record stored without ``last_used``
+        self._first_swept: dict[int, float] = {}
         for record in records or []:
             self._store(record)
 
@@ -136,21 +153,21 @@ class ProducerRegistry:
 
     # -- transitions (the caller persists the returned record) -----------------------------
 
-    def init(self, name: str | None, principal: str | None = None) -> ProducerRecord:
-        """Initialise a producer and return its new record, owned by ``principal``.
+    def init(self, name: str | None, principal: str | None = None, now: float = 0.0) -> ProducerRecord:
+        """Initialise a producer at ``now`` and return its new record, owned by ``principal``.
 
         Raises:
             RuntimeError: an id is needed and ``needs_id_block()`` was not served first.
         """
         if name is None:
-            record = ProducerRecord(self._take_id(), Epoch(0), principal=principal)
+            record = ProducerRecord(self._take_id(), Epoch(0), principal=principal, last_used=now)
         else:
             old = self._by_name.get(validate_name(name))
             if old is None or old.producer_epoch >= MAX_EPOCH:
-                record = ProducerRecord(self._take_id(), Epoch(0), name, principal=principal)
+                record = ProducerRecord(self._take_id(), Epoch(0), name, principal=principal, last_used=now)
             else:
                 epoch = Epoch(old.producer_epoch + 1)
-                record = ProducerRecord(old.producer_id, epoch, name, False, old.partitions, principal)
+                record = ProducerRecord(old.producer_id, epoch, name, False, old.partitions, principal, now)
         self._store(record)
         return record
 
@@ -196,3 +213,49 @@ class ProducerRegistry:
         if producer_epoch < record.producer_epoch:
             return Admission.FENCED
         return Admission.STATE_LOST if record.state_lost else Admission.ADMITTED
+
+    # -- retention -------------------------------------------------------------------------
+
+    def sweep(self, now: float, retention: float, activity: Mapping[int, float]) -> RegistrySweep:
+        """Decide which records to refresh and which to drop, at ``now``.
+
+        A record is **expired** when its producer was neither initialised nor seen writing
+        for longer than ``retention`` seconds: ``max(last_used, activity[id]) < now -
+        retention``. ``activity`` maps producer ids to the latest write the caller's
+        partitions saw (their checkers' last timestamps). A record's ``last_used`` is moved
+        up to that activity (**touched**, for the caller to store) once it lags by more than
+        a quarter of the retention, so other brokers and later lives of this one see a
+        producer that keeps writing as used, at the cost of one store per producer per
+        quarter of the retention. A record stored before ``last_used`` existed (0.0)
+        counts as used at the first sweep of this registry that saw it (kept in memory
+        only, so that a broker's first sweep does not rewrite every old record).
+
+        The records are not changed here: the caller stores the touched ones (then :meth:`merge`
+        them), deletes the expired ids from its backend, then :meth:`drop` them.
+
+        Raises:
+            ConfigError: ``retention`` is not positive.
+        """
+        if retention <= 0:
+            raise ConfigError(f"producer record retention must be positive, got {retention}")
+        limit = now - retention
+        touched: list[ProducerRecord] = []
+        expired: list[ProducerId] = []
+        for record in self._by_id.values():
+            last_used = record.last_used or self._first_swept.setdefault(record.producer_id, now)
+            seen = activity.get(record.producer_id, 0.0)
+            if max(last_used, seen) < limit:
+                expired.append(record.producer_id)
+            elif seen - last_used > retention / 4:
+                touched.append(attrs.evolve(record, last_used=seen))
+        return RegistrySweep(touched, sorted(expired))
+
+    def drop(self, producer_ids: Iterable[int]) -> None:
+        """Forget the records of ``producer_ids`` (deleted from the backend by the caller).
+        Their ids are never given out again: a later ``init`` of the name takes a fresh one."""
+        for producer_id in producer_ids:
+            self._first_swept.pop(producer_id, None)
+            record = self._by_id.pop(producer_id, None)
+            name = record.producer_name if record is not None else None
+            if name is not None and self._by_name.get(name) is record:
+                del self._by_name[name]

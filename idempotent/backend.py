@@ -117,6 +117,11 @@ class LogBackend(Protocol):
         """Store (insert or replace) a producer record, durably before returning."""
         ...
 
+    def delete_producers(self, producer_ids: Sequence[int]) -> None:
+        """Delete the records of ``producer_ids`` (expired; unknown ids are ignored),
+        durably before returning."""
+        ...
+
     def load_settings(self) -> dict[str, str]:
         """Stored broker settings (deduplication switches and policies)."""
         ...

@@ -88,6 +88,10 @@ class BrokerConfig:
             leases it holds and returned in :class:`~idempotent.errors.NotOwnerError`.
         lease_duration: seconds a lease lasts without renewal; renewed every third of it.
             Another broker takes a partition over after seeing no renewal for this long.
+        producer_record_retention: seconds after which the record (name, id, epoch) of a
+            producer neither initialised nor seen writing is deleted by :meth:`Broker.maintain`
+            (Kafka's ``transactional.id.expiration.ms``, 7 days). A later ``init`` of the name
+            gets a fresh id with no state on any partition (docs/semantics.md).
     """
 
     checker: CheckerConfig = attrs.field(factory=CheckerConfig)
@@ -103,8 +107,11 @@ class BrokerConfig:
     broker_id: str | None = None
     advertised_address: str = ""
     lease_duration: float = 10.0
+    producer_record_retention: float = 7 * 24 * 3600.0
 
     def __attrs_post_init__(self) -> None:
+        if not self.producer_record_retention > 0:
+            raise ConfigError("producer_record_retention must be positive")
         if self.broker_id is not None and (not isinstance(self.broker_id, str) or not self.broker_id):
             raise ConfigError("broker_id must be a non-empty string (or None for a single broker)")
         if not self.lease_duration > 0:
@@ -473,7 +480,7 @@ class Broker:
             if self._registry.will_need_id(producer_name) and self._registry.needs_id_block():
                 start = self.backend.allocate_producer_ids(self.config.id_block_size)
                 self._registry.add_id_block(start, self.config.id_block_size)
-            record = self._registry.init(producer_name, principal)
+            record = self._registry.init(producer_name, principal, time.time())
             try:
                 self.backend.save_producer(record)
             except BaseException:
@@ -1183,12 +1190,18 @@ class Broker:
             return self._ready(part).state()
 
     def maintain(self, now: float | None = None) -> None:
-        """Expire idle producers, write snapshots that are due (time-based trigger), and
-        reload the deduplication settings from the backend (see :meth:`refresh_settings`)."""
+        """Expire idle producers, write snapshots that are due (time-based trigger), reload
+        the deduplication settings from the backend (see :meth:`refresh_settings`), and
+        delete producer records idle for longer than ``producer_record_retention``.
+
+        Raises:
+            BackendUnavailableError: the backend failed; what was done before stays done.
+        """
         now = time.time() if now is None else now
         self.refresh_settings()
         with self._lock:
             parts = list(self._partitions.values())
+        activity: dict[int, float] = {}
         for part in parts:
             with part.lock:
                 checker = part.checker
@@ -1197,6 +1210,30 @@ class Broker:
                 self._sweep(part, checker, now)
                 if part.checker is not None and checker.snapshot_due(now):
                     self._write_snapshot(part, checker, now)
+                for producer_id, state in checker.producers().items():
+                    seen = now if state.pending else state.last_timestamp
+                    activity[producer_id] = max(activity.get(producer_id, 0.0), seen)
+        self._expire_records(now, activity)
+
+    def _expire_records(self, now: float, activity: Mapping[int, float]) -> None:
+        """Carry out :meth:`ProducerRegistry.sweep`: store the touched records, delete the
+        expired ones. Only the backend's writer does it (a SQLite file read by another
+        process is left alone)."""
+        if not self._writer:
+            return
+        if self._ownership is not None:
+            self._refresh_producers()  # last uses other brokers noted
+        with self._lock:
+            sweep = self._registry.sweep(now, self.config.producer_record_retention, activity)
+            for record in sweep.touched:
+                self.backend.save_producer(record)
+            self._registry.merge(sweep.touched)
+            if sweep.expired:
+                self.backend.delete_producers(sweep.expired)
+                self._registry.drop(sweep.expired)
+        if sweep.expired:
+            retention = self.config.producer_record_retention
+            _LOG.info("deleted %d producer records idle for over %.0f s", len(sweep.expired), retention)
 
     def _maintain_loop(self) -> None:
         while not self._stop.wait(self.config.maintenance_interval):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +23,7 @@ from idempotent.errors import (
     ProducerClosedError,
 )
 
-from .conftest import memory_harness
+from .conftest import memory_harness, sqlite_harness
 
 
 def test_pipelined_batches_and_in_flight_resend() -> None:
@@ -326,3 +327,47 @@ def test_a_corrupt_snapshot_is_ignored_and_the_partition_rebuilt_from_the_log() 
     assert again.stats("t")[0].replayed_batches == 3  # the whole log, not the snapshot
     assert again.produce("t", 0, s.producer_id, s.producer_epoch, 3, [b"x"]).outcome is Outcome.ACCEPTED
     again.close()
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_producer_records_idle_past_the_retention_are_deleted(backend: str, tmp_path: Path) -> None:
+    """Named producers of finished jobs (one per job and Spark partition) leave records that
+    the maintenance sweep deletes once idle for longer than ``producer_record_retention``;
+    within it, re-initialising a name continues its producer."""
+    harness = memory_harness() if backend == "memory" else sqlite_harness(tmp_path)
+    config = BrokerConfig(producer_record_retention=3600.0, maintenance_interval=0)
+    broker = harness.open(config)
+    try:
+        broker.create_topic("t", 2)
+        started = time.time()
+        jobs = {}
+        for job in range(3):
+            for part in range(2):
+                s = broker.init_producer(f"spark/job-{job}/{part}")
+                assert broker.produce("t", part, s.producer_id, s.producer_epoch, 0, [b"x", b"y"]).outcome is (
+                    Outcome.ACCEPTED
+                )
+                jobs[s.producer_name] = s
+        assert len(broker.backend.load_producers()) == 6
+        broker.maintain(now=started + 1800)  # within the retention: every record kept
+        assert len(broker.backend.load_producers()) == 6
+        rerun = broker.init_producer("spark/job-0/0")  # the same job again: same producer
+        assert (rerun.producer_id, rerun.last_sequences[("t", 0)]) == (jobs["spark/job-0/0"].producer_id, 1)
+        broker.maintain(now=time.time() + 3601)  # past it: every record deleted
+        assert broker.backend.load_producers() == []
+        assert broker.producer_record(rerun.producer_id) is None
+        old = jobs["spark/job-1/1"]
+        assert broker.produce("t", 1, old.producer_id, old.producer_epoch, 2, [b"z"]).outcome is (
+            Outcome.UNKNOWN_PRODUCER
+        )
+    finally:
+        broker.close()
+    broker = harness.open(config)  # stays deleted across a restart
+    try:
+        assert broker.backend.load_producers() == []
+        fresh = broker.init_producer("spark/job-1/1")  # a rerun after the retention: a new producer
+        assert fresh.producer_id not in {s.producer_id for s in jobs.values()} and fresh.producer_epoch == 0
+        assert fresh.last_sequences[("t", 1)] == -1
+        assert [r.producer_name for r in broker.backend.load_producers()] == ["spark/job-1/1"]
+    finally:
+        broker.close()

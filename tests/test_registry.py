@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from idempotent._registry import Admission, ProducerRegistry
@@ -89,8 +90,10 @@ def test_meta_encoding_carries_the_owner_and_reads_older_records() -> None:
     assert unpack_producer(pack_producer(record)) == record
     older = msgpack.packb([7, 3, "job", False, [["t", 0]]])  # written before records had owners
     assert unpack_producer(older) == ProducerRecord(7, 3, "job", False, (("t", 0),), None)  # type: ignore[arg-type]
-    newer = msgpack.packb([7, 3, "job", False, [], "alice", "a-later-field"])
+    newer = msgpack.packb([7, 3, "job", False, [], "alice", 1234.5, "a-later-field"])
     assert unpack_producer(newer).principal == "alice"
+    assert unpack_producer(newer).last_used == 1234.5
+    assert unpack_producer(pack_producer(attrs.evolve(record, last_used=99.0))).last_used == 99.0
 
 
 def test_meta_log_folds_producer_records_with_the_merge_rule() -> None:
@@ -109,3 +112,60 @@ def test_meta_log_folds_producer_records_with_the_merge_rule() -> None:
     assert log.producers[7] == ProducerRecord(ProducerId(7), Epoch(1), "p", True, (("t", 0), ("t", 1)), "alice")
     assert merge_record(log.producers[7], newer) is log.producers[7]
     assert merge_record(None, newer) is newer
+
+
+def test_sweep_expires_records_idle_for_longer_than_the_retention() -> None:
+    r = registry()
+    old = r.init("spark/job-1/0", now=1000.0)
+    kept = r.init("spark/job-2/0", now=5000.0)
+    writer = r.init("long-lived", now=1000.0)  # initialised long ago, still writing
+    anonymous = r.init(None, now=1000.0)
+    sweep = r.sweep(now=7000.0, retention=3000.0, activity={writer.producer_id: 6900.0})
+    assert sweep.expired == sorted([old.producer_id, anonymous.producer_id])
+    assert kept.producer_id not in sweep.expired and writer.producer_id not in sweep.expired
+    # the writer's record lags its activity by over a quarter of the retention: stored again
+    assert sweep.touched == [attrs.evolve(writer, last_used=6900.0)]
+    assert r.lookup(old.producer_id) == old  # nothing changed until the caller drops them
+    r.merge(sweep.touched)
+    r.drop(sweep.expired)
+    assert r.by_name("spark/job-1/0") is None and r.lookup(old.producer_id) is None
+    assert r.lookup(writer.producer_id) == attrs.evolve(writer, last_used=6900.0)
+    assert len(r) == 2
+    again = r.init("spark/job-1/0", now=7100.0)  # a rerun after expiry: a fresh id, epoch 0
+    assert again.producer_id not in (old.producer_id, anonymous.producer_id) and again.producer_epoch == 0
+    with pytest.raises(ConfigError):
+        r.sweep(now=1.0, retention=0.0, activity={})
+
+
+def test_sweep_keeps_activity_within_a_quarter_of_the_retention_unwritten() -> None:
+    r = registry()
+    record = r.init("p", now=1000.0)
+    assert r.sweep(now=1500.0, retention=4000.0, activity={record.producer_id: 1900.0}).touched == []
+    assert r.sweep(now=1500.0, retention=4000.0, activity={record.producer_id: 2001.0}).touched != []
+    # init bumps last_used: a record re-initialised within the retention never expires
+    r.init("p", now=4000.0)
+    assert r.sweep(now=7500.0, retention=4000.0, activity={}).expired == []
+    assert r.sweep(now=8001.0, retention=4000.0, activity={}).expired == [record.producer_id]
+
+
+def test_records_stored_before_last_used_count_from_the_first_sweep() -> None:
+    from idempotent._registry import ProducerRecord
+    from idempotent._types import Epoch, ProducerId
+
+    legacy = ProducerRecord(ProducerId(5), Epoch(3), "old-job")  # last_used 0.0: not noted
+    r = ProducerRegistry([legacy])
+    first = r.sweep(now=10_000.0, retention=100.0, activity={})
+    assert first.expired == [] and first.touched == []  # no write storm on the first sweep
+    assert r.sweep(now=10_050.0, retention=100.0, activity={}).expired == []
+    assert r.sweep(now=10_101.0, retention=100.0, activity={}).expired == [5]
+
+
+def test_merge_keeps_the_latest_last_used() -> None:
+    from idempotent._registry import ProducerRecord, merge_record
+    from idempotent._types import Epoch, ProducerId
+
+    a = ProducerRecord(ProducerId(1), Epoch(2), "p", last_used=50.0)
+    b = attrs.evolve(a, last_used=80.0)
+    assert merge_record(a, b) == b
+    assert merge_record(b, a) is b
+    assert merge_record(b, attrs.evolve(a, producer_epoch=Epoch(1), last_used=99.0)) is b  # older epoch ignored

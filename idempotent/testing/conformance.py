@@ -604,6 +604,37 @@ class BackendConformance:
                 if opened is not None:
                     opened.close()
 
+    def test_producer_records_keep_last_used_and_can_be_deleted(self, harness: Harness) -> None:
+        """The store keeps a record's ``last_used`` (the latest one wins at one epoch) and
+        deletes expired records for good, also across a restart of the broker."""
+        from .._registry import ProducerRecord
+        from .._types import Epoch, ProducerId
+
+        name = f"expiring-{uuid.uuid4().hex[:8]}"
+        broker = harness.open(small_config())
+        try:
+            pid = ProducerId(broker.backend.allocate_producer_ids(2))
+            kept = ProducerRecord(ProducerId(pid + 1), Epoch(0), name + "-kept", last_used=2000.0)
+            broker.backend.save_producer(ProducerRecord(pid, Epoch(4), name, last_used=1000.0))
+            broker.backend.save_producer(ProducerRecord(pid, Epoch(4), name, last_used=1500.0))
+            broker.backend.save_producer(ProducerRecord(pid, Epoch(4), name, last_used=1200.0))
+            broker.backend.save_producer(kept)
+            stored = {r.producer_id: r for r in broker.backend.load_producers()}
+            assert stored[pid] == ProducerRecord(pid, Epoch(4), name, last_used=1500.0)
+            broker.backend.delete_producers([pid, ProducerId(pid + 2)])  # an unknown id is ignored
+            stored = {r.producer_id: r for r in broker.backend.load_producers()}
+            assert pid not in stored and stored[kept.producer_id] == kept
+        finally:
+            broker.close()
+        if not harness.durable:
+            return
+        again = harness.open(small_config())
+        try:
+            stored = {r.producer_id: r for r in again.backend.load_producers()}
+            assert pid not in stored and stored[kept.producer_id] == kept
+        finally:
+            again.close()
+
     def test_partitions_noted_by_two_brokers_are_united(self, harness: Harness) -> None:
         """Two brokers each note a partition of one producer at the same epoch: both stay noted,
         so re-initialising the producer looks at both."""
