@@ -5,8 +5,11 @@ URL forms (as SQLAlchemy spells them): ``sqlite:///relative/file.db`` and
 ``normal``: in WAL mode a committed transaction survives a crash of the process, ``full``
 also survives power loss) and ``timeout`` (seconds to wait for a lock, default 10).
 
-Every append is one transaction holding the batch's records, its batch boundary (producer
-id, epoch, base sequence, count: what recovery replays) and, when due, the checker snapshot.
+Appends are queued for the file's writer thread, which stores everything queued, of every
+partition, in one transaction (group commit) and only then completes the appends' futures,
+so a producer can pipeline batches (``max_in_flight``). A transaction holds each batch's
+records, its batch boundary (producer id, epoch, base sequence, count: what recovery replays)
+and, when due, the checker snapshot.
 A record's row (``log``) holds only its partition's number, offset, key, value and headers:
 its producer, sequence and timestamp are read from its batch's row. Databases written before
 this layout keep their ``records`` table (ten columns per record) and are read and appended
@@ -246,6 +249,9 @@ class SQLiteBackend:
         writer = self._writer
         if writer is None or self._lockfile is None:
             with self._lock:
+                if self._closed:  # closed meanwhile: take no lock file again
+                    future.set_exception(BackendUnavailableError(f"{self.url} is closed"))
+                    return future
                 self._write_lock()
                 writer = self._writer
                 if writer is None:

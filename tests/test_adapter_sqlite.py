@@ -226,3 +226,28 @@ def test_close_stores_what_is_queued_and_refuses_what_comes_after(tmp_path: Path
         assert [r.value for r in reopened.read("t", 0, 0, 10)] == [b"0", b"1", b"2", b"3"]
     finally:
         reopened.close()
+
+
+def test_a_producer_pipelines_batches_into_sqlite(tmp_path: Path) -> None:
+    """The sender does not wait for a batch's transaction before it submits the next one:
+    batches sent while one commits are queued (up to max_in_flight) and committed together."""
+    broker = idempotent.connect(f"sqlite:///{tmp_path / 'p.db'}")
+    try:
+        with idempotent.Producer(broker, max_batch_records=1, linger_ms=0, max_in_flight=5) as producer:
+            producer.send("t", b"warm", partition=0).result(10)
+            backend = broker.backend
+            assert isinstance(backend, SQLiteBackend)
+            statements: list[str] = []
+            backend._db.set_trace_callback(statements.append)
+            with backend._lock:
+                futures = [producer.send("t", b"%d" % i, partition=0) for i in range(5)]
+                deadline = time.monotonic() + 10
+                # all five reach the backend while the first one's transaction waits
+                while broker._partition("t", 0).outstanding < 5:
+                    assert time.monotonic() < deadline, "batches were not pipelined"
+                    time.sleep(0.01)
+            assert [f.result(10).offset for f in futures] == [1, 2, 3, 4, 5]
+            # the writer took the first alone or all of them at once, the rest together
+            assert 1 <= statements.count("COMMIT") <= 2, statements
+    finally:
+        broker.close()
