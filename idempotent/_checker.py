@@ -72,7 +72,7 @@ from ._types import (
     ProducerId,
     Sequence,
 )
-from .errors import ConfigError, InvalidBatchError
+from .errors import ConfigError, CorruptDataError, InvalidBatchError
 
 _HALF_RING = SEQUENCE_SPACE // 2
 
@@ -217,6 +217,25 @@ def _within(first: int, last: int, sequence: int) -> bool:
     return in_ring(sequence) and (sequence >= first or sequence <= last)  # wraps to 0
 
 
+#: a producer's key packs its slot in the columns, its epoch and its newest window entry's
+#: record count into one int (two 30-bit digits, the size of any int above 2**30, for slots
+#: below 2**24): the dict of keys costs no object per producer beyond the int itself
+_SLOT_SHIFT = 36
+_EPOCH_SHIFT = 20
+_EPOCH_MASK = (1 << 16) - 1
+_COUNT_MASK = (1 << 20) - 1
+
+
+def _key(slot: int, producer_epoch: int, record_count: int) -> int:
+    return slot << _SLOT_SHIFT | producer_epoch << _EPOCH_SHIFT | record_count
+
+
+def _first_of(last: int, record_count: int) -> int:
+    """The first sequence of a stored batch from its last one (inverse of last_sequence_of)."""
+    first = last - record_count + 1
+    return first + SEQUENCE_SPACE if first < 0 else first  # wrapped to 0 on the int32 ring
+
+
 def _original_offset(window: list[tuple[int, int, int]], base: int, last: int) -> int | None:
     """The offset of sequence ``base`` when every record up to ``last`` is in the window
     (``(first, last, base_offset)`` entries, oldest first) at consecutive offsets (one stored
@@ -269,76 +288,93 @@ class PartitionChecker:
 
     def _init_columns(self, columns: Columns) -> None:
         """Take over decoded columns: slot i is the i-th producer, in eviction order."""
-        self._slots: dict[int, int] = dict(zip(columns.producer_id, range(len(columns.producer_id)), strict=True))
-        self._epoch = columns.producer_epoch
+        epochs, counts = columns.producer_epoch, columns.record_count
+        keys = map(_key, range(len(epochs)), epochs, counts)
+        #: producer_id -> key (slot, epoch and newest entry's record count), in eviction order
+        self._index: dict[int, int] = dict(zip(columns.producer_id, keys, strict=True))
         self._last = columns.last_sequence
         self._time = columns.last_timestamp
-        #: the newest window entry: first sequence, base offset and record count (0: none)
-        self._first = columns.first_sequence
+        #: the newest window entry's base offset; its last sequence is H(P) unless in _apart
         self._base = columns.base_offset
-        self._count = columns.record_count
+        #: newest window entries whose last sequence is not H(P) (a replayed batch behind it)
+        self._apart: dict[int, int] = {}
+        for producer_id, first, count, high in zip(
+            columns.producer_id, columns.first_sequence, counts, columns.last_sequence, strict=True
+        ):
+            if first + count - 1 != high and (last := last_sequence_of(first, count)) != high:
+                self._apart[producer_id] = last
         #: older window entries, flat (first_sequence, last_sequence, base_offset), oldest first
         self._older: dict[int, array[int]] = columns.older
         self._free: list[int] = []
         self._pushed_views: dict[int, _Pushed] = {}
 
     def _add(self, producer_id: int, producer_epoch: int) -> int:
-        """A slot for a producer new to the partition (nothing stored), at the end of the
-        eviction order."""
+        """The key of a producer new to the partition (nothing stored), placed at the end of
+        the eviction order."""
         if self._free:
             slot = self._free.pop()
-            self._epoch[slot] = producer_epoch
             self._last[slot] = NO_SEQUENCE
             self._time[slot] = 0.0
-            self._first[slot] = self._base[slot] = self._count[slot] = 0
+            self._base[slot] = 0
         else:
-            slot = len(self._epoch)
-            self._epoch.append(producer_epoch)
+            slot = len(self._last)
             self._last.append(NO_SEQUENCE)
             self._time.append(0.0)
-            self._first.append(0)
             self._base.append(0)
-            self._count.append(0)
-        self._slots[producer_id] = slot
-        return slot
+        key = self._index[producer_id] = _key(slot, producer_epoch, 0)
+        return key
 
     def _remove(self, producer_id: int) -> None:
-        self._free.append(self._slots.pop(producer_id))
+        self._free.append(self._index.pop(producer_id) >> _SLOT_SHIFT)
         self._older.pop(producer_id, None)
         self._pushed_views.pop(producer_id, None)
+        self._apart.pop(producer_id, None)
 
-    def _pushed_of(self, producer_id: int, slot: int) -> _Pushed:
+    def _pushed_of(self, producer_id: int, key: int) -> _Pushed:
         """The pushed view of a producer, made separate from the persisted one."""
         view = self._pushed_views.get(producer_id)
         if view is None:
-            view = self._pushed_views[producer_id] = _Pushed(self._epoch[slot], self._last[slot])
+            view = _Pushed((key >> _EPOCH_SHIFT) & _EPOCH_MASK, self._last[key >> _SLOT_SHIFT])
+            self._pushed_views[producer_id] = view
         return view
 
-    def _settle(self, producer_id: int, slot: int, view: _Pushed) -> None:
+    def _settle(self, producer_id: int, key: int, view: _Pushed) -> None:
         """Drop the separate pushed view once it equals the persisted one again."""
-        if not view.pending and view.sequence == self._last[slot] and view.epoch == self._epoch[slot]:
+        if (
+            not view.pending
+            and view.sequence == self._last[key >> _SLOT_SHIFT]
+            and view.epoch == (key >> _EPOCH_SHIFT) & _EPOCH_MASK
+        ):
             del self._pushed_views[producer_id]
 
-    def _window(self, producer_id: int, slot: int) -> list[tuple[int, int, int]]:
+    def _newest(self, producer_id: int, key: int) -> tuple[int, int, int] | None:
+        """The newest window entry of a producer as (first, last, base_offset), or None."""
+        count = key & _COUNT_MASK
+        if not count:
+            return None
+        slot = key >> _SLOT_SHIFT
+        last = self._apart.get(producer_id, self._last[slot]) if self._apart else self._last[slot]
+        return _first_of(last, count), last, self._base[slot]
+
+    def _window(self, producer_id: int, key: int) -> list[tuple[int, int, int]]:
         """The window of a producer, oldest first, as (first, last, base_offset)."""
         older = self._older.get(producer_id)
         entries = [] if older is None else [(older[i], older[i + 1], older[i + 2]) for i in range(0, len(older), 3)]
-        count = self._count[slot]
-        if count:
-            first = self._first[slot]
-            entries.append((first, last_sequence_of(first, count), self._base[slot]))
+        newest = self._newest(producer_id, key)
+        if newest is not None:
+            entries.append(newest)
         return entries
 
-    def _state_of(self, producer_id: int, slot: int) -> ProducerState:
-        count = self._count[slot]
+    def _state_of(self, producer_id: int, key: int) -> ProducerState:
+        slot, epoch, count = key >> _SLOT_SHIFT, (key >> _EPOCH_SHIFT) & _EPOCH_MASK, key & _COUNT_MASK
         view = self._pushed_views.get(producer_id)
         return ProducerState(
-            producer_epoch=self._epoch[slot],
+            producer_epoch=epoch,
             last_sequence=self._last[slot],
             last_offset=self._base[slot] + count - 1 if count else -1,
             last_timestamp=self._time[slot],
-            window=[WindowEntry(*entry) for entry in self._window(producer_id, slot)],
-            pushed_epoch=self._epoch[slot] if view is None else view.epoch,
+            window=[WindowEntry(*entry) for entry in self._window(producer_id, key)],
+            pushed_epoch=epoch if view is None else view.epoch,
             pushed_sequence=self._last[slot] if view is None else view.sequence,
             pending=0 if view is None else view.pending,
         )
@@ -358,20 +394,20 @@ class PartitionChecker:
     @property
     def producer_count(self) -> int:
         """How many producers the partition tracks (including ones with nothing stored yet)."""
-        return len(self._slots)
+        return len(self._index)
 
     def tracks(self, producer_id: int) -> bool:
         """Whether the partition has state for the producer (stored, or batches in flight)."""
-        return producer_id in self._slots
+        return producer_id in self._index
 
     def producer(self, producer_id: int) -> ProducerState | None:
         """A copy of the state of one producer, or None."""
-        slot = self._slots.get(producer_id)
-        return None if slot is None else self._state_of(producer_id, slot)
+        key = self._index.get(producer_id)
+        return None if key is None else self._state_of(producer_id, key)
 
     def producers(self) -> dict[int, ProducerState]:
         """Copies of the states of all tracked producers, in eviction order."""
-        return {pid: self._state_of(pid, slot) for pid, slot in self._slots.items()}
+        return {pid: self._state_of(pid, key) for pid, key in self._index.items()}
 
     def pending_batches(self, producer_id: int) -> int:
         """Batches of a producer pushed and not yet applied (0 for an unknown producer)."""
@@ -380,15 +416,15 @@ class PartitionChecker:
 
     def last_sequence(self, producer_id: int) -> int:
         """The highest persisted sequence of a producer, or -1."""
-        slot = self._slots.get(producer_id)
-        return NO_SEQUENCE if slot is None else self._last[slot]
+        key = self._index.get(producer_id)
+        return NO_SEQUENCE if key is None else self._last[key >> _SLOT_SHIFT]
 
     def state(self) -> dict[int, tuple[object, ...]]:
         """The persisted state as plain values (what a snapshot holds), for comparisons."""
         return {
-            pid: self._state_of(pid, slot).persisted_view()
-            for pid, slot in self._slots.items()
-            if self._last[slot] != NO_SEQUENCE
+            pid: self._state_of(pid, key).persisted_view()
+            for pid, key in self._index.items()
+            if self._last[key >> _SLOT_SHIFT] != NO_SEQUENCE
         }
 
     # -- decisions -------------------------------------------------------------------------
@@ -424,8 +460,8 @@ class PartitionChecker:
                 f"monotonic policy a batch ends there and the next one starts at {MAX_SEQUENCE + 1}"
             )
         producer_id = header.producer_id
-        slot = self._slots.get(producer_id)
-        if slot is None:
+        key = self._index.get(producer_id)
+        if key is None:
             if not admitted:
                 return ProduceResult(Outcome.UNKNOWN_PRODUCER)
             if policy is Policy.MONOTONIC and enabled and header.previous_sequence not in (None, NO_SEQUENCE):
@@ -434,10 +470,10 @@ class PartitionChecker:
             if not enabled or policy is Policy.MONOTONIC or header.base_sequence == 0:
                 return ProduceResult(Outcome.ACCEPTED)
             return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0)
-        stored = self._last[slot]
+        stored = self._last[key >> _SLOT_SHIFT]
         view = self._pushed_views.get(producer_id)
         if view is None:
-            pushed_epoch, pushed = self._epoch[slot], stored
+            pushed_epoch, pushed = (key >> _EPOCH_SHIFT) & _EPOCH_MASK, stored
         else:
             pushed_epoch, pushed = view.epoch, view.sequence
         if header.producer_epoch < pushed_epoch:
@@ -446,12 +482,12 @@ class PartitionChecker:
             return ProduceResult(Outcome.ACCEPTED)
         if policy is Policy.MONOTONIC:
             return self._check_monotonic(
-                producer_id, slot, stored, pushed, header.base_sequence, header.record_count, header.previous_sequence
+                producer_id, key, stored, pushed, header.base_sequence, header.record_count, header.previous_sequence
             )
-        return self._check_strict(producer_id, slot, stored, pushed, header.base_sequence, header.record_count)
+        return self._check_strict(producer_id, key, stored, pushed, header.base_sequence, header.record_count)
 
     def _check_monotonic(
-        self, producer_id: int, slot: int, stored: int, pushed: int, base: int, count: int, previous: int | None
+        self, producer_id: int, key: int, stored: int, pushed: int, base: int, count: int, previous: int | None
     ) -> ProduceResult:
         """Pulsar's rule on 64-bit sequences, compared as plain integers (no wrap-around).
 
@@ -469,7 +505,7 @@ class PartitionChecker:
             if last > stored:
                 raise InvalidBatchError(f"batch {base}..{last} straddles the stored sequence {stored}")
             return ProduceResult(
-                Outcome.DUPLICATE, base_offset=_original_offset(self._window(producer_id, slot), base, last)
+                Outcome.DUPLICATE, base_offset=_original_offset(self._window(producer_id, key), base, last)
             )
         if pushed != NO_SEQUENCE and base <= pushed:
             if last > pushed:
@@ -480,7 +516,7 @@ class PartitionChecker:
         return ProduceResult(Outcome.ACCEPTED)
 
     def _check_strict(
-        self, producer_id: int, slot: int, stored: int, pushed: int, base: int, count: int
+        self, producer_id: int, key: int, stored: int, pushed: int, base: int, count: int
     ) -> ProduceResult:
         """Kafka's rule on the int32 ring: only the next sequence is accepted.
 
@@ -495,7 +531,7 @@ class PartitionChecker:
         expected = next_sequence(pushed)
         if not in_ring(stored) or not in_ring(pushed):
             # stored by the monotonic policy beyond the ring: only window duplicates are known
-            offset, covered = self._window_lookup(producer_id, slot, stored, base, last)
+            offset, covered = self._window_lookup(producer_id, key, stored, base, last)
             if covered:
                 return ProduceResult(Outcome.DUPLICATE, base_offset=offset)
             return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=pushed + 1)
@@ -507,7 +543,7 @@ class PartitionChecker:
             return ProduceResult(Outcome.IN_FLIGHT)
         if base == expected:
             return ProduceResult(Outcome.ACCEPTED)
-        offset, covered = self._window_lookup(producer_id, slot, stored, base, last)
+        offset, covered = self._window_lookup(producer_id, key, stored, base, last)
         if covered:
             return ProduceResult(Outcome.DUPLICATE, base_offset=offset)
         if stored != NO_SEQUENCE and base <= stored and stored - base < _HALF_RING:
@@ -516,13 +552,13 @@ class PartitionChecker:
             return ProduceResult(Outcome.DUPLICATE, base_offset=offset)
         return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=expected)
 
-    def _window_lookup(self, producer_id: int, slot: int, stored: int, base: int, last: int) -> tuple[int | None, bool]:
+    def _window_lookup(self, producer_id: int, key: int, stored: int, base: int, last: int) -> tuple[int | None, bool]:
         """Whether ``base`` lies in a window entry (and ``last`` too), and the original offset.
 
         Returns ``(offset, covered)``: ``covered`` when the first record is in a stored window
         entry; raises when the batch starts there but runs past H(P).
         """
-        window = self._window(producer_id, slot)
+        window = self._window(producer_id, key)
         for first, entry_last, _ in window:
             if _within(first, entry_last, base):
                 if not _within(base, stored, last):
@@ -539,10 +575,13 @@ class PartitionChecker:
         """
         if header is not None:
             producer_id = header.producer_id
-            slot = self._slots.get(producer_id)
-            if slot is None:
-                slot = self._add(producer_id, header.producer_epoch)
-            view = self._pushed_of(producer_id, slot)
+            key = self._index.get(producer_id)
+            if key is None:
+                key = self._add(producer_id, header.producer_epoch)
+            view = self._pushed_views.get(producer_id)
+            if view is None:  # the pushed view starts as the persisted one (_pushed_of, inline)
+                view = _Pushed((key >> _EPOCH_SHIFT) & _EPOCH_MASK, self._last[key >> _SLOT_SHIFT])
+                self._pushed_views[producer_id] = view
             last = last_sequence_of(header.base_sequence, header.record_count)
             if header.producer_epoch > view.epoch:
                 view.epoch = header.producer_epoch
@@ -583,10 +622,11 @@ class PartitionChecker:
             return
         item.done = item.dropped = True
         header = item.header
-        slot = None if header is None else self._slots.get(header.producer_id)
-        if header is not None and slot is not None:
+        key = None if header is None else self._index.get(header.producer_id)
+        if header is not None and key is not None:
             producer_id = header.producer_id
-            view = self._pushed_of(producer_id, slot)
+            stored = self._last[key >> _SLOT_SHIFT]
+            view = self._pushed_of(producer_id, key)
             view.pending -= 1
             mine = [p for p in self._fifo if p.header is not None and p.header.producer_id == producer_id]
             if mine[-1] is item:  # nothing of the producer pushed after it
@@ -595,12 +635,12 @@ class PartitionChecker:
                 if last is not None:
                     view.sequence = last_sequence_of(last.base_sequence, last.record_count)
                 else:
-                    view.sequence = self._last[slot]
-                if self._last[slot] == NO_SEQUENCE and not view.pending:
+                    view.sequence = stored
+                if stored == NO_SEQUENCE and not view.pending:
                     self._remove(producer_id)  # it has nothing stored: as if never seen
-                    slot = None
-            if slot is not None:
-                self._settle(producer_id, slot, view)
+                    key = None
+            if key is not None:
+                self._settle(producer_id, key, view)
         self._apply_done()
 
     def _apply_done(self) -> None:
@@ -635,10 +675,20 @@ class PartitionChecker:
         self._pushed_views.clear()  # every pushed view is the persisted one again
 
     def apply(self, batch: StoredBatch) -> None:
-        """Apply a batch replayed from the log (no validation, as in Kafka's recovery)."""
+        """Apply a batch replayed from the log. Its sequences are not checked, as in Kafka's
+        recovery, but its epoch and record count must be ones a producer can send.
+
+        Raises:
+            CorruptDataError: the epoch or record count is out of range (nothing applied).
+        """
         if batch.producer_id == NO_PRODUCER_ID:
             self.position = max(self.position, batch.end_offset)
             return
+        if not 0 <= batch.producer_epoch <= MAX_EPOCH or not 1 <= batch.record_count <= MAX_BATCH_RECORDS:
+            raise CorruptDataError(
+                f"stored batch at offset {batch.base_offset}: producer_epoch {batch.producer_epoch}, "
+                f"record_count {batch.record_count} out of range"
+            )
         self._apply(
             batch.producer_id,
             batch.producer_epoch,
@@ -660,41 +710,52 @@ class PartitionChecker:
         *,
         pushed: bool,
     ) -> None:
-        slots = self._slots
-        slot = slots.get(producer_id)
-        if slot is None:
-            slot = self._add(producer_id, producer_epoch)
-        elif next(reversed(slots)) != producer_id:  # the most recently active goes last
-            del slots[producer_id]
-            slots[producer_id] = slot
-        last = last_sequence_of(base_sequence, record_count)
-        if producer_epoch > self._epoch[slot]:
-            self._epoch[slot] = producer_epoch
-        if advances(last, self._last[slot]):
-            self._last[slot] = last
-        if timestamp > self._time[slot]:
-            self._time[slot] = timestamp
-        previous = self._count[slot]
-        if previous:  # the newest entry so far joins the older ones
-            first = self._first[slot]
+        # the hot path: written out rather than calling _newest / _key / _settle
+        index = self._index
+        key = index.get(producer_id)
+        if key is None:
+            key = self._add(producer_id, producer_epoch)
+        elif next(reversed(index)) != producer_id:  # the most recently active goes last
+            del index[producer_id]
+        slot = key >> _SLOT_SHIFT
+        epoch = (key >> _EPOCH_SHIFT) & _EPOCH_MASK
+        if producer_epoch > epoch:
+            epoch = producer_epoch
+        stored = self._last
+        high = stored[slot]
+        apart = self._apart
+        count = key & _COUNT_MASK
+        if count:  # the newest entry so far joins the older ones
+            newest = apart.get(producer_id, high) if apart else high
+            first = newest - count + 1
             older = self._older.get(producer_id)
             if older is None:
                 older = self._older[producer_id] = array("q")
-            older.extend((first, last_sequence_of(first, previous), self._base[slot]))
-            if len(older) > 3 * (self.config.window - 1):
-                del older[: len(older) - 3 * (self.config.window - 1)]
-        self._first[slot] = base_sequence
+            older.extend((first + SEQUENCE_SPACE if first < 0 else first, newest, self._base[slot]))
+            keep = 3 * (self.config.window - 1)
+            if len(older) > keep:
+                del older[: len(older) - keep]
+        last = last_sequence_of(base_sequence, record_count)
+        if advances(last, high):
+            high = stored[slot] = last
+        if last != high:
+            apart[producer_id] = last
+        elif apart:
+            apart.pop(producer_id, None)
+        if timestamp > self._time[slot]:
+            self._time[slot] = timestamp
         self._base[slot] = base_offset
-        self._count[slot] = record_count
+        index[producer_id] = slot << _SLOT_SHIFT | epoch << _EPOCH_SHIFT | record_count
         view = self._pushed_views.get(producer_id)
         if view is not None:
             if pushed:
                 view.pending -= 1
             else:
-                view.epoch = max(view.epoch, self._epoch[slot])
+                view.epoch = max(view.epoch, epoch)
                 if advances(last, view.sequence):
-                    view.sequence = self._last[slot]
-            self._settle(producer_id, slot, view)
+                    view.sequence = high
+            if not view.pending and view.sequence == high and view.epoch == epoch:
+                del self._pushed_views[producer_id]  # the pushed view is the persisted one again
         self.position = max(self.position, base_offset + record_count)
         self.entries_since_snapshot += 1
         self.records_since_snapshot += record_count
@@ -708,10 +769,10 @@ class PartitionChecker:
         """
         evicted: list[ProducerId] = []
         limit = self.config.max_producers - room_for
-        if len(self._slots) <= limit:
+        if len(self._index) <= limit:
             return evicted
-        for producer_id in list(self._slots):
-            if len(self._slots) <= limit:
+        for producer_id in list(self._index):
+            if len(self._index) <= limit:
                 break
             if not self._idle(producer_id):
                 continue
@@ -722,20 +783,22 @@ class PartitionChecker:
     def _idle(self, producer_id: int) -> bool:
         """No batch of the producer in flight, and none dropped ahead of what is stored."""
         view = self._pushed_views.get(producer_id)
-        return view is None or (not view.pending and view.sequence == self._last[self._slots[producer_id]])
+        return view is None or (
+            not view.pending and view.sequence == self._last[self._index[producer_id] >> _SLOT_SHIFT]
+        )
 
     def expire(self, now: float) -> list[ProducerId]:
         """Evict producers idle for longer than ``producer_expiry``. Returns their ids."""
         limit = now - self.config.producer_expiry
         times = self._time
-        expired = [pid for pid, slot in self._slots.items() if times[slot] < limit and self._idle(pid)]
+        expired = [pid for pid, key in self._index.items() if times[key >> _SLOT_SHIFT] < limit and self._idle(pid)]
         for pid in expired:
             self._remove(pid)
         return [ProducerId(p) for p in expired]
 
     def forget(self, producer_id: int) -> bool:
         """Drop one producer's state (administrative). Returns whether it was tracked."""
-        if producer_id not in self._slots or self.pending_batches(producer_id):
+        if producer_id not in self._index or self.pending_batches(producer_id):
             return False
         self._remove(producer_id)
         return True
@@ -766,23 +829,27 @@ class PartitionChecker:
 
         The snapshot is valid for every batch below :attr:`position`.
         """
-        slots = self._slots
-        pids: Iterable[int] = slots
-        if len(self._count) != len(slots) or any(self._last[slots[p]] == NO_SEQUENCE for p in self._pushed_views):
-            # free slots, or producers with nothing stored yet (only ever ones with a pushed view)
-            unstored = {p for p in self._pushed_views if self._last[slots[p]] == NO_SEQUENCE}
-            pids = [p for p in slots if p not in unstored]
+        index = self._index
+        pids: Iterable[int] = index
+        if any(self._last[index[p] >> _SLOT_SHIFT] == NO_SEQUENCE for p in self._pushed_views):
+            # producers with nothing stored yet (only ever ones with a pushed view)
+            unstored = {p for p in self._pushed_views if self._last[index[p] >> _SLOT_SHIFT] == NO_SEQUENCE}
+            pids = [p for p in index if p not in unstored]
         order = array("q", pids)
-        index = [slots[p] for p in order]
+        keys = [index[p] for p in order]
+        slots = [k >> _SLOT_SHIFT for k in keys]
+        counts = array("i", [k & _COUNT_MASK for k in keys])
+        stored = array("q", map(self._last.__getitem__, slots))
+        newest = map(self._apart.get, order, stored) if self._apart else stored
         columns = Columns(
             self.position,
             order,
-            array("h", map(self._epoch.__getitem__, index)),
-            array("q", map(self._last.__getitem__, index)),
-            array("d", map(self._time.__getitem__, index)),
-            array("q", map(self._first.__getitem__, index)),
-            array("q", map(self._base.__getitem__, index)),
-            array("i", map(self._count.__getitem__, index)),
+            array("h", [(k >> _EPOCH_SHIFT) & _EPOCH_MASK for k in keys]),
+            stored,
+            array("d", map(self._time.__getitem__, slots)),
+            array("q", map(_first_of, newest, counts)),
+            array("q", map(self._base.__getitem__, slots)),
+            counts,
             older={p: self._older[p] for p in order if p in self._older} if self._older else {},
         )
         snap = Snapshot(self.position, self.entries_since_snapshot, now, encode(columns))
@@ -832,7 +899,7 @@ class PartitionChecker:
             The checker and how many batches were replayed.
 
         Raises:
-            CorruptDataError: the snapshot is corrupt.
+            CorruptDataError: the snapshot is corrupt, or a replayed batch is (see :meth:`apply`).
         """
         checker = cls.restore(snapshot, config, now=now)
         replayed = 0

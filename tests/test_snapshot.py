@@ -160,3 +160,22 @@ def test_tracked_producers_are_not_python_objects_each() -> None:
     gc.collect()
     assert len(gc.get_objects()) - before < 100
     assert c.producer_count == 10_000 and c.last_sequence(9_999) == 0
+
+
+def test_a_replayed_batch_behind_the_stored_sequence_round_trips() -> None:
+    # the newest window entry's last sequence is not H(P) then: it is kept apart
+    c = PartitionChecker()
+    c.apply(StoredBatch(0, ProducerId(5), Epoch(0), Sequence(0), 10, 1.0))
+    c.apply(StoredBatch(10, ProducerId(5), Epoch(1), Sequence(0), 2, 2.0))  # a new epoch from 0
+    assert c.last_sequence(5) == 9 and c.state()[5][4] == ((0, 9, 0), (0, 1, 10))
+    restored = PartitionChecker.restore(c.snapshot(3.0))
+    assert restored.state() == c.state()
+    assert restored.check(make_header(5, 1, 0, 2)) == c.check(make_header(5, 1, 0, 2))
+
+
+@pytest.mark.parametrize(("epoch", "count"), [(MAX_EPOCH + 1, 1), (-1, 1), (0, 1_000_001), (0, 0)])
+def test_a_replayed_batch_out_of_range_is_corrupt_data(epoch: int, count: int) -> None:
+    c = PartitionChecker()
+    with pytest.raises(CorruptDataError, match="out of range"):
+        c.apply(StoredBatch(0, ProducerId(5), Epoch(epoch), Sequence(0), count, 1.0))
+    assert c.state() == {} and c.position == 0
