@@ -46,6 +46,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from adapters._meta import MetaLog, lease_key, pack_lease, pack_producer, pack_snapshot, unpack_snapshot
+from adapters._writer import GroupQueue
 from idempotent._ownership import Lease
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
@@ -308,10 +309,11 @@ def _fence(config: dict[str, Any], timeout: float) -> Any:
     return producer
 
 
-class _PartitionWriter:
+class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Future[int]]]):
     """The transactional producer that owns one partition, with a group-commit thread."""
 
     def __init__(self, backend: KafkaBackend, topic: str, partition: int) -> None:
+        super().__init__()
         self.backend = backend
         self.topic = topic
         self.partition = partition
@@ -320,9 +322,6 @@ class _PartitionWriter:
         #: librdkafka reported a fatal error: this producer instance can no longer write, so
         #: the backend replaces the writer (fencing this one) on the next append
         self.broken = False
-        self._cond = threading.Condition()
-        self._queue: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]] = []
-        self._closed = False
         config = dict(backend.client_config)
         config.update(
             {
@@ -362,13 +361,7 @@ class _PartitionWriter:
             self._producer.flush(1)
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                items, self._queue = self._queue, []
+        while (items := self._take_group()) is not None:
             try:
                 offsets = self._commit(items)
             except ProducerError as exc:

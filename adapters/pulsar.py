@@ -65,6 +65,7 @@ import attrs
 import msgpack
 
 from adapters._meta import MetaLog, lease_key, pack_lease, pack_producer, pack_snapshot, unpack_snapshot
+from adapters._writer import GroupQueue
 from idempotent._ownership import Lease
 from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
@@ -435,11 +436,12 @@ class _Item:
     size: int = 0
 
 
-class _PartitionWriter:
+class _PartitionWriter(GroupQueue[_Item]):
     """The exclusive producer that owns one partition (and its snapshot topic), with a thread
     that writes queued batches in order, several at a time as one entry."""
 
     def __init__(self, backend: PulsarBackend, topic: str, partition: int) -> None:
+        super().__init__()
         self.backend = backend
         self.topic = topic
         self.partition = partition
@@ -450,9 +452,6 @@ class _PartitionWriter:
         #: set after any other failure: appends fail until the broker rebuilds the partition,
         #: which opens a new writer (and so waits until Pulsar has settled this one's writes)
         self.broken: ProducerError | None = None
-        self._cond = threading.Condition()
-        self._queue: list[_Item] = []
-        self._closed = False
         self._producer: Any = None
         self._snapshots: Any = None
         owner = f"{OWNER_PREFIX}{self.name.local}-{partition}"
@@ -537,13 +536,7 @@ class _PartitionWriter:
     # -- the writer thread -----------------------------------------------------------------
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                items, self._queue = self._queue, []
+        while (items := self._take_group()) is not None:
             start = 0
             while start < len(items):
                 end = self._group_end(items, start)

@@ -36,6 +36,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import msgpack
 
+from adapters._writer import GroupQueue
 from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
@@ -578,10 +579,10 @@ class SQLiteBackend:
 
 
 #: a queued append: topic, partition, batch, snapshot and the future of its base offset
-_Append = tuple[str, int, AppendBatch, Snapshot | None, "Future[int]"]
+_Append = tuple[str, int, AppendBatch, Snapshot | None, Future[int]]
 
 
-class _Writer:
+class _Writer(GroupQueue[_Append]):
     """The file's writer thread, with group commit.
 
     ``append`` only queues; this thread takes everything queued (every partition's batches,
@@ -597,12 +598,10 @@ class _Writer:
     """
 
     def __init__(self, backend: SQLiteBackend) -> None:
+        super().__init__()
         self._backend = backend
-        self._cond = threading.Condition()
-        self._queue: list[_Append] = []
         #: partitions with a failed append, refused until replayed
         self._failed: dict[tuple[str, int], BackendUnavailableError] = {}
-        self._closed = False
         self._thread = threading.Thread(target=self._run, name=f"idempotent-sqlite-{backend.path}", daemon=True)
         self._thread.start()
 
@@ -636,13 +635,7 @@ class _Writer:
             item[4].set_exception(error)
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                items, self._queue = self._queue, []
+        while (items := self._take_group()) is not None:
             try:
                 offsets = self._backend._commit(items)
             except BackendUnavailableError as exc:
