@@ -251,3 +251,40 @@ def test_a_producer_pipelines_batches_into_sqlite(tmp_path: Path) -> None:
             assert 1 <= statements.count("COMMIT") <= 2, statements
     finally:
         broker.close()
+
+
+def test_a_failed_transaction_among_pipelined_batches_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    """A transaction fails while more batches of the partition are in flight: they all fail,
+    the broker rebuilds the partition, the producer resends, and every record is stored once,
+    in order."""
+    path = tmp_path / "f.db"
+    broker = idempotent.connect(f"sqlite:///{path}")
+    try:
+        with idempotent.Producer(broker, max_batch_records=1, linger_ms=0, max_in_flight=5) as producer:
+            producer.send("t", b"warm", partition=0).result(10)
+            backend = broker.backend
+            assert isinstance(backend, SQLiteBackend)
+            refusals = [1]  # the first insert of b"3" fails, its resend is stored
+
+            def refuse(value: bytes) -> bool:
+                if value == b"3" and refusals[0]:
+                    refusals[0] -= 1
+                    return True
+                return False
+
+            backend._db.create_function("refuse", 1, refuse)
+            backend._db.execute(
+                "CREATE TEMP TRIGGER refuse BEFORE INSERT ON log WHEN refuse(NEW.value) "
+                "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+            )
+            with backend._lock:  # let the batches pile up behind the one that will fail
+                futures = [producer.send("t", b"%d" % i, partition=0) for i in range(8)]
+                deadline = time.monotonic() + 10
+                while broker._partition("t", 0).outstanding < 5:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.01)
+            assert [f.result(30).offset for f in futures] == list(range(1, 9))
+            assert refusals == [0]
+        assert [r.value for r in broker.read("t", 0, 0, 100)] == [b"warm", *(b"%d" % i for i in range(8))]
+    finally:
+        broker.close()
