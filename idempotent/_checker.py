@@ -307,6 +307,8 @@ class PartitionChecker:
         self._older: dict[int, array[int]] = columns.older
         self._free: list[int] = []
         self._pushed_views: dict[int, _Pushed] = {}
+        #: the last producer in the eviction order when known (None: look it up)
+        self._tail: int | None = None
 
     def _add(self, producer_id: int, producer_epoch: int) -> int:
         """The key of a producer new to the partition (nothing stored), placed at the end of
@@ -322,9 +324,12 @@ class PartitionChecker:
             self._time.append(0.0)
             self._base.append(0)
         key = self._index[producer_id] = _key(slot, producer_epoch, 0)
+        self._tail = producer_id
         return key
 
     def _remove(self, producer_id: int) -> None:
+        if producer_id == self._tail:
+            self._tail = None
         self._free.append(self._index.pop(producer_id) >> _SLOT_SHIFT)
         self._older.pop(producer_id, None)
         self._pushed_views.pop(producer_id, None)
@@ -715,8 +720,9 @@ class PartitionChecker:
         key = index.get(producer_id)
         if key is None:
             key = self._add(producer_id, producer_epoch)
-        elif next(reversed(index)) != producer_id:  # the most recently active goes last
+        elif self._tail != producer_id:  # the most recently active goes last
             del index[producer_id]
+            self._tail = producer_id
         slot = key >> _SLOT_SHIFT
         epoch = (key >> _EPOCH_SHIFT) & _EPOCH_MASK
         if producer_epoch > epoch:
