@@ -17,6 +17,7 @@ from ._checker import CheckerConfig, Policy
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult, RecordMetadata
 from ._ownership import Lease
 from ._records import Record, StoredRecord
+from ._request import ProduceRequest
 from ._types import TopicPartition
 from .aio import AsyncProducer
 from .api import BrokerAPI
@@ -109,6 +110,7 @@ __all__ = [
     "PartitionRecoveringError",
     "PartitionStats",
     "Policy",
+    "ProduceRequest",
     "ProduceResult",
     "Producer",
     "ProducerClosedError",

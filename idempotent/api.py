@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from ._request import ProduceRequest
+from .errors import ProducerError, RequestTimeoutError
+
 if TYPE_CHECKING:
     from ._checker import Policy
     from ._outcomes import ProduceResult
@@ -70,6 +73,10 @@ class BrokerAPI(Protocol):
         """Like ``produce`` but return a future; one partition's batches keep submission order."""
         ...
 
+    def submit_request(self, request: ProduceRequest) -> Future[ProduceResult]:
+        """``submit_produce`` of a batch already validated into a :class:`ProduceRequest`."""
+        ...
+
     def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[StoredRecord]:
         """Up to ``max_records`` stored records from ``offset`` on."""
         ...
@@ -99,4 +106,77 @@ class BrokerAPI(Protocol):
         ...
 
 
-__all__ = ["BrokerAPI"]
+class ProduceShortcuts:
+    """``produce`` and ``submit_produce`` (loose arguments) of a broker handle, over its
+    ``submit_request``: each builds one :class:`ProduceRequest` (validated there, once) and
+    hands it on. A class using it defines ``submit_request`` and ``produce_timeout``."""
+
+    @property
+    def produce_timeout(self) -> float | None:
+        """Seconds ``produce`` waits for the answer (None: as long as it takes)."""
+        return None
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def submit_request(self, request: ProduceRequest) -> Future[ProduceResult]:
+        raise NotImplementedError
+
+    def submit_produce(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
+    ) -> Future[ProduceResult]:
+        """Check a batch and store it if accepted; return at once with the future of its result.
+
+        Raises:
+            InvalidBatchError, InvalidTopicError: bad input (nothing sent).
+            And what ``submit_request`` raises; errors of the append end up on the future.
+        """
+        try:
+            request = ProduceRequest.build(
+                topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+            )
+        except ProducerError as exc:
+            self._refused(topic, partition, exc)
+            raise
+        return self.submit_request(request)
+
+    def _refused(self, topic: str, partition: int, error: ProducerError) -> None:
+        """Called when a batch given as loose arguments does not validate (a hook: the
+        in-process broker tells its observers)."""
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
+    ) -> ProduceResult:
+        """:meth:`submit_produce`, then wait for the result (up to ``produce_timeout``).
+
+        Raises:
+            RequestTimeoutError: no answer in time; the batch's outcome is unknown (resending
+                it is safe).
+            And what ``submit_produce`` raises or its future fails with.
+        """
+        future = self.submit_produce(
+            topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+        )
+        wait = self.produce_timeout
+        try:
+            return future.result(wait)
+        except TimeoutError:
+            raise RequestTimeoutError(f"no answer from {self.url} within {wait:g} s") from None
+
+
+__all__ = ["BrokerAPI", "ProduceShortcuts"]

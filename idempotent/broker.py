@@ -27,13 +27,16 @@ from concurrent.futures import Future
 
 import attrs
 
-from ._checker import CheckerConfig, PartitionChecker, Policy, Ticket, make_header, validate_header
-from ._outcomes import Outcome, ProduceResult
+from ._checker import CheckerConfig, PartitionChecker, Policy
+from ._outcomes import ProduceResult
 from ._ownership import RENEW_FRACTION, Action, Lease, OwnershipTable
-from ._records import Record, StoredRecord, as_record
+from ._partition import AppendTicket, Fail, PartitionCore, RefreshProducers, Reply, WriteSnapshot
+from ._records import StoredRecord
 from ._registry import Admission, ProducerRecord, ProducerRegistry, validate_name
+from ._request import ProduceRequest
 from ._topics import canonical_namespace, canonical_topic
-from ._types import ProducerId, TopicPartition, namespace_of
+from ._types import TopicPartition, namespace_of
+from .api import ProduceShortcuts
 from .backend import AppendBatch, LogBackend
 from .errors import (
     ConfigError,
@@ -52,6 +55,9 @@ from .errors import (
 from .observer import BrokerObserver, notify
 
 MAX_PARTITIONS = 10_000
+#: decisions one produce request may go through (admission refresh, evictions) before the
+#: partition is reported recovering: bounds the retries while snapshots cannot be stored
+_MAX_OFFERS = 4
 
 _LOG = logging.getLogger("idempotent.broker")
 
@@ -198,27 +204,27 @@ class PartitionStats:
 
 
 @attrs.frozen
-class _Ticket:
-    """One append in flight: the checker's ticket, when it started, whether a snapshot rides along."""
+class _Completion:
+    """An append handed to the backend: what the shell needs to finish it."""
 
-    push: Ticket
+    part: _Partition
+    ticket: AppendTicket
     started: float
-    with_snapshot: bool
+    appended: Future[int]
+    out: Future[ProduceResult]
 
 
 class _Partition:
-    def __init__(self, tp: TopicPartition) -> None:
+    """A partition's lock, and its core (``_partition.PartitionCore``), which decides."""
+
+    def __init__(self, tp: TopicPartition, config: CheckerConfig) -> None:
         self.tp = tp
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
-        self.checker: PartitionChecker | None = None
-        self.failed = False
-        self.outstanding = 0
-        self.recovery_seconds = 0.0
-        self.replayed = 0
+        self.core = PartitionCore(tp, config)
 
 
-class Broker:
+class Broker(ProduceShortcuts):
     """The sequence checker in front of a log backend. Thread-safe.
 
     Use :func:`idempotent.connect` to open one from a URL.
@@ -236,9 +242,7 @@ class Broker:
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._observers: tuple[BrokerObserver, ...] = ()
         self._stop = threading.Event()
-        self._completions: queue.SimpleQueue[tuple[_Partition, _Ticket, Future[int], Future[ProduceResult]] | None] = (
-            queue.SimpleQueue()
-        )
+        self._completions: queue.SimpleQueue[_Completion | None] = queue.SimpleQueue()
         self._completer = threading.Thread(target=self._complete_loop, name="idempotent-completions", daemon=True)
         self._completer.start()
         self._maintainer: threading.Thread | None = None
@@ -340,7 +344,7 @@ class Broker:
         with self._lock:
             part = self._partitions.get(tp)
             if part is None:
-                part = self._partitions[tp] = _Partition(tp)
+                part = self._partitions[tp] = _Partition(tp, self.config.checker)
             return part
 
     # -- settings --------------------------------------------------------------------------
@@ -409,7 +413,7 @@ class Broker:
         return True
 
     def _resolve(self, kind: str, topic: str) -> str | None:
-        topic = validate_topic(topic)
+        """The setting ``kind`` in force on ``topic`` (a stored name): topic, namespace, broker."""
         settings = self._settings
         for key in (f"{kind}:topic:{topic}", f"{kind}:ns:{namespace_of(topic)}", f"{kind}:broker"):
             value = settings.get(key)
@@ -418,12 +422,26 @@ class Broker:
         return None
 
     def deduplication_enabled(self, topic: str) -> bool:
-        """Whether the checker rejects duplicates and gaps on ``topic``."""
+        """Whether the checker rejects duplicates and gaps on ``topic``.
+
+        Raises:
+            InvalidTopicError: not a valid spelling of a topic name.
+        """
+        return self._deduplication(validate_topic(topic))
+
+    def policy_for(self, topic: str) -> Policy:
+        """The sequence policy in force on ``topic``.
+
+        Raises:
+            InvalidTopicError: not a valid spelling of a topic name.
+        """
+        return self._policy(validate_topic(topic))
+
+    def _deduplication(self, topic: str) -> bool:
         value = self._resolve("dedup", topic)
         return self.config.deduplication if value is None else value == "1"
 
-    def policy_for(self, topic: str) -> Policy:
-        """The sequence policy in force on ``topic``."""
+    def _policy(self, topic: str) -> Policy:
         value = self._resolve("policy", topic)
         return self.config.policy if value is None else Policy(value)
 
@@ -569,10 +587,7 @@ class Broker:
 
     @staticmethod
     def _drained(part: _Partition, producer_id: int) -> bool:
-        if part.failed and part.outstanding == 0:
-            return True
-        checker = part.checker
-        return checker is None or checker.pending_batches(producer_id) == 0
+        return part.core.drained(producer_id)
 
     def producer_record(self, producer_id: int, *, refresh: bool = False) -> ProducerRecord | None:
         """The registry record of a producer id, or None.
@@ -594,76 +609,46 @@ class Broker:
 
     # -- produce ---------------------------------------------------------------------------
 
-    def produce(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        base_sequence: int,
-        records: Sequence[Record | bytes | str | None],
-        previous_sequence: int | None = None,
-    ) -> ProduceResult:
-        """Check a batch and store it if accepted. Blocks until it is durable.
+    @property
+    def produce_timeout(self) -> float:
+        """Seconds :meth:`produce` waits for the backend to acknowledge (``append_timeout``)."""
+        return self.config.append_timeout
 
-        Args:
-            records: bytes values, or :class:`Record` objects with key, value and headers.
-            previous_sequence: the last sequence of the batch the producer sent just before
-                on this partition (-1: none), or None. Under the ``monotonic`` policy a batch
-                that names a predecessor other than the producer's latest pushed sequence is
-                OUT_OF_ORDER_SEQUENCE (docs/semantics.md); ``strict`` ignores it.
+    # produce(topic, partition, producer_id, producer_epoch, base_sequence, records,
+    # previous_sequence) and submit_produce(...) come from ProduceShortcuts: they build one
+    # ProduceRequest (validated there) and call submit_request. A batch that names a
+    # ``previous_sequence`` other than the producer's latest pushed one is OUT_OF_ORDER_SEQUENCE
+    # under the ``monotonic`` policy (docs/semantics.md); ``strict`` ignores it.
+
+    def submit_request(self, request: ProduceRequest) -> Future[ProduceResult]:
+        """Check a batch and store it if accepted; return at once with a future of the result.
+
+        Batches submitted for one partition are written in submission order, so a client may
+        pipeline several.
 
         Returns:
-            The outcome; see :class:`idempotent.Outcome`.
+            The future of the outcome (see :class:`idempotent.Outcome`). It fails with
+            BackendUnavailableError or RequestTimeoutError when the append's outcome is
+            unknown (resending the same batch is safe).
 
         Raises:
-            InvalidBatchError, InvalidTopicError: bad input; nothing changed.
-            BackendUnavailableError, RequestTimeoutError: the append's outcome is unknown;
-                retrying the same batch is safe.
-            PartitionRecoveringError: retry shortly.
+            InvalidBatchError, InvalidTopicError: the batch exceeds this broker's limits, or
+                the partition does not exist; nothing changed.
+            PartitionRecoveringError: retry shortly; nothing changed.
             NotOwnerError: another broker owns the partition (several brokers); nothing
                 changed, send it to ``owner``.
         """
-        future = self.submit_produce(
-            topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
-        )
-        try:
-            return future.result(self.config.append_timeout)
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"no acknowledgement from {self.url} within {self.config.append_timeout} s"
-            ) from None
-
-    def submit_produce(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        base_sequence: int,
-        records: Sequence[Record | bytes | str | None],
-        previous_sequence: int | None = None,
-    ) -> Future[ProduceResult]:
-        """Like :meth:`produce`, but return at once with a future of the result.
-
-        Batches submitted for one partition are written in submission order, so a client may
-        pipeline several. Input errors are raised here; backend errors end up on the future.
-        """
-        topic = validate_topic(topic)
         observers = self._observers
         if not observers:
-            return self._submit(
-                topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
-            )[0]
+            return self._submit(request)
+        topic, partition = request.topic, request.partition
         started = time.monotonic()
         try:
-            future, size = self._submit(
-                topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
-            )
+            future = self._submit(request)
         except BaseException as exc:
             notify(observers, "produce_failed", topic, partition, exc, time.monotonic() - started)
             raise
-        count = len(records)
+        count, size = request.header.record_count, request.size
 
         def done(f: Future[ProduceResult]) -> None:
             seconds = time.monotonic() - started
@@ -676,98 +661,85 @@ class Broker:
         future.add_done_callback(done)
         return future
 
-    def _submit(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        base_sequence: int,
-        records: Sequence[Record | bytes | str | None],
-        previous_sequence: int | None = None,
-    ) -> tuple[Future[ProduceResult], int]:
-        """``submit_produce`` without observers; also returns the batch's size in bytes."""
+    def _refused(self, topic: str, partition: int, error: ProducerError) -> None:
+        observers = self._observers
+        if observers:
+            try:
+                topic = canonical_topic(topic)
+            except InvalidTopicError:
+                return  # no topic to report it under
+            notify(observers, "produce_failed", topic, partition, error, 0.0)
+
+    def _submit(self, request: ProduceRequest) -> Future[ProduceResult]:
+        """``submit_request`` without observers."""
         self._check_open()
-        header = make_header(
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            len(records) if hasattr(records, "__len__") else 0,
-            previous_sequence,
-        )
-        for value in (producer_id, producer_epoch, base_sequence):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise InvalidBatchError(f"producer_id, producer_epoch and base_sequence must be ints, got {value!r}")
-        if previous_sequence is not None and (
-            not isinstance(previous_sequence, int) or isinstance(previous_sequence, bool)
-        ):
-            raise InvalidBatchError(f"previous_sequence must be an int or None, got {previous_sequence!r}")
-        if isinstance(records, bytes | str) or not isinstance(records, Sequence):
-            raise InvalidBatchError("records must be a list of bytes values or Record objects")
-        if not records:
-            raise InvalidBatchError("empty batch: a batch needs at least one record")
-        try:
-            batch_records = [as_record(r) for r in records]
-        except TypeError as exc:
-            raise InvalidBatchError(str(exc)) from None
-        validate_header(header)
         max_record, max_batch = self.limits()
-        total = 0
-        for item in batch_records:
-            size = item.size
-            if size > max_record:
-                raise InvalidBatchError(f"a record of {size} bytes exceeds the broker's max_record_bytes={max_record}")
-            total += size
-        if total > max_batch:
-            raise InvalidBatchError(f"a batch of {total} bytes exceeds the broker's max_batch_bytes={max_batch}")
-        part = self._partition(topic, partition)
+        if request.largest > max_record:
+            raise InvalidBatchError(
+                f"a record of {request.largest} bytes exceeds the broker's max_record_bytes={max_record}"
+            )
+        if request.size > max_batch:
+            raise InvalidBatchError(f"a batch of {request.size} bytes exceeds the broker's max_batch_bytes={max_batch}")
+        topic, partition, header = request.topic, request.partition, request.header
+        producer_id, producer_epoch = header.producer_id, header.producer_epoch
+        # a dict read needs no lock (partitions are never removed); the first batch of a
+        # partition takes the slow path, which checks the partition count
+        part = self._partitions.get(TopicPartition(topic, partition)) or self._partition(topic, partition)
         now = _now_ms()
-        out: Future[ProduceResult] = Future()
         self._claim_writer()
         with part.lock:
             self._own(part)
-            checker = self._ready(part)
-            admission = self._registry.admit(producer_id, producer_epoch)
-            if admission == Admission.UNKNOWN and self._ownership is not None:
-                self._refresh_producers()  # initialised through another broker
+            self._ready(part)
+            core = part.core
+            policy, enabled = self._policy(topic), self._deduplication(topic)
+            refreshable = self._ownership is not None  # another broker may have initialised it
+            for _ in range(_MAX_OFFERS):
                 admission = self._registry.admit(producer_id, producer_epoch)
-            if admission == Admission.UNKNOWN:
-                return _done(ProduceResult(Outcome.UNKNOWN_PRODUCER)), total
-            if admission == Admission.FENCED:
-                record = self._registry.lookup(producer_id)
-                fenced = ProduceResult(Outcome.FENCED, producer_epoch=record.producer_epoch if record else None)
-                return _done(fenced), total
-            result = checker.check(
-                header,
-                admitted=admission == Admission.ADMITTED,
-                policy=self.policy_for(topic),
-                enabled=self.deduplication_enabled(topic),
-            )
-            if result.outcome is not Outcome.ACCEPTED:
-                return _done(result), total
-            if not checker.tracks(producer_id):
-                if checker.producer_count >= self.config.checker.max_producers:
-                    self._evict(part, checker, checker.evict_over_capacity(room_for=1), now)
-                    checker = self._ready(part)
+                record = self._registry.lookup(producer_id) if admission == Admission.FENCED else None
+                decision = core.offer(
+                    header,
+                    now,
+                    admission=admission,
+                    registered_epoch=record.producer_epoch if record is not None else None,
+                    policy=policy,
+                    enabled=enabled,
+                    refreshable=refreshable,
+                )
+                if isinstance(decision, Reply):
+                    return _done(decision.result)
+                if isinstance(decision, RefreshProducers):
+                    self._refresh_producers()
+                    refreshable = False
+                elif isinstance(decision, WriteSnapshot):  # evictions, made durable first
+                    self._write_snapshot(part, decision)
+                    self._ready(part)
+                else:
+                    break
+            else:
+                raise PartitionRecoveringError(f"{part.tp}: could not store the snapshot after evictions; retry")
+            if decision.first_write:
                 self._note_partition(producer_id, part.tp)
-            snapshot = checker.snapshot(now) if checker.pending == 0 and checker.snapshot_due(now) else None
-            ticket = _Ticket(checker.push(header, now), time.monotonic(), snapshot is not None)
-            part.outstanding += 1
+            append = core.append(header, now)
+            started = time.monotonic()
+            out: Future[ProduceResult] = Future()
             try:
-                appended = self.backend.append(topic, partition, AppendBatch(header, batch_records, now), snapshot)
+                appended = self.backend.append(
+                    topic, partition, AppendBatch(header, request.records, now), append.snapshot
+                )
             except BaseException as exc:
                 appended = Future()
                 appended.set_exception(exc)
+            completion = _Completion(part, append.ticket, started, appended, out)
             if appended.done():
                 # A synchronous backend: complete it here, under the partition lock, so that a
                 # failed append marks the partition failed before any later batch of it is
                 # appended (the ordering contract of LogBackend.append).
-                self._appended(part, ticket, appended, out)
+                self._appended(completion)
             else:
                 # An asynchronous backend: its thread only queues the completion, so it never
                 # waits for a broker lock (it may be needed to finish a snapshot write).
-                appended.add_done_callback(lambda f: self._completions.put((part, ticket, f, out)))
-        return out, total
+                appended.add_done_callback(lambda _: self._completions.put(completion))
+        return out
 
     def _complete_loop(self) -> None:
         while True:
@@ -775,68 +747,57 @@ class Broker:
             if item is None:
                 return
             try:
-                self._appended(*item)
+                self._appended(item)
             except Exception as exc:  # a bug: logged; the future reports it, the others complete
-                future = item[3]
+                future = item.out
                 if not future.done():
                     future.set_exception(internal_error("completing an append", exc, _LOG))
 
-    def _appended(self, part: _Partition, ticket: _Ticket, appended: Future[int], out: Future[ProduceResult]) -> None:
+    def _appended(self, completion: _Completion) -> None:
+        part, ticket, appended, out = completion.part, completion.ticket, completion.appended, completion.out
         exc = appended.exception()
         observers = self._observers
         if observers:
-            seconds = time.monotonic() - ticket.started
+            seconds = time.monotonic() - completion.started
             notify(observers, "append_completed", part.tp.topic, part.tp.partition, seconds, exc is None)
             if ticket.with_snapshot:
                 notify(observers, "snapshot_written", part.tp.topic, part.tp.partition, exc is None)
         with part.lock:
-            part.outstanding -= 1
-            checker = part.checker
-            if isinstance(exc, InvalidBatchError):
-                # the backend refused it and stored nothing, for certain (EntryTooLargeError):
-                # the batch fails alone; the partition needs no rebuild
-                if checker is not None:
-                    checker.drop(ticket.push)
-            elif exc is not None:
-                if checker is not None and checker.generation == ticket.push.generation:
-                    checker.discard_pending()
-                part.failed = True
-            elif checker is not None:
-                checker.commit(ticket.push, appended.result())
-                now = time.time()
-                if checker.snapshot_overdue():
-                    self._write_snapshot(part, checker, now)
+            actions = part.core.completed(ticket, appended.result() if exc is None else exc, time.time())
+            for action in actions[1:]:  # an overdue snapshot
+                assert isinstance(action, WriteSnapshot)
+                self._write_snapshot(part, action)
             part.cond.notify_all()
-        if exc is not None:
-            if not isinstance(exc, ProducerError):  # the backend broke its contract: a bug
-                exc = internal_error(f"appending to {part.tp}", exc, _LOG)
-            out.set_exception(exc)
-        else:
-            out.set_result(ProduceResult(Outcome.ACCEPTED, base_offset=appended.result()))
-
-    def _write_snapshot(self, part: _Partition, checker: PartitionChecker, now: float) -> bool:
-        try:
-            self.backend.write_snapshot(part.tp.topic, part.tp.partition, checker.snapshot(now))
-        except ProducerError:
-            checker.entries_since_snapshot = max(checker.entries_since_snapshot, 1)
-            notify(self._observers, "snapshot_written", part.tp.topic, part.tp.partition, False)
-            return False
-        notify(self._observers, "snapshot_written", part.tp.topic, part.tp.partition, True)
-        return True
-
-    def _evict(self, part: _Partition, checker: PartitionChecker, evicted: list[ProducerId], now: float) -> None:
-        """Make evictions durable (snapshot) before flagging the producers. Needs part.lock.
-
-        If the snapshot cannot be written, the partition is rebuilt from the log instead,
-        which brings the evicted producers back: an eviction is never half done.
-        """
-        if not evicted:
+        answer = actions[0]
+        if isinstance(answer, Reply):
+            out.set_result(answer.result)
             return
-        if self._write_snapshot(part, checker, now):
+        assert isinstance(answer, Fail)
+        error = answer.error
+        if not isinstance(error, ProducerError):  # the backend broke its contract: a bug
+            error = internal_error(f"appending to {part.tp}", error, _LOG)
+        out.set_exception(error)
+
+    def _write_snapshot(self, part: _Partition, action: WriteSnapshot) -> bool:
+        """Carry out a :class:`WriteSnapshot` of the core. Needs part.lock.
+
+        Evicted producers are flagged in the registry only once the snapshot is stored; if it
+        cannot be, the core drops the checker, to be rebuilt from the log, which brings them
+        back: an eviction is never half done.
+        """
+        tp = part.tp
+        try:
+            self.backend.write_snapshot(tp.topic, tp.partition, action.snapshot)
+        except ProducerError:
+            part.core.snapshot_written(action, False)
+            notify(self._observers, "snapshot_written", tp.topic, tp.partition, False)
+            return False
+        evicted = part.core.snapshot_written(action, True)
+        notify(self._observers, "snapshot_written", tp.topic, tp.partition, True)
+        if evicted:
             self._evicted(evicted)
-            notify(self._observers, "producers_evicted", part.tp.topic, part.tp.partition, len(evicted))
-        else:
-            part.checker = None
+            notify(self._observers, "producers_evicted", tp.topic, tp.partition, len(evicted))
+        return True
 
     def _note_partition(self, producer_id: int, tp: TopicPartition) -> None:
         """Store that a named producer writes to ``tp`` before its first batch there is
@@ -889,15 +850,22 @@ class Broker:
                     parts = list(self._partitions.values())
                 for part in parts:  # (part.lock is taken before self._lock elsewhere)
                     with part.lock:
-                        part.checker = None  # rebuilt by _ready at its next use
+                        part.core.forget()  # rebuilt by _ready at its next use
             self._writer = True
 
     def _ready(self, part: _Partition) -> PartitionChecker:
-        """Return the partition's checker, recovering it first if needed. Needs part.lock."""
-        if part.checker is not None and not part.failed:
-            return part.checker
-        if part.outstanding:
-            raise PartitionRecoveringError(f"{part.tp} is recovering: {part.outstanding} appends still outstanding")
+        """Return the partition's checker, recovering it first if the core asks for it.
+        Needs part.lock.
+
+        Raises:
+            PartitionRecoveringError: appends are still outstanding, or the snapshot after
+                the evictions of the recovery could not be stored.
+            BackendUnavailableError: the snapshot or the log could not be read.
+        """
+        core = part.core
+        if core.ensure_ready() is None:
+            assert core.checker is not None
+            return core.checker
         started = time.monotonic()
         topic, partition = part.tp
         now = time.time()
@@ -913,18 +881,12 @@ class Broker:
             checker, replayed = PartitionChecker.recover(
                 None, self.backend.replay(topic, partition, 0), self.config.checker, now=now
             )
-        part.checker, part.failed = checker, False
-        part.recovery_seconds = time.monotonic() - started
-        part.replayed = replayed
-        notify(self._observers, "partition_recovered", topic, partition, part.recovery_seconds, replayed)
-        self._sweep(part, checker, now)
-        if part.checker is None:
+        seconds = time.monotonic() - started
+        swept = core.recovered(checker, replayed, seconds, now)
+        notify(self._observers, "partition_recovered", topic, partition, seconds, replayed)
+        if swept is not None and not self._write_snapshot(part, swept):
             raise PartitionRecoveringError(f"{part.tp}: could not store the snapshot after evictions; retry")
         return checker
-
-    def _sweep(self, part: _Partition, checker: PartitionChecker, now: float) -> None:
-        """Expire idle producers and enforce max_producers. Needs part.lock."""
-        self._evict(part, checker, checker.expire(now) + checker.evict_over_capacity(), now)
 
     # -- ownership (several brokers over one backend) -----------------------------------------
 
@@ -1023,7 +985,7 @@ class Broker:
         if action is Action.ACQUIRE:
             # whatever this broker knew about the partition may be stale: start over
             self.backend.release(tp.topic, tp.partition)
-            part.checker = None
+            part.core.forget()
 
     def _not_owner(self, tp: TopicPartition, lease: Lease | None) -> NotOwnerError:
         if lease is None:
@@ -1141,17 +1103,18 @@ class Broker:
                 if not self._serving(part):
                     continue  # another broker owns it (several brokers): ask that one
                 with part.lock:
+                    core = part.core
                     if not recover:
-                        if part.checker is None:
+                        if core.checker is None:
                             continue
-                        checker = part.checker
+                        checker = core.checker
                     else:
                         try:
                             checker = self._ready(part)
                         except PartitionRecoveringError:
-                            if part.checker is None:
+                            if core.checker is None:
                                 raise
-                            checker = part.checker
+                            checker = core.checker
                     producers = tuple(
                         ProducerStats(
                             pid,
@@ -1167,7 +1130,7 @@ class Broker:
                         PartitionStats(
                             name,
                             p,
-                            "recovering" if part.failed else "ready",
+                            "recovering" if core.failed else "ready",
                             self.deduplication_enabled(name),
                             self.policy_for(name).value,
                             checker.position,
@@ -1175,8 +1138,8 @@ class Broker:
                             checker.last_snapshot_position,
                             (now - checker.last_snapshot_at) if checker.last_snapshot_position >= 0 else None,
                             checker.entries_since_snapshot,
-                            part.recovery_seconds,
-                            part.replayed,
+                            core.recovery_seconds,
+                            core.replayed,
                             producers,
                         )
                     )
@@ -1204,12 +1167,12 @@ class Broker:
         activity: dict[int, float] = {}
         for part in parts:
             with part.lock:
-                checker = part.checker
-                if checker is None or part.failed or not self._serving(part):
+                checker = part.core.checker
+                if checker is None or not part.core.ready or not self._serving(part):
                     continue
-                self._sweep(part, checker, now)
-                if part.checker is not None and checker.snapshot_due(now):
-                    self._write_snapshot(part, checker, now)
+                action = part.core.maintain(now)
+                if action is not None:
+                    self._write_snapshot(part, action)
                 for producer_id, state in checker.producers().items():
                     seen = now if state.pending else state.last_timestamp
                     activity[producer_id] = max(activity.get(producer_id, 0.0), seen)
@@ -1274,16 +1237,9 @@ class Broker:
         now = time.time()
         for part in parts:
             with part.lock:
-                part.cond.wait_for(lambda p=part: p.outstanding == 0, 5.0)  # type: ignore[misc]
-                checker = part.checker
-                if (
-                    checker is not None
-                    and not part.failed
-                    and checker.pending == 0
-                    and checker.entries_since_snapshot
-                    and self._serving(part)
-                ):
-                    self._write_snapshot(part, checker, now)
+                part.cond.wait_for(lambda p=part: p.core.outstanding == 0, 5.0)  # type: ignore[misc]
+                if self._serving(part) and (action := part.core.final_snapshot(now)) is not None:
+                    self._write_snapshot(part, action)
         self._release_leases()
         self._closed = True
         self._completions.put(None)

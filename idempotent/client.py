@@ -33,8 +33,10 @@ import tenacity
 
 from . import _protocol as wire
 from . import tls as tls_contexts
+from ._request import ProduceRequest
 from ._topics import canonical_topic
 from ._types import TopicPartition
+from .api import ProduceShortcuts
 from .broker import LastSequences
 from .errors import (
     AuthenticationError,
@@ -55,7 +57,7 @@ from .errors import (
 if TYPE_CHECKING:
     from ._checker import Policy
     from ._outcomes import ProduceResult
-    from ._records import Record, StoredRecord
+    from ._records import StoredRecord
     from .broker import PartitionStats, ProducerSession
 
 #: Port of ``idem://host`` without an explicit port.
@@ -294,7 +296,7 @@ def _token_from_environment() -> str | None:
         raise ConfigError(f"cannot read IDEMPOTENT_TOKEN_FILE {path!r}: {exc}") from None
 
 
-class RemoteBroker:
+class RemoteBroker(ProduceShortcuts):
     """The Broker API of a broker server, over TCP or TLS. Thread-safe.
 
     Args:
@@ -560,58 +562,29 @@ class RemoteBroker:
         )
         return session
 
-    def produce(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        base_sequence: int,
-        records: Sequence[Record | bytes | str | None],
-        previous_sequence: int | None = None,
-    ) -> ProduceResult:
-        """Check a batch and store it if accepted; block until durable."""
-        future = self.submit_produce(
-            topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
-        )
-        try:
-            return future.result(self.timeout + 5)
-        except TimeoutError:
-            raise RequestTimeoutError(f"no answer from {self._url} within {self.timeout:g} s") from None
+    @property
+    def produce_timeout(self) -> float:
+        """Seconds :meth:`produce` waits for the answer: the request timeout, and 5 s more."""
+        return self.timeout + 5
 
-    def submit_produce(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        base_sequence: int,
-        records: Sequence[Record | bytes | str | None],
-        previous_sequence: int | None = None,
-    ) -> Future[ProduceResult]:
+    def submit_request(self, request: ProduceRequest) -> Future[ProduceResult]:
         """Send a batch; return the future of its result. Batches of one partition are sent,
         and stored, in the order of these calls.
 
         Raises:
-            InvalidBatchError: records that cannot be encoded (nothing sent).
             ProducerClosedError: this client is closed.
         """
-        if isinstance(records, bytes | str) or not isinstance(records, Sequence):
-            raise InvalidBatchError("records must be a list of bytes values or Record objects")
-        try:
-            encoded = wire.encode_records(records)
-        except TypeError as exc:
-            raise InvalidBatchError(str(exc)) from None
+        header = request.header
         args = {
-            "topic": topic,
-            "partition": partition,
-            "producer_id": producer_id,
-            "producer_epoch": producer_epoch,
-            "base_sequence": base_sequence,
-            "records": encoded,
+            "topic": request.topic,
+            "partition": request.partition,
+            "producer_id": header.producer_id,
+            "producer_epoch": header.producer_epoch,
+            "base_sequence": header.base_sequence,
+            "records": wire.encode_records(request.records),
         }
-        if previous_sequence is not None:  # absent: the broker applies the rule without it
-            args["previous_sequence"] = previous_sequence
+        if header.previous_sequence is not None:  # absent: the broker applies the rule without it
+            args["previous_sequence"] = header.previous_sequence
         future: Future[ProduceResult] = self.submit("produce", args, wire.decode_result)
         return future
 
@@ -715,7 +688,7 @@ def parse_bootstrap(url: str) -> tuple[str, list[str]]:
     return scheme, out
 
 
-class ClusterBroker:
+class ClusterBroker(ProduceShortcuts):
     """The Broker API over several broker servers that share one backend, each owning some
     partitions (``docs/clustering.md``). Thread-safe.
 
@@ -866,50 +839,40 @@ class ClusterBroker:
                         self._route[(topic, partition)] = address
         return result
 
-    def submit_produce(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        base_sequence: int,
-        records: Sequence[Record | bytes | str | None],
-        previous_sequence: int | None = None,
-    ) -> Future[ProduceResult]:
+    @property
+    def produce_timeout(self) -> float:
+        """Seconds :meth:`produce` waits for the answer: the request timeout, and 5 s more."""
+        return self.timeout + 5
+
+    def submit_request(self, request: ProduceRequest) -> Future[ProduceResult]:
         """Send a batch to the partition's owner; return the future of its result. Batches
         of one partition go out in call order; a batch that is redirected or resent after a
         lost connection may arrive after a later one (the checker answers that one
         OUT_OF_ORDER_SEQUENCE, which the producer resends).
 
         Raises:
-            InvalidBatchError: records that cannot be encoded (nothing sent).
-            InvalidTopicError: not a valid spelling of a topic name (nothing sent).
             ProducerClosedError: this client is closed.
         """
-        if isinstance(records, bytes | str) or not isinstance(records, Sequence):
-            raise InvalidBatchError("records must be a list of bytes values or Record objects")
-        topic = canonical_topic(topic)  # routes are keyed by the stored name
-        args = (topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence)
         out: Future[ProduceResult] = Future()
         deadline = time.monotonic() + self.timeout
-        address = self.owner(topic, partition)
+        address = self.owner(request.topic, request.partition)  # routes are keyed by the stored name
         with self._lock:
             usable = address is not None and address in self._links and address not in self._down
         if usable:
             assert address is not None
-            self._attempt(address, args, out, deadline)  # the common case: in order, no thread hop
+            self._attempt(address, request, out, deadline)  # the common case: in order, no thread hop
         else:
             try:
-                self._retry_pool.submit(self._route_and_attempt, args, out, deadline, None)
+                self._retry_pool.submit(self._route_and_attempt, request, out, deadline, None)
             except RuntimeError:  # closed meanwhile
                 raise ProducerClosedError(f"client for {self._url} is closed") from None
         return out
 
     def _route_and_attempt(
-        self, args: tuple[Any, ...], out: Future[ProduceResult], deadline: float, hint: str | None
+        self, request: ProduceRequest, out: Future[ProduceResult], deadline: float, hint: str | None
     ) -> None:
         last: ProducerError | None = None
-        for address in self._candidates(hint or self.owner(args[0], args[1])):
+        for address in self._candidates(hint or self.owner(request.topic, request.partition)):
             try:
                 self._link(address)
             except BrokerConnectionError as exc:
@@ -918,29 +881,30 @@ class ClusterBroker:
             except ProducerError as exc:
                 out.set_exception(exc)
                 return
-            self._attempt(address, args, out, deadline)
+            self._attempt(address, request, out, deadline)
             return
-        self._later(args, out, deadline, None, last or BrokerConnectionError(f"no broker of {self._url} answers"))
+        self._later(request, out, deadline, None, last or BrokerConnectionError(f"no broker of {self._url} answers"))
 
-    def _attempt(self, address: str, args: tuple[Any, ...], out: Future[ProduceResult], deadline: float) -> None:
+    def _attempt(self, address: str, request: ProduceRequest, out: Future[ProduceResult], deadline: float) -> None:
         try:
-            future = self._link(address).submit_produce(*args)
+            future = self._link(address).submit_request(request)
         except BrokerConnectionError as exc:
             self._failed(address)
-            self._later(args, out, deadline, None, exc)
+            self._later(request, out, deadline, None, exc)
             return
         except ProducerError as exc:
             out.set_exception(exc)
             return
-        future.add_done_callback(lambda f: self._answered(address, args, out, deadline, f))
+        future.add_done_callback(lambda f: self._answered(address, request, out, deadline, f))
 
     def _answered(
-        self, address: str, args: tuple[Any, ...], out: Future[ProduceResult], deadline: float, future: Future[Any]
+        self, address: str, request: ProduceRequest, out: Future[ProduceResult], deadline: float, future: Future[Any]
     ) -> None:
         exc = future.exception()
+        key = (request.topic, request.partition)
         if exc is None:
             with self._lock:
-                self._route[(args[0], args[1])] = address
+                self._route[key] = address
                 self._down.pop(address, None)
             out.set_result(future.result())
             return
@@ -948,25 +912,25 @@ class ClusterBroker:
             owner = exc.owner if exc.owner and exc.owner != address else None
             with self._lock:
                 if owner is not None:
-                    self._route[(args[0], args[1])] = owner
+                    self._route[key] = owner
                 else:
-                    self._route.pop((args[0], args[1]), None)
+                    self._route.pop(key, None)
                 owner_down = owner is not None and time.monotonic() - self._down.get(owner, -1e9) < self._quarantine
             if owner is not None and not owner_down:
-                self._later(args, out, deadline, owner, exc, delay=0.0)
+                self._later(request, out, deadline, owner, exc, delay=0.0)
             else:  # nobody or a dead broker owns it: ask again until its lease expires
-                self._later(args, out, deadline, None, exc)
+                self._later(request, out, deadline, None, exc)
             return
         lost = isinstance(exc, BrokerConnectionError | RequestTimeoutError)
         if lost:
             self._failed(address)
-            self._later(args, out, deadline, None, exc if isinstance(exc, ProducerError) else None)
+            self._later(request, out, deadline, None, exc if isinstance(exc, ProducerError) else None)
             return
         out.set_exception(exc)  # anything else is the broker's answer (retriable or not)
 
     def _later(
         self,
-        args: tuple[Any, ...],
+        request: ProduceRequest,
         out: Future[ProduceResult],
         deadline: float,
         hint: str | None,
@@ -981,7 +945,7 @@ class ClusterBroker:
         def again() -> None:
             if delay:
                 time.sleep(delay)
-            self._route_and_attempt(args, out, deadline, hint)
+            self._route_and_attempt(request, out, deadline, hint)
 
         try:
             self._retry_pool.submit(again)
@@ -989,25 +953,6 @@ class ClusterBroker:
             out.set_exception(error)
 
     # -- BrokerAPI -------------------------------------------------------------------------------
-
-    def produce(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        base_sequence: int,
-        records: Sequence[Record | bytes | str | None],
-        previous_sequence: int | None = None,
-    ) -> ProduceResult:
-        """Check a batch and store it at the partition's owner; block until durable."""
-        future = self.submit_produce(
-            topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
-        )
-        try:
-            return future.result(self.timeout + 5)
-        except TimeoutError:
-            raise RequestTimeoutError(f"no answer from {self._url} within {self.timeout:g} s") from None
 
     def init_producer(self, producer_name: str | None = None, *, timeout: float = 30.0) -> ProducerSession:
         """Allocate a producer id, or re-initialise a named producer. Its last sequences on

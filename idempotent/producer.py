@@ -26,6 +26,7 @@ import tenacity
 
 from ._outcomes import DeliveryStatus, ProduceResult, RecordMetadata
 from ._records import Record, as_record, value_record
+from ._request import ProduceRequest
 from ._sequence import sequence_at
 from ._sequencer import BatchDelivered, BatchFailed, Event, OutgoingBatch, ProducerSequencer, sequences_for
 from ._topics import canonical_topic
@@ -745,7 +746,7 @@ class Producer:
     def _submit(self, batch: OutgoingBatch) -> None:
         batch_id, attempt = batch.batch_id, batch.attempt
         try:
-            answer = self._broker.submit_produce(
+            request = ProduceRequest.build(
                 batch.topic,
                 batch.partition,
                 self._session.producer_id,
@@ -754,6 +755,7 @@ class Producer:
                 batch.records,
                 batch.previous_sequence,
             )
+            answer = self._broker.submit_request(request)
         except ProducerError as exc:
             self._answered(batch_id, attempt, None, exc)
             return

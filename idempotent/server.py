@@ -664,7 +664,7 @@ class BrokerServer:
         a = request.args
         self.authorizer(conn.principal, "produce", a)
         self._check_owner(a["topic"], a["partition"])
-        return self.broker.submit_produce(
+        return self.broker.submit_produce(  # validated into one ProduceRequest there
             a["topic"],
             a["partition"],
             a["producer_id"],

@@ -243,7 +243,7 @@ def test_a_producer_pipelines_batches_into_sqlite(tmp_path: Path) -> None:
                 futures = [producer.send("t", b"%d" % i, partition=0) for i in range(5)]
                 deadline = time.monotonic() + 10
                 # all five reach the backend while the first one's transaction waits
-                while broker._partition("t", 0).outstanding < 5:
+                while broker._partition("t", 0).core.outstanding < 5:
                     assert time.monotonic() < deadline, "batches were not pipelined"
                     time.sleep(0.01)
             assert [f.result(10).offset for f in futures] == [1, 2, 3, 4, 5]
@@ -280,7 +280,7 @@ def test_a_failed_transaction_among_pipelined_batches_loses_and_repeats_nothing(
             with backend._lock:  # let the batches pile up behind the one that will fail
                 futures = [producer.send("t", b"%d" % i, partition=0) for i in range(8)]
                 deadline = time.monotonic() + 10
-                while broker._partition("t", 0).outstanding < 5:
+                while broker._partition("t", 0).core.outstanding < 5:
                     assert time.monotonic() < deadline
                     time.sleep(0.01)
             assert [f.result(30).offset for f in futures] == list(range(1, 9))

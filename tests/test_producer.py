@@ -17,6 +17,7 @@ from adapters.memory import MemoryBackend
 from idempotent import Deliveries, DeliveryFailed, DeliveryStatus, Producer, Recovery, SendManyFuture
 from idempotent._outcomes import RecordMetadata
 from idempotent._records import Record
+from idempotent._request import ProduceRequest
 from idempotent.errors import (
     PartitionRecoveringError,
     ProducerClosedError,
@@ -458,18 +459,18 @@ def _refuse_first_batch(broker: idempotent.Broker, topic: str) -> list[int]:
     """Make the broker refuse the first batch for ``topic`` with PartitionRecoveringError
     (nothing stored), answered only after the batches behind it reached the broker; returns
     the list of base sequences it refused."""
-    submit = broker.submit_produce
+    submit = broker.submit_request
     refused: list[int] = []
 
-    def submit_produce(*args: Any) -> concurrent.futures.Future[idempotent.ProduceResult]:
-        if args[0] != topic or refused:
-            return submit(*args)
-        refused.append(args[4])
+    def submit_request(request: ProduceRequest) -> concurrent.futures.Future[idempotent.ProduceResult]:
+        if request.topic != topic or refused:
+            return submit(request)
+        refused.append(request.header.base_sequence)
         answer: concurrent.futures.Future[idempotent.ProduceResult] = concurrent.futures.Future()
         threading.Timer(0.3, answer.set_exception, [PartitionRecoveringError("recovering (injected)")]).start()
         return answer
 
-    broker.submit_produce = submit_produce  # type: ignore[method-assign]
+    broker.submit_request = submit_request  # type: ignore[method-assign]
     return refused
 
 

@@ -19,21 +19,21 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from ..api import BrokerAPI
+from .._request import ProduceRequest
+from ..api import BrokerAPI, ProduceShortcuts
 from ..errors import BrokerConnectionError, RequestTimeoutError
 
 if TYPE_CHECKING:
     from .._checker import Policy
     from .._outcomes import ProduceResult
-    from .._records import Record, StoredRecord
+    from .._records import StoredRecord
     from ..broker import PartitionStats, ProducerSession
 
 
-class LinkInjector:
+class LinkInjector(ProduceShortcuts):
     """A :class:`BrokerAPI` in front of another that misbehaves on demand (thread-safe).
 
     ``arm_lost_ack()`` loses the answer to the next produce request after the broker has
@@ -90,30 +90,7 @@ class LinkInjector:
         self._check()
         return self.inner.init_producer(producer_name, timeout=timeout)
 
-    def produce(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        base_sequence: int,
-        records: Sequence[Record | bytes | str | None],
-        previous_sequence: int | None = None,
-    ) -> ProduceResult:
-        return self.submit_produce(
-            topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
-        ).result()
-
-    def submit_produce(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        base_sequence: int,
-        records: Sequence[Record | bytes | str | None],
-        previous_sequence: int | None = None,
-    ) -> Future[ProduceResult]:
+    def submit_request(self, request: ProduceRequest) -> Future[ProduceResult]:
         with self._lock:
             self._check()
             lose = self._lost_acks > 0
@@ -124,10 +101,9 @@ class LinkInjector:
             if duplicate:
                 self._duplicates -= 1
                 self.injected["duplicate-request"] += 1
-        args = (topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence)
-        answer = self.inner.submit_produce(*args)
+        answer = self.inner.submit_request(request)
         if duplicate:
-            self.inner.submit_produce(*args)
+            self.inner.submit_request(request)
         out: Future[ProduceResult] = Future()
 
         def relay(done: Future[ProduceResult]) -> None:

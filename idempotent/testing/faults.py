@@ -1,6 +1,6 @@
 """A fault-injecting broker wrapper that works over every backend.
 
-:class:`FaultyBroker` is a :class:`~idempotent.broker.Broker` whose ``submit_produce`` loses
+:class:`FaultyBroker` is a :class:`~idempotent.broker.Broker` whose ``submit_request`` loses
 requests, loses acknowledgements (after the batch was stored) and delivers requests twice,
 at seeded random. A producer over it sees exactly what it would see on a lossy network, so
 the exactly-once property can be checked against SQLite, Kafka and Pulsar alike.
@@ -9,13 +9,12 @@ the exactly-once property can be checked against SQLite, Kafka and Pulsar alike.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from concurrent.futures import Future
 
 import attrs
 
 from .._outcomes import ProduceResult
-from .._records import Record
+from .._request import ProduceRequest
 from ..backend import LogBackend
 from ..broker import Broker, BrokerConfig
 from ..errors import RequestTimeoutError
@@ -47,16 +46,7 @@ class FaultyBroker(Broker):
         self.faults = faults or LinkFaults()
         self._rng = random.Random(self.faults.seed)
 
-    def submit_produce(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        base_sequence: int,
-        records: Sequence[Record | bytes | str | None],
-        previous_sequence: int | None = None,
-    ) -> Future[ProduceResult]:
+    def submit_request(self, request: ProduceRequest) -> Future[ProduceResult]:
         f = self.faults
         roll = self._rng.random
         if roll() < f.drop_request:
@@ -64,14 +54,10 @@ class FaultyBroker(Broker):
             lost: Future[ProduceResult] = Future()
             lost.set_exception(RequestTimeoutError("request lost (injected)"))
             return lost
-        answer = super().submit_produce(
-            topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
-        )
+        answer = super().submit_request(request)
         if roll() < f.duplicate:
             f.injected["duplicate"] += 1
-            super().submit_produce(
-                topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
-            )
+            super().submit_request(request)
         lost_answer = roll() < f.drop_response
         if f.drop_first_responses > 0:
             f.drop_first_responses -= 1

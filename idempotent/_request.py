@@ -1,0 +1,106 @@
+"""One produce request as a value: a batch for one partition, validated once, at the edge.
+
+A :class:`ProduceRequest` is built where a batch enters the project (the producer, the broker
+server's decoder, the loose-argument ``produce``/``submit_produce`` conveniences) by
+:meth:`ProduceRequest.build`, which checks the topic spelling (``_topics``), the partition,
+the header's types and ranges (``_checker.validate_header``) and every record's type, and
+measures the batch, in one pass over the records. Everything behind the edge (the broker,
+fault injectors, cluster routing) passes the value on and trusts it: no record is coerced,
+measured or re-validated again. Only the limits that depend on the receiving broker
+(``max_record_bytes``, ``max_batch_bytes``, the partition count) are compared there, against
+:attr:`ProduceRequest.size` and :attr:`ProduceRequest.largest`.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from ._checker import make_header, validate_header
+from ._records import BatchHeader, Record, as_record
+from ._topics import canonical_topic
+from .errors import InvalidBatchError, InvalidTopicError
+
+__all__ = ["ProduceRequest"]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@attrs.frozen
+class ProduceRequest:
+    """A batch of records for one partition, under one producer identity.
+
+    Build it with :meth:`build`; the plain constructor trusts its arguments (fields already
+    checked, ``size``/``largest`` already measured) and exists for code that holds such values.
+
+    Attributes:
+        topic: the stored name of the topic (``_topics.canonical_topic``).
+        partition: the partition number (not yet compared with the topic's count).
+        header: producer identity and sequences of the batch.
+        records: the records, in order.
+        size: the batch's size in bytes, as :attr:`Record.size` counts.
+        largest: the size of its largest record.
+    """
+
+    topic: str
+    partition: int
+    header: BatchHeader
+    records: Sequence[Record]
+    size: int
+    largest: int
+
+    @classmethod
+    def build(
+        cls,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
+    ) -> ProduceRequest:
+        """Validate a batch given as loose arguments and return it as one value.
+
+        Args:
+            records: bytes/str/None values or :class:`Record` objects (at least one).
+            previous_sequence: the last sequence of the producer's batch sent just before on
+                this partition (-1: none), or None (see ``BatchHeader``).
+
+        Raises:
+            InvalidTopicError: not a valid spelling of a topic name, or a partition that is
+                not a non-negative int.
+            InvalidBatchError: bad producer id, epoch or sequences, no records, or a record
+                that is not a record (:class:`~idempotent.errors.InvalidRecordError`).
+        """
+        topic = canonical_topic(topic)
+        if not _is_int(partition) or partition < 0:
+            raise InvalidTopicError(f"topic {topic!r} has no partition {partition!r}")
+        for value in (producer_id, producer_epoch, base_sequence):
+            if not _is_int(value):
+                raise InvalidBatchError(f"producer_id, producer_epoch and base_sequence must be ints, got {value!r}")
+        if previous_sequence is not None and not _is_int(previous_sequence):
+            raise InvalidBatchError(f"previous_sequence must be an int or None, got {previous_sequence!r}")
+        if isinstance(records, bytes | str) or not isinstance(records, Sequence):
+            raise InvalidBatchError("records must be a list of bytes values or Record objects")
+        if not records:
+            raise InvalidBatchError("empty batch: a batch needs at least one record")
+        header = make_header(producer_id, producer_epoch, base_sequence, len(records), previous_sequence)
+        validate_header(header)
+        if not all(type(r) is Record for r in records):  # coerce once, only when needed
+            try:
+                records = [as_record(r) for r in records]
+            except TypeError as exc:
+                raise InvalidBatchError(str(exc)) from None
+        size = largest = 0
+        for item in records:
+            n = item.size  # type: ignore[union-attr]
+            size += n
+            if n > largest:
+                largest = n
+        return cls(topic, partition, header, records, size, largest)  # type: ignore[arg-type]

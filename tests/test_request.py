@@ -1,0 +1,52 @@
+"""ProduceRequest: a batch validated and measured once, where it enters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from idempotent import ProduceRequest, Record
+from idempotent.errors import InvalidBatchError, InvalidTopicError
+
+
+def test_build_canonicalises_the_topic_and_measures_the_batch() -> None:
+    records = [Record(b"abc", b"k", {"h": b"v"}), Record(b"0123456789")]
+    request = ProduceRequest.build("persistent://public/default/orders", 2, 7, 1, 10, records, 9)
+    assert request.topic == "orders"
+    assert request.partition == 2
+    assert (request.header.producer_id, request.header.producer_epoch) == (7, 1)
+    assert (request.header.base_sequence, request.header.record_count) == (10, 2)
+    assert request.header.previous_sequence == 9
+    assert request.size == records[0].size + records[1].size
+    assert request.largest == max(r.size for r in records)
+    assert request.records is records  # all Record objects: kept as they are, not copied
+
+
+def test_build_coerces_plain_values_once() -> None:
+    request = ProduceRequest.build("t", 0, 1, 0, 0, [b"a", "b", None, bytearray(b"cd")])
+    assert all(type(r) is Record for r in request.records)
+    assert [r.value for r in request.records] == [b"a", b"b", None, b"cd"]
+    assert request.size == sum(r.size for r in request.records)
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (("bad topic!", 0, 1, 0, 0, [b"a"]), InvalidTopicError),
+        (("non-persistent://a/b/c", 0, 1, 0, 0, [b"a"]), InvalidTopicError),
+        (("t", -1, 1, 0, 0, [b"a"]), InvalidTopicError),
+        (("t", True, 1, 0, 0, [b"a"]), InvalidTopicError),
+        (("t", 0, "1", 0, 0, [b"a"]), InvalidBatchError),
+        (("t", 0, 1, False, 0, [b"a"]), InvalidBatchError),
+        (("t", 0, 1, 0, 0, [b"a"], "x"), InvalidBatchError),
+        (("t", 0, -1, 0, 0, [b"a"]), InvalidBatchError),
+        (("t", 0, 1, 0, -5, [b"a"]), InvalidBatchError),
+        (("t", 0, 1, 0, 0, []), InvalidBatchError),
+        (("t", 0, 1, 0, 0, b"abc"), InvalidBatchError),
+        (("t", 0, 1, 0, 0, [b"a", 3]), InvalidBatchError),
+    ],
+)
+def test_build_refuses_bad_input(args: tuple[Any, ...], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        ProduceRequest.build(*args)
