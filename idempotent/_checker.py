@@ -170,7 +170,9 @@ class Ticket:
 @attrs.define(eq=False)
 class _Pushed:
     """The pushed view of a producer while it differs from its persisted view (batches in
-    flight, or a dropped batch that raised the epoch)."""
+    flight, or a dropped batch that raised the epoch). A view that became equal to the
+    persisted one again ("settled") may stay for a while, so that a busy producer does not
+    allocate one per batch; it answers exactly as the persisted view would."""
 
     epoch: int
     sequence: int
@@ -221,6 +223,8 @@ def _within(first: int, last: int, sequence: int) -> bool:
 #: record count into one int (two 30-bit digits, the size of any int above 2**30, for slots
 #: below 2**24): the dict of keys costs no object per producer beyond the int itself
 _SLOT_SHIFT = 36
+#: settled pushed views kept at least this many (see _Pushed)
+_MIN_VIEWS = 1024
 _EPOCH_SHIFT = 20
 _EPOCH_MASK = (1 << 16) - 1
 _COUNT_MASK = (1 << 20) - 1
@@ -307,6 +311,8 @@ class PartitionChecker:
         self._older: dict[int, array[int]] = columns.older
         self._free: list[int] = []
         self._pushed_views: dict[int, _Pushed] = {}
+        #: when the views reach this many, the settled ones are dropped
+        self._views_limit = _MIN_VIEWS
         #: the last producer in the eviction order when known (None: look it up)
         self._tail: int | None = None
 
@@ -330,27 +336,38 @@ class PartitionChecker:
     def _remove(self, producer_id: int) -> None:
         if producer_id == self._tail:
             self._tail = None
-        self._free.append(self._index.pop(producer_id) >> _SLOT_SHIFT)
+        slot = self._index.pop(producer_id) >> _SLOT_SHIFT
+        self._last[slot] = NO_SEQUENCE  # so that _last.count(NO_SEQUENCE) counts free slots too
+        self._free.append(slot)
         self._older.pop(producer_id, None)
         self._pushed_views.pop(producer_id, None)
         self._apart.pop(producer_id, None)
 
     def _pushed_of(self, producer_id: int, key: int) -> _Pushed:
         """The pushed view of a producer, made separate from the persisted one."""
-        view = self._pushed_views.get(producer_id)
+        views = self._pushed_views
+        view = views.get(producer_id)
         if view is None:
-            view = _Pushed((key >> _EPOCH_SHIFT) & _EPOCH_MASK, self._last[key >> _SLOT_SHIFT])
-            self._pushed_views[producer_id] = view
+            if len(views) >= self._views_limit:
+                self._drop_settled_views()
+            view = views[producer_id] = _Pushed((key >> _EPOCH_SHIFT) & _EPOCH_MASK, self._last[key >> _SLOT_SHIFT])
         return view
 
-    def _settle(self, producer_id: int, key: int, view: _Pushed) -> None:
-        """Drop the separate pushed view once it equals the persisted one again."""
-        if (
+    def _settled(self, producer_id: int, view: _Pushed) -> bool:
+        key = self._index[producer_id]
+        return (
             not view.pending
             and view.sequence == self._last[key >> _SLOT_SHIFT]
             and view.epoch == (key >> _EPOCH_SHIFT) & _EPOCH_MASK
-        ):
-            del self._pushed_views[producer_id]
+        )
+
+    def _drop_settled_views(self) -> None:
+        """Forget the views equal to the persisted ones (amortised: the limit doubles with
+        the views that remain)."""
+        views = self._pushed_views
+        for producer_id in [p for p, view in views.items() if self._settled(p, view)]:
+            del views[producer_id]
+        self._views_limit = max(_MIN_VIEWS, 2 * len(views))
 
     def _newest(self, producer_id: int, key: int) -> tuple[int, int, int] | None:
         """The newest window entry of a producer as (first, last, base_offset), or None."""
@@ -584,9 +601,8 @@ class PartitionChecker:
             if key is None:
                 key = self._add(producer_id, header.producer_epoch)
             view = self._pushed_views.get(producer_id)
-            if view is None:  # the pushed view starts as the persisted one (_pushed_of, inline)
-                view = _Pushed((key >> _EPOCH_SHIFT) & _EPOCH_MASK, self._last[key >> _SLOT_SHIFT])
-                self._pushed_views[producer_id] = view
+            if view is None:
+                view = self._pushed_of(producer_id, key)
             last = last_sequence_of(header.base_sequence, header.record_count)
             if header.producer_epoch > view.epoch:
                 view.epoch = header.producer_epoch
@@ -644,8 +660,8 @@ class PartitionChecker:
                 if stored == NO_SEQUENCE and not view.pending:
                     self._remove(producer_id)  # it has nothing stored: as if never seen
                     key = None
-            if key is not None:
-                self._settle(producer_id, key, view)
+            if key is not None and self._settled(producer_id, view):
+                del self._pushed_views[producer_id]
         self._apply_done()
 
     def _apply_done(self) -> None:
@@ -760,8 +776,6 @@ class PartitionChecker:
                 view.epoch = max(view.epoch, epoch)
                 if advances(last, view.sequence):
                     view.sequence = high
-            if not view.pending and view.sequence == high and view.epoch == epoch:
-                del self._pushed_views[producer_id]  # the pushed view is the persisted one again
         self.position = max(self.position, base_offset + record_count)
         self.entries_since_snapshot += 1
         self.records_since_snapshot += record_count
@@ -837,10 +851,8 @@ class PartitionChecker:
         """
         index = self._index
         pids: Iterable[int] = index
-        if any(self._last[index[p] >> _SLOT_SHIFT] == NO_SEQUENCE for p in self._pushed_views):
-            # producers with nothing stored yet (only ever ones with a pushed view)
-            unstored = {p for p in self._pushed_views if self._last[index[p] >> _SLOT_SHIFT] == NO_SEQUENCE}
-            pids = [p for p in index if p not in unstored]
+        if self._last.count(NO_SEQUENCE) > len(self._free):  # producers with nothing stored yet
+            pids = [p for p, key in index.items() if self._last[key >> _SLOT_SHIFT] != NO_SEQUENCE]
         order = array("q", pids)
         keys = [index[p] for p in order]
         slots = [k >> _SLOT_SHIFT for k in keys]
