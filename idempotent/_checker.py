@@ -431,6 +431,17 @@ class PartitionChecker:
         """Copies of the states of all tracked producers, in eviction order."""
         return {pid: self._state_of(pid, key) for pid, key in self._index.items()}
 
+    def activity(self, now: float) -> dict[int, float]:
+        """When each tracked producer was last active: ``now`` for one with batches in
+        flight, else the timestamp of its last stored batch (without building a
+        :class:`ProducerState` per producer)."""
+        times = self._time
+        active = {pid: times[key >> _SLOT_SHIFT] for pid, key in self._index.items()}
+        for pid, view in self._pushed_views.items():
+            if view.pending:
+                active[pid] = now
+        return active
+
     def pending_batches(self, producer_id: int) -> int:
         """Batches of a producer pushed and not yet applied (0 for an unknown producer)."""
         view = self._pushed_views.get(producer_id)

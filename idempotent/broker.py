@@ -1173,8 +1173,7 @@ class Broker(ProduceShortcuts):
                 action = part.core.maintain(now)
                 if action is not None:
                     self._write_snapshot(part, action)
-                for producer_id, state in checker.producers().items():
-                    seen = now if state.pending else state.last_timestamp
+                for producer_id, seen in checker.activity(now).items():
                     activity[producer_id] = max(activity.get(producer_id, 0.0), seen)
         self._expire_records(now, activity)
 

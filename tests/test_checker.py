@@ -432,3 +432,12 @@ def test_strict_ignores_previous_sequence() -> None:
 def test_previous_sequence_out_of_range_is_refused() -> None:
     with pytest.raises(InvalidBatchError, match="previous_sequence"):
         PartitionChecker().check(make_header(P, 0, 0, 1, -2))
+
+
+def test_activity_is_the_last_stored_timestamp_or_now_while_in_flight() -> None:
+    c = PartitionChecker()
+    c.commit(c.push(make_header(1, 0, 0, 1), 5.0), 0)
+    c.commit(c.push(make_header(2, 0, 0, 1), 6.0), 1)
+    c.push(make_header(2, 0, 1, 1), 7.0)
+    assert c.activity(9.0) == {1: 5.0, 2: 9.0}
+    assert {pid: s.last_timestamp for pid, s in c.producers().items()} == {1: 5.0, 2: 6.0}
