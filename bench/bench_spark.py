@@ -15,11 +15,17 @@ One local SparkSession (``local[2]``, driver memory 1g) writes one cached DataFr
 Variants alternate within each round, each on a fresh topic; the table shows medians of
 rows/s and the ratio to Spark's Kafka sink. Kafka is started with
 ``idempotent.testing.services`` unless it runs. Results go to ``bench/results/`` as JSON.
+
+A second table says where the CPU went: the CPU seconds (user + system, from ``/proc``, with
+reaped children) that each kind of process used during a write, per million rows, as
+medians: the Kafka broker, Spark's JVM, Spark's Python workers (the data source runs there)
+and the broker server the data source starts per URL (``idempotent.spark._host``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -51,6 +57,58 @@ def session(jars: list[Path]) -> Any:
     spark.sparkContext.setLogLevel("ERROR")
     idempotent.spark.register(spark)
     return spark
+
+
+#: process kinds of the CPU table
+PROCESS_KINDS = ("kafka broker", "spark jvm", "python workers", "idempotent host")
+
+
+def cpu_by_kind(kafka_pid: int) -> dict[int, tuple[str, float]]:
+    """``pid -> (kind, CPU seconds)`` of this benchmark's processes (Linux ``/proc``): the
+    Kafka broker, Spark's JVM and Python workers (descendants of this process) and the
+    broker servers of ``idempotent.spark._host``. Seconds include reaped children's."""
+    from idempotent.spark._host import hosts_dir
+
+    tick = os.sysconf("SC_CLK_TCK")
+    hosts = set()
+    for pid_file in hosts_dir().glob("*.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            hosts.add(int(pid_file.read_text()))
+    stats: dict[int, tuple[int, str, float]] = {}  # pid -> (parent, command, seconds)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process ended meanwhile
+        stats[int(entry.name)] = (int(fields[1]), command, sum(int(f) for f in fields[11:15]) / tick)
+
+    def mine(pid: int) -> bool:
+        while pid > 1 and pid in stats:
+            if pid == os.getpid():
+                return True
+            pid = stats[pid][0]
+        return False
+
+    out = {}
+    for pid, (_, command, seconds) in stats.items():
+        if pid == kafka_pid:
+            out[pid] = ("kafka broker", seconds)
+        elif pid in hosts:
+            out[pid] = ("idempotent host", seconds)
+        elif pid != os.getpid() and mine(pid):
+            out[pid] = ("python workers" if "pyspark" in command and "java" not in command else "spark jvm", seconds)
+    return out
+
+
+def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds per process kind between two :func:`cpu_by_kind` readings."""
+    used = dict.fromkeys(PROCESS_KINDS, 0.0)
+    for pid, (kind, seconds) in after.items():
+        used[kind] += seconds - (before[pid][1] if pid in before else 0.0)
+    return used
 
 
 def write_once(spark: Any, df: Any, variant: str, kafka: services.ServiceInfo, workdir: Path, partitions: int) -> float:
@@ -99,13 +157,16 @@ def main() -> None:
     df.count()
     variants = ["spark-kafka", *(f"idempotent-{b}" for b in args.backends)]
     seconds: dict[str, list[float]] = {v: [] for v in variants}
+    cpu: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
         write_once(spark, df.limit(1000), "idempotent-kafka", kafka, Path(tmp), args.partitions)  # warm-up
         write_once(spark, df.limit(1000), "spark-kafka", kafka, Path(tmp), args.partitions)
         for round_number in range(args.repeats):
             order = variants[round_number % len(variants) :] + variants[: round_number % len(variants)]
             for variant in order:
+                before = cpu_by_kind(kafka.pid)
                 took = write_once(spark, df, variant, kafka, Path(tmp), args.partitions)
+                cpu[variant].append(cpu_used(before, cpu_by_kind(kafka.pid)))
                 seconds[variant].append(took)
                 print(f"round {round_number + 1} {variant}: {args.rows / took:,.0f} rows/s", flush=True)
     spark.stop()
@@ -117,12 +178,38 @@ def main() -> None:
     print("|---|---|---|")
     for variant in variants:
         rate = statistics.median(args.rows / s for s in seconds[variant])
-        results.append({"variant": variant, "rows_per_s": rate, "ratio": rate / baseline, "seconds": seconds[variant]})
+        cpu_per_million = {
+            kind: statistics.median(c[kind] for c in cpu[variant]) * 1e6 / args.rows for kind in PROCESS_KINDS
+        }
+        results.append(
+            {
+                "variant": variant,
+                "rows_per_s": rate,
+                "ratio": rate / baseline,
+                "seconds": seconds[variant],
+                "cpu_seconds_per_million_rows": cpu_per_million,
+                "cpu_seconds": cpu[variant],
+            }
+        )
         print(f"| {variant} | {rate:,.0f} | {rate / baseline:.2f}x |")
+    print("\nCPU seconds per million rows (medians), by process\n")
+    print("| sink | " + " | ".join(PROCESS_KINDS) + " | total |")
+    print("|---|" + "---|" * (len(PROCESS_KINDS) + 1))
+    for result in results:
+        per_kind = result["cpu_seconds_per_million_rows"]
+        cells = " | ".join(f"{per_kind[kind]:.2f}" for kind in PROCESS_KINDS)
+        print(f"| {result['variant']} | {cells} | {sum(per_kind.values()):.2f} |")
     out = Path(__file__).parent / "results" / f"spark-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(
         json.dumps(
-            {"args": vars(args), "machine": platform.platform(), "cpus": os.cpu_count(), "results": results}, indent=2
+            {
+                "args": vars(args),
+                "machine": platform.platform(),
+                "cpus": os.cpu_count(),
+                "load_average": os.getloadavg(),
+                "results": results,
+            },
+            indent=2,
         )
         + "\n"
     )

@@ -11,6 +11,11 @@ lives of one broker) never give out the same id. Every initialised producer has 
 producer may not start on a partition where it has no state, because it cannot prove that
 its next sequence is new there. Re-initialising clears the flag.
 
+``last_used`` is when the producer was last initialised or seen writing;
+:meth:`ProducerRegistry.sweep` decides which records, idle for longer than the broker's
+retention, are deleted (a later ``init`` of the name then takes a fresh id); see
+docs/semantics.md, section 2.6.
+
 ``principal`` names the authenticated principal that owns the producer (see
 :mod:`idempotent.auth`): it is set when the record is created and carried over to every later
 epoch, also when the name moves to a fresh id. ``None`` means unowned (created by a broker
