@@ -51,6 +51,7 @@ import enum
 from array import array
 from collections import deque
 from collections.abc import Iterable
+from typing import TypeVar
 
 import attrs
 
@@ -75,6 +76,9 @@ from ._types import (
 from .errors import ConfigError, CorruptDataError, InvalidBatchError
 
 _HALF_RING = SEQUENCE_SPACE // 2
+#: results are frozen values: the one for every accepted batch is shared
+_ACCEPTED = ProduceResult(Outcome.ACCEPTED)
+_T = TypeVar("_T", int, float)
 
 
 class Policy(enum.Enum):
@@ -230,6 +234,26 @@ _EPOCH_MASK = (1 << 16) - 1
 _COUNT_MASK = (1 << 20) - 1
 
 
+#: the columns are pages of this many slots: growing them never copies (and strands) what is
+#: already there, and a checker with few producers holds one small page
+_PAGE_BITS = 12
+_PAGE_MASK = (1 << _PAGE_BITS) - 1
+
+
+def _pages(column: array[_T]) -> list[array[_T]]:
+    """A decoded column cut into pages."""
+    size = 1 << _PAGE_BITS
+    return [column[i : i + size] for i in range(0, len(column), size)]
+
+
+def _flat(pages: list[array[_T]], typecode: str) -> array[_T]:
+    """One array of every page's values, slot after slot."""
+    flat: array[_T] = array(typecode)
+    for page in pages:
+        flat.extend(page)
+    return flat
+
+
 def _key(slot: int, producer_epoch: int, record_count: int) -> int:
     return slot << _SLOT_SHIFT | producer_epoch << _EPOCH_SHIFT | record_count
 
@@ -296,10 +320,11 @@ class PartitionChecker:
         keys = map(_key, range(len(epochs)), epochs, counts)
         #: producer_id -> key (slot, epoch and newest entry's record count), in eviction order
         self._index: dict[int, int] = dict(zip(columns.producer_id, keys, strict=True))
-        self._last = columns.last_sequence
-        self._time = columns.last_timestamp
+        self._last = _pages(columns.last_sequence)
+        self._time = _pages(columns.last_timestamp)
         #: the newest window entry's base offset; its last sequence is H(P) unless in _apart
-        self._base = columns.base_offset
+        self._base = _pages(columns.base_offset)
+        self._slots = len(epochs)
         #: newest window entries whose last sequence is not H(P) (a replayed batch behind it)
         self._apart: dict[int, int] = {}
         for producer_id, first, count, high in zip(
@@ -321,14 +346,20 @@ class PartitionChecker:
         the eviction order."""
         if self._free:
             slot = self._free.pop()
-            self._last[slot] = NO_SEQUENCE
-            self._time[slot] = 0.0
-            self._base[slot] = 0
+            page, at = slot >> _PAGE_BITS, slot & _PAGE_MASK
+            self._last[page][at] = NO_SEQUENCE
+            self._time[page][at] = 0.0
+            self._base[page][at] = 0
         else:
-            slot = len(self._last)
-            self._last.append(NO_SEQUENCE)
-            self._time.append(0.0)
-            self._base.append(0)
+            slot = self._slots
+            self._slots += 1
+            if not slot & _PAGE_MASK:
+                self._last.append(array("q"))
+                self._time.append(array("d"))
+                self._base.append(array("q"))
+            self._last[-1].append(NO_SEQUENCE)
+            self._time[-1].append(0.0)
+            self._base[-1].append(0)
         key = self._index[producer_id] = _key(slot, producer_epoch, 0)
         self._tail = producer_id
         return key
@@ -337,7 +368,7 @@ class PartitionChecker:
         if producer_id == self._tail:
             self._tail = None
         slot = self._index.pop(producer_id) >> _SLOT_SHIFT
-        self._last[slot] = NO_SEQUENCE  # so that _last.count(NO_SEQUENCE) counts free slots too
+        self._last[slot >> _PAGE_BITS][slot & _PAGE_MASK] = NO_SEQUENCE  # counted as free by snapshot()
         self._free.append(slot)
         self._older.pop(producer_id, None)
         self._pushed_views.pop(producer_id, None)
@@ -350,14 +381,14 @@ class PartitionChecker:
         if view is None:
             if len(views) >= self._views_limit:
                 self._drop_settled_views()
-            view = views[producer_id] = _Pushed((key >> _EPOCH_SHIFT) & _EPOCH_MASK, self._last[key >> _SLOT_SHIFT])
+            view = views[producer_id] = _Pushed((key >> _EPOCH_SHIFT) & _EPOCH_MASK, self._stored(key))
         return view
 
     def _settled(self, producer_id: int, view: _Pushed) -> bool:
         key = self._index[producer_id]
         return (
             not view.pending
-            and view.sequence == self._last[key >> _SLOT_SHIFT]
+            and view.sequence == self._stored(key)
             and view.epoch == (key >> _EPOCH_SHIFT) & _EPOCH_MASK
         )
 
@@ -369,14 +400,21 @@ class PartitionChecker:
             del views[producer_id]
         self._views_limit = max(_MIN_VIEWS, 2 * len(views))
 
+    def _stored(self, key: int) -> int:
+        """H(P) of the producer with this key."""
+        slot = key >> _SLOT_SHIFT
+        return self._last[slot >> _PAGE_BITS][slot & _PAGE_MASK]
+
     def _newest(self, producer_id: int, key: int) -> tuple[int, int, int] | None:
         """The newest window entry of a producer as (first, last, base_offset), or None."""
         count = key & _COUNT_MASK
         if not count:
             return None
         slot = key >> _SLOT_SHIFT
-        last = self._apart.get(producer_id, self._last[slot]) if self._apart else self._last[slot]
-        return _first_of(last, count), last, self._base[slot]
+        page, at = slot >> _PAGE_BITS, slot & _PAGE_MASK
+        high = self._last[page][at]
+        last = self._apart.get(producer_id, high) if self._apart else high
+        return _first_of(last, count), last, self._base[page][at]
 
     def _window(self, producer_id: int, key: int) -> list[tuple[int, int, int]]:
         """The window of a producer, oldest first, as (first, last, base_offset)."""
@@ -389,15 +427,17 @@ class PartitionChecker:
 
     def _state_of(self, producer_id: int, key: int) -> ProducerState:
         slot, epoch, count = key >> _SLOT_SHIFT, (key >> _EPOCH_SHIFT) & _EPOCH_MASK, key & _COUNT_MASK
+        page, at = slot >> _PAGE_BITS, slot & _PAGE_MASK
+        high = self._last[page][at]
         view = self._pushed_views.get(producer_id)
         return ProducerState(
             producer_epoch=epoch,
-            last_sequence=self._last[slot],
-            last_offset=self._base[slot] + count - 1 if count else -1,
-            last_timestamp=self._time[slot],
+            last_sequence=high,
+            last_offset=self._base[page][at] + count - 1 if count else -1,
+            last_timestamp=self._time[page][at],
             window=[WindowEntry(*entry) for entry in self._window(producer_id, key)],
             pushed_epoch=epoch if view is None else view.epoch,
-            pushed_sequence=self._last[slot] if view is None else view.sequence,
+            pushed_sequence=high if view is None else view.sequence,
             pending=0 if view is None else view.pending,
         )
 
@@ -435,7 +475,7 @@ class PartitionChecker:
         """When each tracked producer was last active: ``now`` for one with batches in
         flight, else the timestamp of its last stored batch (without building a
         :class:`ProducerState` per producer)."""
-        times = self._time
+        times = _flat(self._time, "d")
         active = {pid: times[key >> _SLOT_SHIFT] for pid, key in self._index.items()}
         for pid, view in self._pushed_views.items():
             if view.pending:
@@ -450,14 +490,14 @@ class PartitionChecker:
     def last_sequence(self, producer_id: int) -> int:
         """The highest persisted sequence of a producer, or -1."""
         key = self._index.get(producer_id)
-        return NO_SEQUENCE if key is None else self._last[key >> _SLOT_SHIFT]
+        return NO_SEQUENCE if key is None else self._stored(key)
 
     def state(self) -> dict[int, tuple[object, ...]]:
         """The persisted state as plain values (what a snapshot holds), for comparisons."""
         return {
             pid: self._state_of(pid, key).persisted_view()
             for pid, key in self._index.items()
-            if self._last[key >> _SLOT_SHIFT] != NO_SEQUENCE
+            if self._stored(key) != NO_SEQUENCE
         }
 
     # -- decisions -------------------------------------------------------------------------
@@ -503,7 +543,8 @@ class PartitionChecker:
             if not enabled or policy is Policy.MONOTONIC or header.base_sequence == 0:
                 return ProduceResult(Outcome.ACCEPTED)
             return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0)
-        stored = self._last[key >> _SLOT_SHIFT]
+        slot = key >> _SLOT_SHIFT
+        stored = self._last[slot >> _PAGE_BITS][slot & _PAGE_MASK]
         view = self._pushed_views.get(producer_id)
         if view is None:
             pushed_epoch, pushed = (key >> _EPOCH_SHIFT) & _EPOCH_MASK, stored
@@ -560,8 +601,12 @@ class PartitionChecker:
         jump, or a resend from before the last wrap that left the window) is
         OUT_OF_ORDER_SEQUENCE, never a duplicate: a jump of any size is refused, not dropped.
         """
-        last = last_sequence_of(base, count)
         expected = next_sequence(pushed)
+        if base == expected and 0 <= stored <= MAX_SEQUENCE and pushed <= MAX_SEQUENCE:
+            # the common case, decided before counting positions: ``ahead + 1`` is never in
+            # flight (with H(P) stored, a full ring ahead would make it position 0)
+            return _ACCEPTED
+        last = last_sequence_of(base, count)
         if not in_ring(stored) or not in_ring(pushed):
             # stored by the monotonic policy beyond the ring: only window duplicates are known
             offset, covered = self._window_lookup(producer_id, key, stored, base, last)
@@ -657,7 +702,7 @@ class PartitionChecker:
         key = None if header is None else self._index.get(header.producer_id)
         if header is not None and key is not None:
             producer_id = header.producer_id
-            stored = self._last[key >> _SLOT_SHIFT]
+            stored = self._stored(key)
             view = self._pushed_of(producer_id, key)
             view.pending -= 1
             mine = [p for p in self._fifo if p.header is not None and p.header.producer_id == producer_id]
@@ -751,11 +796,12 @@ class PartitionChecker:
             del index[producer_id]
             self._tail = producer_id
         slot = key >> _SLOT_SHIFT
+        page, at = slot >> _PAGE_BITS, slot & _PAGE_MASK
         epoch = (key >> _EPOCH_SHIFT) & _EPOCH_MASK
         if producer_epoch > epoch:
             epoch = producer_epoch
-        stored = self._last
-        high = stored[slot]
+        stored = self._last[page]
+        high = stored[at]
         apart = self._apart
         count = key & _COUNT_MASK
         if count:  # the newest entry so far joins the older ones
@@ -764,20 +810,21 @@ class PartitionChecker:
             older = self._older.get(producer_id)
             if older is None:
                 older = self._older[producer_id] = array("q")
-            older.extend((first + SEQUENCE_SPACE if first < 0 else first, newest, self._base[slot]))
+            older.extend((first + SEQUENCE_SPACE if first < 0 else first, newest, self._base[page][at]))
             keep = 3 * (self.config.window - 1)
             if len(older) > keep:
                 del older[: len(older) - keep]
         last = last_sequence_of(base_sequence, record_count)
         if advances(last, high):
-            high = stored[slot] = last
+            high = stored[at] = last
         if last != high:
             apart[producer_id] = last
         elif apart:
             apart.pop(producer_id, None)
-        if timestamp > self._time[slot]:
-            self._time[slot] = timestamp
-        self._base[slot] = base_offset
+        times = self._time[page]
+        if timestamp > times[at]:
+            times[at] = timestamp
+        self._base[page][at] = base_offset
         index[producer_id] = slot << _SLOT_SHIFT | epoch << _EPOCH_SHIFT | record_count
         view = self._pushed_views.get(producer_id)
         if view is not None:
@@ -814,14 +861,12 @@ class PartitionChecker:
     def _idle(self, producer_id: int) -> bool:
         """No batch of the producer in flight, and none dropped ahead of what is stored."""
         view = self._pushed_views.get(producer_id)
-        return view is None or (
-            not view.pending and view.sequence == self._last[self._index[producer_id] >> _SLOT_SHIFT]
-        )
+        return view is None or (not view.pending and view.sequence == self._stored(self._index[producer_id]))
 
     def expire(self, now: float) -> list[ProducerId]:
         """Evict producers idle for longer than ``producer_expiry``. Returns their ids."""
         limit = now - self.config.producer_expiry
-        times = self._time
+        times = _flat(self._time, "d")
         expired = [pid for pid, key in self._index.items() if times[key >> _SLOT_SHIFT] < limit and self._idle(pid)]
         for pid in expired:
             self._remove(pid)
@@ -862,22 +907,23 @@ class PartitionChecker:
         """
         index = self._index
         pids: Iterable[int] = index
-        if self._last.count(NO_SEQUENCE) > len(self._free):  # producers with nothing stored yet
-            pids = [p for p, key in index.items() if self._last[key >> _SLOT_SHIFT] != NO_SEQUENCE]
+        last = _flat(self._last, "q")
+        if last.count(NO_SEQUENCE) > len(self._free):  # producers with nothing stored yet
+            pids = [p for p, key in index.items() if last[key >> _SLOT_SHIFT] != NO_SEQUENCE]
         order = array("q", pids)
         keys = [index[p] for p in order]
         slots = [k >> _SLOT_SHIFT for k in keys]
         counts = array("i", [k & _COUNT_MASK for k in keys])
-        stored = array("q", map(self._last.__getitem__, slots))
+        stored = array("q", map(last.__getitem__, slots))
         newest = map(self._apart.get, order, stored) if self._apart else stored
         columns = Columns(
             self.position,
             order,
             array("h", [(k >> _EPOCH_SHIFT) & _EPOCH_MASK for k in keys]),
             stored,
-            array("d", map(self._time.__getitem__, slots)),
+            array("d", map(_flat(self._time, "d").__getitem__, slots)),
             array("q", map(_first_of, newest, counts)),
-            array("q", map(self._base.__getitem__, slots)),
+            array("q", map(_flat(self._base, "q").__getitem__, slots)),
             counts,
             older={p: self._older[p] for p in order if p in self._older} if self._older else {},
         )
