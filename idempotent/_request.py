@@ -92,15 +92,31 @@ class ProduceRequest:
             raise InvalidBatchError("empty batch: a batch needs at least one record")
         header = make_header(producer_id, producer_epoch, base_sequence, len(records), previous_sequence)
         validate_header(header)
-        if not all(type(r) is Record for r in records):  # coerce once, only when needed
+        measured = _measure(records)
+        if measured is None:  # not all Record objects: coerce once, then measure
             try:
                 records = [as_record(r) for r in records]
             except TypeError as exc:
                 raise InvalidBatchError(str(exc)) from None
-        size = largest = 0
-        for item in records:
-            n = item.size  # type: ignore[union-attr]
-            size += n
-            if n > largest:
-                largest = n
+            measured = _measure(records)
+            assert measured is not None
+        size, largest = measured
         return cls(topic, partition, header, records, size, largest)  # type: ignore[arg-type]
+
+
+def _measure(records: Sequence[object]) -> tuple[int, int] | None:
+    """``(total, largest)`` of the records' :attr:`Record.size`, in one pass; None as soon as
+    one is not a :class:`Record`. The size is
+    computed inline, as :attr:`Record.size` computes it (tests compare the two)."""
+    total = largest = 0
+    for item in records:
+        if type(item) is not Record and not isinstance(item, Record):
+            return None
+        value, key, headers = item.value, item.key, item.headers
+        n = 16 + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        for name, data in headers:
+            n += len(name) + len(data) + 4
+        total += n
+        if n > largest:
+            largest = n
+    return total, largest

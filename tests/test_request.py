@@ -23,6 +23,23 @@ def test_build_canonicalises_the_topic_and_measures_the_batch() -> None:
     assert request.records is records  # all Record objects: kept as they are, not copied
 
 
+def test_build_measures_as_record_size_does() -> None:
+    records = [Record(None), Record(b"v", b"key"), Record("é", None, [("h1", b"a"), ("h-2", "bc")])]
+    request = ProduceRequest.build("t", 0, 1, 0, 0, records)
+    assert request.size == sum(r.size for r in records)
+    assert request.largest == max(r.size for r in records)
+
+
+def test_build_keeps_record_subclasses() -> None:
+    class Tagged(Record):
+        pass
+
+    tagged = Tagged(b"v")
+    request = ProduceRequest.build("t", 0, 1, 0, 0, [b"a", tagged])
+    assert request.records[1] is tagged
+    assert request.size == Record(b"a").size + tagged.size
+
+
 def test_build_coerces_plain_values_once() -> None:
     request = ProduceRequest.build("t", 0, 1, 0, 0, [b"a", "b", None, bytearray(b"cd")])
     assert all(type(r) is Record for r in request.records)
