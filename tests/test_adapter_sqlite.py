@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -228,63 +231,64 @@ def test_close_stores_what_is_queued_and_refuses_what_comes_after(tmp_path: Path
         reopened.close()
 
 
-def test_a_producer_pipelines_batches_into_sqlite(tmp_path: Path) -> None:
-    """The sender does not wait for a batch's transaction before it submits the next one:
-    batches sent while one commits are queued (up to max_in_flight) and committed together."""
+@contextlib.contextmanager
+def _pipelining(tmp_path: Path) -> Iterator[tuple[Any, idempotent.Producer, SQLiteBackend]]:
+    """A broker over a new file and a producer of one-record batches, five in flight."""
     broker = idempotent.connect(f"sqlite:///{tmp_path / 'p.db'}")
     try:
         with idempotent.Producer(broker, max_batch_records=1, linger_ms=0, max_in_flight=5) as producer:
             producer.send("t", b"warm", partition=0).result(10)
             backend = broker.backend
             assert isinstance(backend, SQLiteBackend)
-            statements: list[str] = []
-            backend._db.set_trace_callback(statements.append)
-            with backend._lock:
-                futures = [producer.send("t", b"%d" % i, partition=0) for i in range(5)]
-                deadline = time.monotonic() + 10
-                # all five reach the backend while the first one's transaction waits
-                while broker._partition("t", 0).core.outstanding < 5:
-                    assert time.monotonic() < deadline, "batches were not pipelined"
-                    time.sleep(0.01)
-            assert [f.result(10).offset for f in futures] == [1, 2, 3, 4, 5]
-            # the writer took the first alone or all of them at once, the rest together
-            assert 1 <= statements.count("COMMIT") <= 2, statements
+            yield broker, producer, backend
     finally:
         broker.close()
+
+
+def _pile_up(broker: Any, producer: idempotent.Producer, count: int) -> list[Any]:
+    """Send ``count`` one-record batches while the writer waits for the backend's lock (as
+    behind a long commit), until max_in_flight (5) of them have reached the backend."""
+    futures = []
+    with broker.backend._lock:
+        futures = [producer.send("t", b"%d" % i, partition=0) for i in range(count)]
+        deadline = time.monotonic() + 10
+        while broker._partition("t", 0).core.outstanding < 5:
+            assert time.monotonic() < deadline, "batches were not pipelined"
+            time.sleep(0.01)
+    return futures
+
+
+def test_a_producer_pipelines_batches_into_sqlite(tmp_path: Path) -> None:
+    """The sender does not wait for a batch's transaction before it submits the next one:
+    batches sent while one commits are queued (up to max_in_flight) and committed together."""
+    with _pipelining(tmp_path) as (broker, producer, backend):
+        statements: list[str] = []
+        backend._db.set_trace_callback(statements.append)
+        futures = _pile_up(broker, producer, 5)
+        assert [f.result(10).offset for f in futures] == [1, 2, 3, 4, 5]
+        # the writer took the first alone or all of them at once, the rest together
+        assert 1 <= statements.count("COMMIT") <= 2, statements
 
 
 def test_a_failed_transaction_among_pipelined_batches_loses_and_repeats_nothing(tmp_path: Path) -> None:
     """A transaction fails while more batches of the partition are in flight: they all fail,
     the broker rebuilds the partition, the producer resends, and every record is stored once,
     in order."""
-    path = tmp_path / "f.db"
-    broker = idempotent.connect(f"sqlite:///{path}")
-    try:
-        with idempotent.Producer(broker, max_batch_records=1, linger_ms=0, max_in_flight=5) as producer:
-            producer.send("t", b"warm", partition=0).result(10)
-            backend = broker.backend
-            assert isinstance(backend, SQLiteBackend)
-            refusals = [1]  # the first insert of b"3" fails, its resend is stored
+    with _pipelining(tmp_path) as (broker, producer, backend):
+        refusals = [1]  # the first insert of b"3" fails, its resend is stored
 
-            def refuse(value: bytes) -> bool:
-                if value == b"3" and refusals[0]:
-                    refusals[0] -= 1
-                    return True
-                return False
+        def refuse(value: bytes) -> bool:
+            if value == b"3" and refusals[0]:
+                refusals[0] -= 1
+                return True
+            return False
 
-            backend._db.create_function("refuse", 1, refuse)
-            backend._db.execute(
-                "CREATE TEMP TRIGGER refuse BEFORE INSERT ON log WHEN refuse(NEW.value) "
-                "BEGIN SELECT RAISE(ABORT, 'refused'); END"
-            )
-            with backend._lock:  # let the batches pile up behind the one that will fail
-                futures = [producer.send("t", b"%d" % i, partition=0) for i in range(8)]
-                deadline = time.monotonic() + 10
-                while broker._partition("t", 0).core.outstanding < 5:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.01)
-            assert [f.result(30).offset for f in futures] == list(range(1, 9))
-            assert refusals == [0]
+        backend._db.create_function("refuse", 1, refuse)
+        backend._db.execute(
+            "CREATE TEMP TRIGGER refuse BEFORE INSERT ON log WHEN refuse(NEW.value) "
+            "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+        futures = _pile_up(broker, producer, 8)  # behind the one that will fail
+        assert [f.result(30).offset for f in futures] == list(range(1, 9))
+        assert refusals == [0]
         assert [r.value for r in broker.read("t", 0, 0, 100)] == [b"warm", *(b"%d" % i for i in range(8))]
-    finally:
-        broker.close()
