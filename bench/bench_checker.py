@@ -73,6 +73,7 @@ def bytes_per_producer(producers: int, batches: int) -> float:
         check=True,
         capture_output=True,
         text=True,
+        cwd=Path(__file__).parent,  # not the caller's directory: import what this process imports
     )
     return float(out.stdout.strip())
 
