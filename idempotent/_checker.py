@@ -292,12 +292,14 @@ def _original_offset(window: list[tuple[int, int, int]], base: int, last: int) -
 class PartitionChecker:
     """Sequence checker for one topic-partition. See the module docstring.
 
-    The persisted view is held in columns (arrays indexed by a slot per producer,
-    and a dict from producer_id to slot kept in eviction order, least recently active
-    first), not in one object per producer: a producer with one stored batch costs a dict
-    entry and about 40 bytes of columns. The newest window entry of every producer lives in
-    the columns; the older ones, and the pushed view while it differs from the persisted one
-    (batches in flight), are kept aside only for the producers that have them.
+    The persisted view is held in columns, not in one object per producer: a dict from
+    producer_id to a key, kept in eviction order (least recently active first), where the
+    key packs the producer's slot, epoch and newest window entry's record count; and paged
+    arrays indexed by slot of H(P), the last timestamp and the newest entry's base offset
+    (its first sequence follows from H(P) and the count). A producer with one stored batch
+    costs the dict entry, two ints and 24 bytes of columns. Older window entries, a newest
+    entry that does not end at H(P), and the pushed view while batches are in flight are kept
+    aside only for the producers that have them.
     """
 
     def __init__(self, config: CheckerConfig | None = None) -> None:
