@@ -375,6 +375,12 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
             except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
                 self._fail(items, internal_error(f"kafka: committing to {self.topic}[{self.partition}]", exc, _LOG))
                 continue
+            end = max(
+                (offset + len(batch.records) for (batch, _, _), offset in zip(items, offsets, strict=True) if batch),
+                default=-1,
+            )
+            if end >= 0:
+                self.backend.note_written(self.kafka_topic, self.partition, end)
             for (_, _, future), offset in zip(items, offsets, strict=True):
                 future.set_result(offset)
 
@@ -521,6 +527,9 @@ class KafkaBackend:
         self._meta_position = 0
         self._snapshot_position = 0
         self._reader_topics: set[str] = set()
+        #: (Kafka topic, partition) -> the offset after the last record this backend's writer
+        #: committed there: reads wait for it (see :meth:`_read_range`)
+        self._written: dict[tuple[str, int], int] = {}
         with _map_errors("connect"):
             self._admin = AdminClient(self.client_config)
             self._meta_producer = Producer({**self.client_config, "enable.idempotence": True, "linger.ms": 0})
@@ -581,12 +590,25 @@ class KafkaBackend:
                 raise BackendUnavailableError(f"kafka: topics {names} did not become available")
             time.sleep(0.1)
 
+    def note_written(self, kafka_topic: str, partition: int, end: int) -> None:
+        """Record that this backend's writer committed records up to (not including) ``end``."""
+        key = (kafka_topic, partition)
+        if end > self._written.get(key, -1):
+            self._written[key] = end
+
     def _read_range(
         self, kafka_topic: str, partition: int, start: int, stop: int | None, limit: int | None = None
     ) -> Iterator[Any]:
         """Messages of one partition from ``start`` up to its end (or ``stop``, or ``limit``
-        messages), committed only. Holds the backend lock until exhausted: consume it fully."""
+        messages), committed only. Holds the backend lock until exhausted: consume it fully.
+
+        Kafka answers ``commit_transaction`` once the commit is decided, and writes the
+        partitions' commit markers after that: for a moment a read_committed consumer still
+        ends before the records just committed. The end reported then is passed over while
+        it is below the end this backend's own writer committed, so a read after an
+        acknowledged send sees that send."""
         count = 0
+        written = self._written.get((kafka_topic, partition), -1)
         with self._lock:
             consumer = self._reader
             if kafka_topic not in self._reader_topics:
@@ -611,6 +633,8 @@ class KafkaBackend:
                         error = message.error()
                         if error is not None:
                             if error.code() == KafkaError._PARTITION_EOF:
+                                if message.offset() < written:  # its commit markers are not yet written
+                                    continue
                                 return
                             raise _translate(error, f"read {kafka_topic}[{partition}]")
                         if stop is not None and message.offset() >= stop:

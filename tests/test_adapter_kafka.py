@@ -285,3 +285,59 @@ def test_a_broken_partition_writer_is_replaced(kafka_service: Any) -> None:
         assert [r.value for r in backend.read(topic, 0, 0, 10)] == [b"a", b"b"]
     finally:
         backend.close()
+
+
+class _Message:
+    def __init__(self, offset: int, eof: bool = False) -> None:
+        from confluent_kafka import KafkaError
+
+        self._offset = offset
+        self._error = KafkaError(KafkaError._PARTITION_EOF) if eof else None
+
+    def error(self) -> Any:
+        return self._error
+
+    def offset(self) -> int:
+        return self._offset
+
+
+class _EarlyEndConsumer:
+    """A read_committed consumer seen just after a commit: it first reports the partition's
+    end before the committed records (their markers not yet written), then the records."""
+
+    def __init__(self, events: list[_Message]) -> None:
+        self.events = events
+
+    def list_topics(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def assign(self, partitions: Any) -> None:
+        return None
+
+    def unassign(self) -> None:
+        return None
+
+    def consume(self, count: int, timeout: float) -> list[_Message]:
+        taken, self.events = self.events[:1], self.events[1:]
+        return taken
+
+    def poll(self, timeout: float) -> _Message | None:
+        return None
+
+
+def test_a_read_after_a_commit_waits_for_the_records_this_backend_committed() -> None:
+    import threading
+
+    from adapters.kafka import KafkaBackend
+
+    backend = KafkaBackend.__new__(KafkaBackend)  # no connection: only the read loop is exercised
+    backend._lock = threading.RLock()
+    backend._reader_topics = {"t"}
+    backend._written = {}
+    backend.timeout = 5.0
+    events = [_Message(0, eof=True), _Message(0), _Message(1), _Message(2), _Message(4, eof=True)]
+    backend._reader = _EarlyEndConsumer(list(events))
+    assert [m.offset() for m in backend._read_range("t", 0, 0, None)] == []  # nothing known written: ends at once
+    backend.note_written("t", 0, 3)
+    backend._reader = _EarlyEndConsumer(list(events))
+    assert [m.offset() for m in backend._read_range("t", 0, 0, None)] == [0, 1, 2]
