@@ -18,7 +18,7 @@ The shell's side of one produce request, under the partition's lock::
                               |  Accept           note the partition (first write), then:
     append(header, now)       -> Append           store the batch (with the snapshot, if any)
     ... later, in append order ...
-    completed(ticket, base_offset | error, now)
+    completed(append, base_offset | error, now)
                               -> [Reply | Fail, WriteSnapshot?]
 
 Decisions made here:
@@ -64,7 +64,6 @@ from .errors import InvalidBatchError, PartitionRecoveringError
 __all__ = [
     "Accept",
     "Append",
-    "AppendTicket",
     "Fail",
     "PartitionCore",
     "Recover",
@@ -133,25 +132,26 @@ class Accept:
 
 @final
 @attrs.frozen
-class AppendTicket:
-    """One append in flight: the checker's ticket, and whether a snapshot rides along."""
-
-    push: Ticket
-    with_snapshot: bool
-
-
-@final
-@attrs.frozen
 class Append:
     """Store the batch after everything appended before it, with ``snapshot`` when not
-    None, then report its outcome with :meth:`PartitionCore.completed` and ``ticket``."""
+    None, then report its outcome with :meth:`PartitionCore.completed` (this value is the
+    append's ticket). ``push`` is the checker's ticket."""
 
-    ticket: AppendTicket
+    push: Ticket
     snapshot: Snapshot | None
+
+    @property
+    def with_snapshot(self) -> bool:
+        """Whether a snapshot rides along with the batch."""
+        return self.snapshot is not None
 
 
 Offered = Reply | RefreshProducers | WriteSnapshot | Accept
 Completed = Reply | Fail | WriteSnapshot
+
+#: the two answers of an accepted offer (values, built once: offer runs once per batch)
+_FIRST_WRITE = Accept(first_write=True)
+_NEXT_WRITE = Accept(first_write=False)
 
 
 class PartitionCore:
@@ -251,12 +251,12 @@ class PartitionCore:
         if result.outcome is not Outcome.ACCEPTED:
             return Reply(result)
         if checker.tracks(header.producer_id):
-            return Accept(first_write=False)
+            return _NEXT_WRITE
         if checker.producer_count >= self.config.max_producers:
             evicted = checker.evict_over_capacity(room_for=1)
             if evicted:
                 return WriteSnapshot(checker.snapshot(now), tuple(evicted))
-        return Accept(first_write=True)
+        return _FIRST_WRITE
 
     def append(self, header: BatchHeader, now: float) -> Append:
         """Start the append of a batch :meth:`offer` accepted: the checker records it as
@@ -267,11 +267,11 @@ class PartitionCore:
         """
         checker = self._ready_checker()
         snapshot = checker.snapshot(now) if checker.pending == 0 and checker.snapshot_due(now) else None
-        ticket = AppendTicket(checker.push(header, now), snapshot is not None)
+        append = Append(checker.push(header, now), snapshot)
         self.outstanding += 1
-        return Append(ticket, snapshot)
+        return append
 
-    def completed(self, ticket: AppendTicket, outcome: int | BaseException, now: float) -> list[Completed]:
+    def completed(self, append: Append, outcome: int | BaseException, now: float) -> list[Completed]:
         """Take an append's outcome: its base offset, or the error it failed with. Call it
         for every :class:`Append`, in the order the backend completes them.
 
@@ -286,15 +286,15 @@ class PartitionCore:
                 # the backend refused it and stored nothing, for certain (EntryTooLargeError):
                 # the batch fails alone; the partition needs no rebuild
                 if checker is not None:
-                    checker.drop(ticket.push)
+                    checker.drop(append.push)
             else:
-                if checker is not None and checker.generation == ticket.push.generation:
+                if checker is not None and checker.generation == append.push.generation:
                     checker.discard_pending()
                 self.failed = True
             return [Fail(outcome)]
         actions: list[Completed] = [Reply(ProduceResult(Outcome.ACCEPTED, base_offset=outcome))]
         if checker is not None:
-            checker.commit(ticket.push, outcome)
+            checker.commit(append.push, outcome)
             if checker.snapshot_overdue():
                 actions.append(WriteSnapshot(checker.snapshot(now)))
         return actions

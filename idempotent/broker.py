@@ -30,7 +30,7 @@ import attrs
 from ._checker import CheckerConfig, PartitionChecker, Policy
 from ._outcomes import ProduceResult
 from ._ownership import RENEW_FRACTION, Action, Lease, OwnershipTable
-from ._partition import AppendTicket, Fail, PartitionCore, RefreshProducers, Reply, WriteSnapshot
+from ._partition import Append, Fail, PartitionCore, RefreshProducers, Reply, WriteSnapshot
 from ._records import StoredRecord
 from ._registry import Admission, ProducerRecord, ProducerRegistry, validate_name
 from ._request import ProduceRequest
@@ -203,15 +203,16 @@ class PartitionStats:
     producers: tuple[ProducerStats, ...]
 
 
-@attrs.frozen
 class _Completion:
-    """An append handed to the backend: what the shell needs to finish it."""
+    """An append handed to the backend: what the shell needs to finish it (one per batch;
+    a plain slotted class, as cheap to build as a tuple)."""
 
-    part: _Partition
-    ticket: AppendTicket
-    started: float
-    appended: Future[int]
-    out: Future[ProduceResult]
+    __slots__ = ("append", "appended", "out", "part", "started")
+
+    def __init__(
+        self, part: _Partition, append: Append, started: float, appended: Future[int], out: Future[ProduceResult]
+    ) -> None:
+        self.part, self.append, self.started, self.appended, self.out = part, append, started, appended, out
 
 
 class _Partition:
@@ -729,7 +730,7 @@ class Broker(ProduceShortcuts):
             except BaseException as exc:
                 appended = Future()
                 appended.set_exception(exc)
-            completion = _Completion(part, append.ticket, started, appended, out)
+            completion = _Completion(part, append, started, appended, out)
             if appended.done():
                 # A synchronous backend: complete it here, under the partition lock, so that a
                 # failed append marks the partition failed before any later batch of it is
@@ -754,16 +755,16 @@ class Broker(ProduceShortcuts):
                     future.set_exception(internal_error("completing an append", exc, _LOG))
 
     def _appended(self, completion: _Completion) -> None:
-        part, ticket, appended, out = completion.part, completion.ticket, completion.appended, completion.out
+        part, append, appended, out = completion.part, completion.append, completion.appended, completion.out
         exc = appended.exception()
         observers = self._observers
         if observers:
             seconds = time.monotonic() - completion.started
             notify(observers, "append_completed", part.tp.topic, part.tp.partition, seconds, exc is None)
-            if ticket.with_snapshot:
+            if append.with_snapshot:
                 notify(observers, "snapshot_written", part.tp.topic, part.tp.partition, exc is None)
         with part.lock:
-            actions = part.core.completed(ticket, appended.result() if exc is None else exc, time.time())
+            actions = part.core.completed(append, appended.result() if exc is None else exc, time.time())
             for action in actions[1:]:  # an overdue snapshot
                 assert isinstance(action, WriteSnapshot)
                 self._write_snapshot(part, action)

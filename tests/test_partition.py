@@ -53,7 +53,7 @@ def start(core: PartitionCore, h: BatchHeader, now: float = T0) -> Append:
 
 def store(core: PartitionCore, h: BatchHeader, offset: int, now: float = T0) -> list[object]:
     """Offer, append and complete one batch at ``offset``; returns the completion's actions."""
-    return list(core.completed(start(core, h, now).ticket, offset, now))
+    return list(core.completed(start(core, h, now), offset, now))
 
 
 # -- readiness and recovery ---------------------------------------------------------------------
@@ -112,7 +112,7 @@ def test_first_write_then_duplicate_with_its_offset_then_gap() -> None:
     assert core.outstanding == 1
     # while in flight, a copy is IN_FLIGHT, not accepted twice
     assert offer(core, header(1, 0, 2)) == Reply(ProduceResult(Outcome.IN_FLIGHT))
-    assert core.completed(append.ticket, 40, T0) == [Reply(ProduceResult(Outcome.ACCEPTED, base_offset=40))]
+    assert core.completed(append, 40, T0) == [Reply(ProduceResult(Outcome.ACCEPTED, base_offset=40))]
     assert core.outstanding == 0
     assert offer(core, header(1, 0, 2)) == Reply(ProduceResult(Outcome.DUPLICATE, base_offset=40))
     assert offer(core, header(1, 2)) == Accept(first_write=False)
@@ -134,9 +134,9 @@ def test_deduplication_off_accepts_gaps() -> None:
 def test_commits_apply_in_append_order_whatever_order_they_complete_in() -> None:
     core = ready_core()
     first, second = start(core, header(1, 0)), start(core, header(1, 1))
-    assert core.completed(second.ticket, 1, T0) == [Reply(ProduceResult(Outcome.ACCEPTED, base_offset=1))]
+    assert core.completed(second, 1, T0) == [Reply(ProduceResult(Outcome.ACCEPTED, base_offset=1))]
     assert core.checker is not None and core.checker.last_sequence(1) == -1  # waits for its predecessor
-    core.completed(first.ticket, 0, T0)
+    core.completed(first, 0, T0)
     assert core.checker.last_sequence(1) == 1
 
 
@@ -182,14 +182,14 @@ def test_a_due_snapshot_rides_with_the_next_append_that_finds_nothing_in_flight(
     store(core, header(1, 0), 0)
     store(core, header(1, 1), 1)
     idle = start(core, header(1, 2))  # due, and nothing in flight: it rides along
-    assert idle.snapshot is not None and idle.snapshot.position == 2 and idle.ticket.with_snapshot
-    core.completed(idle.ticket, 2, T0)
+    assert idle.snapshot is not None and idle.snapshot.position == 2 and idle.with_snapshot
+    core.completed(idle, 2, T0)
     first = start(core, header(1, 3))  # one entry since: not due
-    assert first.snapshot is None and not first.ticket.with_snapshot
+    assert first.snapshot is None and not first.with_snapshot
     behind = start(core, header(1, 4), T0 + 100)  # due by age, but another append is in flight
     assert behind.snapshot is None
-    core.completed(first.ticket, 3, T0 + 100)
-    core.completed(behind.ticket, 4, T0 + 100)
+    core.completed(first, 3, T0 + 100)
+    core.completed(behind, 4, T0 + 100)
     later = start(core, header(1, 5), T0 + 100)
     assert later.snapshot is not None and later.snapshot.position == 5
 
@@ -205,7 +205,7 @@ def test_an_overdue_snapshot_is_written_on_its_own_after_a_commit() -> None:
     store(core, header(1, 0), 0)
     pending = [start(core, header(1, seq)) for seq in (1, 2, 3)]  # never idle
     assert pending[0].snapshot is None
-    actions = [core.completed(a.ticket, seq, T0) for seq, a in enumerate(pending, 1)]
+    actions = [core.completed(a, seq, T0) for seq, a in enumerate(pending, 1)]
     assert [len(a) for a in actions] == [1, 1, 2]  # 4 entries = twice snapshot_entries
     overdue = actions[2][1]
     assert isinstance(overdue, WriteSnapshot) and overdue.snapshot.position == 4 and not overdue.evicted
@@ -240,7 +240,7 @@ def test_final_snapshot_only_when_idle_and_changed() -> None:
     assert core.final_snapshot(T0) is None
     in_flight = start(core, header(1, 0))
     assert core.final_snapshot(T0) is None
-    core.completed(in_flight.ticket, 0, T0)
+    core.completed(in_flight, 0, T0)
     final = core.final_snapshot(T0)
     assert isinstance(final, WriteSnapshot) and final.snapshot.position == 1
 
@@ -252,14 +252,14 @@ def test_a_failed_append_fails_the_partition_until_everything_behind_it_drained(
     core = ready_core()
     appends = [start(core, header(1, seq)) for seq in range(3)]
     error = BackendUnavailableError("lost")
-    assert core.completed(appends[0].ticket, error, T0) == [Fail(error)]
+    assert core.completed(appends[0], error, T0) == [Fail(error)]
     assert core.failed and not core.ready
     with pytest.raises(PartitionRecoveringError):
         core.ensure_ready()  # two appends still outstanding
     later = BackendUnavailableError("after the failure")
-    assert core.completed(appends[1].ticket, later, T0) == [Fail(later)]
+    assert core.completed(appends[1], later, T0) == [Fail(later)]
     # a stale ticket changes nothing, whatever the backend answered
-    assert core.completed(appends[2].ticket, 7, T0) == [Reply(ProduceResult(Outcome.ACCEPTED, base_offset=7))]
+    assert core.completed(appends[2], 7, T0) == [Reply(ProduceResult(Outcome.ACCEPTED, base_offset=7))]
     assert core.checker is not None and core.checker.last_sequence(1) == -1
     assert core.outstanding == 0 and core.drained(1)
     assert core.ensure_ready() == Recover()
@@ -270,7 +270,7 @@ def test_a_batch_the_backend_refused_for_certain_fails_alone() -> None:
     store(core, header(1, 0), 0)
     refused = start(core, header(1, 1, 2))
     error = EntryTooLargeError("too large")
-    assert core.completed(refused.ticket, error, T0) == [Fail(error)]
+    assert core.completed(refused, error, T0) == [Fail(error)]
     assert core.ready and not core.failed
     assert offer(core, header(1, 1, 2)) == Accept(first_write=False)  # its sequences are free again
 
@@ -279,7 +279,7 @@ def test_drained_waits_for_the_producers_own_batches() -> None:
     core = ready_core()
     first = start(core, header(1, 0))
     assert not core.drained(1) and core.drained(2)
-    core.completed(first.ticket, 0, T0)
+    core.completed(first, 0, T0)
     assert core.drained(1)
 
 
