@@ -1,0 +1,95 @@
+"""CPU per record of each thread while one Producer sends: where a record's time goes.
+
+Sends ``--records`` records of ``--size`` bytes with ``Producer.send`` to a fresh topic on
+``URL`` (default: the Pulsar that ``idempotent services`` runs), then reads every thread's
+CPU time from ``/proc/self/task/*/stat`` and prints microseconds per record per thread:
+the caller, the producer's sender, the adapter's writer, and the threads Python did not
+start (librdkafka's or the Pulsar client's own C++ threads). ``--rounds`` repeats it.
+
+    python bench/profile_threads.py                              # Pulsar from `idempotent services`
+    python bench/profile_threads.py kafka://127.0.0.1:9092 --records 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from idempotent import Producer
+from idempotent.testing import services
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu() -> dict[int, float]:
+    """Seconds of CPU (user + system) of each thread of this process, by native thread id."""
+    out: dict[int, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / TICK
+    return out
+
+
+def _label(native_id: int, names: dict[int, str]) -> str:
+    if native_id == threading.main_thread().native_id:
+        return "caller (send)"
+    name = names.get(native_id)
+    if name is None:
+        return "threads Python did not start (client library)"
+    if name.startswith(("idempotent-kafka-", "idempotent-pulsar-", "idempotent-sqlite-")):
+        return "adapter writer"
+    return name
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("url", nargs="?", help="backend URL (default: the running Pulsar of `idempotent services`)")
+    parser.add_argument("--records", type=int, default=50_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    url = args.url
+    if url is None:
+        info = services.status("pulsar")
+        if info is None:
+            parser.error("no URL given and no Pulsar running: start one with `idempotent services up pulsar`")
+        url = f"{info.url}?admin_url={urllib.parse.quote(info.admin_url or '', safe='')}"
+    payload = b"x" * args.size
+    for round_ in range(args.rounds):
+        topic = "profile/" + uuid.uuid4().hex[:8]
+        with Producer(url) as producer:
+            producer.send(topic, b"warm-up")
+            producer.flush()
+            before = thread_cpu()
+            started = time.monotonic()
+            for _ in range(args.records):
+                producer.send(topic, payload)
+            producer.flush()
+            wall = time.monotonic() - started
+            after = thread_cpu()
+            names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+        per: dict[str, float] = {}
+        for native_id, seconds in after.items():
+            label = _label(native_id, names)
+            per[label] = per.get(label, 0.0) + seconds - before.get(native_id, 0.0)
+        print(f"round {round_ + 1}: {args.records:,} records in {wall:.2f} s = {args.records / wall:,.0f}/s")
+        for label, seconds in sorted(per.items(), key=lambda item: -item[1]):
+            if seconds > 0:
+                print(f"  {label:48} {seconds * 1e6 / args.records:6.2f} µs CPU per record")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
