@@ -9,11 +9,13 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import idempotent
 from idempotent import cli
+from idempotent.cli import broker as cli_broker
 from idempotent.producer import Producer
 
 
@@ -105,3 +107,26 @@ def test_second_broker_on_a_sqlite_file_takes_over_without_duplicates(tmp_path: 
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(30)
+
+
+def _parsed(*argv: str) -> Any:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers()
+    cli_broker.add_parser(commands)
+    return parser.parse_args(["broker", "--backend", "memory://", *argv])
+
+
+def test_broker_command_sets_how_long_producers_are_remembered(capsys: pytest.CaptureFixture[str]) -> None:
+    default = cli_broker.broker_config(_parsed())
+    assert default.producer_record_retention == default.checker.producer_expiry == 7 * 24 * 3600.0
+    config = cli_broker.broker_config(
+        _parsed("--producer-expiry", "3600", "--producer-record-retention", "86400", "--broker-id", "b1")
+    )
+    assert (config.checker.producer_expiry, config.producer_record_retention) == (3600.0, 86400.0)
+    assert config.broker_id == "b1"
+    with pytest.raises(cli.CliError, match="producer_expiry must be positive"):
+        cli_broker.broker_config(_parsed("--producer-expiry", "0"))
+    assert cli.main(["broker", "--backend", "memory://", "--producer-record-retention", "0"]) == 2
+    assert "producer_record_retention must be positive" in capsys.readouterr().err

@@ -70,7 +70,49 @@ def add_parser(commands: Subcommands) -> None:
     broker.add_argument(
         "--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics"
     )
+    week = 7 * 24 * 3600.0
+    broker.add_argument(
+        "--producer-expiry",
+        metavar="S",
+        type=float_type,
+        default=week,
+        help="forget a producer's sequence state on a partition after S seconds without a write "
+        "(default 604800, 7 days); a resend after that is no longer recognised as a duplicate",
+    )
+    broker.add_argument(
+        "--producer-record-retention",
+        metavar="S",
+        type=float_type,
+        default=week,
+        help="delete a producer's record (name, id, epoch) after S seconds unused (default 604800, 7 days)",
+    )
     broker.set_defaults(handler=cmd_broker)
+
+
+def broker_config(args: argparse.Namespace) -> BrokerConfig:
+    """The broker's settings from ``idempotent broker``'s options.
+
+    Raises:
+        CliError: a bound is zero (``BrokerConfig`` and ``CheckerConfig`` need positive ones).
+    """
+    from .._checker import CheckerConfig
+    from ..errors import ConfigError
+
+    cluster: dict[str, Any] = {}
+    if args.broker_id is not None:
+        cluster = {
+            "broker_id": args.broker_id,
+            "advertised_address": args.advertise or "",
+            "lease_duration": args.lease_seconds,
+        }
+    try:
+        return BrokerConfig(
+            checker=CheckerConfig(producer_expiry=args.producer_expiry),
+            producer_record_retention=args.producer_record_retention,
+            **cluster,
+        )
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
@@ -92,12 +134,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         raise CliError("--backend must name a storage backend (sqlite://, kafka://, pulsar://, memory://)")
     from .. import connect
 
-    broker_config = None
-    if args.broker_id is not None:
-        broker_config = BrokerConfig(
-            broker_id=args.broker_id, advertised_address=args.advertise or "", lease_duration=args.lease_seconds
-        )
-    broker = connect(args.backend, broker_config)
+    broker = connect(args.backend, broker_config(args))
     assert isinstance(broker, Broker)
     try:
         security = broker_security(args, broker)
