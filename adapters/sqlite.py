@@ -43,7 +43,14 @@ from idempotent._registry import ProducerRecord, merge_record
 from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
 from idempotent.backend import AppendBatch
-from idempotent.errors import BackendUnavailableError, ConfigError, InvalidTopicError, ProducerError, internal_error
+from idempotent.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    InternalError,
+    InvalidTopicError,
+    ProducerError,
+    internal_error,
+)
 
 _LOG = logging.getLogger("idempotent.adapters.sqlite")
 
@@ -601,7 +608,7 @@ class _Writer(GroupQueue[_Append]):
         super().__init__()
         self._backend = backend
         #: partitions with a failed append, refused until replayed
-        self._failed: dict[tuple[str, int], BackendUnavailableError] = {}
+        self._failed: dict[tuple[str, int], ProducerError] = {}
         self._thread = threading.Thread(target=self._run, name=f"idempotent-sqlite-{backend.path}", daemon=True)
         self._thread.start()
 
@@ -648,7 +655,12 @@ class _Writer(GroupQueue[_Append]):
                 item[4].set_result(offset)
 
     def _fail(self, items: list[_Append], error: ProducerError) -> None:
-        failed = BackendUnavailableError(f"{self._backend.url}: an earlier append of the partition failed: {error}")
+        # a bug stays FATAL for everything behind it too: never retriable
+        failed: ProducerError = (
+            error
+            if isinstance(error, InternalError)
+            else BackendUnavailableError(f"{self._backend.url}: an earlier append of the partition failed: {error}")
+        )
         with self._cond:
             for topic, partition, *_ in items:
                 self._failed[(topic, partition)] = failed

@@ -292,3 +292,31 @@ def test_a_failed_transaction_among_pipelined_batches_loses_and_repeats_nothing(
         assert [f.result(30).offset for f in futures] == list(range(1, 9))
         assert refusals == [0]
         assert [r.value for r in broker.read("t", 0, 0, 100)] == [b"warm", *(b"%d" % i for i in range(8))]
+
+
+def test_a_bug_in_the_writer_fails_the_appends_behind_it_as_fatal_not_retriable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from idempotent.errors import InternalError, Recovery
+
+    backend, _ = _opened(tmp_path)
+    try:
+        assert backend.append("t", 0, _batch(b"first"), None).result(10) == 0
+        commit = backend._commit
+
+        def buggy(items: Any) -> Any:
+            if any(item[2].records[0].value == b"bug" for item in items):
+                raise ZeroDivisionError("a bug")
+            return commit(items)
+
+        monkeypatch.setattr(backend, "_commit", buggy)
+        with backend._lock:
+            failed = backend.append("t", 0, _batch(b"bug"), None)
+            time.sleep(0.05)  # the writer takes it and waits for the lock
+            behind = [backend.append("t", 0, _batch(b"ok"), None) for _ in range(2)]
+        for future in [failed, *behind, backend.append("t", 0, _batch(b"later"), None)]:
+            with pytest.raises(InternalError) as raised:
+                future.result(10)
+            assert raised.value.recovery is Recovery.FATAL
+    finally:
+        backend.close()
