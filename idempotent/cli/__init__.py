@@ -49,6 +49,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from .. import __version__
+from .._gc import fewer_collections
 from ..errors import DeliveryFailed, ProducerError, UsageError
 from . import admin, broker, compare, mirror, produce, services, stats, tail, token
 from .common import CliError, Parser, err, exit_code, open_read_only
@@ -87,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return 2
         handler: Callable[[argparse.Namespace], int] = args.handler
-        return handler(args)
+        with fewer_collections():  # the commands write and read in bulk: see idempotent._gc
+            return handler(args)
     except SystemExit as exc:  # argparse (--help, --version, errors) and delegated commands
         return exit_code(exc.code)
     except CliError as exc:

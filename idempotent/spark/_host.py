@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from .._gc import fewer_collections
 from ..errors import BackendUnavailableError, ConfigError
 
 DEFAULT_IDLE_SECONDS = 60.0
@@ -175,7 +176,8 @@ def _serve(url: str, key: str, idle_seconds: float) -> int:
     from ..server import BrokerServer
 
     base = hosts_dir()
-    with _locked(base / f"{key}.run", wait=False) as held:
+    # fewer_collections: this process serves bulk writes only (see idempotent._gc)
+    with _locked(base / f"{key}.run", wait=False) as held, fewer_collections():
         if held is None:
             return 0  # another host serves this URL
         (base / f"{key}.pid").write_text(str(os.getpid()))

@@ -14,13 +14,16 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from .._gc import fewer_collections
 from ..mirror import Mirror, MirrorSummary, PartitionSummary, PartitionTask, copy_partition, open_source
 from ._host import ensure_host
 
 
 def _copy_tasks(tasks: Iterator[PartitionTask]) -> Iterator[PartitionSummary]:
     for task in tasks:
-        yield copy_partition(task)
+        with fewer_collections():
+            summary = copy_partition(task)
+        yield summary
 
 
 def mirror(

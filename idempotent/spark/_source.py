@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 
 import idempotent
 
+from .._gc import fewer_collections
 from .._records import Record, trusted_record
 from ..api import BrokerAPI
 from ..errors import ConfigError
@@ -143,7 +144,7 @@ def write_task(
     pending: deque[tuple[SendManyFuture, int]] = deque()
     unfinished = 0
     done: list[Deliveries] = []
-    with Producer(ensure_host(url), producer_name=producer_name, linger_ms=linger_ms) as producer:
+    with fewer_collections(), Producer(ensure_host(url), producer_name=producer_name, linger_ms=linger_ms) as producer:
         router = RowRouter(producer.partitions_for(topic), base)
         stored = [producer.last_sequence(topic, p) for p in range(router.partitions)]
         for batch in batches:
