@@ -212,12 +212,6 @@ def _topics(name: str, value: Any) -> list[str] | None:
     return [_str(name, v) for v in value]
 
 
-def _bytes_or_nil(name: str, value: Any) -> bytes | None:
-    if value is None or type(value) is bytes:
-        return value
-    raise _bad(name, value, "bin or nil")
-
-
 def _records(name: str, value: Any) -> list[Record]:
     """Decode a produce request's records. Each field's type is checked here, so the records
     are built without :class:`Record`'s converters (the server's per-record cost)."""
@@ -226,19 +220,25 @@ def _records(name: str, value: Any) -> list[Record]:
     out: list[Record] = []
     append = out.append
     for item in value:
-        if type(item) is bytes:
+        kind = type(item)
+        if kind is bytes:
             append(value_record(item))
             continue
         if item is None:
             append(trusted_record(None, None, ()))
             continue
-        if type(item) is not list or len(item) != 3:
+        if kind is not list or len(item) != 3:
             raise _bad(name, item, "records that are bin, nil, or [value, key, headers]")
         val, key, headers = item
-        _bytes_or_nil("record value", val)
-        _bytes_or_nil("record key", key)
+        if val is not None and type(val) is not bytes:
+            raise _bad("record value", val, "bin or nil")
+        if key is not None and type(key) is not bytes:
+            raise _bad("record key", key, "bin or nil")
         if type(headers) is not list:
             raise _bad("record headers", headers, "an array of [name, value] pairs")
+        if not headers:
+            append(trusted_record(val, key, ()))
+            continue
         pairs = []
         for pair in headers:
             if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str or type(pair[1]) is not bytes:

@@ -64,6 +64,8 @@ class ProduceRequest:
         base_sequence: int,
         records: Sequence[Record | bytes | str | None],
         previous_sequence: int | None = None,
+        *,
+        measured: tuple[int, int] | None = None,
     ) -> ProduceRequest:
         """Validate a batch given as loose arguments and return it as one value.
 
@@ -71,6 +73,9 @@ class ProduceRequest:
             records: bytes/str/None values or :class:`Record` objects (at least one).
             previous_sequence: the last sequence of the producer's batch sent just before on
                 this partition (-1: none), or None (see ``BatchHeader``).
+            measured: ``(size, largest)`` of ``records`` when the caller has measured them
+                already (the producer, whose records are all :class:`Record` objects); the
+                records are then neither coerced nor measured again.
 
         Raises:
             InvalidTopicError: not a valid spelling of a topic name, or a partition that is
@@ -92,7 +97,8 @@ class ProduceRequest:
             raise InvalidBatchError("empty batch: a batch needs at least one record")
         header = make_header(producer_id, producer_epoch, base_sequence, len(records), previous_sequence)
         validate_header(header)
-        measured = _measure(records)
+        if measured is None:
+            measured = _measure(records)
         if measured is None:  # not all Record objects: coerce once, then measure
             try:
                 records = [as_record(r) for r in records]

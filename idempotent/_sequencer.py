@@ -63,7 +63,9 @@ sends what :meth:`batches_to_send` returns, feeds answers back and sleeps until
 
 from __future__ import annotations
 
+import bisect
 import enum
+import itertools
 from collections import deque
 from collections.abc import Iterator, Mapping
 from collections.abc import Sequence as SequenceOf
@@ -71,8 +73,8 @@ from collections.abc import Sequence as SequenceOf
 import attrs
 
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult
-from ._records import Record
-from ._sequence import at_or_before, distance, is_valid_sequence, last_sequence_of, next_sequence
+from ._records import Record, record_sizes
+from ._sequence import at_or_before, crosses_ring_end, distance, is_valid_sequence, last_sequence_of, next_sequence
 from ._types import DEFAULT_MAX_IN_FLIGHT, MAX_APPLICATION_SEQUENCE, NO_SEQUENCE, TopicPartition
 from .errors import (
     ConfigError,
@@ -189,6 +191,8 @@ class OutgoingBatch:
     spans: Spans
     created_at: float
     size: int = 0
+    #: the size of the largest record (``size`` and ``largest`` as :attr:`Record.size` counts)
+    largest: int = 0
     base_sequence: int = NO_SEQUENCE
     #: the last sequence of the batch sent just before on the partition (-1: none; None:
     #: unknown, after a refused batch that may be stored), set at drain time: the broker's
@@ -372,6 +376,8 @@ class ProducerSequencer:
         spans.starts.append(0)
         spans.counts.append(1)
         batch.size += size
+        if size > batch.largest:
+            batch.largest = size
         self.unfinished += 1
         if len(batch.records) >= self.max_batch_records or batch.size >= self.batch_size:
             self._seal(ps)  # full: do not wait for linger
@@ -385,6 +391,7 @@ class ProducerSequencer:
         now: float,
         sequence: int | SequenceOf[int] | None,
         owner: object,
+        sizes: SequenceOf[int] | None = None,
     ) -> None:
         """Queue ``records`` for one partition, all for ``owner``; batches report them as
         spans ``(owner, start, count)`` where ``start`` is the position in ``records``.
@@ -393,6 +400,7 @@ class ProducerSequencer:
             sequence: None to number the records after the partition's previous record; an
                 int: the first record's sequence, the others following it; or one sequence per
                 record (a jump starts a new batch).
+            sizes: each record's :attr:`Record.size`, when the caller has them already.
 
         Raises:
             UsageError: a sequence is invalid, or their count differs from the records';
@@ -407,28 +415,43 @@ class ProducerSequencer:
         ps = self._partitions.get(tp)
         if ps is None:
             ps = self._partitions[tp] = self._new_partition(tp)
+        if sizes is None:
+            sizes = record_sizes(records)
         max_records, max_bytes = self.max_batch_records, self.batch_size
+        # sums[i]: the bytes of records[:i]. Where no sequence jumps (none given, or a range
+        # that stays on one side of the int32 ring's end), batches are cut by bisection.
+        contiguous = sequences is None or (type(sequences) is range and not crosses_ring_end(sequences.start, count))
+        sums = [0, *itertools.accumulate(sizes)] if contiguous else None
         position = 0
         while position < count:
             first = None if sequences is None else sequences[position]
-            batch = self._batch_for(ps, topic, partition, records[position].size, first, now)
+            batch = self._batch_for(ps, topic, partition, sizes[position], first, now)
             # take every following record that fits: room, bytes, and (explicit) no jump
             room = max_records - len(batch.records)
             size = batch.size
-            end = position
-            while end < count and end - position < room:
-                record_size = records[end].size
-                if end > position and size + record_size > max_bytes:
-                    break
-                if sequences is not None and end > position and sequences[end] != next_sequence(sequences[end - 1]):
-                    break
-                size += record_size
-                end += 1
-                if size >= max_bytes:
-                    break
+            if sums is not None:
+                limit = max_bytes - size + sums[position]
+                end = bisect.bisect_right(sums, limit, position + 1, min(count, position + room) + 1) - 1
+                end = max(end, position + 1)  # a batch takes at least one record
+                size += sums[end] - sums[position]
+            else:
+                end = position
+                while end < count and end - position < room:
+                    record_size = sizes[end]
+                    if end > position and size + record_size > max_bytes:
+                        break
+                    if sequences is not None and end > position and sequences[end] != next_sequence(sequences[end - 1]):
+                        break
+                    size += record_size
+                    end += 1
+                    if size >= max_bytes:
+                        break
             batch.records.extend(records[position:end])
             batch.spans.add(owner, position, end - position)
             batch.size = size
+            largest = max(sizes[position:end])
+            if largest > batch.largest:
+                batch.largest = largest
             self.unfinished += end - position
             position = end
             if len(batch.records) >= max_records or batch.size >= max_bytes:
@@ -494,11 +517,13 @@ class ProducerSequencer:
             explicit=True,
         )
         tail.spans = batch.spans.split(keep)
-        tail.size = sum(r.size for r in tail.records)
+        tail_sizes = record_sizes(tail.records)
+        tail.size, tail.largest = sum(tail_sizes), max(tail_sizes)
         self._next_batch_id += 1
         self._batches[tail.batch_id] = tail
         del batch.records[keep:]
         batch.size -= tail.size
+        batch.largest = max(record_sizes(batch.records))
         ps.queued.appendleft(tail)
 
     def flush(self) -> None:

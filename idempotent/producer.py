@@ -25,7 +25,7 @@ from typing import Any, overload
 import tenacity
 
 from ._outcomes import DeliveryStatus, ProduceResult, RecordMetadata
-from ._records import Record, as_record, value_record
+from ._records import Record, as_record, record_sizes, value_record
 from ._request import ProduceRequest
 from ._sequence import sequence_at
 from ._sequencer import BatchDelivered, BatchFailed, Event, OutgoingBatch, ProducerSequencer, sequences_for
@@ -569,26 +569,25 @@ class Producer:
             items = [as_record(item) for item in records]
         except TypeError as exc:
             raise UsageError(str(exc)) from None
+        sizes = record_sizes(items)
         limit = self._max_record_bytes
-        if limit is not None:
-            for item in items:
-                if item.size > limit:
-                    raise self._too_large(item)
+        if limit is not None and items and max(sizes) > limit:
+            raise self._too_large(next(item for item, size in zip(items, sizes, strict=True) if size > limit))
         count = self.partitions_for(topic)
         future = SendManyFuture(len(items))
         if not items:
             future._finish()
             return future
-        shares: list[tuple[int, list[Record], int | SequenceOf[int] | None, _Part]]
+        shares: list[tuple[int, list[Record], int | SequenceOf[int] | None, _Part, list[int]]]
         if partition is not None:
             if not isinstance(partition, int) or not 0 <= partition < count:
                 raise UsageError(f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")
-            shares = [(partition, items, sequence, _Part(future, None))]
+            shares = [(partition, items, sequence, _Part(future, None), sizes)]
         else:
             sticky = next(self._counter) % count
             chosen = [sticky if r.key is None else zlib.crc32(r.key) % count for r in items]
             if all(p == chosen[0] for p in chosen):
-                shares = [(chosen[0], items, sequence, _Part(future, None))]
+                shares = [(chosen[0], items, sequence, _Part(future, None), sizes)]
             else:
                 by_partition: dict[int, list[int]] = {}
                 for i, p in enumerate(chosen):
@@ -600,6 +599,7 @@ class Producer:
                         [items[i] for i in indices],
                         None if sequences is None else [sequences[i] for i in indices],
                         _Part(future, indices),
+                        [sizes[i] for i in indices],
                     )
                     for p, indices in by_partition.items()
                 ]
@@ -609,8 +609,8 @@ class Producer:
             if self._seq.unfinished >= self._max_buffered:
                 raise QueueFullError(f"{self._seq.unfinished} records are waiting; flush() or slow down")
             now = time.monotonic()
-            for share_partition, share, share_sequence, part in shares:
-                self._seq.add_many(topic, share_partition, share, now, share_sequence, part)
+            for share_partition, share, share_sequence, part, share_sizes in shares:
+                self._seq.add_many(topic, share_partition, share, now, share_sequence, part, share_sizes)
             if self._seq.wakeup:
                 self._seq.wakeup = False
                 self._cond.notify_all()
@@ -754,6 +754,7 @@ class Producer:
                 batch.base_sequence,
                 batch.records,
                 batch.previous_sequence,
+                measured=(batch.size, batch.largest),
             )
             answer = self._broker.submit_request(request)
         except ProducerError as exc:

@@ -1187,3 +1187,54 @@ def test_monotonic_a_batch_of_application_sequences_refused_for_good_leaves_a_de
     assert log == [20, 30]
     events = drain(seq)
     assert [type(e) for e in events] == [BatchFailed, BatchDelivered, BatchDelivered]
+
+
+def _cuts(seq: ProducerSequencer) -> list[tuple[int, int, int, int]]:
+    seq.flush()
+    return [(b.base_sequence, len(b.records), b.size, b.largest) for b in seq.batches_to_send(0.0)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 300), min_size=1, max_size=60),
+    batch_size=st.integers(1, 2000),
+    max_batch_records=st.integers(1, 12),
+    mode=st.sampled_from(["none", "int", "list"]),
+)
+def test_add_many_cuts_batches_as_adding_one_record_at_a_time(
+    lengths: list[int], batch_size: int, max_batch_records: int, mode: str
+) -> None:
+    """add_many cuts batches by bisection over the records' sizes (no sequences, or a range of
+    them) or record by record (a list): the batches, their sizes and largest records are
+    those of adding the records one by one."""
+    records = [
+        Record(b"x" * n, b"k" if n % 3 else None, [("h", b"y" * (n % 5))] if n % 4 == 0 else None) for n in lengths
+    ]
+    options = {"batch_size": batch_size, "max_batch_records": max_batch_records, "max_in_flight": 1000}
+    one, many = make(**options), make(**options)
+    start = 5
+    for i, record in enumerate(records):
+        one.add_one("t", 0, record, 0.0, None if mode == "none" else start + i, object())
+    sequences = [start + i for i in range(len(records))]
+    sequence: int | list[int] | None = {"none": None, "int": start, "list": sequences}[mode]
+    many.add_many("t", 0, records, 0.0, sequence, object())
+    assert _cuts(many) == _cuts(one)
+
+
+def test_add_many_starts_a_new_batch_where_a_range_of_sequences_crosses_the_ring_end() -> None:
+    seq = make()
+    seq.add_many("t", 0, [rec(i) for i in range(4)], 0.0, MAX_SEQUENCE - 1, object())
+    assert [(base, count) for base, count, _, _ in _cuts(seq)] == [(MAX_SEQUENCE - 1, 2), (MAX_SEQUENCE + 1, 2)]
+
+
+def test_record_sizes_match_the_property() -> None:
+    from idempotent._records import record_sizes
+
+    records = [Record(b"abc"), Record(None, b"k"), Record(b"v", None, [("name", b"12"), ("n", b"")])]
+    assert record_sizes(records) == [r.size for r in records]
+
+
+def test_add_many_fills_a_batch_exactly_to_its_byte_size() -> None:
+    seq = make(batch_size=60, max_in_flight=1000)  # 20-byte records: three fill a batch
+    seq.add_many("t", 0, [Record(b"abcd") for _ in range(7)], 0.0, None, object())
+    assert [(count, size) for _, count, size, _ in _cuts(seq)] == [(3, 60), (3, 60), (1, 20)]
