@@ -14,9 +14,12 @@
 How the model maps onto Kafka (see ``docs/backends.md``):
 
 * A topic ``a/b`` is the Kafka topic ``a.b`` (``/`` is not allowed in Kafka names); every
-  record is an ordinary Kafka message with its key, value, timestamp and user headers, plus
-  headers ``idem.pid``, ``idem.epoch`` and ``idem.seq`` (ASCII decimal) and, on the first
-  record of each batch, ``idem.count``. Plain consumers read them unchanged.
+  record is an ordinary Kafka message with its key, value and user headers. The first record
+  of a batch (its head) also carries the batch's identity, headers ``idem.pid``,
+  ``idem.epoch``, ``idem.seq`` and ``idem.count`` (ASCII decimal), and its timestamp; the
+  others carry nothing of ours and go to Kafka in bulk. Reads give each record its head's
+  identity and timestamp (:mod:`adapters._heads`). Plain consumers read values, keys and
+  user headers unchanged.
 * Appends to a partition go through one **transactional producer per partition** whose
   ``transactional.id`` names the partition. Its ``init_transactions`` fences every earlier
   owner (another broker, or this one before a restart) and aborts its open transaction, so
@@ -45,13 +48,15 @@ from concurrent.futures import Future
 from typing import Any
 from urllib.parse import urlsplit
 
+import attrs
+
+from adapters._heads import BatchHead, HeadIndex
 from adapters._meta import MetaLog, lease_key, pack_lease, pack_producer, pack_snapshot, unpack_snapshot
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease
-from idempotent._records import Snapshot, StoredBatch, StoredRecord
+from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
-from idempotent._sequence import crosses_ring_end, sequence_at
-from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
+from idempotent._types import MAX_BATCH_RECORDS, NO_PRODUCER_ID, Epoch, ProducerId, Sequence
 from idempotent.backend import AppendBatch
 from idempotent.errors import (
     BackendUnavailableError,
@@ -82,6 +87,11 @@ _OWN_HEADERS = frozenset({"idem.pid", "idem.epoch", "idem.seq", "idem.count"})
 _MESSAGE_MAX_BYTES = 1_000_000
 #: room for a record's Kafka framing and ``idem.*`` headers beyond what Record.size counts
 _RECORD_MARGIN = 1024
+#: records per ``produce_batch`` call of a partition writer
+_BULK = 5000
+#: a read that starts inside a batch looks this many messages back for its head first, then
+#: four times as many each time, up to the largest batch
+_HEAD_WINDOW = 1024
 
 
 @contextlib.contextmanager
@@ -381,6 +391,22 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
             )
             if end >= 0:
                 self.backend.note_written(self.kafka_topic, self.partition, end)
+            self.backend.note_heads(
+                self.kafka_topic,
+                self.partition,
+                [
+                    BatchHead(
+                        offset,
+                        len(batch.records),
+                        batch.header.producer_id,
+                        batch.header.producer_epoch,
+                        batch.header.base_sequence,
+                        int(batch.timestamp * 1000) / 1000,
+                    )
+                    for (batch, _, _), offset in zip(items, offsets, strict=True)
+                    if batch is not None and batch.header is not None
+                ],
+            )
             for (_, _, future), offset in zip(items, offsets, strict=True):
                 future.set_result(offset)
 
@@ -415,67 +441,94 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                     with contextlib.suppress(KafkaException):
                         producer.abort_transaction(self.backend.timeout)
                 raise
+            except ProducerError:  # refused before the commit (see _produce): store none of it
+                with contextlib.suppress(KafkaException):
+                    producer.abort_transaction(self.backend.timeout)
+                raise
         if errors:
             raise _translate(errors[0], f"deliver to {self.topic}[{self.partition}]")
         return [min(slot) if slot else -1 for slot in first_offsets]
 
     def _produce(self, batch: AppendBatch, delivered: Callable[[Any, Any], None]) -> None:
-        """Hand a batch's records to the open transaction: the identity headers are built for
-        the whole batch first, then one ``produce`` call per record (the client has no batch
-        call that takes headers). Only the first record gets a delivery callback: a batch's
-        offsets are consecutive, and a failure of any record fails ``commit_transaction``."""
+        """Hand a batch's records to the open transaction, in order.
+
+        The first record carries the batch's identity headers (``idem.pid``, ``idem.epoch``,
+        ``idem.seq``, ``idem.count``) and the only delivery callback: the batch's offsets are
+        consecutive, and a failure of any record fails ``commit_transaction``. The others
+        carry only their own headers; runs of records without any go to Kafka with one
+        ``produce_batch`` call per :data:`_BULK` records (see :mod:`adapters._heads`).
+
+        Raises:
+            BackendUnavailableError: librdkafka refused part of a bulk call other than at its
+                end (nothing of the transaction may be committed then).
+        """
         records = batch.records
         header = batch.header
-        if header is None:
-            heads: list[Any] = [list(record.headers) or None for record in records]
-        else:
-            identity = (("idem.pid", b"%d" % header.producer_id), ("idem.epoch", b"%d" % header.producer_epoch))
-            base = header.base_sequence
-            count = len(records)
-            if crosses_ring_end(base, count):
-                sequences: Iterable[int] = [sequence_at(base, i) for i in range(count)]
-            else:
-                sequences = range(base, base + count)
-            heads = [
-                [*record.headers, *identity, ("idem.seq", b"%d" % sequence)]
-                if record.headers
-                else [*identity, ("idem.seq", b"%d" % sequence)]
-                for record, sequence in zip(records, sequences, strict=True)
-            ]
-            heads[0].append(("idem.count", b"%d" % count))
-        producer = self._producer
-        produce = producer.produce
-        topic, partition, timestamp = self.kafka_topic, self.partition, int(batch.timestamp * 1000)
         first = records[0]
-        done = 0
-        while done < len(records):
+        timestamp = int(batch.timestamp * 1000)
+        if header is None:  # stored without identity: each record with its own headers only
+            self._produce_each(records, timestamp, delivered)
+            return
+        identity = [
+            ("idem.pid", b"%d" % header.producer_id),
+            ("idem.epoch", b"%d" % header.producer_epoch),
+            ("idem.seq", b"%d" % header.base_sequence),
+            ("idem.count", b"%d" % len(records)),
+        ]
+        self._produce_one(first, [*first.headers, *identity] if first.headers else identity, timestamp, delivered)
+        for start in range(1, len(records), _BULK):
+            chunk = records[start : start + _BULK]
+            if any(record.headers for record in chunk):
+                self._produce_each(chunk, timestamp, None)
+            else:
+                self._produce_bulk(chunk)
+            self._producer.poll(0)  # serve queued delivery reports and log lines
+
+    def _produce_one(
+        self, record: Record, headers: list[tuple[str, bytes]] | None, timestamp: int, delivered: Any
+    ) -> None:
+        """``produce`` one record; waits while librdkafka's local queue is full."""
+        while True:
             try:
-                if done == 0:
-                    produce(
-                        topic,
-                        value=first.value,
-                        key=first.key,
-                        partition=partition,
-                        headers=heads[0],
-                        timestamp=timestamp,
-                        on_delivery=delivered,
-                    )
-                    done = 1
-                # serve queued delivery reports and log lines every 1000 records
-                for start in range(done, len(records), 1000):
-                    for record, head in zip(records[start : start + 1000], heads[start : start + 1000], strict=True):
-                        produce(
-                            topic,
-                            value=record.value,
-                            key=record.key,
-                            partition=partition,
-                            headers=head,
-                            timestamp=timestamp,
-                        )
-                        done += 1
-                    producer.poll(0)
+                self._producer.produce(
+                    self.kafka_topic,
+                    value=record.value,
+                    key=record.key,
+                    partition=self.partition,
+                    headers=headers,
+                    timestamp=timestamp,
+                    on_delivery=delivered,
+                )
+                return
             except BufferError:  # the client's local queue is full: let it drain, then go on
-                producer.poll(0.05)
+                self._producer.poll(0.05)
+
+    def _produce_each(self, records: Seq[Record], timestamp: int, delivered: Any) -> None:
+        """``produce`` each record with its own headers; ``delivered`` (if any) on the first."""
+        for index, record in enumerate(records):
+            self._produce_one(record, list(record.headers) or None, timestamp, None if index else delivered)
+
+    def _produce_bulk(self, records: Seq[Record]) -> None:
+        """``produce_batch`` records without headers (and without a timestamp, which the
+        bulk call cannot set: they are read back with their head's). librdkafka queues a
+        prefix of them when its local queue fills up; the rest are sent again once it has
+        drained."""
+        messages: list[dict[str, Any]] = [{"value": record.value, "key": record.key} for record in records]
+        while messages:
+            queued = self._producer.produce_batch(self.kafka_topic, messages, partition=self.partition)
+            if queued == len(messages):
+                return
+            errors = [message.get("_error") for message in messages[queued:]]
+            if any(message.get("_error") is not None for message in messages[:queued]) or not all(
+                isinstance(error, KafkaError) and error.code() == KafkaError._QUEUE_FULL for error in errors
+            ):  # not just a full queue at the end: the records may be out of order
+                refused = sum(message.get("_error") is not None for message in messages)
+                raise BackendUnavailableError(
+                    f"kafka: the client refused {refused} of {len(messages)} records for "
+                    f"{self.topic}[{self.partition}]: {next((e for e in errors if e is not None), None)}"
+                )
+            messages = [{k: v for k, v in message.items() if k != "_error"} for message in messages[queued:]]
+            self._producer.poll(0.05)
 
     def _fail(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], error: ProducerError) -> None:
         if isinstance(error, OwnershipLostError):
@@ -530,6 +583,9 @@ class KafkaBackend:
         #: (Kafka topic, partition) -> the offset after the last record this backend's writer
         #: committed there: reads wait for it (see :meth:`_read_range`)
         self._written: dict[tuple[str, int], int] = {}
+        #: (Kafka topic, partition) -> the batch heads this backend wrote, replayed or read
+        self._heads: dict[tuple[str, int], HeadIndex] = {}
+        self._heads_lock = threading.Lock()
         with _map_errors("connect"):
             self._admin = AdminClient(self.client_config)
             self._meta_producer = Producer({**self.client_config, "enable.idempotence": True, "linger.ms": 0})
@@ -595,6 +651,50 @@ class KafkaBackend:
         key = (kafka_topic, partition)
         if end > self._written.get(key, -1):
             self._written[key] = end
+
+    def note_heads(self, kafka_topic: str, partition: int, heads: Iterable[BatchHead]) -> None:
+        """Remember batch heads of a partition (written, replayed or read here)."""
+        with self._heads_lock:
+            index = self._heads.get((kafka_topic, partition))
+            if index is None:
+                index = self._heads[(kafka_topic, partition)] = HeadIndex()
+            for head in heads:
+                index.add(head)
+
+    def _known_head(self, kafka_topic: str, partition: int, offset: int) -> BatchHead | None:
+        with self._heads_lock:
+            index = self._heads.get((kafka_topic, partition))
+            return None if index is None else index.covering(offset)
+
+    def _head_of(self, kafka_topic: str, partition: int, offset: int) -> BatchHead | None:
+        """The head of the batch that holds the record at ``offset``, if it has one: known
+        here, or found by reading back from ``offset`` (the nearest head before it, when its
+        count reaches ``offset``). None for a record written without identity, or whose
+        head is no longer in the log. Uses the reader: not while a read is under way."""
+        known = self._known_head(kafka_topic, partition, offset)
+        if known is not None:
+            return known
+        with self._lock:
+            low, _high = self._reader.get_watermark_offsets(
+                KafkaTopicPartition(kafka_topic, partition), timeout=self.timeout, cached=False
+            )
+        stop, window = offset, _HEAD_WINDOW
+        while stop > low and offset - stop < MAX_BATCH_RECORDS:
+            start = max(int(low), stop - window)
+            nearest: BatchHead | None = None
+            found: list[BatchHead] = []
+            for message in self._read_range(kafka_topic, partition, start, stop):
+                identity = _identity(message.headers())
+                if identity is not None and identity[3] is not None:
+                    nearest = BatchHead(
+                        message.offset(), identity[3], identity[0], identity[1], identity[2], _seconds(message)
+                    )
+                    found.append(nearest)
+            self.note_heads(kafka_topic, partition, found)
+            if nearest is not None:
+                return nearest if nearest.covers(offset) else None
+            stop, window = start, window * 4
+        return None
 
     def _read_range(
         self, kafka_topic: str, partition: int, start: int, stop: int | None, limit: int | None = None
@@ -764,41 +864,83 @@ class KafkaBackend:
 
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
         self._check(topic, partition)
+        name = kafka_topic_name(topic, self.prefix)
         out: list[StoredRecord] = []
+        heads: list[BatchHead] = []
+        head: BatchHead | None = None  # the batch of the record being read, once a head was seen
+        unresolved = 0  # records at the start of the read without identity, before any head
         with _map_errors(f"read {topic}[{partition}]"):
-            for message in self._read_range(kafka_topic_name(topic, self.prefix), partition, offset, None, max_records):
-                out.append(_stored(message))
+            for message in self._read_range(name, partition, offset, None, max_records):
+                at = message.offset()
+                raw = message.headers()
+                identity = _identity(raw) if raw else None
+                if identity is not None:
+                    producer_id, epoch, sequence, count = identity
+                    timestamp = _seconds(message)
+                    if count is not None:
+                        head = BatchHead(at, count, producer_id, epoch, sequence, timestamp)
+                        heads.append(head)
+                elif head is not None and head.covers(at):
+                    producer_id, epoch, sequence = head.producer_id, head.producer_epoch, head.sequence_of(at)
+                    timestamp = head.timestamp
+                else:
+                    producer_id = epoch = sequence = -1
+                    timestamp = _seconds(message)
+                    if head is None and len(out) == unresolved:
+                        unresolved += 1
+                user = () if not raw else tuple((k, v or b"") for k, v in raw if k not in _OWN_HEADERS)
+                record = StoredRecord(at, producer_id, epoch, sequence, message.key(), message.value(), user, timestamp)
+                out.append(record)
+            self.note_heads(name, partition, heads)
+            if unresolved:  # the read began inside a batch: its head is before ``offset``
+                first = self._head_of(name, partition, out[0].offset)
+                if first is not None:
+                    for index in range(unresolved):
+                        record = out[index]
+                        if first.covers(record.offset):
+                            out[index] = attrs.evolve(
+                                record,
+                                producer_id=first.producer_id,
+                                producer_epoch=first.producer_epoch,
+                                sequence=first.sequence_of(record.offset),
+                                timestamp=first.timestamp,
+                            )
         return out
 
     def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
         self._check(topic, partition)
         if not self.read_only:
             self._writer(topic, partition)  # take ownership first: fences and aborts a stale owner
+        name = kafka_topic_name(topic, self.prefix)
         batches: list[StoredBatch] = []
+        heads: list[BatchHead] = []
         # the records of a batch have consecutive offsets (one producer, one transaction):
         # only the first one's headers are read, the others are passed over by offset
         inside_until = -1
         with _map_errors(f"replay {topic}[{partition}]"):
-            for message in self._read_range(kafka_topic_name(topic, self.prefix), partition, from_offset, None):
+            if from_offset > 0:  # a replay that begins inside a batch passes over its rest
+                started_in = self._head_of(name, partition, from_offset)
+                if started_in is not None:
+                    inside_until = started_in.first_offset + started_in.record_count
+            for message in self._read_range(name, partition, from_offset, None):
                 if message.offset() < inside_until:
                     continue
-                headers = dict(message.headers() or [])
-                count = headers.get("idem.count")
-                if count is None:
-                    if "idem.pid" not in headers:  # a record written without the checker
-                        batches.append(StoredBatch(message.offset(), NO_PRODUCER_ID, Epoch(-1), Sequence(-1), 1, 0.0))
+                identity = _identity(message.headers())
+                if identity is None:  # a record written without the checker
+                    batches.append(StoredBatch(message.offset(), NO_PRODUCER_ID, Epoch(-1), Sequence(-1), 1, 0.0))
                     continue
-                inside_until = message.offset() + int(count)
+                producer_id, epoch, sequence, count = identity
+                if count is None:  # inside a batch of the earlier layout (identity on each record)
+                    continue
+                inside_until = message.offset() + count
+                timestamp = _seconds(message)
+                heads.append(BatchHead(message.offset(), count, producer_id, epoch, sequence, timestamp))
                 batches.append(
                     StoredBatch(
-                        message.offset(),
-                        ProducerId(_decimal(headers, "idem.pid")),
-                        Epoch(_decimal(headers, "idem.epoch")),
-                        Sequence(_decimal(headers, "idem.seq")),
-                        int(count),
-                        message.timestamp()[1] / 1000,
+                        message.offset(), ProducerId(producer_id), Epoch(epoch), Sequence(sequence), count, timestamp
                     )
                 )
+            self.note_heads(name, partition, heads)
         return iter(batches)
 
     def end_offset(self, topic: str, partition: int) -> int:
@@ -928,19 +1070,35 @@ class KafkaBackend:
             self._reader.close()
 
 
-def _stored(message: Any) -> StoredRecord:
-    raw = message.headers() or []
-    headers = dict(raw)
-    user = tuple((k, bytes(v) if v is not None else b"") for k, v in raw if k not in _OWN_HEADERS)
-    return StoredRecord(
-        message.offset(),
-        _decimal(headers, "idem.pid"),
-        _decimal(headers, "idem.epoch"),
-        _decimal(headers, "idem.seq"),
-        message.key(),
-        message.value(),
-        user,
-        message.timestamp()[1] / 1000,
+def _seconds(message: Any) -> float:
+    """A message's timestamp in seconds."""
+    return float(message.timestamp()[1]) / 1000
+
+
+def _identity(raw: Any) -> tuple[int, int, int, int | None] | None:
+    """``(producer id, epoch, sequence, record count or None)`` from a message's headers: a
+    batch head has all four; a record of the earlier layout (identity on every record) has no
+    count; None for a message without identity (a later record of a batch, or one written
+    without the checker)."""
+    if not raw:
+        return None
+    pid = epoch = sequence = count = None
+    for name, value in raw:
+        if name == "idem.pid":
+            pid = value
+        elif name == "idem.epoch":
+            epoch = value
+        elif name == "idem.seq":
+            sequence = value
+        elif name == "idem.count":
+            count = value
+    if pid is None:
+        return None
+    return (
+        int(pid),
+        int(epoch) if epoch is not None else -1,
+        int(sequence) if sequence is not None else -1,
+        int(count) if count is not None else None,
     )
 
 

@@ -40,8 +40,133 @@ def test_plain_kafka_consumer_reads_records_unchanged(harness: ServiceHarness, k
     messages = consumer.consume(2, 20)
     consumer.close()
     assert [m.value() for m in messages] == [b"v1", b"v2"]
-    headers = dict(messages[1].headers())
-    assert headers["idem.pid"] == str(s.producer_id).encode() and headers["idem.seq"] == b"1"
+    # a batch's identity is on its first message only; the others carry their own headers
+    head = dict(messages[0].headers())
+    assert head == {
+        "idem.pid": str(s.producer_id).encode(),
+        "idem.epoch": b"0",
+        "idem.seq": b"0",
+        "idem.count": b"2",
+    }
+    assert messages[1].headers() is None
+
+
+def _plain_producer(kafka_service: Any) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": kafka_service.bootstrap, "linger.ms": 0})
+
+
+def test_a_read_that_begins_inside_a_batch_finds_its_head(harness: ServiceHarness) -> None:
+    """A fresh backend, which has seen no head, reads from the middle of a batch larger than
+    one bulk call and than the first windows it reads back: every record has its batch's
+    producer id, sequence and timestamp."""
+    broker = harness.open(small_config())
+    topic = topic_name("inside")
+    broker.create_topic(topic, 1)
+    s = broker.init_producer()
+    count = 12_000
+    values = [b"%d" % i for i in range(count)]
+    assert broker.produce(topic, 0, s.producer_id, s.producer_epoch, 0, values).outcome is Outcome.ACCEPTED
+    written = broker.read(topic, 0, 0, count)
+    broker.close()
+    assert [(r.producer_id, r.sequence) for r in written] == [(s.producer_id, i) for i in range(count)]
+    assert {r.timestamp for r in written} == {written[0].timestamp}
+
+    fresh = harness.open(small_config())
+    try:
+        middle = fresh.read(topic, 0, 7_000, 50)
+        assert [r.value for r in middle] == [b"%d" % i for i in range(7_000, 7_050)]
+        assert [(r.producer_id, r.producer_epoch, r.sequence) for r in middle] == [
+            (s.producer_id, s.producer_epoch, 7_000 + i) for i in range(50)
+        ]
+        assert {r.timestamp for r in middle} == {written[0].timestamp}
+    finally:
+        fresh.close()
+
+
+def test_records_written_without_the_checker_have_no_identity(harness: ServiceHarness, kafka_service: Any) -> None:
+    """A record another Kafka producer wrote after a batch is not taken for part of it, also
+    when a read begins at it; the batches around it keep theirs."""
+    broker = harness.open(small_config())
+    topic = topic_name("foreign")
+    broker.create_topic(topic, 1)
+    s = broker.init_producer()
+    broker.produce(topic, 0, s.producer_id, s.producer_epoch, 0, [b"a", b"b"])
+    plain = _plain_producer(kafka_service)
+    plain.produce(topic.replace("/", "."), b"foreign", partition=0)
+    assert plain.flush(30) == 0
+    broker.produce(topic, 0, s.producer_id, s.producer_epoch, 2, [b"c"])
+    everything = broker.read(topic, 0, 0, 10)
+    broker.close()
+    assert [(r.value, r.producer_id, r.sequence) for r in everything] == [
+        (b"a", s.producer_id, 0),
+        (b"b", s.producer_id, 1),
+        (b"foreign", -1, -1),
+        (b"c", s.producer_id, 2),
+    ]
+    fresh = harness.open(small_config())
+    try:
+        foreign = everything[2].offset
+        assert [(r.value, r.producer_id) for r in fresh.read(topic, 0, foreign, 1)] == [(b"foreign", -1)]
+        assert [(r.value, r.sequence) for r in fresh.read(topic, 0, everything[1].offset, 1)] == [(b"b", 1)]
+    finally:
+        fresh.close()
+
+
+def test_records_of_the_earlier_layout_read_with_their_own_identity(
+    harness: ServiceHarness, kafka_service: Any
+) -> None:
+    """Records stored with the identity on every record (the layout before batch heads) read
+    back, and replay, as they did."""
+    broker = harness.open(small_config())
+    topic = topic_name("earlier")
+    broker.create_topic(topic, 1)
+    broker.close()
+    plain = _plain_producer(kafka_service)
+    for i in range(3):
+        headers = [("idem.pid", b"77"), ("idem.epoch", b"2"), ("idem.seq", b"%d" % (40 + i)), ("user", b"u")]
+        if i == 0:
+            headers.append(("idem.count", b"3"))
+        plain.produce(topic.replace("/", "."), b"%d" % i, partition=0, headers=headers)
+    assert plain.flush(30) == 0
+    fresh = harness.open(small_config())
+    try:
+        records = fresh.read(topic, 0, 1, 10)
+        assert [(r.producer_id, r.producer_epoch, r.sequence, r.headers) for r in records] == [
+            (77, 2, 41, (("user", b"u"),)),
+            (77, 2, 42, (("user", b"u"),)),
+        ]
+    finally:
+        fresh.close()
+    from adapters.kafka import KafkaBackend
+
+    backend = KafkaBackend(kafka_service.url, timeout=60, read_only=True)
+    try:
+        assert [
+            (b.base_offset, b.producer_id, b.base_sequence, b.record_count) for b in backend.replay(topic, 0, 0)
+        ] == [(0, 77, 40, 3)]
+    finally:
+        backend.close()
+
+
+def test_a_replay_that_begins_inside_a_batch_passes_over_its_rest(harness: ServiceHarness, kafka_service: Any) -> None:
+    from adapters.kafka import KafkaBackend
+
+    broker = harness.open(small_config())
+    topic = topic_name("replay")
+    broker.create_topic(topic, 1)
+    s = broker.init_producer()
+    broker.produce(topic, 0, s.producer_id, s.producer_epoch, 0, [b"a", b"b", b"c"])
+    broker.produce(topic, 0, s.producer_id, s.producer_epoch, 3, [b"d", b"e"])
+    offsets = [r.offset for r in broker.read(topic, 0, 0, 10)]
+    broker.close()
+    backend = KafkaBackend(kafka_service.url, timeout=60, read_only=True)
+    try:
+        replayed = [(b.base_offset, b.base_sequence, b.record_count) for b in backend.replay(topic, 0, offsets[1])]
+        assert replayed == [(offsets[3], 3, 2)]
+    finally:
+        backend.close()
 
 
 def test_stale_owner_is_fenced(harness: ServiceHarness) -> None:

@@ -1,0 +1,80 @@
+"""Which batch a Kafka record belongs to, when only the first record of a batch says it.
+
+The Kafka adapter stores a batch as consecutive messages of one transaction. The first carries
+the batch's identity in headers (producer id, epoch, base sequence, record count); the others
+carry only their own (user) headers, so they can go to Kafka in bulk (without a timestamp of
+their own, which librdkafka's bulk call cannot set). A record's producer id, sequence and
+timestamp are therefore those of the nearest batch head before it, when that head's count
+reaches it; any other record without identity headers was written without the checker.
+
+:class:`HeadIndex` remembers the heads one process has seen (written, replayed or read), so
+that a read starting inside a batch finds its head without reading back. Pure: no I/O, no
+locks (the adapter locks).
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import NamedTuple
+
+from idempotent._sequence import sequence_at
+
+
+class BatchHead(NamedTuple):
+    """The identity of one stored batch, from its first message."""
+
+    first_offset: int
+    record_count: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    #: the batch's timestamp (seconds): every record of the batch is read back with it
+    timestamp: float = 0.0
+
+    def covers(self, offset: int) -> bool:
+        """Whether the message at ``offset`` is one of this batch's records."""
+        return self.first_offset <= offset < self.first_offset + self.record_count
+
+    def sequence_of(self, offset: int) -> int:
+        """The sequence of this batch's record at ``offset`` (which it covers)."""
+        return sequence_at(self.base_sequence, offset - self.first_offset)
+
+
+class HeadIndex:
+    """The batch heads of one partition known to this process; the ``capacity`` highest kept.
+
+    Args:
+        capacity: how many heads to keep; adding beyond it forgets the lowest offsets first
+            (a read there finds its head again by reading back).
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        self._firsts: list[int] = []
+        self._heads: dict[int, BatchHead] = {}
+
+    def __len__(self) -> int:
+        return len(self._firsts)
+
+    def add(self, head: BatchHead) -> None:
+        """Remember ``head`` (again: no change)."""
+        first = head.first_offset
+        if first in self._heads:
+            return
+        if len(self._firsts) >= self.capacity and first < self._firsts[0]:
+            return  # older than everything kept: it would be the first forgotten
+        bisect.insort(self._firsts, first)
+        self._heads[first] = head
+        while len(self._firsts) > self.capacity:
+            del self._heads[self._firsts.pop(0)]
+
+    def covering(self, offset: int) -> BatchHead | None:
+        """The known head whose batch holds the record at ``offset``; None when no known
+        head does (the head may be unknown here, or the record has none)."""
+        index = bisect.bisect_right(self._firsts, offset) - 1
+        if index < 0:
+            return None
+        head = self._heads[self._firsts[index]]
+        return head if head.covers(offset) else None
