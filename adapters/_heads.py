@@ -18,6 +18,7 @@ import bisect
 from typing import NamedTuple
 
 from idempotent._sequence import sequence_at
+from idempotent.errors import ConfigError
 
 
 class BatchHead(NamedTuple):
@@ -46,11 +47,14 @@ class HeadIndex:
     Args:
         capacity: how many heads to keep; adding beyond it forgets the lowest offsets first
             (a read there finds its head again by reading back).
+
+    Raises:
+        ConfigError: ``capacity`` below 1.
     """
 
     def __init__(self, capacity: int = 4096) -> None:
         if capacity < 1:
-            raise ValueError("capacity must be at least 1")
+            raise ConfigError(f"a head index keeps at least 1 head, not {capacity}")
         self.capacity = capacity
         self._firsts: list[int] = []
         self._heads: dict[int, BatchHead] = {}

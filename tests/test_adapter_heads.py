@@ -6,6 +6,7 @@ import pytest
 
 from adapters._heads import BatchHead, HeadIndex
 from idempotent._types import MAX_SEQUENCE
+from idempotent.errors import ConfigError
 
 
 def head(first: int, count: int, base: int = 0) -> BatchHead:
@@ -47,5 +48,5 @@ def test_the_lowest_heads_are_forgotten_beyond_capacity() -> None:
 
 
 def test_capacity_must_be_positive() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         HeadIndex(capacity=0)
