@@ -38,6 +38,7 @@ Every confluent-kafka error is translated in :func:`_map_errors`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -54,7 +55,7 @@ from adapters._heads import BatchHead, HeadIndex
 from adapters._meta import MetaLog, lease_key, pack_lease, pack_producer, pack_snapshot, unpack_snapshot
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease
-from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
+from idempotent._records import Record, RecordColumns, Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
 from idempotent._types import MAX_BATCH_RECORDS, NO_PRODUCER_ID, Epoch, ProducerId, Sequence
 from idempotent.backend import AppendBatch
@@ -478,10 +479,13 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
         self._produce_one(first, [*first.headers, *identity] if first.headers else identity, timestamp, delivered)
         for start in range(1, len(records), _BULK):
             chunk = records[start : start + _BULK]
-            if any(record.headers for record in chunk):
+            if type(chunk) is RecordColumns:  # no headers, and no Record objects to read
+                keys = chunk.keys if chunk.keys is not None else itertools.repeat(None)
+                self._produce_bulk([{"value": v, "key": k} for v, k in zip(chunk.values, keys, strict=False)])
+            elif any(record.headers for record in chunk):
                 self._produce_each(chunk, timestamp, None)
             else:
-                self._produce_bulk(chunk)
+                self._produce_bulk([{"value": record.value, "key": record.key} for record in chunk])
             self._producer.poll(0)  # serve queued delivery reports and log lines
 
     def _produce_one(
@@ -508,12 +512,11 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
         for index, record in enumerate(records):
             self._produce_one(record, list(record.headers) or None, timestamp, None if index else delivered)
 
-    def _produce_bulk(self, records: Seq[Record]) -> None:
-        """``produce_batch`` records without headers (and without a timestamp, which the
-        bulk call cannot set: they are read back with their head's). librdkafka queues a
-        prefix of them when its local queue fills up; the rest are sent again once it has
+    def _produce_bulk(self, messages: list[dict[str, Any]]) -> None:
+        """``produce_batch`` messages (value and key: no headers, and no timestamp, which
+        the bulk call cannot set: they are read back with their head's). librdkafka queues
+        a prefix of them when its local queue fills up; the rest are sent again once it has
         drained."""
-        messages: list[dict[str, Any]] = [{"value": record.value, "key": record.key} for record in records]
         while messages:
             queued = self._producer.produce_batch(self.kafka_topic, messages, partition=self.partition)
             if queued == len(messages):

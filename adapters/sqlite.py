@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import logging
 import os
 import sqlite3
@@ -38,7 +39,7 @@ import msgpack
 
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease, supersedes
-from idempotent._records import Snapshot, StoredBatch, StoredRecord
+from idempotent._records import RecordColumns, Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
 from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
@@ -306,10 +307,22 @@ class SQLiteBackend:
                             )
                         else:
                             part = self._partition_id(topic, partition, db)
-                            rows.extend(
-                                (part, offset, r.key, r.value, msgpack.packb(r.headers) if r.headers else None)
-                                for offset, r in enumerate(records, base)
-                            )
+                            if type(records) is RecordColumns:  # no headers: straight from the columns
+                                keys = records.keys if records.keys is not None else itertools.repeat(None)
+                                rows.extend(
+                                    zip(
+                                        itertools.repeat(part),
+                                        itertools.count(base),
+                                        keys,
+                                        records.values,
+                                        itertools.repeat(None),
+                                    )
+                                )
+                            else:
+                                rows.extend(
+                                    (part, offset, r.key, r.value, msgpack.packb(r.headers) if r.headers else None)
+                                    for offset, r in enumerate(records, base)
+                                )
                         bounds.append((topic, partition, base, pid, epoch, base_seq, len(records), batch.timestamp))
                         if snapshot is not None:
                             self._put_snapshot(db, topic, partition, snapshot)

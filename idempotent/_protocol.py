@@ -30,7 +30,7 @@ import attrs
 import msgpack
 
 from ._outcomes import Outcome, ProduceResult
-from ._records import Record, StoredRecord, trusted_record, value_record
+from ._records import _ONLY_BYTES, Record, RecordColumns, StoredRecord, trusted_record, value_record
 from ._types import MAX_APPLICATION_SEQUENCE, MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID, TopicPartition
 from .broker import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
 from .errors import (
@@ -212,11 +212,13 @@ def _topics(name: str, value: Any) -> list[str] | None:
     return [_str(name, v) for v in value]
 
 
-def _records(name: str, value: Any) -> list[Record]:
+def _records(name: str, value: Any) -> Sequence[Record]:
     """Decode a produce request's records. Each field's type is checked here, so the records
     are built without :class:`Record`'s converters (the server's per-record cost)."""
     if type(value) is not list or not 1 <= len(value) <= MAX_BATCH_RECORDS:
         raise _bad(name, value, f"an array of 1..{MAX_BATCH_RECORDS} records")
+    if _ONLY_BYTES.issuperset(map(type, value)):  # bare values only: kept as one column
+        return RecordColumns(value)
     out: list[Record] = []
     append = out.append
     for item in value:
@@ -248,6 +250,30 @@ def _records(name: str, value: Any) -> list[Record]:
     return out
 
 
+def _keys(name: str, value: Any) -> list[bytes | None]:
+    """The ``keys`` column of a produce request (see :func:`_with_keys`)."""
+    if type(value) is not list or not 1 <= len(value) <= MAX_BATCH_RECORDS:
+        raise _bad(name, value, f"an array of 1..{MAX_BATCH_RECORDS} keys")
+    if not _ONLY_BYTES.issuperset(map(type, value)):
+        raise _bad(name, next(k for k in value if type(k) not in _ONLY_BYTES), "keys that are bin or nil")
+    return value
+
+
+def _with_keys(args: dict[str, Any]) -> None:
+    """A produce request's optional ``keys``: record ``i`` gets key ``keys[i]``. The records
+    must then be bare values (bin or nil), as many as the keys; they become one
+    :class:`RecordColumns`."""
+    keys = args.pop("keys", None)
+    if keys is None:
+        return
+    records = args["records"]
+    if type(records) is not RecordColumns or records.keys is not None:
+        raise InvalidBatchError("with 'keys', the records must be bare values (bin or nil)")
+    if len(keys) != len(records):
+        raise InvalidBatchError(f"{len(keys)} keys for {len(records)} records")
+    args["records"] = RecordColumns(records.values, keys)
+
+
 _TOPIC: Final[Check] = _str
 _PARTITION: Final = _int(0, MAX_PARTITIONS - 1)
 
@@ -271,6 +297,7 @@ SCHEMAS: Final[dict[str, dict[str, tuple[Check, Any]]]] = {
         "base_sequence": (_int(0, MAX_APPLICATION_SEQUENCE), REQUIRED),
         "records": (_records, REQUIRED),
         "previous_sequence": (_opt(_int(-1, MAX_APPLICATION_SEQUENCE)), None),
+        "keys": (_opt(_keys), None),
     },
     "read": {
         "topic": (_TOPIC, REQUIRED),
@@ -312,6 +339,7 @@ _ERRORS: Final[dict[str, type[ProducerError]]] = {
     "base_sequence": InvalidBatchError,
     "previous_sequence": InvalidBatchError,
     "records": InvalidBatchError,
+    "keys": InvalidBatchError,
     "offset": ConfigError,
     "max_records": ConfigError,
 }
@@ -345,7 +373,17 @@ def validate_args(op: str, args: Any) -> dict[str, Any]:
             raise LocalProtocolError(f"{op!r} needs the argument {name!r}")
         else:
             out[name] = default
+    combine = _COMBINE.get(op)
+    if combine is not None:
+        combine(out)
     return out
+
+
+#: Checks across the arguments of an operation, after each was checked alone.
+_COMBINE: Final[dict[str, Callable[[dict[str, Any]], None]]] = {"produce": _with_keys}
+#: What this module's server understands beyond version 1 (the ``extensions`` of ``hello``'s
+#: answer); a client uses an extension only with a server that lists it.
+EXTENSIONS: Final = ("keys",)
 
 
 def parse_request(body: bytes) -> Request | BadRequest:
@@ -468,6 +506,28 @@ def encode_records(records: Sequence[Record | bytes | str | None]) -> list[Any]:
             append(bytes(item))
         else:
             raise InvalidRecordError(f"records must be bytes, str, None or Record, not {type(item).__name__}")
+    return out
+
+
+def produce_args(records: Sequence[Record | bytes | str | None], args: dict[str, Any]) -> None:
+    """Put ``records`` into the arguments of ``produce``: a :class:`RecordColumns` as its
+    value column (bare values, version 1) and, when it has keys, the ``keys`` extension;
+    anything else by :func:`encode_records`."""
+    if type(records) is RecordColumns:
+        args["records"] = records.values
+        if records.keys is not None:
+            args["keys"] = records.keys
+    else:
+        args["records"] = encode_records(records)
+
+
+def without_keys(args: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of ``produce`` with the ``keys`` extension folded into the records
+    (``[value, key, []]``), for a server that does not list it."""
+    out = {name: value for name, value in args.items() if name != "keys"}
+    out["records"] = [
+        value if key is None else [value, key, []] for value, key in zip(args["records"], args["keys"], strict=True)
+    ]
     return out
 
 

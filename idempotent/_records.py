@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import itertools
+import operator
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Sequence as SequenceABC
+from typing import Any, cast, overload
 
 import attrs
 
@@ -86,9 +90,107 @@ def trusted_record(value: bytes | None, key: bytes | None, headers: Headers) -> 
     return record
 
 
+class RecordColumns(SequenceABC[Record]):
+    """Records without headers, held as a column of values and a column of keys.
+
+    A bulk writer (a Spark task) hands these to :meth:`Producer.send_many`; they go through
+    the producer's batches, the wire (``records`` plus ``keys``, docs/protocol.md) and the
+    broker server to the backend's writer without a :class:`Record` object per record. Read
+    as a sequence, it gives :class:`Record` objects made on access.
+
+    Args:
+        values: each record's value (bytes or None).
+        keys: each record's key (bytes or None), as many as ``values``; None: no keys.
+
+    The caller guarantees the types (``bytes`` or None) and the lengths: build it from data
+    that has them, or check first with :meth:`checked`.
+    """
+
+    __slots__ = ("keys", "values")
+
+    def __init__(self, values: list[bytes | None], keys: list[bytes | None] | None = None) -> None:
+        self.values = values
+        self.keys = keys
+
+    @classmethod
+    def checked(cls, values: list[Any], keys: list[Any] | None = None) -> RecordColumns:
+        """Columns of untrusted lists.
+
+        Raises:
+            InvalidRecordError: a value or key that is not bytes or None, or not as many keys
+                as values.
+        """
+        for name, column in (("value", values), ("key", keys)):
+            if column is not None and not _ONLY_BYTES.issuperset(map(type, column)):
+                bad = next(item for item in column if type(item) not in _ONLY_BYTES)
+                raise InvalidRecordError(f"record {name}s must be bytes or None, not {type(bad).__name__}")
+        if keys is not None and len(keys) != len(values):
+            raise InvalidRecordError(f"{len(keys)} keys for {len(values)} values")
+        return cls(values, keys)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> RecordColumns: ...
+
+    def __getitem__(self, index: int | slice) -> Record | RecordColumns:
+        if isinstance(index, slice):
+            return RecordColumns(self.values[index], None if self.keys is None else self.keys[index])
+        return trusted_record(self.values[index], None if self.keys is None else self.keys[index], ())
+
+    def __iter__(self) -> Iterator[Record]:
+        keys = self.keys if self.keys is not None else itertools.repeat(None)
+        return map(trusted_record, self.values, keys, itertools.repeat(()))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordColumns):
+            return self.values == other.values and (self.keys or [None] * len(self)) == (
+                other.keys or [None] * len(other)
+            )
+        if isinstance(other, SequenceABC) and not isinstance(other, str | bytes):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RecordColumns({len(self)} records, keys={self.keys is not None})"
+
+    def __add__(self, other: RecordColumns) -> RecordColumns:
+        """Both sets of records in one, in order."""
+        if self.keys is None and other.keys is None:
+            return RecordColumns(self.values + other.values)
+        return RecordColumns(
+            self.values + other.values,
+            (self.keys or [None] * len(self)) + (other.keys or [None] * len(other)),
+        )
+
+    def sizes(self) -> list[int]:
+        """Each record's :attr:`Record.size`, computed per column."""
+        values, keys = self.values, self.keys
+        if None in values:
+            lengths = [16 + len(v) if v is not None else 16 for v in values]
+        else:
+            lengths = [16 + n for n in map(len, cast(list[bytes], values))]
+        if keys is None:
+            return lengths
+        if None in keys:
+            return [n + len(k) if k is not None else n for n, k in zip(lengths, keys, strict=True)]
+        return list(map(operator.add, lengths, map(len, cast(list[bytes], keys))))
+
+
+_ONLY_BYTES = frozenset({bytes, type(None)})
+
+
 def record_sizes(records: Iterable[Record]) -> list[int]:
     """Each record's :attr:`Record.size`, computed inline in one pass (the producer's bulk
     path; tests compare it with the property). The caller guarantees :class:`Record` items."""
+    if type(records) is RecordColumns:
+        return records.sizes()
     out: list[int] = []
     append = out.append
     for record in records:

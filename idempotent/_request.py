@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import attrs
 
 from ._checker import make_header, validate_header
-from ._records import BatchHeader, Record, as_record
+from ._records import BatchHeader, Record, RecordColumns, as_record
 from ._topics import canonical_topic
 from .errors import InvalidBatchError, InvalidTopicError
 
@@ -114,6 +114,9 @@ def _measure(records: Sequence[object]) -> tuple[int, int] | None:
     """``(total, largest)`` of the records' :attr:`Record.size`, in one pass; None as soon as
     one is not a :class:`Record`. The size is
     computed inline, as :attr:`Record.size` computes it (tests compare the two)."""
+    if type(records) is RecordColumns:
+        sizes = records.sizes()
+        return sum(sizes), max(sizes)
     total = largest = 0
     for item in records:
         if type(item) is not Record and not isinstance(item, Record):

@@ -73,7 +73,7 @@ from collections.abc import Sequence as SequenceOf
 import attrs
 
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult
-from ._records import Record, record_sizes
+from ._records import Record, RecordColumns, record_sizes
 from ._sequence import at_or_before, crosses_ring_end, distance, is_valid_sequence, last_sequence_of, next_sequence
 from ._types import DEFAULT_MAX_IN_FLIGHT, MAX_APPLICATION_SEQUENCE, NO_SEQUENCE, TopicPartition
 from .errors import (
@@ -187,7 +187,8 @@ class OutgoingBatch:
     batch_id: int
     topic: str
     partition: int
-    records: list[Record]
+    #: a list, or the columns of a RecordColumns call while only such calls fill the batch
+    records: list[Record] | RecordColumns
     spans: Spans
     created_at: float
     size: int = 0
@@ -370,6 +371,8 @@ class ProducerSequencer:
             ps = self._partitions[tp] = self._new_partition(tp)
         size = record.size
         batch = self._batch_for(ps, topic, partition, size, sequence, now)
+        if type(batch.records) is not list:
+            batch.records = list(batch.records)
         batch.records.append(record)
         spans = batch.spans
         spans.owners.append(owner)
@@ -446,7 +449,16 @@ class ProducerSequencer:
                     end += 1
                     if size >= max_bytes:
                         break
-            batch.records.extend(records[position:end])
+            taken = records[position:end]
+            held = batch.records
+            if isinstance(taken, RecordColumns) and not held:
+                batch.records = taken  # kept as columns while only such calls fill the batch
+            elif isinstance(taken, RecordColumns) and isinstance(held, RecordColumns):
+                batch.records = held + taken
+            elif isinstance(held, list):
+                held.extend(taken)
+            else:
+                batch.records = [*held, *taken]
             batch.spans.add(owner, position, end - position)
             batch.size = size
             largest = max(sizes[position:end])
@@ -521,7 +533,7 @@ class ProducerSequencer:
         tail.size, tail.largest = sum(tail_sizes), max(tail_sizes)
         self._next_batch_id += 1
         self._batches[tail.batch_id] = tail
-        del batch.records[keep:]
+        batch.records = batch.records[:keep]
         batch.size -= tail.size
         batch.largest = max(record_sizes(batch.records))
         ps.queued.appendleft(tail)

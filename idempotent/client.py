@@ -113,6 +113,9 @@ class _Link:
         self.io_lock = threading.Lock()
         self.hello = hello
         self.max_frame = int(hello.get("max_frame", wire.DEFAULT_MAX_FRAME))
+        offered = hello.get("extensions")
+        #: the protocol extensions the server listed (docs/protocol.md)
+        self.extensions = frozenset(e for e in offered if type(e) is str) if type(offered) is list else frozenset()
         self.pending: dict[int, tuple[Future[Any], _Decode, float]] = {}
         #: maps an error the server sent before it reaches the caller (set by the owner)
         self.translate: Callable[[ProducerError], ProducerError] = _same_error
@@ -139,6 +142,8 @@ class _Link:
             cid = self.next_id()
             self.pending[cid] = (future, decode, time.monotonic() + timeout)
         try:
+            if "keys" in args and "keys" not in self.extensions:  # a server before the extension
+                args = wire.without_keys(args)
             data = wire.encode_request(cid, op, args)
         except Exception as exc:  # a value MessagePack cannot carry
             with self.lock:
@@ -581,8 +586,8 @@ class RemoteBroker(ProduceShortcuts):
             "producer_id": header.producer_id,
             "producer_epoch": header.producer_epoch,
             "base_sequence": header.base_sequence,
-            "records": wire.encode_records(request.records),
         }
+        wire.produce_args(request.records, args)
         if header.previous_sequence is not None:  # absent: the broker applies the rule without it
             args["previous_sequence"] = header.previous_sequence
         future: Future[ProduceResult] = self.submit("produce", args, wire.decode_result)

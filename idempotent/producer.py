@@ -25,7 +25,7 @@ from typing import Any, overload
 import tenacity
 
 from ._outcomes import DeliveryStatus, ProduceResult, RecordMetadata
-from ._records import Record, as_record, record_sizes, value_record
+from ._records import Record, RecordColumns, as_record, record_sizes, value_record
 from ._request import ProduceRequest
 from ._sequence import sequence_at
 from ._sequencer import BatchDelivered, BatchFailed, Event, OutgoingBatch, ProducerSequencer, sequences_for
@@ -540,7 +540,8 @@ class Producer:
 
         Args:
             records: values (bytes, str or None) or :class:`Record` objects, which carry a
-                key and headers.
+                key and headers; or a :class:`RecordColumns` (values and keys, no headers),
+                which goes to the broker without a :class:`Record` object per record.
             partition: the partition of every record. None partitions each record by its
                 key (as ``send``); the records without a key all go to one partition, picked
                 round robin per call.
@@ -565,10 +566,14 @@ class Producer:
             ProducerError: the producer failed earlier (fenced, unknown producer, ...).
         """
         topic = canonical_topic(topic)
-        try:
-            items = [as_record(item) for item in records]
-        except TypeError as exc:
-            raise UsageError(str(exc)) from None
+        items: list[Record] | RecordColumns
+        if type(records) is RecordColumns and (partition is not None or records.keys is None):
+            items = records  # no Record object per record (see RecordColumns)
+        else:
+            try:
+                items = [as_record(item) for item in records]
+            except TypeError as exc:
+                raise UsageError(str(exc)) from None
         sizes = record_sizes(items)
         limit = self._max_record_bytes
         if limit is not None and items and max(sizes) > limit:
@@ -578,7 +583,7 @@ class Producer:
         if not items:
             future._finish()
             return future
-        shares: list[tuple[int, list[Record], int | SequenceOf[int] | None, _Part, list[int]]]
+        shares: list[tuple[int, SequenceOf[Record], int | SequenceOf[int] | None, _Part, list[int]]]
         if partition is not None:
             if not isinstance(partition, int) or not 0 <= partition < count:
                 raise UsageError(f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")

@@ -640,6 +640,7 @@ class BrokerServer:
             "max_frame": self.config.max_frame,
             "max_in_flight": self.config.max_in_flight,
             "principal": _principal_name(principal),
+            "extensions": list(wire.EXTENSIONS),
         }
         self._reply(conn, wire.encode_response(cid, result), greeted=principal)
 

@@ -153,3 +153,67 @@ def test_documented_session_replays_byte_for_byte() -> None:
                 got = received.pop(0)
                 assert isinstance(got, bytes)
                 assert wire.frame(got).hex(" ") == data.hex(" ")
+
+
+def _produce_args(**extra: object) -> dict[str, object]:
+    return {"topic": "t", "partition": 0, "producer_id": 1, "producer_epoch": 0, "base_sequence": 0, **extra}
+
+
+def test_keys_extension_gives_the_bare_records_their_keys() -> None:
+    from idempotent._records import RecordColumns
+
+    args = wire.validate_args("produce", _produce_args(records=[b"v1", b"v2", None], keys=[b"k1", None, b"k3"]))
+    assert type(args["records"]) is RecordColumns and "keys" not in args
+    assert list(args["records"]) == [Record(b"v1", b"k1"), Record(b"v2"), Record(None, b"k3")]
+    plain = wire.validate_args("produce", _produce_args(records=[b"v1", b"v2"]))
+    assert list(plain["records"]) == [Record(b"v1"), Record(b"v2")]
+
+
+@pytest.mark.parametrize(
+    ("records", "keys", "message"),
+    [
+        ([b"v", [b"w", b"k", []]], [b"a", b"b"], "must be bare values"),
+        ([b"v", b"w"], [b"a"], "1 keys for 2 records"),
+        ([b"v"], ["a"], "keys that are bin or nil"),
+        ([b"v"], [], "an array of 1.."),
+    ],
+)
+def test_keys_extension_refuses_what_does_not_fit(records: list[object], keys: list[object], message: str) -> None:
+    with pytest.raises(errors.InvalidBatchError, match=message):
+        wire.validate_args("produce", _produce_args(records=records, keys=keys))
+
+
+def test_keys_fold_into_records_for_a_server_without_the_extension() -> None:
+    folded = wire.without_keys(_produce_args(records=[b"v1", b"v2"], keys=[b"k1", None]))
+    assert "keys" not in folded and folded["records"] == [[b"v1", b"k1", []], b"v2"]
+    assert list(wire.validate_args("produce", folded)["records"]) == [Record(b"v1", b"k1"), Record(b"v2")]
+
+
+@pytest.mark.parametrize("server_lists_keys", [True, False])
+def test_record_columns_cross_the_wire_with_their_keys(
+    server_lists_keys: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """send_many of RecordColumns over idem:// stores the keys, with the extension and, folded
+    into records, with a server that does not list it (which would drop an unknown argument)."""
+    from idempotent import Producer
+    from idempotent._records import RecordColumns
+
+    if not server_lists_keys:  # a server from before the extension: it ignores ``keys``
+        monkeypatch.setattr(wire, "EXTENSIONS", ())
+        schema = {name: check for name, check in wire.SCHEMAS["produce"].items() if name != "keys"}
+        monkeypatch.setitem(wire.SCHEMAS, "produce", schema)
+    broker = idempotent.connect(f"memory://{uuid.uuid4().hex}")
+    with BrokerServer(broker) as server:
+        url = f"idem://127.0.0.1:{server.port}"
+        with Producer(url, producer_name="columns") as producer:
+            columns = RecordColumns([b"v%d" % i for i in range(5)], [b"k0", None, b"k2", b"k3", None])
+            deliveries = producer.send_many("t", columns, partition=0).result(30)
+            assert len(deliveries) == 5 and deliveries.duplicates == 0
+        stored = broker.read("t", 0, 0, 10)
+    assert [(r.value, r.key, r.sequence) for r in stored] == [
+        (b"v0", b"k0", 0),
+        (b"v1", None, 1),
+        (b"v2", b"k2", 2),
+        (b"v3", b"k3", 3),
+        (b"v4", None, 4),
+    ]

@@ -1238,3 +1238,35 @@ def test_add_many_fills_a_batch_exactly_to_its_byte_size() -> None:
     seq = make(batch_size=60, max_in_flight=1000)  # 20-byte records: three fill a batch
     seq.add_many("t", 0, [Record(b"abcd") for _ in range(7)], 0.0, None, object())
     assert [(count, size) for _, count, size, _ in _cuts(seq)] == [(3, 60), (3, 60), (1, 20)]
+
+
+def test_record_columns_stay_columns_in_a_batch_until_other_records_join() -> None:
+    from idempotent._records import RecordColumns
+
+    seq = make(max_in_flight=1000)
+    seq.add_many("t", 0, RecordColumns([b"a", b"b"], [b"k", None]), 0.0, None, object())
+    seq.add_many("t", 0, RecordColumns([b"c"]), 0.0, None, object())
+    seq.add_one("t", 0, Record(b"d", None, [("h", b"1")]), 0.0, None, object())
+    seq.add_many("t", 0, RecordColumns([b"e"]), 0.0, None, object())
+    seq.flush()
+    [batch] = seq.batches_to_send(0.0)
+    assert type(batch.records) is list
+    assert batch.records == [
+        Record(b"a", b"k"),
+        Record(b"b"),
+        Record(b"c"),
+        Record(b"d", None, [("h", b"1")]),
+        Record(b"e"),
+    ]
+    assert batch.size == sum(r.size for r in batch.records) and batch.largest == max(r.size for r in batch.records)
+
+    only = make(max_in_flight=1000)
+    only.add_many("t", 0, RecordColumns([b"a", b"b"], [b"k", None]), 0.0, None, object())
+    only.add_many("t", 0, RecordColumns([b"c"]), 0.0, None, object())
+    only.flush()
+    [joined] = only.batches_to_send(0.0)
+    assert type(joined.records) is RecordColumns and list(joined.records) == [
+        Record(b"a", b"k"),
+        Record(b"b"),
+        Record(b"c"),
+    ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import itertools
+import operator
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from pyspark.sql.types import StructType
 import idempotent
 
 from .._gc import fewer_collections
-from .._records import Record, trusted_record
+from .._records import Record, RecordColumns
 from ..api import BrokerAPI
 from ..errors import ConfigError
 from ..producer import Deliveries, Producer, SendManyFuture
@@ -168,7 +169,8 @@ def write_task(
 
 def _routed(batch: Any, router: RowRouter) -> list[tuple[int, int, Sequence[Record | bytes | None]]]:
     """``(partition, first sequence, records)`` per topic partition that gets rows of one
-    Arrow record batch, the records in row order.
+    Arrow record batch, the records in row order: a :class:`RecordColumns` (no Python
+    object per row) unless the rows have headers.
 
     Raises:
         ConfigError: a column of the wrong type or a ``partition`` value out of range.
@@ -178,27 +180,37 @@ def _routed(batch: Any, router: RowRouter) -> list[tuple[int, int, Sequence[Reco
     count = len(values)
     if columns == {"value"}:  # no key, partition or headers: round robin, by slices
         partitions = router.partitions
-        return [(p, first, values[offset::partitions]) for p, offset, first in router.spread(count)]
+        return [(p, first, RecordColumns(values[offset::partitions])) for p, offset, first in router.spread(count)]
     keys = _binary(batch, "key") if "key" in columns else None
     parts = batch.column("partition").to_pylist() if "partition" in columns else None
     headers = batch.column("headers").to_pylist() if "headers" in columns else None
     routed, firsts = router.route_many(count, keys, parts)
-    records: list[Record | bytes | None]
-    if headers is not None:
-        records = [
-            Record(value, key, [(h["key"], h["value"] if h["value"] is not None else b"") for h in row or ()])
-            for value, key, row in zip(values, keys or itertools.repeat(None), headers, strict=False)
+    if headers is None:
+        if router.partitions == 1:
+            return [(0, firsts[0], RecordColumns(values, keys))] if values else []
+        rows: list[list[int]] = [[] for _ in range(router.partitions)]
+        for row, partition in enumerate(routed):
+            rows[partition].append(row)
+        return [
+            (p, firsts[p], RecordColumns(_take(values, chosen), None if keys is None else _take(keys, chosen)))
+            for p, chosen in enumerate(rows)
+            if chosen
         ]
-    elif keys is not None:
-        records = list(map(trusted_record, values, keys, itertools.repeat((), count)))
-    else:
-        records = list(values)
-    if router.partitions == 1:
-        return [(0, firsts[0], records)] if records else []
+    records = [
+        Record(value, key, [(h["key"], h["value"] if h["value"] is not None else b"") for h in row or ()])
+        for value, key, row in zip(values, keys or itertools.repeat(None), headers, strict=False)
+    ]
     shares: list[list[Record | bytes | None]] = [[] for _ in range(router.partitions)]
     for record, partition in zip(records, routed, strict=True):
         shares[partition].append(record)
     return [(p, firsts[p], share) for p, share in enumerate(shares) if share]
+
+
+def _take(column: list[bytes | None], rows: list[int]) -> list[bytes | None]:
+    """The items of ``column`` at ``rows``, in that order."""
+    if len(rows) == 1:
+        return [column[rows[0]]]
+    return list(operator.itemgetter(*rows)(column))
 
 
 def _attempt() -> int:

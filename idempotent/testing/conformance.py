@@ -32,7 +32,7 @@ import pytest
 from .._checker import CheckerConfig, Policy
 from .._outcomes import Outcome
 from .._ownership import Lease
-from .._records import Record
+from .._records import Record, RecordColumns
 from ..broker import Broker, BrokerConfig
 from ..errors import (
     AuthorizationError,
@@ -209,6 +209,25 @@ class BackendConformance:
         part = broker.produce(topic, 0, s.producer_id, s.producer_epoch, 4, [b"y"])
         assert part.outcome is Outcome.DUPLICATE and part.base_offset == offset_of(offsets[1]) + 1
         assert len(broker.read(topic, 0, 0, 100)) == 12
+
+    def test_record_columns_are_stored_as_records(self, broker: Broker) -> None:
+        """A batch given as columns (values and keys, some None) is stored and read back as
+        the same records would be, next to a batch of Record objects."""
+        topic = self._topic(broker)
+        s = broker.init_producer()
+        values: list[bytes | None] = [b"v%d" % i for i in range(7)] + [None]
+        keys: list[bytes | None] = [b"k%d" % i if i % 3 else None for i in range(8)]
+        columns = RecordColumns(values, keys)
+        assert broker.produce(topic, 0, s.producer_id, s.producer_epoch, 0, columns).outcome is Outcome.ACCEPTED
+        plain = [Record(b"p", b"pk", [("h", b"1")])]
+        assert broker.produce(topic, 0, s.producer_id, s.producer_epoch, 8, plain).outcome is Outcome.ACCEPTED
+        assert broker.produce(topic, 0, s.producer_id, s.producer_epoch, 0, columns).outcome is Outcome.DUPLICATE
+        stored = broker.read(topic, 0, 0, 100)
+        assert [(r.value, r.key, r.headers, r.sequence) for r in stored] == [
+            *((v, k, (), i) for i, (v, k) in enumerate(zip(values, keys, strict=True))),
+            (b"p", b"pk", (("h", b"1"),), 8),
+        ]
+        assert {r.producer_id for r in stored} == {s.producer_id}
 
     def test_gap_refused_with_expected_sequence(self, broker: Broker) -> None:
         topic = self._topic(broker)
