@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from collections.abc import Iterable, Iterator, Mapping
@@ -175,7 +176,7 @@ class RecordColumns(SequenceABC[Record]):
         if None in values:
             lengths = [16 + len(v) if v is not None else 16 for v in values]
         else:
-            lengths = [16 + n for n in map(len, cast(list[bytes], values))]
+            lengths = list(map(_PLUS_16, map(len, cast(list[bytes], values))))
         if keys is None:
             return lengths
         if None in keys:
@@ -184,6 +185,7 @@ class RecordColumns(SequenceABC[Record]):
 
 
 _ONLY_BYTES = frozenset({bytes, type(None)})
+_PLUS_16 = functools.partial(operator.add, 16)
 
 
 def record_sizes(records: Iterable[Record]) -> list[int]:
