@@ -37,7 +37,10 @@ class BatchHead(NamedTuple):
         return self.first_offset <= offset < self.first_offset + self.record_count
 
     def sequence_of(self, offset: int) -> int:
-        """The sequence of this batch's record at ``offset`` (which it covers)."""
+        """The sequence of this batch's record at ``offset`` (which it covers); -1 for a batch
+        without a producer."""
+        if self.base_sequence < 0:
+            return -1
         return sequence_at(self.base_sequence, offset - self.first_offset)
 
 
@@ -58,6 +61,8 @@ class HeadIndex:
         self.capacity = capacity
         self._firsts: list[int] = []
         self._heads: dict[int, BatchHead] = {}
+        #: ``(lo, hi)``: the records without identity from ``lo`` to ``hi`` belong to no batch
+        self._foreign: list[tuple[int, int]] = []
 
     def __len__(self) -> int:
         return len(self._firsts)
@@ -82,3 +87,25 @@ class HeadIndex:
             return None
         head = self._heads[self._firsts[index]]
         return head if head.covers(offset) else None
+
+    def note_foreign(self, lo: int, hi: int) -> None:
+        """Remember that the records without identity headers from ``lo`` to ``hi`` belong to
+        no batch (none of the heads before them reaches them)."""
+        for index, (start, end) in enumerate(self._foreign):
+            if start <= hi + 1 and lo <= end + 1:  # overlaps or touches: one interval
+                self._foreign[index] = (min(start, lo), max(end, hi))
+                return
+        self._foreign.append((lo, hi))
+        if len(self._foreign) > 64:
+            del self._foreign[0]
+
+    def foreign(self, offset: int) -> bool:
+        """Whether a record without identity headers at ``offset`` belongs to no batch, as far
+        as this index knows. The one right after a known run belongs to none either: a batch
+        that held it would have its head at ``offset`` itself."""
+        for start, end in self._foreign:
+            if start <= offset <= end + 1:
+                if offset == end + 1:
+                    self.note_foreign(offset, offset)
+                return True
+        return False

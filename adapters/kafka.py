@@ -399,13 +399,13 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                     BatchHead(
                         offset,
                         len(batch.records),
-                        batch.header.producer_id,
-                        batch.header.producer_epoch,
-                        batch.header.base_sequence,
+                        batch.header.producer_id if batch.header else NO_PRODUCER_ID,
+                        batch.header.producer_epoch if batch.header else -1,
+                        batch.header.base_sequence if batch.header else -1,
                         int(batch.timestamp * 1000) / 1000,
                     )
                     for (batch, _, _), offset in zip(items, offsets, strict=True)
-                    if batch is not None and batch.header is not None
+                    if batch is not None
                 ],
             )
             for (_, _, future), offset in zip(items, offsets, strict=True):
@@ -454,7 +454,8 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
         """Hand a batch's records to the open transaction, in order.
 
         The first record carries the batch's identity headers (``idem.pid``, ``idem.epoch``,
-        ``idem.seq``, ``idem.count``) and the only delivery callback: the batch's offsets are
+        ``idem.seq``, ``idem.count``; only ``idem.count`` for a batch without a producer,
+        deduplication off) and the only delivery callback: the batch's offsets are
         consecutive, and a failure of any record fails ``commit_transaction``. The others
         carry only their own headers; runs of records without any go to Kafka with one
         ``produce_batch`` call per :data:`_BULK` records (see :mod:`adapters._heads`).
@@ -467,15 +468,15 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
         header = batch.header
         first = records[0]
         timestamp = int(batch.timestamp * 1000)
-        if header is None:  # stored without identity: each record with its own headers only
-            self._produce_each(records, timestamp, delivered)
-            return
-        identity = [
-            ("idem.pid", b"%d" % header.producer_id),
-            ("idem.epoch", b"%d" % header.producer_epoch),
-            ("idem.seq", b"%d" % header.base_sequence),
-            ("idem.count", b"%d" % len(records)),
-        ]
+        if header is None:  # no producer: the head says only how many records follow it
+            identity = [("idem.count", b"%d" % len(records))]
+        else:
+            identity = [
+                ("idem.pid", b"%d" % header.producer_id),
+                ("idem.epoch", b"%d" % header.producer_epoch),
+                ("idem.seq", b"%d" % header.base_sequence),
+                ("idem.count", b"%d" % len(records)),
+            ]
         self._produce_one(first, [*first.headers, *identity] if first.headers else identity, timestamp, delivered)
         for start in range(1, len(records), _BULK):
             chunk = records[start : start + _BULK]
@@ -664,19 +665,18 @@ class KafkaBackend:
             for head in heads:
                 index.add(head)
 
-    def _known_head(self, kafka_topic: str, partition: int, offset: int) -> BatchHead | None:
-        with self._heads_lock:
-            index = self._heads.get((kafka_topic, partition))
-            return None if index is None else index.covering(offset)
-
     def _head_of(self, kafka_topic: str, partition: int, offset: int) -> BatchHead | None:
         """The head of the batch that holds the record at ``offset``, if it has one: known
         here, or found by reading back from ``offset`` (the nearest head before it, when its
         count reaches ``offset``). None for a record written without identity, or whose
         head is no longer in the log. Uses the reader: not while a read is under way."""
-        known = self._known_head(kafka_topic, partition, offset)
-        if known is not None:
-            return known
+        with self._heads_lock:
+            index = self._heads.get((kafka_topic, partition))
+            if index is None:
+                index = self._heads[(kafka_topic, partition)] = HeadIndex()
+            known = index.covering(offset)
+            if known is not None or index.foreign(offset):
+                return known
         with self._lock:
             low, _high = self._reader.get_watermark_offsets(
                 KafkaTopicPartition(kafka_topic, partition), timeout=self.timeout, cached=False
@@ -695,9 +695,20 @@ class KafkaBackend:
                     found.append(nearest)
             self.note_heads(kafka_topic, partition, found)
             if nearest is not None:
-                return nearest if nearest.covers(offset) else None
+                if nearest.covers(offset):
+                    return nearest
+                self._note_foreign(kafka_topic, partition, nearest.first_offset + nearest.record_count, offset)
+                return None
             stop, window = start, window * 4
+        if stop <= low:  # no head before it in the log
+            self._note_foreign(kafka_topic, partition, int(low), offset)
         return None
+
+    def _note_foreign(self, kafka_topic: str, partition: int, lo: int, hi: int) -> None:
+        with self._heads_lock:
+            index = self._heads.get((kafka_topic, partition))
+            if index is not None:
+                index.note_foreign(lo, hi)
 
     def _read_range(
         self, kafka_topic: str, partition: int, start: int, stop: int | None, limit: int | None = None
@@ -872,6 +883,7 @@ class KafkaBackend:
         heads: list[BatchHead] = []
         head: BatchHead | None = None  # the batch of the record being read, once a head was seen
         unresolved = 0  # records at the start of the read without identity, before any head
+        foreign: list[int] = []  # positions in ``out`` of records that belong to no batch
         with _map_errors(f"read {topic}[{partition}]"):
             for message in self._read_range(name, partition, offset, None, max_records):
                 at = message.offset()
@@ -891,24 +903,37 @@ class KafkaBackend:
                     timestamp = _seconds(message)
                     if head is None and len(out) == unresolved:
                         unresolved += 1
+                    else:
+                        foreign.append(len(out))
                 user = () if not raw else tuple((k, v or b"") for k, v in raw if k not in _OWN_HEADERS)
                 record = StoredRecord(at, producer_id, epoch, sequence, message.key(), message.value(), user, timestamp)
                 out.append(record)
             self.note_heads(name, partition, heads)
             if unresolved:  # the read began inside a batch: its head is before ``offset``
                 first = self._head_of(name, partition, out[0].offset)
-                if first is not None:
-                    for index in range(unresolved):
-                        record = out[index]
-                        if first.covers(record.offset):
-                            out[index] = attrs.evolve(
-                                record,
-                                producer_id=first.producer_id,
-                                producer_epoch=first.producer_epoch,
-                                sequence=first.sequence_of(record.offset),
-                                timestamp=first.timestamp,
-                            )
+                for index in range(unresolved):
+                    record = out[index]
+                    if first is not None and first.covers(record.offset):
+                        out[index] = attrs.evolve(
+                            record,
+                            producer_id=first.producer_id,
+                            producer_epoch=first.producer_epoch,
+                            sequence=first.sequence_of(record.offset),
+                            timestamp=first.timestamp,
+                        )
+                    else:
+                        foreign.append(index)
+            self._note_foreign_runs(name, partition, out, sorted(foreign))
         return out
+
+    def _note_foreign_runs(self, kafka_topic: str, partition: int, out: list[StoredRecord], at: list[int]) -> None:
+        """Remember the runs of records a read found to belong to no batch: positions next to
+        each other in one read have no record between them (only transaction markers)."""
+        start = 0
+        for i in range(1, len(at) + 1):
+            if i == len(at) or at[i] != at[i - 1] + 1:
+                self._note_foreign(kafka_topic, partition, out[at[start]].offset, out[at[i - 1]].offset)
+                start = i
 
     def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
         self._check(topic, partition)
@@ -922,9 +947,11 @@ class KafkaBackend:
         inside_until = -1
         with _map_errors(f"replay {topic}[{partition}]"):
             if from_offset > 0:  # a replay that begins inside a batch passes over its rest
-                started_in = self._head_of(name, partition, from_offset)
-                if started_in is not None:
-                    inside_until = started_in.first_offset + started_in.record_count
+                first = list(self._read_range(name, partition, from_offset, None, 1))
+                if first and _identity(first[0].headers()) is None:
+                    started_in = self._head_of(name, partition, first[0].offset())
+                    if started_in is not None:
+                        inside_until = started_in.first_offset + started_in.record_count
             for message in self._read_range(name, partition, from_offset, None):
                 if message.offset() < inside_until:
                     continue
@@ -1080,9 +1107,9 @@ def _seconds(message: Any) -> float:
 
 def _identity(raw: Any) -> tuple[int, int, int, int | None] | None:
     """``(producer id, epoch, sequence, record count or None)`` from a message's headers: a
-    batch head has all four; a record of the earlier layout (identity on every record) has no
-    count; None for a message without identity (a later record of a batch, or one written
-    without the checker)."""
+    batch head has all four (-1 for the first three when the batch had no producer); a record
+    of the earlier layout (identity on every record) has no count; None for a message without
+    identity (a later record of a batch, or one written without the checker)."""
     if not raw:
         return None
     pid = epoch = sequence = count = None
@@ -1095,8 +1122,8 @@ def _identity(raw: Any) -> tuple[int, int, int, int | None] | None:
             sequence = value
         elif name == "idem.count":
             count = value
-    if pid is None:
-        return None
+    if pid is None:  # a head of a batch without a producer says only its count
+        return None if count is None else (NO_PRODUCER_ID, -1, -1, int(count))
     return (
         int(pid),
         int(epoch) if epoch is not None else -1,

@@ -50,3 +50,19 @@ def test_the_lowest_heads_are_forgotten_beyond_capacity() -> None:
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ConfigError):
         HeadIndex(capacity=0)
+
+
+def test_a_batch_without_a_producer_has_no_sequences() -> None:
+    h = BatchHead(5, 3, -1, -1, -1, 1.0)
+    assert h.covers(7) and h.sequence_of(7) == -1
+
+
+def test_runs_of_foreign_records_are_remembered_and_extended_by_the_next_one() -> None:
+    index = HeadIndex()
+    index.note_foreign(10, 20)
+    index.note_foreign(21, 30)  # touches: one run
+    index.note_foreign(50, 60)
+    assert index.foreign(10) and index.foreign(30) and not index.foreign(9) and not index.foreign(40)
+    assert index.foreign(31)  # right after a run: no batch can hold it
+    assert index.foreign(32)  # the run grew by the one before
+    assert not index.foreign(49) and index.foreign(61)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from idempotent import Outcome
+from idempotent import Outcome, Record
 from idempotent.testing.conformance import BackendConformance, check_stale_owner_is_fenced, small_config, topic_name
 
 from .conftest import ServiceHarness
@@ -112,6 +112,78 @@ def test_records_written_without_the_checker_have_no_identity(harness: ServiceHa
         assert [(r.value, r.sequence) for r in fresh.read(topic, 0, everything[1].offset, 1)] == [(b"b", 1)]
     finally:
         fresh.close()
+
+
+def test_batches_without_a_producer_keep_their_count_on_the_head(kafka_service: Any) -> None:
+    """A batch appended without a producer (the backend's contract allows it) has a head that
+    says only how many records it has: reads from inside it know the records belong to no
+    producer without reading back further, and replay sees one batch."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from adapters.kafka import KafkaBackend
+    from idempotent.backend import AppendBatch
+
+    backend = KafkaBackend(kafka_service.url, timeout=60)
+    topic = topic_name("noproducer")
+    try:
+        backend.create_topic(topic, 1)
+        records = [Record(b"a"), Record(b"b"), Record(b"c")]
+        assert backend.append(topic, 0, AppendBatch(None, records, 12.0), None).result(60) == 0
+    finally:
+        backend.close()
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_service.bootstrap, "group.id": "plain", "isolation.level": "read_committed"}
+    )
+    consumer.assign([TopicPartition(topic.replace("/", "."), 0, 0)])
+    messages = consumer.consume(3, 20)
+    consumer.close()
+    assert [m.headers() for m in messages] == [[("idem.count", b"3")], None, None]
+    fresh = KafkaBackend(kafka_service.url, timeout=60, read_only=True)
+    try:
+        assert [(r.value, r.producer_id, r.sequence, r.timestamp) for r in fresh.read(topic, 0, 1, 5)] == [
+            (b"b", -1, -1, 12.0),
+            (b"c", -1, -1, 12.0),
+        ]
+        assert [(b.base_offset, b.producer_id, b.record_count) for b in fresh.replay(topic, 0, 0)] == [(0, -1, 3)]
+    finally:
+        fresh.close()
+
+
+def test_reads_through_foreign_records_read_back_once(kafka_service: Any) -> None:
+    """Records of another Kafka producer read in chunks: only the first chunk reads back
+    for a head; the later ones know the run they continue."""
+    from adapters.kafka import KafkaBackend
+
+    backend = KafkaBackend(kafka_service.url, timeout=60)
+    try:
+        topic = topic_name("foreignrun")
+        backend.create_topic(topic, 1)
+        plain = _plain_producer(kafka_service)
+        for i in range(3000):
+            plain.produce(topic.replace("/", "."), b"%d" % i, partition=0)
+        assert plain.flush(30) == 0
+        fresh = KafkaBackend(kafka_service.url, timeout=60, read_only=True)
+        scans: list[tuple[int, int | None]] = []
+        read_range = fresh._read_range
+
+        def counting(kafka_topic: str, partition: int, start: int, stop: int | None, limit: int | None = None) -> Any:
+            if stop is not None:
+                scans.append((start, stop))
+            return read_range(kafka_topic, partition, start, stop, limit)
+
+        fresh._read_range = counting  # type: ignore[method-assign]
+        try:
+            values = []
+            for offset in range(1000, 3000, 500):
+                chunk = fresh.read(topic, 0, offset, 500)
+                assert {r.producer_id for r in chunk} == {-1}
+                values += [r.value for r in chunk]
+            assert values == [b"%d" % i for i in range(1000, 3000)]
+            assert scans == [(0, 1000)]  # the first chunk only, back to the log's start
+        finally:
+            fresh.close()
+    finally:
+        backend.close()
 
 
 def test_records_of_the_earlier_layout_read_with_their_own_identity(
