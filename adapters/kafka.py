@@ -81,8 +81,9 @@ _LOG = logging.getLogger("idempotent.adapters.kafka")
 _LIBRDKAFKA_LOG = logging.getLogger("idempotent.adapters.kafka.librdkafka")
 META_TOPIC = "__idempotent_meta"
 SNAPSHOT_TOPIC = "__idempotent_snapshots"
-#: The headers this adapter adds to every record; other headers (``idem.src.*`` of a mirror
-#: among them) are the user's and are read back unchanged.
+#: The headers this adapter adds to a batch's first record (and that records of the earlier
+#: layout carry each); other headers (``idem.src.*`` of a mirror among them) are the user's
+#: and are read back unchanged.
 _OWN_HEADERS = frozenset({"idem.pid", "idem.epoch", "idem.seq", "idem.count"})
 #: librdkafka's default ``message.max.bytes``: the largest message the client sends
 _MESSAGE_MAX_BYTES = 1_000_000
