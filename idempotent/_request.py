@@ -22,7 +22,7 @@ import attrs
 from ._checker import make_header, validate_header
 from ._records import BatchHeader, Record, RecordColumns, as_record
 from ._topics import canonical_topic
-from .errors import InvalidBatchError, InvalidTopicError
+from .errors import InvalidBatchError, InvalidRecordError, InvalidTopicError
 
 __all__ = ["ProduceRequest"]
 
@@ -97,6 +97,11 @@ class ProduceRequest:
             raise InvalidBatchError("empty batch: a batch needs at least one record")
         header = make_header(producer_id, producer_epoch, base_sequence, len(records), previous_sequence)
         validate_header(header)
+        if measured is None and type(records) is RecordColumns:
+            try:
+                RecordColumns.checked(records.values, records.keys)
+            except InvalidRecordError as exc:
+                raise InvalidBatchError(str(exc)) from None
         if measured is None:
             measured = _measure(records)
         if measured is None:  # not all Record objects: coerce once, then measure

@@ -567,13 +567,13 @@ class Producer:
         """
         topic = canonical_topic(topic)
         items: list[Record] | RecordColumns
-        if type(records) is RecordColumns and (partition is not None or records.keys is None):
-            items = records  # no Record object per record (see RecordColumns)
-        else:
-            try:
+        try:
+            if type(records) is RecordColumns and (partition is not None or records.keys is None):
+                items = RecordColumns.checked(records.values, records.keys)  # no Record per record
+            else:
                 items = [as_record(item) for item in records]
-            except TypeError as exc:
-                raise UsageError(str(exc)) from None
+        except TypeError as exc:  # InvalidRecordError among them
+            raise UsageError(str(exc)) from None
         sizes = record_sizes(items)
         limit = self._max_record_bytes
         if limit is not None and items and max(sizes) > limit:

@@ -231,6 +231,21 @@ def test_send_many_by_key_maps_each_record_back_to_its_partition() -> None:
     assert len({m.partition for m in deliveries}) > 1  # type: ignore[union-attr]
 
 
+def test_send_many_refuses_record_columns_of_the_wrong_types_and_queues_nothing() -> None:
+    from idempotent._records import RecordColumns
+
+    broker = memory_harness().open()
+    broker.create_topic("t", 1)
+    with Producer(broker, linger_ms=1) as producer:
+        with pytest.raises(UsageError, match="keys must be bytes or None, not str"):
+            producer.send_many("t", RecordColumns([b"v"], ["k"]), partition=0)  # type: ignore[list-item]
+        with pytest.raises(UsageError, match="2 keys for 1 values"):
+            producer.send_many("t", RecordColumns([b"v"], [b"a", b"b"]), partition=0)
+        good = producer.send_many("t", RecordColumns([b"v", b"w"], [b"k", None]), partition=0).result(10)
+    assert [(r.value, r.key, r.sequence) for r in broker.read("t", 0, 0, 10)] == [(b"v", b"k", 0), (b"w", None, 1)]
+    assert len(good) == 2
+
+
 def test_send_many_explicit_sequences_replay_as_duplicates() -> None:
     broker = memory_harness().open()
     broker.create_topic("ids", 2)

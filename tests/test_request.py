@@ -67,3 +67,14 @@ def test_build_coerces_plain_values_once() -> None:
 def test_build_refuses_bad_input(args: tuple[Any, ...], error: type[Exception]) -> None:
     with pytest.raises(error):
         ProduceRequest.build(*args)
+
+
+def test_build_checks_the_types_in_record_columns() -> None:
+    from idempotent._records import RecordColumns
+
+    request = ProduceRequest.build("t", 0, 1, 0, 0, RecordColumns([b"ab", None], [b"k", None]))
+    assert (request.size, request.largest) == (16 + 3 + 16, 19)
+    with pytest.raises(InvalidBatchError, match="values must be bytes or None, not str"):
+        ProduceRequest.build("t", 0, 1, 0, 0, RecordColumns(["text"]))  # type: ignore[list-item]
+    with pytest.raises(InvalidBatchError, match="2 keys for 1 values"):
+        ProduceRequest.build("t", 0, 1, 0, 0, RecordColumns([b"v"], [b"a", b"b"]))
