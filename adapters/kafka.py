@@ -485,7 +485,8 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                 keys = chunk.keys if chunk.keys is not None else itertools.repeat(None)
                 self._produce_bulk([{"value": v, "key": k} for v, k in zip(chunk.values, keys, strict=False)])
             elif any(record.headers for record in chunk):
-                self._produce_each(chunk, timestamp, None)
+                for record in chunk:
+                    self._produce_one(record, list(record.headers) or None, timestamp, None)
             else:
                 self._produce_bulk([{"value": record.value, "key": record.key} for record in chunk])
             self._producer.poll(0)  # serve queued delivery reports and log lines
@@ -508,11 +509,6 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                 return
             except BufferError:  # the client's local queue is full: let it drain, then go on
                 self._producer.poll(0.05)
-
-    def _produce_each(self, records: Seq[Record], timestamp: int, delivered: Any) -> None:
-        """``produce`` each record with its own headers; ``delivered`` (if any) on the first."""
-        for index, record in enumerate(records):
-            self._produce_one(record, list(record.headers) or None, timestamp, None if index else delivered)
 
     def _produce_bulk(self, messages: list[dict[str, Any]]) -> None:
         """``produce_batch`` messages (value and key: no headers, and no timestamp, which

@@ -25,7 +25,6 @@ class TestKafkaConformance(BackendConformance):
 
 
 def test_plain_kafka_consumer_reads_records_unchanged(harness: ServiceHarness, kafka_service: Any) -> None:
-    from confluent_kafka import Consumer, TopicPartition
 
     broker = harness.open(small_config())
     topic = "plain/" + topic_name()
@@ -33,12 +32,7 @@ def test_plain_kafka_consumer_reads_records_unchanged(harness: ServiceHarness, k
     s = broker.init_producer()
     broker.produce(topic, 0, s.producer_id, s.producer_epoch, 0, [b"v1", b"v2"])
     broker.close()
-    consumer = Consumer(
-        {"bootstrap.servers": kafka_service.bootstrap, "group.id": "plain", "isolation.level": "read_committed"}
-    )
-    consumer.assign([TopicPartition(topic.replace("/", "."), 0, 0)])
-    messages = consumer.consume(2, 20)
-    consumer.close()
+    messages = _plain_messages(kafka_service, topic, 2)
     assert [m.value() for m in messages] == [b"v1", b"v2"]
     # a batch's identity is on its first message only; the others carry their own headers
     head = dict(messages[0].headers())
@@ -49,6 +43,20 @@ def test_plain_kafka_consumer_reads_records_unchanged(harness: ServiceHarness, k
         "idem.count": b"2",
     }
     assert messages[1].headers() is None
+
+
+def _plain_messages(kafka_service: Any, topic: str, count: int) -> list[Any]:
+    """The first ``count`` messages of partition 0 of ``topic``, as a plain Kafka consumer
+    (read_committed) sees them."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_service.bootstrap, "group.id": "plain", "isolation.level": "read_committed"}
+    )
+    consumer.assign([TopicPartition(topic.replace("/", "."), 0, 0)])
+    messages: list[Any] = consumer.consume(count, 20)
+    consumer.close()
+    return messages
 
 
 def _plain_producer(kafka_service: Any) -> Any:
@@ -118,7 +126,6 @@ def test_batches_without_a_producer_keep_their_count_on_the_head(kafka_service: 
     """A batch appended without a producer (the backend's contract allows it) has a head that
     says only how many records it has: reads from inside it know the records belong to no
     producer without reading back further, and replay sees one batch."""
-    from confluent_kafka import Consumer, TopicPartition
 
     from adapters.kafka import KafkaBackend
     from idempotent.backend import AppendBatch
@@ -131,12 +138,7 @@ def test_batches_without_a_producer_keep_their_count_on_the_head(kafka_service: 
         assert backend.append(topic, 0, AppendBatch(None, records, 12.0), None).result(60) == 0
     finally:
         backend.close()
-    consumer = Consumer(
-        {"bootstrap.servers": kafka_service.bootstrap, "group.id": "plain", "isolation.level": "read_committed"}
-    )
-    consumer.assign([TopicPartition(topic.replace("/", "."), 0, 0)])
-    messages = consumer.consume(3, 20)
-    consumer.close()
+    messages = _plain_messages(kafka_service, topic, 3)
     assert [m.headers() for m in messages] == [[("idem.count", b"3")], None, None]
     fresh = KafkaBackend(kafka_service.url, timeout=60, read_only=True)
     try:
