@@ -17,6 +17,12 @@ The comparisons here (:func:`at_or_before`, :func:`distance`) are the client's v
 ring values they read the shorter way round the ring (half a ring, about a billion, is the
 horizon), between any other values they compare plain integers. The broker's checker makes its
 own, policy-aware decisions (``_checker.py``) so that a jump is never read as a step back.
+
+The ring and the 64-bit line order two values differently only when both are ring values at
+least half a ring apart, or on either side of the ring's end (:func:`order_depends_on_policy`):
+``strict`` reads them on the ring (a wrap), ``monotonic`` on the line (a jump). The producer
+does not know the policy of a topic, so it never decides such a case from the values: it asks
+the broker, by sending the batch alone and reading the answer (``_sequencer.py``).
 """
 
 from __future__ import annotations
@@ -91,6 +97,22 @@ def at_or_before(sequence: int, reference: int) -> bool:
     if in_ring(sequence) and in_ring(reference):
         return distance(sequence, reference) < _HALF
     return sequence <= reference
+
+
+def order_depends_on_policy(sequence: int, reference: int) -> bool:
+    """True when the int32 ring and the 64-bit line disagree on whether ``sequence`` is at or
+    before ``reference``: both are ring values at least half a ring apart, or on either side of
+    the ring's end. ``strict`` orders them on the ring, ``monotonic`` as plain integers, so only
+    the policy of the topic can tell. False when either is ``NO_SEQUENCE``.
+
+    >>> order_depends_on_policy(0, 1_500_000_000)  # a jump of 1.5e9, or a wrap 647e6 back
+    True
+    >>> order_depends_on_policy(2**31 - 1, 2**31)  # 2**31 is not a ring value
+    False
+    """
+    if sequence == NO_SEQUENCE or reference == NO_SEQUENCE:
+        return False
+    return at_or_before(sequence, reference) != (sequence <= reference)
 
 
 def advances(last: int, reference: int) -> bool:

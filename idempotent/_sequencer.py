@@ -45,7 +45,8 @@ the producer declared). A batch refused for good hands its predecessor on to the
 
 Application-chosen sequences (PIP-6 style): :meth:`ProducerSequencer.add` takes an optional
 ``sequence``. Records with consecutive explicit sequences share a batch, a jump seals the open
-batch and starts a new one at that sequence. When it is sent, an explicit batch is cut where it
+batch and starts a new one at that sequence; a record without a sequence never joins such a
+batch (it is numbered at drain time, after everything sent before). When it is sent, an explicit batch is cut where it
 crosses the acknowledged sequence or the end of a batch in flight, so it never mixes stored (or
 in-flight) sequences with new ones. It keeps its sequences at drain time; the partition's next
 implicit sequence moves past it unless it lies entirely behind. Under the
@@ -55,6 +56,18 @@ SequenceDesyncError. A batch at or below the stored sequence comes back as DUPLI
 Explicit sequences run up to 2**63-1 (``monotonic``; ``strict`` refuses any above 2**31-1); a
 batch of them never crosses 2**31-1 (the next record after it starts a batch at 2**31, see
 ``_sequence.py``).
+
+The sequencer does not know the broker's policy, and the two read sequences differently: the
+int32 ring (``strict``, wrapping to 0) and the 64-bit line (``monotonic``). They agree unless two
+ring values are at least 2**30 apart or on either side of 2**31-1
+(``order_depends_on_policy``). Sequences the producer numbers itself stay within that distance
+of each other, so they are compared on the ring (their wrap is real only under ``strict``; a
+``monotonic`` broker refuses it). A batch of application sequences whose place relative to the
+partition's next or acknowledged sequence depends on the policy is *undecided*: it is sent
+alone, after every batch before it is answered and before any batch after it is numbered, and
+the answer places it. ACCEPTED: it lies ahead (acknowledged, and the next sequence follows
+it). DUPLICATE: it lies behind (nothing moves), unless an earlier attempt of it went
+unanswered, which leaves both readings open and fails the producer with SequenceDesyncError.
 
 The sequencer reads no clock and does no I/O; the shell (``producer.py``) passes ``now``,
 sends what :meth:`batches_to_send` returns, feeds answers back and sleeps until
@@ -74,7 +87,15 @@ import attrs
 
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult
 from ._records import Record, RecordColumns, record_sizes
-from ._sequence import at_or_before, crosses_ring_end, distance, is_valid_sequence, last_sequence_of, next_sequence
+from ._sequence import (
+    at_or_before,
+    crosses_ring_end,
+    distance,
+    is_valid_sequence,
+    last_sequence_of,
+    next_sequence,
+    order_depends_on_policy,
+)
 from ._types import DEFAULT_MAX_IN_FLIGHT, MAX_APPLICATION_SEQUENCE, NO_SEQUENCE, TopicPartition
 from .errors import (
     ConfigError,
@@ -255,6 +276,10 @@ class _Partition:
     #: the base sequence of a batch the broker refused for good while later batches were in
     #: flight: an OUT_OF_ORDER_SEQUENCE asking for it renumbers those from there
     given_back: int | None = None
+    #: a batch of application sequences whose place the ring and the 64-bit line read
+    #: differently (``order_depends_on_policy`` against the next or the acknowledged
+    #: sequence): it is in flight alone, and its answer tells where the partition goes on
+    undecided: OutgoingBatch | None = None
 
 
 class ProducerSequencer:
@@ -479,12 +504,14 @@ class ProducerSequencer:
     ) -> OutgoingBatch:
         """The open batch that takes a record of ``size`` bytes (with explicit ``sequence``):
         the current one, or a new one after sealing the current one when it is full or the
-        sequence does not continue it."""
+        sequence does not continue it. A record without a sequence never joins a batch of the
+        application's sequences: that one may lie behind the partition's next sequence (a
+        resend), and the record would get a stored sequence and be dropped as a duplicate."""
         batch = ps.open
         if batch is not None and (
             len(batch.records) >= self.max_batch_records
             or batch.size + size > self.batch_size
-            or (sequence is not None and not self._continues(batch, sequence))
+            or (not self._continues(batch, sequence) if sequence is not None else batch.explicit)
         ):
             self._seal(ps)
             batch = None
@@ -570,7 +597,7 @@ class ProducerSequencer:
                     out.append(self._transmit(batch, now))
                 if any(b.state is BatchState.RESEND for b in ps.inflight):
                     continue  # new batches follow once every resend is out
-            while len(ps.inflight) < self.max_in_flight:
+            while len(ps.inflight) < self.max_in_flight and ps.undecided is None:
                 if not ps.queued:
                     # the open batch is sealed when it is due and can leave at once
                     if ps.open is None or not (self._flushing or now >= ps.open.created_at + self.linger):
@@ -579,15 +606,30 @@ class ProducerSequencer:
                 batch = ps.queued.popleft()
                 if batch.explicit:
                     self._split_at_frontier(ps, batch)
+                    if self._undecided(ps, batch):
+                        if ps.inflight:  # it goes alone, once every batch before it is answered
+                            ps.queued.appendleft(batch)
+                            break
+                        ps.undecided = batch
                 if not batch.explicit:
                     batch.base_sequence = ps.next_sequence
                     ps.next_sequence = next_sequence(ps.next_sequence, len(batch.records))
-                elif at_or_before(ps.next_sequence, last_sequence_of(batch.base_sequence, len(batch.records))):
-                    ps.next_sequence = next_sequence(batch.base_sequence, len(batch.records))
+                else:
+                    last = last_sequence_of(batch.base_sequence, len(batch.records))
+                    if not order_depends_on_policy(ps.next_sequence, last) and at_or_before(ps.next_sequence, last):
+                        ps.next_sequence = next_sequence(batch.base_sequence, len(batch.records))
                 self._link(ps, batch)
                 ps.inflight.append(batch)
                 out.append(self._transmit(batch, now))
         return out
+
+    def _undecided(self, ps: _Partition, batch: OutgoingBatch) -> bool:
+        """Whether only the broker's policy can place a batch of application sequences: the
+        ring and the 64-bit line disagree on whether it lies at or beyond the partition's
+        next sequence, or beyond its acknowledged one (a jump of 2**30 or more, or a wrap)."""
+        last = last_sequence_of(batch.base_sequence, len(batch.records))
+        acked = self._acked.get(batch.topic_partition, NO_SEQUENCE)
+        return order_depends_on_policy(ps.next_sequence, last) or order_depends_on_policy(last, acked)
 
     @staticmethod
     def _link(ps: _Partition, batch: OutgoingBatch) -> None:
@@ -606,6 +648,7 @@ class ProducerSequencer:
         partition whose window is full sends fuller batches instead of many small ones."""
         return (
             not ps.queued
+            and ps.undecided is None
             and len(ps.inflight) < self.max_in_flight
             and not any(b.state is BatchState.RESEND for b in ps.inflight)
         )
@@ -670,10 +713,18 @@ class ProducerSequencer:
             tp = batch.topic_partition
             last = last_sequence_of(batch.base_sequence, len(batch.records))
             previous = self._acked.get(tp, NO_SEQUENCE)
-            if previous == NO_SEQUENCE or not at_or_before(last, previous):
+            ps = self._partitions[tp]
+            undecided = ps.undecided is batch
+            if undecided and order_depends_on_policy(last, previous):
+                if outcome is Outcome.ACCEPTED:  # a broker stores only what follows its last sequence
+                    self._acked[tp] = last
+            elif previous == NO_SEQUENCE or not at_or_before(last, previous):
                 self._acked[tp] = last
+            failure = self._place(ps, batch, outcome) if undecided else None
             self._finish(batch)
             self._events.append(BatchDelivered(batch, result.base_offset, outcome is Outcome.DUPLICATE))
+            if failure is not None:
+                self._fail_all(failure)
         elif outcome is Outcome.OUT_OF_ORDER_SEQUENCE:
             tp = batch.topic_partition
             ps = self._partitions[tp]
@@ -721,6 +772,30 @@ class ProducerSequencer:
                     self.producer_id,
                 )
             )
+
+    @staticmethod
+    def _place(ps: _Partition, batch: OutgoingBatch, outcome: Outcome) -> SequenceDesyncError | None:
+        """Move the partition's next sequence past a batch sent alone (``ps.undecided``) when
+        its answer says it lies ahead: ACCEPTED (a broker stores only what follows its last
+        sequence). DUPLICATE says it lies behind, unless an earlier attempt of it went
+        unanswered: then the copy the broker holds may be that attempt's (a jump the
+        ``monotonic`` policy accepted) or older data (behind, ``strict``), and a record
+        without a sequence cannot be numbered safely. Returns the error that then fails the
+        producer (a new instance continues from the broker's last sequence)."""
+        last = last_sequence_of(batch.base_sequence, len(batch.records))
+        if not order_depends_on_policy(ps.next_sequence, last):
+            return None  # placed when it was sent
+        if outcome is Outcome.ACCEPTED:
+            ps.next_sequence = next_sequence(batch.base_sequence, len(batch.records))
+            return None
+        if batch.doubtful and ps.next_sequence <= last:
+            return SequenceDesyncError(
+                f"{batch.topic_partition}: sequences {batch.base_sequence}..{last} are stored, maybe by an "
+                f"unanswered attempt of this batch; whether they lie after this producer's next sequence "
+                f"{ps.next_sequence} (monotonic policy) or before it (strict) decides where records without "
+                "a sequence go: start a new producer instance, which continues from the broker's last sequence"
+            )
+        return None
 
     def _predecessor_pending(self, ps: _Partition, batch: OutgoingBatch, expected: int | None) -> bool:
         """Whether a ``monotonic`` broker refused ``batch`` because the batch it names as its
@@ -857,6 +932,8 @@ class ProducerSequencer:
         ps = self._partitions.get(batch.topic_partition)
         if ps is not None and batch in ps.inflight:
             ps.inflight.remove(batch)
+            if ps.undecided is batch:
+                ps.undecided = None
         self.unfinished -= len(batch.records)
 
     def _fail_all(self, error: ProducerError) -> None:

@@ -419,6 +419,85 @@ def test_monotonic_takes_64_bit_application_sequences(target: tuple[idempotent.B
     assert [r.sequence for r in broker.read("ids", 0, 0, 100)] == [*sent, *crossing]
 
 
+def test_monotonic_a_record_without_sequence_after_a_large_jump_is_stored(tmp_path: Path) -> None:
+    """Regression: after a jump of 2**30 or more (below 2**31) under ``monotonic``, a record
+    sent without a sequence was numbered 0 on the int32 ring, answered DUPLICATE with offset
+    None, and never stored."""
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    broker = idempotent.connect(url)
+    broker.set_policy("monotonic", topic="m")
+    broker.close()
+    with Producer(url) as producer:
+        producer.send("m", b"first", partition=0, sequence=1_500_000_000).result(10)
+        second = producer.send("m", b"second", partition=0).result(10)
+        assert (second.sequence, second.duplicate, second.offset) == (1_500_000_001, False, 1)
+        assert [r.value for r in producer.broker.read("m", 0)] == [b"first", b"second"]
+
+
+def test_monotonic_records_with_and_without_sequence_mix_at_the_boundaries(
+    target: tuple[idempotent.Broker, Any],
+) -> None:
+    """Each answered before the next is sent: 0, a jump to the boundary, a record without a
+    sequence, a resend of 0, another record without a sequence. After 2**31-1 the producer's
+    own numbering would wrap to 0, which the broker refuses (SequenceDesyncError); after
+    2**63-1 there is no sequence left (InvalidBatchError, that record alone)."""
+    broker, url = target
+    broker.create_topic("mix", len(BOUNDARIES))
+    broker.set_policy("monotonic", topic="mix")
+    for partition, jump in enumerate(BOUNDARIES):
+        with Producer(url, linger_ms=0) as producer:
+            sent = [producer.send("mix", f"{jump}", partition=partition, sequence=s).result(10) for s in (0, jump)]
+            assert [(m.sequence, m.duplicate) for m in sent] == [(0, False), (jump, False)]
+            after = producer.send("mix", "a", partition=partition)
+            if jump == 2**31 - 1:
+                with pytest.raises(DeliveryFailed) as info:
+                    after.result(10)
+                assert isinstance(info.value.__cause__, idempotent.SequenceDesyncError)
+                continue
+            if jump == 2**63 - 1:
+                with pytest.raises(DeliveryFailed) as info:
+                    after.result(10)
+                assert isinstance(info.value.__cause__, idempotent.InvalidBatchError)
+                assert producer.send("mix", "0", partition=partition, sequence=0).result(10).duplicate
+                continue
+            assert (after.result(10).sequence, after.result(10).duplicate) == (jump + 1, False)
+            assert producer.send("mix", "0", partition=partition, sequence=0).result(10).duplicate
+            again = producer.send("mix", "b", partition=partition).result(10)
+            assert (again.sequence, again.duplicate) == (jump + 2, False)
+            assert producer.last_sequence("mix", partition) == jump + 2
+    for partition, jump in enumerate(BOUNDARIES):
+        stored = [r.sequence for r in broker.read("mix", partition)]
+        assert stored == ([0, jump] if jump in (2**31 - 1, 2**63 - 1) else [0, jump, jump + 1, jump + 2])
+
+
+def test_strict_records_with_and_without_sequence_mix_at_the_boundaries(
+    target: tuple[idempotent.Broker, Any],
+) -> None:
+    """A named producer resumed at each boundary of the int32 ring (its last sequence placed
+    there while deduplication was off): a record without a sequence, the next sequence given
+    explicitly, a resend, another record without a sequence; across 2**31-1 all wrap to 0."""
+    broker, url = target
+    ring = [b for b in BOUNDARIES if b <= 2**31 - 1]
+    broker.create_topic("ring", len(ring))
+    for partition, boundary in enumerate(ring):
+        session = broker.init_producer(f"ring-{boundary}")
+        broker.set_deduplication(False, topic="ring")
+        broker.produce("ring", partition, session.producer_id, session.producer_epoch, boundary - 1, [b"x"])
+        broker.set_deduplication(True, topic="ring")
+        with Producer(url, f"ring-{boundary}", linger_ms=0) as producer:
+            assert producer.last_sequence("ring", partition) == boundary - 1
+            expected = [boundary, (boundary + 1) % 2**31, boundary, (boundary + 2) % 2**31]
+            metas = [
+                producer.send("ring", f"{s}", partition=partition, sequence=s).result(10)
+                for s in (None, expected[1], expected[2], None)
+            ]
+            assert [(m.sequence, m.duplicate) for m in metas] == list(
+                zip(expected, [False, False, True, False], strict=True)
+            )
+        stored = [r.sequence for r in broker.read("ring", partition)]
+        assert stored == [boundary - 1, boundary, expected[1], expected[3]]
+
+
 # -- records the broker cannot take -----------------------------------------------------------
 
 

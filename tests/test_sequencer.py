@@ -8,7 +8,7 @@ accept it" is checked and not assumed.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from idempotent._checker import PartitionChecker, Policy, Ticket, make_header
 from idempotent._outcomes import DeliveryStatus, Outcome, ProduceResult
 from idempotent._records import BatchHeader, Record, StoredBatch
+from idempotent._sequence import sequence_at
 from idempotent._sequencer import (
     BatchDelivered,
     BatchFailed,
@@ -1022,12 +1023,33 @@ def test_explicit_consecutive_sequences_share_a_batch_and_a_jump_starts_a_new_on
     assert implicit.base_sequence == 41
 
 
-def test_implicit_records_continue_an_open_explicit_batch() -> None:
+def test_implicit_records_follow_an_explicit_batch_in_a_batch_of_their_own() -> None:
     seq = make()
     seq.add("t", 0, rec(0), 0.0, 100)
     seq.add("t", 0, rec(1), 0.0)
-    [batch] = seq.batches_to_send(0.0)
-    assert (batch.base_sequence, len(batch.records)) == (100, 2)
+    explicit, implicit = seq.batches_to_send(0.0)
+    assert [(b.base_sequence, len(b.records), b.explicit) for b in (explicit, implicit)] == [
+        (100, 1, True),
+        (101, 1, False),
+    ]
+
+
+@pytest.mark.parametrize("policy", [Policy.STRICT, Policy.MONOTONIC])
+def test_a_record_without_sequence_after_an_explicit_resend_is_stored(policy: Policy) -> None:
+    """Regression: a record sent without a sequence joined the open batch of an explicit
+    resend of stored data, was numbered right after it (a stored sequence), and was dropped
+    as a duplicate."""
+    seq = make(last_sequences={TP: 9})
+    part = PolicyPartition(policy)
+    part.preload(0, 10)
+    seq.add("t", 0, rec("again"), 0.0, 3)
+    seq.add("t", 0, rec("new"), 0.0)
+    events = deliver(seq, part)
+    assert [(e.batch.base_sequence, e.duplicate) for e in events if isinstance(e, BatchDelivered)] == [
+        (3, True),
+        (10, False),
+    ]
+    assert part.log[-1] == (10, b"vnew")
 
 
 def test_explicit_sequence_zero_and_max_are_valid_and_bad_ones_are_usage_errors() -> None:
@@ -1051,8 +1073,11 @@ def test_explicit_batch_ends_at_the_end_of_the_ring_and_resumes_at_2_to_the_31()
     for s in range(MAX_SEQUENCE - 1, MAX_SEQUENCE + 3):
         seq.add("t", 0, rec(s), 0.0, s)
     seq.flush()
-    first = seq.batches_to_send(0.0)
-    assert [(b.base_sequence, len(b.records)) for b in first] == [(MAX_SEQUENCE - 1, 2), (MAX_SEQUENCE + 1, 2)]
+    [first] = seq.batches_to_send(0.0)  # a jump from 0 that a wrap could also explain: sent alone
+    assert (first.base_sequence, len(first.records)) == (MAX_SEQUENCE - 1, 2)
+    answer(seq, first, ProduceResult(Outcome.ACCEPTED, base_offset=0))
+    [second] = seq.batches_to_send(0.0)
+    assert (second.base_sequence, len(second.records)) == (MAX_SEQUENCE + 1, 2)
 
 
 def test_explicit_batch_behind_the_stored_sequence_does_not_move_next_back() -> None:
@@ -1116,6 +1141,248 @@ def test_open_batch_keeps_growing_while_the_window_is_full() -> None:
     [second] = seq.batches_to_send(1.0)
     assert [r.value for r in second.records] == [f"v{i}".encode() for i in range(1, 6)]
     assert second.base_sequence == 1
+
+
+# -- the ring or the 64-bit line: what only the policy can tell --------------------------------
+
+#: where the ring and the 64-bit line part ways (2**30: half a ring; 2**31: past the ring)
+BOUNDARIES = (2**30 - 1, 2**30, 2**30 + 1, 2**31 - 1, 2**31, 2**32, 2**62, 2**63 - 1)
+
+
+class PolicyPartition:
+    """A partition under ``policy``: a real checker that writes every accepted batch at once,
+    checking the predecessor each attempt named; a log of (sequence, value)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.checker = PartitionChecker()
+        self.log: list[tuple[int, bytes | None]] = []
+
+    def preload(self, base: int, count: int) -> None:
+        """As if an earlier instance had stored ``count`` records from ``base`` on, in one batch."""
+        batch = StoredBatch(len(self.log), ProducerId(PID), Epoch(0), Sequence(base), count, 0.0)
+        self.checker.apply(batch)
+        self.log.extend((sequence_at(base, i), None) for i in range(count))
+
+    def produce(self, batch: OutgoingBatch) -> ProduceResult:
+        """The answer to the batch's latest attempt. Raises InvalidBatchError as the broker does."""
+        header = make_header(PID, 0, batch.base_sequence, len(batch.records), batch.previous_at_send)
+        result = self.checker.check(header, policy=self.policy)
+        if result.outcome is not Outcome.ACCEPTED:
+            return result
+        offset = len(self.log)
+        self.checker.commit(self.checker.push(header, 0.0), offset)
+        self.log.extend((sequence_at(batch.base_sequence, i), r.value) for i, r in enumerate(batch.records))
+        return ProduceResult(Outcome.ACCEPTED, base_offset=offset)
+
+
+def deliver(
+    seq: ProducerSequencer, part: PolicyPartition, lose: Callable[[OutgoingBatch], bool] = lambda _: False
+) -> list[Event]:
+    """Send until every record has ended, answering each request at once (unless ``lose``
+    drops the answer of an attempt the broker handled: the request then times out)."""
+    events: list[Event] = []
+    now = 0.0
+    for _ in range(200):
+        batches = seq.batches_to_send(now)
+        if not batches:
+            if not seq.unfinished:
+                break
+            now += 2.0  # past the request timeout
+            seq.handle_timeout(now)
+        for batch in batches:
+            try:
+                result = part.produce(batch)
+            except InvalidBatchError as exc:
+                seq.handle_error(batch.batch_id, batch.attempt, exc, now, now)
+                continue
+            if not lose(batch):
+                answer(seq, batch, result, now=now, retry_at=now)
+        events += drain(seq)
+    assert not seq.unfinished
+    return events
+
+
+def outcomes(events: list[Event]) -> dict[object, tuple[int, bool] | ProducerError]:
+    """Each handle's (sequence, duplicate), or the error that failed it."""
+    ended: dict[object, tuple[int, bool] | ProducerError] = {}
+    for event in events:
+        for i, handle in enumerate(event.batch.handles):
+            if isinstance(event, BatchDelivered):
+                ended[handle] = (sequence_at(event.batch.base_sequence, i), event.duplicate)
+            else:
+                ended[handle] = event.error
+    return ended
+
+
+@pytest.mark.parametrize("jump", [2**30 - 1, 2**30, 2**30 + 1, 1_500_000_000, 2**31 - 3, 2**31, 2**32, 2**62])
+def test_monotonic_records_without_sequence_follow_a_large_jump(jump: int) -> None:
+    """Regression: under the monotonic policy a record sent without a sequence after an
+    explicit jump of 2**30 or more (below 2**31) was numbered on the int32 ring, behind the
+    jump, and answered DUPLICATE: reported delivered, never stored. The same after a resend
+    of a sequence far behind the jump."""
+    seq = make()
+    part = PolicyPartition(Policy.MONOTONIC)
+    ended: dict[object, tuple[int, bool] | ProducerError] = {}
+    sent = []
+    for sequence in (0, jump, None, 0, None):  # each sent and answered before the next is added
+        sent.append(seq.add("t", 0, rec(f"{sequence}"), 0.0, sequence))
+        ended.update(outcomes(deliver(seq, part)))
+    assert [ended[h] for h in sent] == [(0, False), (jump, False), (jump + 1, False), (0, True), (jump + 2, False)]
+    assert [s for s, _ in part.log] == [0, jump, jump + 1, jump + 2]
+    assert seq.last_acknowledged("t", 0) == jump + 2 and seq.failure is None
+
+
+def test_strict_keeps_the_ring_for_a_producer_resumed_after_a_wrap() -> None:
+    """The ring stays under strict: a resend of sequences stored before the wrap is behind the
+    partition's sequence 6 (a plain comparison would put it 2**31 ahead), so the records
+    without a sequence after it go on at 6, and an explicit 7 continues."""
+    seq = make(last_sequences={TP: 5})
+    part = PolicyPartition(Policy.STRICT)
+    part.preload(2**31 - 10, 10)
+    part.preload(0, 6)
+    ended: dict[object, tuple[int, bool] | ProducerError] = {}
+    sent = []
+    for sequence in (2**31 - 5, None, 7, None):  # each sent and answered before the next is added
+        sent.append(seq.add("t", 0, rec(f"{sequence}"), 0.0, sequence))
+        ended.update(outcomes(deliver(seq, part)))
+    assert [ended[h] for h in sent] == [(2**31 - 5, True), (6, False), (7, False), (8, False)]
+    assert [s for s, _ in part.log[16:]] == [6, 7, 8]
+    assert seq.last_acknowledged("t", 0) == 8 and seq.failure is None
+
+
+def test_a_batch_only_the_policy_can_place_goes_alone_and_its_answer_places_it() -> None:
+    seq = make(max_batch_records=1, max_in_flight=5)
+    add_batches(seq, 3)
+    a, b, c = seq.batches_to_send(0.0)
+    seq.add("t", 0, rec("jump"), 0.0, 1_500_000_000)
+    seq.add("t", 0, rec("after"), 0.0)
+    assert seq.batches_to_send(0.0) == []  # it waits for the batches before it
+    for i, x in enumerate((a, b, c)):
+        answer(seq, x, ProduceResult(Outcome.ACCEPTED, base_offset=i))
+    [jump] = seq.batches_to_send(0.0)
+    assert jump.base_sequence == 1_500_000_000
+    assert seq.batches_to_send(0.0) == []  # nothing is numbered behind it before its answer
+    deadline = seq.next_deadline()
+    assert deadline == pytest.approx(1.0)  # its request timeout: no busy wake-up meanwhile
+    answer(seq, jump, ProduceResult(Outcome.ACCEPTED, base_offset=3))  # it lies ahead
+    [after] = seq.batches_to_send(0.0)
+    assert after.base_sequence == 1_500_000_001
+    assert seq.last_acknowledged("t", 0) == 1_500_000_000
+
+
+def test_a_duplicate_answer_places_a_batch_sent_alone_behind() -> None:
+    seq = make(last_sequences={TP: 1_500_000_000})
+    seq.add("t", 0, rec("again"), 0.0, 5)
+    [old] = seq.batches_to_send(0.0)
+    answer(seq, old, ProduceResult(Outcome.DUPLICATE, base_offset=None))
+    assert seq.next_sequence("t", 0) == 1_500_000_001
+    assert seq.last_acknowledged("t", 0) == 1_500_000_000
+
+
+@pytest.mark.parametrize("policy", [Policy.STRICT, Policy.MONOTONIC])
+def test_a_duplicate_after_an_unanswered_attempt_of_a_batch_sent_alone_fails_the_producer(policy: Policy) -> None:
+    """The stored copy may be that attempt's (a jump, monotonic) or older data (behind, strict):
+    no record without a sequence is numbered on a guess; the producer fails, loudly."""
+    part = PolicyPartition(policy)
+    if policy is Policy.STRICT:  # a resend of sequences stored before the wrap
+        part.preload(2**31 - 10, 10)
+        part.preload(0, 6)
+        seq, sequence = make(last_sequences={TP: 5}), 2**31 - 5
+    else:  # a jump whose acknowledgement was lost
+        seq, sequence = make(), 1_500_000_000
+    stored = len(part.log)
+    jump = seq.add("t", 0, rec("x"), 0.0, sequence)
+    after = seq.add("t", 0, rec("after"), 0.0)
+    attempts: list[int] = []
+
+    def lose_the_first(batch: OutgoingBatch) -> bool:
+        attempts.append(batch.batch_id)
+        return len(attempts) == 1
+
+    ended = outcomes(deliver(seq, part, lose_the_first))
+    assert ended[jump] == (sequence, True)
+    assert isinstance(ended[after], SequenceDesyncError) and isinstance(seq.failure, SequenceDesyncError)
+    assert "start a new producer instance" in str(seq.failure)
+    assert len(part.log) == stored + (policy is Policy.MONOTONIC)  # the jump, stored once; nothing else
+
+
+JUMPS = (1, 2, 2**30 - 1, 2**30, 2**30 + 1, 2**31 - 1, 2**31, 2**32, 2**62)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.sampled_from([None, 0, *BOUNDARIES[:-1]]),
+    steps=st.lists(st.one_of(st.none(), st.sampled_from(JUMPS), st.integers(-4, -1)), max_size=20),
+    max_batch_records=st.sampled_from([1, 2, 5]),
+    max_in_flight=st.sampled_from([1, 2, 5]),
+)
+def test_monotonic_mixed_numbering_at_the_boundaries(
+    start: int | None, steps: list[int | None], max_batch_records: int, max_in_flight: int
+) -> None:
+    """Explicit jumps of every boundary size, resends of recent sequences and records without
+    a sequence, in any order: every new record is stored once under the sequence after the
+    previous one (plain 64-bit), every resend is a duplicate, nothing fails."""
+    last = {TP: start} if start is not None else None
+    seq = make(last_sequences=last, max_batch_records=max_batch_records, max_in_flight=max_in_flight)
+    part = PolicyPartition(Policy.MONOTONIC)
+    stored = [] if start is None else [start]
+    if start is not None:
+        part.preload(start, 1)
+    frontier = -1 if start is None else start
+    expected: list[tuple[object, tuple[int, bool]]] = []
+    for i, step in enumerate(steps):
+        if step is None and frontier != MAX_SEQUENCE:  # (after 2**31-1 numbering goes on at 0: refused)
+            expected.append((seq.add("t", 0, rec(i), 0.0), (frontier + 1, False)))
+            frontier += 1
+            stored.append(frontier)
+        elif step is not None and step < 0:
+            # (0 right after 2**31-1 is refused as numbering that wrapped, section 1 of semantics.md)
+            if stored and not (frontier == MAX_SEQUENCE and stored[max(0, len(stored) + step)] == 0):
+                again = stored[max(0, len(stored) + step)]
+                expected.append((seq.add("t", 0, rec(i), 0.0, again), (again, True)))
+        elif frontier + (step or 1) <= 2**63 - 2:
+            frontier += step or 1
+            expected.append((seq.add("t", 0, rec(i), 0.0, frontier), (frontier, False)))
+            stored.append(frontier)
+    ended = outcomes(deliver(seq, part))
+    assert seq.failure is None, seq.failure
+    assert [ended[h] for h, _ in expected] == [outcome for _, outcome in expected]
+    assert [s for s, _ in part.log] == stored
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.sampled_from([2**30 - 3, 2**30, 2**31 - 8, 2**31 - 3, 2**31 - 1]),
+    steps=st.lists(st.sampled_from(["implicit", "explicit", "resend"]), max_size=20),
+    max_batch_records=st.sampled_from([1, 2, 5]),
+    max_in_flight=st.sampled_from([1, 2, 5]),
+)
+def test_strict_mixed_numbering_across_the_wrap(
+    start: int, steps: list[str], max_batch_records: int, max_in_flight: int
+) -> None:
+    """Under strict, a resumed producer near 2**30 and near the wrap: records without a
+    sequence, explicit ones continuing the partition and explicit resends of recent ones.
+    Every new record is stored once at the next sequence on the ring, every resend is a
+    duplicate, nothing fails."""
+    seq = make(last_sequences={TP: start}, max_batch_records=max_batch_records, max_in_flight=max_in_flight)
+    part = PolicyPartition(Policy.STRICT)
+    part.preload(start - 2, 3)
+    stored = [start - 2, start - 1, start]
+    expected: list[tuple[object, tuple[int, bool]]] = []
+    for i, step in enumerate(steps):
+        following = sequence_at(stored[-1], 1)
+        if step == "resend":
+            again = stored[-1 - i % 3]
+            expected.append((seq.add("t", 0, rec(i), 0.0, again), (again, True)))
+            continue
+        explicit = following if step == "explicit" else None
+        expected.append((seq.add("t", 0, rec(i), 0.0, explicit), (following, False)))
+        stored.append(following)
+    ended = outcomes(deliver(seq, part))
+    assert seq.failure is None, seq.failure
+    assert [ended[h] for h, _ in expected] == [outcome for _, outcome in expected]
+    assert [s for s, _ in part.log] == stored
 
 
 # -- previous_sequence: each batch names its predecessor (the monotonic policy) ----------------
@@ -1222,7 +1489,7 @@ def test_add_many_cuts_batches_as_adding_one_record_at_a_time(
 
 
 def test_add_many_starts_a_new_batch_where_a_range_of_sequences_crosses_the_ring_end() -> None:
-    seq = make()
+    seq = make(last_sequences={TP: MAX_SEQUENCE - 2})  # continued: no batch is sent alone
     seq.add_many("t", 0, [rec(i) for i in range(4)], 0.0, MAX_SEQUENCE - 1, object())
     assert [(base, count) for base, count, _, _ in _cuts(seq)] == [(MAX_SEQUENCE - 1, 2), (MAX_SEQUENCE + 1, 2)]
 
