@@ -34,6 +34,7 @@ from ._records import _ONLY_BYTES, Record, RecordColumns, StoredRecord, trusted_
 from ._types import MAX_APPLICATION_SEQUENCE, MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID, TopicPartition
 from .broker import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
 from .errors import (
+    AuthenticationError,
     ConfigError,
     InvalidBatchError,
     InvalidRecordError,
@@ -59,6 +60,9 @@ MAX_CORRELATION_ID: Final = 2**32 - 1
 MAX_READ_RECORDS: Final = 10_000
 #: Longest string argument (topic names are limited further by the broker).
 MAX_STRING: Final = 4096
+#: Longest ``token`` of ``hello``, in characters: a credential, with a limit of its own
+#: (identity providers' tokens carrying many groups run to several KiB). ``auth`` takes it.
+MAX_TOKEN_LENGTH: Final = 16 * 1024
 #: Longest ``timeout`` argument in seconds.
 MAX_TIMEOUT: Final = 3600.0
 
@@ -185,6 +189,18 @@ def _str(name: str, value: Any) -> str:
     return value
 
 
+def _token(name: str, value: Any) -> str:
+    """A credential: a string of at most ``MAX_TOKEN_LENGTH`` characters. A refusal names its
+    type and length, never its text."""
+    if type(value) is not str or len(value) > MAX_TOKEN_LENGTH:
+        size = f" of {len(value)} characters" if type(value) is str else ""
+        raise LocalProtocolError(
+            f"argument {name!r} must be a string of at most {MAX_TOKEN_LENGTH} characters, "
+            f"got a {type(value).__name__}{size} (not shown: it is a credential)"
+        )
+    return value
+
+
 def _opt(check: Check) -> Check:
     def optional(name: str, value: Any) -> Any:
         return None if value is None else check(name, value)
@@ -283,7 +299,7 @@ _PARTITION: Final = _int(0, MAX_PARTITIONS - 1)
 SCHEMAS: Final[dict[str, dict[str, tuple[Check, Any]]]] = {
     "hello": {
         "version": (_int(0, 2**31 - 1), REQUIRED),
-        "token": (_opt(_str), None),
+        "token": (_opt(_token), None),
         "client": (_opt(_str), None),
     },
     "ping": {},
@@ -342,6 +358,7 @@ _ERRORS: Final[dict[str, type[ProducerError]]] = {
     "keys": InvalidBatchError,
     "offset": ConfigError,
     "max_records": ConfigError,
+    "token": AuthenticationError,
 }
 
 #: Operations that change broker state (an authorizer may want to treat them apart).
@@ -355,7 +372,8 @@ def validate_args(op: str, args: Any) -> dict[str, Any]:
 
     Unknown keys are ignored (a newer client may send more). Raises LocalProtocolError, or for
     a bad topic, partition, batch field, offset or count the error the broker itself raises
-    for it (InvalidTopicError, InvalidBatchError, ConfigError).
+    for it (InvalidTopicError, InvalidBatchError, ConfigError), and AuthenticationError for a
+    token that is not a string of at most ``MAX_TOKEN_LENGTH`` characters.
     """
     schema = SCHEMAS.get(op)
     if schema is None:

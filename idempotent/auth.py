@@ -50,6 +50,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from ._protocol import MAX_TOKEN_LENGTH as MAX_TOKEN_LENGTH  # longest token accepted, in characters
 from ._registry import ProducerRecord
 from .errors import AuthenticationError, AuthorizationError, ConfigError
 
@@ -57,8 +58,6 @@ from .errors import AuthenticationError, AuthorizationError, ConfigError
 ADMIN_ROLE = "admin"
 #: longest principal name (the ``sub`` claim) accepted
 MAX_PRINCIPAL_LENGTH = 256
-#: longest token accepted, in characters
-MAX_TOKEN_LENGTH = 16 * 1024
 #: shortest HMAC secret accepted, in bytes (RFC 7518 section 3.2: at least the hash size,
 #: so 48 for HS384 and 64 for HS512)
 MIN_SECRET_BYTES = 32

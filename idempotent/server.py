@@ -630,8 +630,9 @@ class BrokerServer:
         except ProducerError as exc:
             self._reply(conn, wire.encode_error(cid, exc), fatal=True)
             return
-        except Exception as exc:
-            self._reply(conn, wire.encode_error(cid, AuthenticationError(f"authentication failed: {exc}")), fatal=True)
+        except Exception as exc:  # a hook's own failure: its text may repeat the token, so only its type
+            refused = AuthenticationError(f"authentication failed ({type(exc).__name__} in the authenticator)")
+            self._reply(conn, wire.encode_error(cid, refused), fatal=True)
             return
         result = {
             "version": wire.PROTOCOL_VERSION,

@@ -3,15 +3,20 @@ that a refusal changes nothing while the server keeps serving everyone else."""
 
 from __future__ import annotations
 
+import logging
 import os
+import random
 import socket
+import string
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jwt
 import msgpack
 import pytest
 
@@ -21,7 +26,13 @@ from idempotent import _protocol as wire
 from idempotent.auth import AccessPolicy, BrokerGuard, JWTAuthenticator, mint_token
 from idempotent.broker import Broker, BrokerConfig
 from idempotent.client import RemoteBroker
-from idempotent.errors import AuthenticationError, AuthorizationError, BrokerConnectionError, ConfigError
+from idempotent.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    BrokerConnectionError,
+    ConfigError,
+    ProducerError,
+)
 from idempotent.server import BrokerServer
 from idempotent.testing.certs import CertFiles, make_certs
 from idempotent.tls import client_context, server_context
@@ -393,3 +404,141 @@ def test_admin_command_needs_an_admin_token(
     monkeypatch.setenv("IDEMPOTENT_TOKEN", ROOT)
     assert cli.main(["admin", "--url", server.url, "set-deduplication", "t", "--disable"]) == 0
     assert server.broker.deduplication_enabled("t") is False
+
+
+# -- long tokens, and refusals that never show a credential ------------------------------------
+
+
+def groups_token(size: int, sub: str = "alice", **kw: Any) -> str:
+    """A valid token of about ``size`` characters: an identity provider's token with many groups."""
+    roles = [f"group-{i:05d}-{'x' * 20}" for i in range(size // 44)]
+    return tok(sub, *roles, audience=AUDIENCE, ttl=86_400, **kw)
+
+
+@pytest.mark.parametrize("size", [5_000, 7_000, 15_000])
+def test_a_valid_token_longer_than_4096_characters_logs_in(server: BrokerServer, certs: CertFiles, size: int) -> None:
+    """Regression: the hello argument check applied the generic 4,096-character string limit
+    to the token, so such a token could never log in (docs/security.md allows 16 KiB)."""
+    token = groups_token(size)
+    assert 4096 < len(token) <= 16 * 1024
+    with connect(server, certs, token) as client:
+        assert client.server_info["principal"] == "alice"
+        assert client.init_producer("alice-groups").producer_epoch == 0
+
+
+def _traces_of(token: str) -> list[str]:
+    """Pieces of ``token`` that must not appear anywhere: its start, and a window of 24
+    characters every 12 (so any echo of 24 characters or more is found)."""
+    return [token[:24], *(token[i : i + 24] for i in range(0, max(1, len(token) - 23), 12))]
+
+
+def _assert_never_shown(token: str, texts: list[str]) -> None:
+    pieces = _traces_of(token)
+    for text in texts:
+        for piece in pieces:
+            assert piece not in text, f"the token shows in {text[:200]!r}"
+
+
+def _refusal_texts(exc: BaseException) -> list[str]:
+    """Everything an exception could show: its message, repr, args and the whole chain."""
+    return [str(exc), repr(exc), *map(repr, exc.args), "".join(traceback.format_exception(exc))]
+
+
+def _noise(length: int) -> str:
+    return "".join(random.Random(length).choices(string.ascii_letters + string.digits, k=length))
+
+
+#: every refusal of a token that can be triggered: (token, what the message says)
+REFUSED_TOKENS = [
+    (tok("alice", secret=b"y" * 32, audience=AUDIENCE, ttl=86_400), "signature"),
+    (tok("alice", audience=AUDIENCE, ttl=60, now=time.time() - 3600), "expired"),
+    (tok("alice", audience="another-service", ttl=86_400), "audience"),
+    (tok("alice", ttl=86_400), "'aud'"),
+    (jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": time.time() + 600}, None, algorithm="none"), "algorithm"),
+    (jwt.encode({"aud": AUDIENCE, "exp": time.time() + 600}, SECRET, algorithm="HS256"), "'sub'"),
+    (jwt.encode({"sub": "alice", "aud": AUDIENCE}, SECRET, algorithm="HS256"), "'exp'"),
+    (jwt.encode({"sub": "al\nice", "aud": AUDIENCE, "exp": time.time() + 600}, SECRET, algorithm="HS256"), "control"),
+    (jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": time.time() + 600, "nbf": time.time() + 3600}, SECRET), "yet"),
+    (
+        jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": time.time() + 600, "iat": time.time() + 3600}, SECRET),
+        "future",
+    ),
+    (jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": time.time() + 600, "roles": [1]}, SECRET), "list of strings"),
+    (jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": "tomorrow"}, SECRET, algorithm="HS256"), "number"),
+    ("garbage-" + _noise(200), "malformed"),
+    (groups_token(17_000), "16384"),  # validly signed, and longer than any token is taken
+    ("x" + _noise(5_000), "malformed"),  # longer than 4,096: the generic string limit echoed 77 characters
+]
+
+
+def test_no_refusal_shows_the_token_in_process_or_over_the_wire(
+    server: BrokerServer, certs: CertFiles, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression: the refusal of a token longer than 4,096 characters repeated its first 77
+    characters (docs/security.md: a refusal never contains the token). Every refusal that
+    can be triggered, through the authenticator in process and through the broker server,
+    with every message, repr, traceback and log line scanned for the token."""
+    caplog.set_level(logging.DEBUG)
+    authenticator = JWTAuthenticator.from_secret(SECRET, audience=AUDIENCE)
+    guard = BrokerGuard(authenticator, AccessPolicy(), server.broker.producer_record)
+    texts: dict[str, list[str]] = {}
+    refusals: list[tuple[str, BaseException]] = []
+    for token, message in REFUSED_TOKENS:
+        for refuse in (
+            lambda t: authenticator.authenticate(t, time.time()),
+            guard.authenticate,
+            lambda t: connect(server, certs, t),
+        ):
+            with pytest.raises(ProducerError) as info:
+                refuse(token)
+            texts.setdefault(token, []).extend(_refusal_texts(info.value))
+            refusals.append((message, info.value))
+    logged = [
+        r.getMessage() + (logging.Formatter().formatException(r.exc_info) if r.exc_info else "") for r in caplog.records
+    ]
+    for token, shown in texts.items():
+        _assert_never_shown(token, shown + logged)
+    for message, error in refusals:
+        assert isinstance(error, AuthenticationError) and message in str(error), (message, error)
+
+
+@pytest.mark.parametrize("kind", [bytes, list, dict])
+def test_a_token_of_the_wrong_type_is_refused_without_showing_it(
+    server: BrokerServer, certs: CertFiles, kind: type, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = ALICE
+    value: object = {
+        bytes: secret.encode(),
+        list: [secret],
+        dict: {secret: secret},
+    }[kind]
+    hello = {"version": wire.PROTOCOL_VERSION, "token": value, "client": "raw"}
+    context = client_context(certs.ca_cert)
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as conn,
+    ):
+        conn.sendall(wire.encode_request(1, "hello", hello))
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+    [answer] = [msgpack.unpackb(body) for body in wire.FrameDecoder().feed(received)]
+    error = wire.error_from_wire(answer[2])
+    shown = [*_refusal_texts(error), *(r.getMessage() for r in caplog.records)]
+    _assert_never_shown(secret, shown)
+    assert isinstance(error, AuthenticationError) and "token" in str(error)
+
+
+def test_an_authenticator_that_fails_unexpectedly_does_not_show_the_token(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+
+    def authenticate(token: str | None) -> object:
+        raise ValueError(f"no such token: {token}")  # a custom hook that repeats what it got
+
+    broker = memory_harness().open(BrokerConfig(maintenance_interval=0))
+    with BrokerServer(broker, authenticator=authenticate) as srv, pytest.raises(AuthenticationError) as info:
+        RemoteBroker(srv.url, token=ALICE, connect_timeout=1)
+    shown = [*_refusal_texts(info.value), *(r.getMessage() for r in caplog.records)]
+    _assert_never_shown(ALICE, shown)
+    assert "ValueError" in str(info.value)
