@@ -107,6 +107,9 @@ class CheckerConfig:
             quiet moment is written on its own at twice either bound.
         snapshot_seconds: take a snapshot when the last one is older than this and new
             batches were stored since.
+        eviction_margin: the share of ``max_producers`` evicted at once when a producer new
+            to a full partition needs room (at least one producer): the snapshot that makes
+            an eviction durable is written once for that many new producers, not once each.
     """
 
     window: int = DEFAULT_WINDOW
@@ -115,6 +118,7 @@ class CheckerConfig:
     snapshot_entries: int = 1000
     snapshot_records: int = 10_000
     snapshot_seconds: float = 120.0
+    eviction_margin: float = 0.02
 
     def __attrs_post_init__(self) -> None:
         if self.window < 5:
@@ -125,6 +129,14 @@ class CheckerConfig:
             raise ConfigError(f"producer_expiry must be positive, got {self.producer_expiry}")
         if self.snapshot_entries < 1 or self.snapshot_records < 1 or self.snapshot_seconds <= 0:
             raise ConfigError("snapshot intervals must be positive")
+        if not 0 <= self.eviction_margin < 1:
+            raise ConfigError(f"eviction_margin must be a share in 0..1 (below 1), got {self.eviction_margin}")
+
+    @property
+    def room_made(self) -> int:
+        """How many producers a full partition makes room for at once (``eviction_margin``
+        of ``max_producers``, at least one)."""
+        return max(1, int(self.max_producers * self.eviction_margin))
 
 
 @attrs.frozen

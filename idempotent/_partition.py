@@ -28,11 +28,13 @@ Decisions made here:
   :class:`RefreshProducers`. A fenced one gets FENCED with the registered epoch. The others
   go to the checker.
 * **Eviction on first write.** A producer new to the partition when ``max_producers`` are
-  tracked makes room by evicting the least recently active idle producers. An eviction is
-  durable only with a snapshot written after it, so the core takes one and returns
-  :class:`WriteSnapshot` with the evicted ids; if it cannot be written, the checker is
-  dropped and rebuilt from the log, which brings the evicted producers back (an eviction is
-  never half done).
+  tracked makes room by evicting the least recently active idle producers: a margin of them
+  (``CheckerConfig.eviction_margin``, 2 % of ``max_producers`` by default), so that the
+  next new producers find room without evicting again. An eviction is durable only with a
+  snapshot written after it (of the whole partition), so the core takes one and returns
+  :class:`WriteSnapshot` with the evicted ids; one snapshot thus serves a margin of new
+  producers, not each one. If it cannot be written, the checker is dropped and rebuilt from
+  the log, which brings the evicted producers back (an eviction is never half done).
 * **Snapshots.** A due snapshot (``snapshot_due``: batch count, record count or age) rides
   with the next append that finds nothing else in flight (:attr:`Append.snapshot`). Under a
   load that never leaves a quiet moment, a snapshot is written on its own once it is
@@ -253,7 +255,8 @@ class PartitionCore:
         if checker.tracks(header.producer_id):
             return _NEXT_WRITE
         if checker.producer_count >= self.config.max_producers:
-            evicted = checker.evict_over_capacity(room_for=1)
+            # room for a margin of new producers at once: one snapshot covers all of them
+            evicted = checker.evict_over_capacity(room_for=self.config.room_made)
             if evicted:
                 return WriteSnapshot(checker.snapshot(now), tuple(evicted))
         return _FIRST_WRITE

@@ -23,7 +23,13 @@ from idempotent._partition import (
 from idempotent._records import BatchHeader, StoredBatch
 from idempotent._registry import Admission
 from idempotent._types import TopicPartition
-from idempotent.errors import BackendUnavailableError, EntryTooLargeError, InvalidBatchError, PartitionRecoveringError
+from idempotent.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    EntryTooLargeError,
+    InvalidBatchError,
+    PartitionRecoveringError,
+)
 
 TP = TopicPartition("t", 0)
 T0 = 1_000.0
@@ -156,6 +162,43 @@ def test_a_new_producer_at_capacity_evicts_the_idle_one_durably_first() -> None:
     assert offer(core, header(1, 1), T0 + 2, admission=Admission.STATE_LOST) == Reply(
         ProduceResult(Outcome.UNKNOWN_PRODUCER)
     )
+
+
+def test_a_full_partition_makes_room_for_a_margin_of_new_producers_with_one_snapshot() -> None:
+    """Regression: a full partition evicted one producer per new producer, each time with a
+    snapshot of the whole partition (new producers per second fell 10 to 30 times). With the
+    default margin (2 % of max_producers) one snapshot makes room for 20 of 1,000."""
+    core = ready_core(max_producers=1000)
+    for producer_id in range(1000):
+        store(core, header(producer_id, 0), producer_id, T0 + producer_id)
+    snapshots: list[WriteSnapshot] = []
+    for producer_id in range(1000, 1100):
+        decision = offer(core, header(producer_id, 0), T0 + producer_id)
+        if isinstance(decision, WriteSnapshot):
+            snapshots.append(decision)
+            assert core.snapshot_written(decision, True) == decision.evicted
+            decision = offer(core, header(producer_id, 0), T0 + producer_id)
+        assert decision == Accept(first_write=True)
+        core.completed(core.append(header(producer_id, 0), T0 + producer_id), producer_id, T0 + producer_id)
+    assert len(snapshots) == 5  # not 100
+    evicted = [p for s in snapshots for p in s.evicted]
+    assert evicted == list(range(100))  # the least recently active, in that order
+    assert core.checker is not None and core.checker.producer_count == 1000
+
+
+@pytest.mark.parametrize(
+    ("max_producers", "margin", "room"), [(10_000, 0.02, 200), (1000, 0.0, 1), (2, 0.02, 1), (1, 0.5, 1)]
+)
+def test_the_room_made_at_once_is_a_share_of_max_producers_and_at_least_one(
+    max_producers: int, margin: float, room: int
+) -> None:
+    assert CheckerConfig(max_producers=max_producers, eviction_margin=margin).room_made == room
+
+
+@pytest.mark.parametrize("margin", [-0.01, 1.0, 2.0])
+def test_an_eviction_margin_outside_0_to_1_is_a_config_error(margin: float) -> None:
+    with pytest.raises(ConfigError, match="eviction_margin"):
+        CheckerConfig(eviction_margin=margin)
 
 
 def test_an_eviction_whose_snapshot_fails_is_undone_by_a_rebuild() -> None:
