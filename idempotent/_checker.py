@@ -42,16 +42,15 @@ function of the log prefix below :attr:`PartitionChecker.position`, which is wha
 and recovery rely on: ``restore(snapshot)`` plus :meth:`apply` of every batch written after
 ``snapshot.position`` rebuilds the exact state.
 
-The checker reads no clock: every method that needs the time takes ``now``.
+The checker reads no clock: every method that needs the time takes ``now``. It holds the
+rules; the persisted view is stored in a :class:`~idempotent._table.ProducerTable`.
 """
 
 from __future__ import annotations
 
 import enum
-from array import array
 from collections import deque
 from collections.abc import Iterable
-from typing import TypeVar
 
 import attrs
 
@@ -59,6 +58,7 @@ from ._outcomes import Outcome, ProduceResult
 from ._records import BatchHeader, Snapshot, StoredBatch
 from ._sequence import advances, crosses_ring_end, distance, in_ring, last_sequence_of, next_sequence
 from ._snapshot import Columns, decode, encode
+from ._table import ProducerTable, epoch_of
 from ._types import (
     DEFAULT_WINDOW,
     MAX_APPLICATION_SEQUENCE,
@@ -78,7 +78,6 @@ from .errors import ConfigError, CorruptDataError, InvalidBatchError
 _HALF_RING = SEQUENCE_SPACE // 2
 #: results are frozen values: the one for every accepted batch is shared
 _ACCEPTED = ProduceResult(Outcome.ACCEPTED)
-_T = TypeVar("_T", int, float)
 
 
 class Policy(enum.Enum):
@@ -235,45 +234,8 @@ def _within(first: int, last: int, sequence: int) -> bool:
     return in_ring(sequence) and (sequence >= first or sequence <= last)  # wraps to 0
 
 
-#: a producer's key packs its slot in the columns, its epoch and its newest window entry's
-#: record count into one int (two 30-bit digits, the size of any int above 2**30, for slots
-#: below 2**24): the dict of keys costs no object per producer beyond the int itself
-_SLOT_SHIFT = 36
 #: settled pushed views kept at least this many (see _Pushed)
 _MIN_VIEWS = 1024
-_EPOCH_SHIFT = 20
-_EPOCH_MASK = (1 << 16) - 1
-_COUNT_MASK = (1 << 20) - 1
-
-
-#: the columns are pages of this many slots: growing them never copies (and strands) what is
-#: already there, and a checker with few producers holds one small page
-_PAGE_BITS = 12
-_PAGE_MASK = (1 << _PAGE_BITS) - 1
-
-
-def _pages(column: array[_T]) -> list[array[_T]]:
-    """A decoded column cut into pages."""
-    size = 1 << _PAGE_BITS
-    return [column[i : i + size] for i in range(0, len(column), size)]
-
-
-def _flat(pages: list[array[_T]], typecode: str) -> array[_T]:
-    """One array of every page's values, slot after slot."""
-    flat: array[_T] = array(typecode)
-    for page in pages:
-        flat.extend(page)
-    return flat
-
-
-def _key(slot: int, producer_epoch: int, record_count: int) -> int:
-    return slot << _SLOT_SHIFT | producer_epoch << _EPOCH_SHIFT | record_count
-
-
-def _first_of(last: int, record_count: int) -> int:
-    """The first sequence of a stored batch from its last one (inverse of last_sequence_of)."""
-    first = last - record_count + 1
-    return first + SEQUENCE_SPACE if first < 0 else first  # wrapped to 0 on the int32 ring
 
 
 def _original_offset(window: list[tuple[int, int, int]], base: int, last: int) -> int | None:
@@ -304,19 +266,16 @@ def _original_offset(window: list[tuple[int, int, int]], base: int, last: int) -
 class PartitionChecker:
     """Sequence checker for one topic-partition. See the module docstring.
 
-    The persisted view is held in columns, not in one object per producer: a dict from
-    producer_id to a key, kept in eviction order (least recently active first), where the
-    key packs the producer's slot, epoch and newest window entry's record count; and paged
-    arrays indexed by slot of H(P), the last timestamp and the newest entry's base offset
-    (its first sequence follows from H(P) and the count). A producer with one stored batch
-    costs the dict entry, two ints and 24 bytes of columns. Older window entries, a newest
-    entry that does not end at H(P), and the pushed view while batches are in flight are kept
-    aside only for the producers that have them.
+    The persisted view is a :class:`~idempotent._table.ProducerTable`: columns, not one
+    object per producer (a dict from producer_id to a packed key, in eviction order, and
+    paged arrays of H(P), the last timestamp and the newest entry's base offset). A producer
+    with one stored batch costs the dict entry, two ints and 24 bytes of columns. The pushed
+    view is kept here, and only for the producers with batches in flight (:class:`_Pushed`).
     """
 
     def __init__(self, config: CheckerConfig | None = None) -> None:
         self.config = config or CheckerConfig()
-        self._init_columns(Columns())
+        self._take_columns(Columns())
         self._fifo: deque[_Pending] = deque()
         self._first_number = 0
         self._generation = 0
@@ -328,65 +287,16 @@ class PartitionChecker:
         self.last_snapshot_at = 0.0
         self.last_snapshot_position = -1
 
-    def _init_columns(self, columns: Columns) -> None:
-        """Take over decoded columns: slot i is the i-th producer, in eviction order."""
-        epochs, counts = columns.producer_epoch, columns.record_count
-        keys = map(_key, range(len(epochs)), epochs, counts)
-        #: producer_id -> key (slot, epoch and newest entry's record count), in eviction order
-        self._index: dict[int, int] = dict(zip(columns.producer_id, keys, strict=True))
-        self._last = _pages(columns.last_sequence)
-        self._time = _pages(columns.last_timestamp)
-        #: the newest window entry's base offset; its last sequence is H(P) unless in _apart
-        self._base = _pages(columns.base_offset)
-        self._slots = len(epochs)
-        #: newest window entries whose last sequence is not H(P) (a replayed batch behind it)
-        self._apart: dict[int, int] = {}
-        for producer_id, first, count, high in zip(
-            columns.producer_id, columns.first_sequence, counts, columns.last_sequence, strict=True
-        ):
-            if first + count - 1 != high and (last := last_sequence_of(first, count)) != high:
-                self._apart[producer_id] = last
-        #: older window entries, flat (first_sequence, last_sequence, base_offset), oldest first
-        self._older: dict[int, array[int]] = columns.older
-        self._free: list[int] = []
+    def _take_columns(self, columns: Columns) -> None:
+        """Take over decoded columns as the persisted view; nothing is pushed."""
+        self._table = ProducerTable(columns)
         self._pushed_views: dict[int, _Pushed] = {}
         #: when the views reach this many, the settled ones are dropped
         self._views_limit = _MIN_VIEWS
-        #: the last producer in the eviction order when known (None: look it up)
-        self._tail: int | None = None
-
-    def _add(self, producer_id: int, producer_epoch: int) -> int:
-        """The key of a producer new to the partition (nothing stored), placed at the end of
-        the eviction order."""
-        if self._free:
-            slot = self._free.pop()
-            page, at = slot >> _PAGE_BITS, slot & _PAGE_MASK
-            self._last[page][at] = NO_SEQUENCE
-            self._time[page][at] = 0.0
-            self._base[page][at] = 0
-        else:
-            slot = self._slots
-            self._slots += 1
-            if not slot & _PAGE_MASK:
-                self._last.append(array("q"))
-                self._time.append(array("d"))
-                self._base.append(array("q"))
-            self._last[-1].append(NO_SEQUENCE)
-            self._time[-1].append(0.0)
-            self._base[-1].append(0)
-        key = self._index[producer_id] = _key(slot, producer_epoch, 0)
-        self._tail = producer_id
-        return key
 
     def _remove(self, producer_id: int) -> None:
-        if producer_id == self._tail:
-            self._tail = None
-        slot = self._index.pop(producer_id) >> _SLOT_SHIFT
-        self._last[slot >> _PAGE_BITS][slot & _PAGE_MASK] = NO_SEQUENCE  # counted as free by snapshot()
-        self._free.append(slot)
-        self._older.pop(producer_id, None)
+        self._table.remove(producer_id)
         self._pushed_views.pop(producer_id, None)
-        self._apart.pop(producer_id, None)
 
     def _pushed_of(self, producer_id: int, key: int) -> _Pushed:
         """The pushed view of a producer, made separate from the persisted one."""
@@ -395,16 +305,12 @@ class PartitionChecker:
         if view is None:
             if len(views) >= self._views_limit:
                 self._drop_settled_views()
-            view = views[producer_id] = _Pushed((key >> _EPOCH_SHIFT) & _EPOCH_MASK, self._stored(key))
+            view = views[producer_id] = _Pushed(epoch_of(key), self._table.stored(key))
         return view
 
     def _settled(self, producer_id: int, view: _Pushed) -> bool:
-        key = self._index[producer_id]
-        return (
-            not view.pending
-            and view.sequence == self._stored(key)
-            and view.epoch == (key >> _EPOCH_SHIFT) & _EPOCH_MASK
-        )
+        key = self._table.index[producer_id]
+        return not view.pending and view.sequence == self._table.stored(key) and view.epoch == epoch_of(key)
 
     def _drop_settled_views(self) -> None:
         """Forget the views equal to the persisted ones (amortised: the limit doubles with
@@ -414,42 +320,15 @@ class PartitionChecker:
             del views[producer_id]
         self._views_limit = max(_MIN_VIEWS, 2 * len(views))
 
-    def _stored(self, key: int) -> int:
-        """H(P) of the producer with this key."""
-        slot = key >> _SLOT_SHIFT
-        return self._last[slot >> _PAGE_BITS][slot & _PAGE_MASK]
-
-    def _newest(self, producer_id: int, key: int) -> tuple[int, int, int] | None:
-        """The newest window entry of a producer as (first, last, base_offset), or None."""
-        count = key & _COUNT_MASK
-        if not count:
-            return None
-        slot = key >> _SLOT_SHIFT
-        page, at = slot >> _PAGE_BITS, slot & _PAGE_MASK
-        high = self._last[page][at]
-        last = self._apart.get(producer_id, high) if self._apart else high
-        return _first_of(last, count), last, self._base[page][at]
-
-    def _window(self, producer_id: int, key: int) -> list[tuple[int, int, int]]:
-        """The window of a producer, oldest first, as (first, last, base_offset)."""
-        older = self._older.get(producer_id)
-        entries = [] if older is None else [(older[i], older[i + 1], older[i + 2]) for i in range(0, len(older), 3)]
-        newest = self._newest(producer_id, key)
-        if newest is not None:
-            entries.append(newest)
-        return entries
-
     def _state_of(self, producer_id: int, key: int) -> ProducerState:
-        slot, epoch, count = key >> _SLOT_SHIFT, (key >> _EPOCH_SHIFT) & _EPOCH_MASK, key & _COUNT_MASK
-        page, at = slot >> _PAGE_BITS, slot & _PAGE_MASK
-        high = self._last[page][at]
+        epoch, high, last_offset, last_timestamp = self._table.view(key)
         view = self._pushed_views.get(producer_id)
         return ProducerState(
             producer_epoch=epoch,
             last_sequence=high,
-            last_offset=self._base[page][at] + count - 1 if count else -1,
-            last_timestamp=self._time[page][at],
-            window=[WindowEntry(*entry) for entry in self._window(producer_id, key)],
+            last_offset=last_offset,
+            last_timestamp=last_timestamp,
+            window=[WindowEntry(*entry) for entry in self._table.window(producer_id, key)],
             pushed_epoch=epoch if view is None else view.epoch,
             pushed_sequence=high if view is None else view.sequence,
             pending=0 if view is None else view.pending,
@@ -470,27 +349,26 @@ class PartitionChecker:
     @property
     def producer_count(self) -> int:
         """How many producers the partition tracks (including ones with nothing stored yet)."""
-        return len(self._index)
+        return len(self._table)
 
     def tracks(self, producer_id: int) -> bool:
         """Whether the partition has state for the producer (stored, or batches in flight)."""
-        return producer_id in self._index
+        return producer_id in self._table.index
 
     def producer(self, producer_id: int) -> ProducerState | None:
         """A copy of the state of one producer, or None."""
-        key = self._index.get(producer_id)
+        key = self._table.index.get(producer_id)
         return None if key is None else self._state_of(producer_id, key)
 
     def producers(self) -> dict[int, ProducerState]:
         """Copies of the states of all tracked producers, in eviction order."""
-        return {pid: self._state_of(pid, key) for pid, key in self._index.items()}
+        return {pid: self._state_of(pid, key) for pid, key in self._table.index.items()}
 
     def activity(self, now: float) -> dict[int, float]:
         """When each tracked producer was last active: ``now`` for one with batches in
         flight, else the timestamp of its last stored batch (without building a
         :class:`ProducerState` per producer)."""
-        times = _flat(self._time, "d")
-        active = {pid: times[key >> _SLOT_SHIFT] for pid, key in self._index.items()}
+        active = self._table.slot_times()
         for pid, view in self._pushed_views.items():
             if view.pending:
                 active[pid] = now
@@ -503,15 +381,15 @@ class PartitionChecker:
 
     def last_sequence(self, producer_id: int) -> int:
         """The highest persisted sequence of a producer, or -1."""
-        key = self._index.get(producer_id)
-        return NO_SEQUENCE if key is None else self._stored(key)
+        key = self._table.index.get(producer_id)
+        return NO_SEQUENCE if key is None else self._table.stored(key)
 
     def state(self) -> dict[int, tuple[object, ...]]:
         """The persisted state as plain values (what a snapshot holds), for comparisons."""
         return {
             pid: self._state_of(pid, key).persisted_view()
-            for pid, key in self._index.items()
-            if self._stored(key) != NO_SEQUENCE
+            for pid, key in self._table.index.items()
+            if self._table.stored(key) != NO_SEQUENCE
         }
 
     # -- decisions -------------------------------------------------------------------------
@@ -547,7 +425,8 @@ class PartitionChecker:
                 f"monotonic policy a batch ends there and the next one starts at {MAX_SEQUENCE + 1}"
             )
         producer_id = header.producer_id
-        key = self._index.get(producer_id)
+        table = self._table
+        key = table.index.get(producer_id)
         if key is None:
             if not admitted:
                 return ProduceResult(Outcome.UNKNOWN_PRODUCER)
@@ -557,11 +436,10 @@ class PartitionChecker:
             if not enabled or policy is Policy.MONOTONIC or header.base_sequence == 0:
                 return ProduceResult(Outcome.ACCEPTED)
             return ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0)
-        slot = key >> _SLOT_SHIFT
-        stored = self._last[slot >> _PAGE_BITS][slot & _PAGE_MASK]
+        stored = table.stored(key)
         view = self._pushed_views.get(producer_id)
         if view is None:
-            pushed_epoch, pushed = (key >> _EPOCH_SHIFT) & _EPOCH_MASK, stored
+            pushed_epoch, pushed = epoch_of(key), stored
         else:
             pushed_epoch, pushed = view.epoch, view.sequence
         if header.producer_epoch < pushed_epoch:
@@ -593,7 +471,7 @@ class PartitionChecker:
             if last > stored:
                 raise InvalidBatchError(f"batch {base}..{last} straddles the stored sequence {stored}")
             return ProduceResult(
-                Outcome.DUPLICATE, base_offset=_original_offset(self._window(producer_id, key), base, last)
+                Outcome.DUPLICATE, base_offset=_original_offset(self._table.window(producer_id, key), base, last)
             )
         if pushed != NO_SEQUENCE and base <= pushed:
             if last > pushed:
@@ -650,7 +528,7 @@ class PartitionChecker:
         Returns ``(offset, covered)``: ``covered`` when the first record is in a stored window
         entry; raises when the batch starts there but runs past H(P).
         """
-        window = self._window(producer_id, key)
+        window = self._table.window(producer_id, key)
         for first, entry_last, _ in window:
             if _within(first, entry_last, base):
                 if not _within(base, stored, last):
@@ -667,9 +545,9 @@ class PartitionChecker:
         """
         if header is not None:
             producer_id = header.producer_id
-            key = self._index.get(producer_id)
+            key = self._table.index.get(producer_id)
             if key is None:
-                key = self._add(producer_id, header.producer_epoch)
+                key = self._table.add(producer_id, header.producer_epoch)
             view = self._pushed_views.get(producer_id)
             if view is None:
                 view = self._pushed_of(producer_id, key)
@@ -713,10 +591,10 @@ class PartitionChecker:
             return
         item.done = item.dropped = True
         header = item.header
-        key = None if header is None else self._index.get(header.producer_id)
+        key = None if header is None else self._table.index.get(header.producer_id)
         if header is not None and key is not None:
             producer_id = header.producer_id
-            stored = self._stored(key)
+            stored = self._table.stored(key)
             view = self._pushed_of(producer_id, key)
             view.pending -= 1
             mine = [p for p in self._fifo if p.header is not None and p.header.producer_id == producer_id]
@@ -801,45 +679,9 @@ class PartitionChecker:
         *,
         pushed: bool,
     ) -> None:
-        # the hot path: written out rather than calling _newest / _key / _settle
-        index = self._index
-        key = index.get(producer_id)
-        if key is None:
-            key = self._add(producer_id, producer_epoch)
-        elif self._tail != producer_id:  # the most recently active goes last
-            del index[producer_id]
-            self._tail = producer_id
-        slot = key >> _SLOT_SHIFT
-        page, at = slot >> _PAGE_BITS, slot & _PAGE_MASK
-        epoch = (key >> _EPOCH_SHIFT) & _EPOCH_MASK
-        if producer_epoch > epoch:
-            epoch = producer_epoch
-        stored = self._last[page]
-        high = stored[at]
-        apart = self._apart
-        count = key & _COUNT_MASK
-        if count:  # the newest entry so far joins the older ones
-            newest = apart.get(producer_id, high) if apart else high
-            first = newest - count + 1
-            older = self._older.get(producer_id)
-            if older is None:
-                older = self._older[producer_id] = array("q")
-            older.extend((first + SEQUENCE_SPACE if first < 0 else first, newest, self._base[page][at]))
-            keep = 3 * (self.config.window - 1)
-            if len(older) > keep:
-                del older[: len(older) - keep]
-        last = last_sequence_of(base_sequence, record_count)
-        if advances(last, high):
-            high = stored[at] = last
-        if last != high:
-            apart[producer_id] = last
-        elif apart:
-            apart.pop(producer_id, None)
-        times = self._time[page]
-        if timestamp > times[at]:
-            times[at] = timestamp
-        self._base[page][at] = base_offset
-        index[producer_id] = slot << _SLOT_SHIFT | epoch << _EPOCH_SHIFT | record_count
+        epoch, last, high = self._table.store(
+            producer_id, producer_epoch, base_sequence, record_count, base_offset, timestamp, self.config.window
+        )
         view = self._pushed_views.get(producer_id)
         if view is not None:
             if pushed:
@@ -861,10 +703,11 @@ class PartitionChecker:
         """
         evicted: list[ProducerId] = []
         limit = self.config.max_producers - room_for
-        if len(self._index) <= limit:
+        index = self._table.index
+        if len(index) <= limit:
             return evicted
-        for producer_id in list(self._index):
-            if len(self._index) <= limit:
+        for producer_id in list(index):
+            if len(index) <= limit:
                 break
             if not self._idle(producer_id):
                 continue
@@ -875,20 +718,21 @@ class PartitionChecker:
     def _idle(self, producer_id: int) -> bool:
         """No batch of the producer in flight, and none dropped ahead of what is stored."""
         view = self._pushed_views.get(producer_id)
-        return view is None or (not view.pending and view.sequence == self._stored(self._index[producer_id]))
+        if view is None:
+            return True
+        return not view.pending and view.sequence == self._table.stored(self._table.index[producer_id])
 
     def expire(self, now: float) -> list[ProducerId]:
         """Evict producers idle for longer than ``producer_expiry``. Returns their ids."""
         limit = now - self.config.producer_expiry
-        times = _flat(self._time, "d")
-        expired = [pid for pid, key in self._index.items() if times[key >> _SLOT_SHIFT] < limit and self._idle(pid)]
+        expired = [pid for pid, at in self._table.slot_times().items() if at < limit and self._idle(pid)]
         for pid in expired:
             self._remove(pid)
         return [ProducerId(p) for p in expired]
 
     def forget(self, producer_id: int) -> bool:
         """Drop one producer's state (administrative). Returns whether it was tracked."""
-        if producer_id not in self._index or self.pending_batches(producer_id):
+        if producer_id not in self._table.index or self.pending_batches(producer_id):
             return False
         self._remove(producer_id)
         return True
@@ -919,28 +763,7 @@ class PartitionChecker:
 
         The snapshot is valid for every batch below :attr:`position`.
         """
-        index = self._index
-        pids: Iterable[int] = index
-        last = _flat(self._last, "q")
-        if last.count(NO_SEQUENCE) > len(self._free):  # producers with nothing stored yet
-            pids = [p for p, key in index.items() if last[key >> _SLOT_SHIFT] != NO_SEQUENCE]
-        order = array("q", pids)
-        keys = [index[p] for p in order]
-        slots = [k >> _SLOT_SHIFT for k in keys]
-        counts = array("i", [k & _COUNT_MASK for k in keys])
-        stored = array("q", map(last.__getitem__, slots))
-        newest = map(self._apart.get, order, stored) if self._apart else stored
-        columns = Columns(
-            self.position,
-            order,
-            array("h", [(k >> _EPOCH_SHIFT) & _EPOCH_MASK for k in keys]),
-            stored,
-            array("d", map(_flat(self._time, "d").__getitem__, slots)),
-            array("q", map(_first_of, newest, counts)),
-            array("q", map(_flat(self._base, "q").__getitem__, slots)),
-            counts,
-            older={p: self._older[p] for p in order if p in self._older} if self._older else {},
-        )
+        columns = self._table.columns(self.position)
         snap = Snapshot(self.position, self.entries_since_snapshot, now, encode(columns))
         self.mark_snapshot(snap)
         return snap
@@ -968,7 +791,7 @@ class PartitionChecker:
         if snapshot is None:
             return checker
         columns = decode(snapshot.data)
-        checker._init_columns(columns)
+        checker._take_columns(columns)
         checker.position = columns.position
         checker.mark_snapshot(snapshot)
         return checker
