@@ -58,7 +58,7 @@ from ._outcomes import Outcome, ProduceResult
 from ._records import BatchHeader, Snapshot, StoredBatch
 from ._sequence import advances, crosses_ring_end, distance, in_ring, last_sequence_of, next_sequence
 from ._snapshot import Columns, decode, encode
-from ._table import ProducerTable, epoch_of
+from ._table import ProducerTable, epoch_of, original_offset, within
 from ._types import (
     DEFAULT_WINDOW,
     MAX_APPLICATION_SEQUENCE,
@@ -221,46 +221,8 @@ def validate_header(header: BatchHeader) -> None:
         raise InvalidBatchError(f"previous_sequence {previous} out of range (-1..{MAX_APPLICATION_SEQUENCE})")
 
 
-def _steps(first: int, sequence: int) -> int:
-    """Records from ``first`` to ``sequence`` inside one stored batch (which wraps only on the
-    ring, see ``_sequence.py``)."""
-    return (sequence - first) % SEQUENCE_SPACE if sequence < first else sequence - first
-
-
-def _within(first: int, last: int, sequence: int) -> bool:
-    """True when ``sequence`` is one of the sequences ``first .. last`` of a stored range."""
-    if first <= last:
-        return first <= sequence <= last
-    return in_ring(sequence) and (sequence >= first or sequence <= last)  # wraps to 0
-
-
 #: settled pushed views kept at least this many (see _Pushed)
 _MIN_VIEWS = 1024
-
-
-def _original_offset(window: list[tuple[int, int, int]], base: int, last: int) -> int | None:
-    """The offset of sequence ``base`` when every record up to ``last`` is in the window
-    (``(first, last, base_offset)`` entries, oldest first) at consecutive offsets (one stored
-    batch, or adjacent ones with no other records between them), else None: record i of the
-    resend is then at the result + i."""
-    for index, (first, entry_last, entry_offset) in enumerate(window):
-        if not _within(first, entry_last, base):
-            continue
-        offset = entry_offset + _steps(first, base)
-        current = (first, entry_last, entry_offset)
-        for following in window[index + 1 :]:
-            if _within(current[0], current[1], last):
-                return offset
-            contiguous = following[0] == next_sequence(current[1]) and (
-                following[2] == current[2] + _steps(current[0], current[1]) + 1
-            )
-            if not contiguous:
-                return None
-            current = following
-        if _within(current[0], current[1], last):
-            return offset
-        return None
-    return None
 
 
 class PartitionChecker:
@@ -471,7 +433,7 @@ class PartitionChecker:
             if last > stored:
                 raise InvalidBatchError(f"batch {base}..{last} straddles the stored sequence {stored}")
             return ProduceResult(
-                Outcome.DUPLICATE, base_offset=_original_offset(self._table.window(producer_id, key), base, last)
+                Outcome.DUPLICATE, base_offset=original_offset(self._table.window(producer_id, key), base, last)
             )
         if pushed != NO_SEQUENCE and base <= pushed:
             if last > pushed:
@@ -530,10 +492,10 @@ class PartitionChecker:
         """
         window = self._table.window(producer_id, key)
         for first, entry_last, _ in window:
-            if _within(first, entry_last, base):
-                if not _within(base, stored, last):
+            if within(first, entry_last, base):
+                if not within(base, stored, last):
                     raise InvalidBatchError(f"batch {base}..{last} straddles the stored sequence {stored}")
-                return _original_offset(window, base, last), True
+                return original_offset(window, base, last), True
         return None, False
 
     # -- transitions -----------------------------------------------------------------------

@@ -18,6 +18,9 @@ cells per producer:
   ``(first_sequence, last_sequence, base_offset)``, oldest first), and a newest entry that does
   not end at H(P) (``apart``: a replayed batch behind it).
 
+A producer's window entries answer where a resend was stored (:func:`original_offset`, with
+:func:`within` for a range that may wrap on the int32 ring).
+
 A snapshot (``_snapshot.py``) is these columns in eviction order (:meth:`ProducerTable.columns`),
 and a restored table takes a decoded snapshot's columns over as they are
 (:class:`ProducerTable` built from :class:`~idempotent._snapshot.Columns`). Pure: no clock,
@@ -30,11 +33,11 @@ from array import array
 from collections.abc import Iterable
 from typing import TypeVar
 
-from ._sequence import advances, last_sequence_of
+from ._sequence import advances, in_ring, last_sequence_of, next_sequence
 from ._snapshot import Columns
 from ._types import NO_SEQUENCE, SEQUENCE_SPACE
 
-__all__ = ["ProducerTable", "first_of"]
+__all__ = ["ProducerTable", "first_of", "original_offset", "within"]
 
 #: a key's fields: ``slot << SLOT_SHIFT | epoch << EPOCH_SHIFT | record_count``
 SLOT_SHIFT = 36
@@ -75,6 +78,44 @@ def first_of(last: int, record_count: int) -> int:
 def epoch_of(key: int) -> int:
     """The epoch a key holds."""
     return (key >> EPOCH_SHIFT) & EPOCH_MASK
+
+
+def _steps(first: int, sequence: int) -> int:
+    """Records from ``first`` to ``sequence`` inside one stored batch (which wraps only on the
+    ring, see ``_sequence.py``)."""
+    return (sequence - first) % SEQUENCE_SPACE if sequence < first else sequence - first
+
+
+def within(first: int, last: int, sequence: int) -> bool:
+    """True when ``sequence`` is one of the sequences ``first .. last`` of a stored range."""
+    if first <= last:
+        return first <= sequence <= last
+    return in_ring(sequence) and (sequence >= first or sequence <= last)  # wraps to 0
+
+
+def original_offset(window: list[tuple[int, int, int]], base: int, last: int) -> int | None:
+    """The offset of sequence ``base`` when every record up to ``last`` is in the window
+    (``(first, last, base_offset)`` entries, oldest first) at consecutive offsets (one stored
+    batch, or adjacent ones with no other records between them), else None: record i of the
+    resend is then at the result + i."""
+    for index, (first, entry_last, entry_offset) in enumerate(window):
+        if not within(first, entry_last, base):
+            continue
+        offset = entry_offset + _steps(first, base)
+        current = (first, entry_last, entry_offset)
+        for following in window[index + 1 :]:
+            if within(current[0], current[1], last):
+                return offset
+            contiguous = following[0] == next_sequence(current[1]) and (
+                following[2] == current[2] + _steps(current[0], current[1]) + 1
+            )
+            if not contiguous:
+                return None
+            current = following
+        if within(current[0], current[1], last):
+            return offset
+        return None
+    return None
 
 
 class ProducerTable:
