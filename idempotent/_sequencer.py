@@ -930,8 +930,9 @@ class ProducerSequencer:
         batch.state = BatchState.DONE
         self._batches.pop(batch.batch_id, None)
         ps = self._partitions.get(batch.topic_partition)
-        if ps is not None and batch in ps.inflight:
-            ps.inflight.remove(batch)
+        if ps is not None:
+            if batch in ps.inflight:
+                ps.inflight.remove(batch)
             if ps.undecided is batch:
                 ps.undecided = None
         self.unfinished -= len(batch.records)
