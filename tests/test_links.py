@@ -671,23 +671,6 @@ def test_any_loss_pattern_with_a_fatal_event_reports_honest_statuses(
 # -- the harness itself ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [{"drop": 1.5}, {"delay": -0.1}, {"drop": 0.6, "duplicate": 0.6}, {"max_delay": -1.0}],
-)
-def test_faults_are_validated(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ConfigError):
-        Faults(**kwargs)
-
-
-def test_faults_choose_roughly_in_proportion() -> None:
-    rng = random.Random(1)
-    faults = Faults(drop=0.1, duplicate=0.2, delay=0.3, error=0.1)
-    counts = Counter(faults.choose(rng) for _ in range(20_000))
-    for fate, p in [(Fate.DROP, 0.1), (Fate.DUPLICATE, 0.2), (Fate.DELAY, 0.3), (Fate.ERROR, 0.1), (Fate.DELIVER, 0.3)]:
-        assert abs(counts[fate] / 20_000 - p) < 0.02
-
-
 def test_bad_link_options() -> None:
     with pytest.raises(ConfigError):
         LossyLink(0, latency=-1.0)
