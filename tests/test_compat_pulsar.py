@@ -307,6 +307,11 @@ def test_create_producer_checks_arguments_as_upstream(url: str, options: dict[st
 
 
 def test_native_default_enums_are_accepted(url: str) -> None:
+    """pulsar-client's own enum and schema objects, at their defaults, as code written for
+    pulsar-client passes them: the producer is created and behaves as a default one. The
+    bytes schema stores the payload as it is and takes bytes only (TypeError for a str, as
+    pulsar-client's BytesSchema), the id returned is the stored message's, and a reader with
+    the same schema reads it back. An enum of the wrong kind is refused, naming the option."""
     import pulsar
 
     client = compat.Client(url)
@@ -316,7 +321,16 @@ def test_native_default_enums_are_accepted(url: str) -> None:
         access_mode=pulsar.ProducerAccessMode.Shared,
         schema=pulsar.schema.BytesSchema(),
     )
-    producer.send(b"a")
+    assert producer.topic() == "persistent://public/default/t"
+    message_id = producer.send(b"a")
+    with pytest.raises(TypeError):
+        producer.send("text")  # type: ignore[arg-type]
+    assert _values(client, "public/default/t") == [b"a"]
+    reader = client.create_reader("t", compat.MessageId.earliest, schema=pulsar.schema.BytesSchema())
+    message = reader.read_next(5)
+    assert (message.value(), message.data(), message.message_id()) == (b"a", b"a", message_id)
+    with pytest.raises(compat.InvalidConfiguration, match=r"access_mode must be a pulsar\.ProducerAccessMode"):
+        client.create_producer("t", access_mode=pulsar.CompressionType.NONE)
     client.close()
 
 

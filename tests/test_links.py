@@ -1,24 +1,42 @@
 """Exactly-once under a lossy, duplicating, reordering link: many seeds and Hypothesis.
 
-Every run goes through :class:`idempotent.testing.links.LossyLink` (real sequencers against
-real partition checkers) and is checked both with the link's own ``violations()`` and with
-explicit assertions here.
+Every run goes through :class:`idempotent.testing.links.LossyLink`: real sequencers against
+the broker's real core (the producer registry and a ``PartitionCore`` per partition, over
+in-memory lists), and is checked both with the link's own ``violations()`` and with explicit
+assertions here.
+
+The seeded runs take ``IDEMPOTENT_LINK_SEEDS`` seeds of each family (200 by default, a few
+seconds in all), from ``IDEMPOTENT_LINK_FIRST_SEED`` on (0): set them to run many more
+locally, for example ``IDEMPOTENT_LINK_SEEDS=20000 python -m pytest tests/test_links.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import math
+import os
 import random
 from collections import Counter
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from idempotent._checker import CheckerConfig
+from idempotent._checker import CheckerConfig, Policy
 from idempotent._outcomes import DeliveryStatus
+from idempotent._partition import PartitionCore
+from idempotent._registry import ProducerRegistry
 from idempotent._types import TopicPartition
-from idempotent.errors import ConfigError, ProducerClosedError, ProducerFencedError, UnknownProducerError
+from idempotent.errors import (
+    ConfigError,
+    ProducerClosedError,
+    ProducerFencedError,
+    SequenceDesyncError,
+    UnknownProducerError,
+)
 from idempotent.testing.links import (
     DeadlineSpinError,
     Fate,
@@ -27,9 +45,20 @@ from idempotent.testing.links import (
     LinkViolation,
     LogEntry,
     LossyLink,
+    StorageFaults,
 )
 
 TOTALS: Counter[str] = Counter()
+CORE_TOTALS: Counter[str] = Counter()
+SEEDS = int(os.environ.get("IDEMPOTENT_LINK_SEEDS", "200"))
+FIRST_SEED = int(os.environ.get("IDEMPOTENT_LINK_FIRST_SEED", "0"))
+CHUNK = 20
+CHUNKS = range(math.ceil(SEEDS / CHUNK))
+
+
+def seeds_of(chunk: int) -> range:
+    start = FIRST_SEED + chunk * CHUNK
+    return range(start, min(start + CHUNK, FIRST_SEED + SEEDS))
 
 
 def logged_at(link: LossyLink) -> dict[bytes, list[tuple[TopicPartition, int]]]:
@@ -129,10 +158,10 @@ def run_seed(seed: int) -> tuple[LossyLink, bool]:
     return link, fatal
 
 
-@pytest.mark.parametrize("chunk", range(10))
+@pytest.mark.parametrize("chunk", CHUNKS)
 def test_exactly_once_over_many_seeds(chunk: int) -> None:
-    """200 seeds in 10 chunks of 20."""
-    for seed in range(chunk * 20, chunk * 20 + 20):
+    """``SEEDS`` seeds in chunks of 20."""
+    for seed in seeds_of(chunk):
         link, fatal = run_seed(seed)
         # a NOT_PERSISTED record in the log is only tolerated where the link delivered the
         # refused attempt twice: see test_sequencer.test_refusal_of_a_duplicated_request_...
@@ -159,7 +188,7 @@ def test_the_seeds_exercised_every_path() -> None:
     """Guard against a harness that silently stopped injecting faults (runs after the seeds;
     recomputed if run alone)."""
     if TOTALS["persisted"] == 0:
-        for chunk in range(10):
+        for chunk in CHUNKS:
             test_exactly_once_over_many_seeds(chunk)
     for key in (
         "dropped",
@@ -178,6 +207,295 @@ def test_the_seeds_exercised_every_path() -> None:
         "rejected",
     ):
         assert TOTALS[key] > 0, (key, dict(TOTALS))
+
+
+# -- the core's decisions: policies, evictions, snapshots, storage faults, crashes -------------
+
+
+def random_faults(rng: random.Random, level: float) -> Faults:
+    return Faults(
+        drop=level * rng.random(),
+        duplicate=level * rng.random(),
+        delay=level * rng.random(),
+        error=level * rng.random() / 3,
+        max_delay=rng.choice([0.005, 0.03, 0.1]),
+    )
+
+
+def run_core_seed(seed: int) -> tuple[LossyLink, bool]:
+    """One randomised scenario through every decision of the broker's core: three producers
+    on two partitions under either policy (under ``monotonic`` one producer chooses its own
+    sequences, with holes), a ``max_producers`` of 1 or 2 in half the seeds (evictions) and
+    expiry by the maintenance step in some, snapshots every few batches, records or
+    milliseconds, failing appends and snapshot writes, and up to three crashes with restarts
+    in the middle of the schedule. Returns the link and whether a producer may fail."""
+    rng = random.Random(seed)
+    level = rng.choice([0.0, 0.02, 0.08, 0.15])
+    policy = rng.choice(list(Policy))
+    small = rng.random() < 0.5
+    expiring = rng.random() < 0.3
+    config = CheckerConfig(
+        window=rng.choice([5, 16]),
+        max_producers=rng.choice([1, 2]) if small else 10_000,
+        producer_expiry=rng.choice([0.03, 0.1]) if expiring else 1e6,
+        snapshot_entries=rng.choice([1, 2, 5, 1000]),
+        snapshot_records=rng.choice([3, 10, 10_000]),
+        snapshot_seconds=rng.choice([0.005, 0.05, 120.0]),
+    )
+    link = LossyLink(
+        seed,
+        requests=random_faults(rng, level),
+        responses=random_faults(rng, level),
+        write_delay=rng.choice([0.0, 0.005, 0.04]),
+        retry_backoff=rng.choice([0.001, 0.01]),
+        checker_config=config,
+        policy=policy,
+        storage=StorageFaults(
+            append_error=rng.choice([0.0, 0.0, 0.02, 0.08]), snapshot_error=rng.choice([0.0, 0.1, 0.4])
+        ),
+        maintenance_interval=rng.choice([0.0, 0.01, 0.03]),
+    )
+    fatal = rng.random() < 0.2
+    for index in range(3):
+        p = link.add_producer(
+            max_in_flight=rng.choice([1, 2, 5]),
+            linger=rng.choice([0.0, 0.002]),
+            max_batch_records=rng.choice([1, 2, 4]),
+            request_timeout=rng.choice([0.02, 0.1]),
+            delivery_timeout=rng.choice([0.15, 0.5]) if fatal else 1e4,
+        )
+        chooses = policy is Policy.MONOTONIC and index == 2
+        next_sequence = [0, 0]
+        step = rng.choice([0.0003, 0.002, 0.005])
+        for i in range(rng.randint(15, 30)):
+            partition = rng.randrange(2)
+            sequence = next_sequence[partition] if chooses else None
+            next_sequence[partition] += rng.choice([1, 1, 2, 7])
+            link.send(p, "t", partition, at=i * step, sequence=sequence)
+        if fatal:
+            when = rng.uniform(0.0, 0.08)
+            action = rng.choice(["fence", "forget", "close", "timeout"])
+            if action != "timeout":
+                getattr(link, action)(p, at=when)
+    for _ in range(rng.choice([0, 1, 1, 2, 3])):
+        link.crash(at=rng.uniform(0.0, 0.1), downtime=rng.choice([0.0, 0.005, 0.03]))
+    link.run()
+    return link, fatal or small or expiring
+
+
+def snapshot_overwritten(link: LossyLink) -> bool:
+    """Whether a snapshot was replaced by an older one at the same position: an append that
+    carried a due snapshot was stored after an eviction's snapshot was written (see
+    test_simulated_broker.test_an_eviction_survives_an_older_snapshot_stored_after_it)."""
+    for snapshots in link.storage.snapshots.values():
+        for i, snapshot in enumerate(snapshots):
+            if any(s.position == snapshot.position and s.taken_at < snapshot.taken_at for s in snapshots[i + 1 :]):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+def test_exactly_once_through_the_core_over_many_seeds(chunk: int) -> None:
+    """``SEEDS`` seeds of :func:`run_core_seed` in chunks of 20.
+
+    One known defect is not hidden but reported: when its only symptom is that a recovery
+    would bring back a producer the running broker evicted, because an older snapshot
+    overwrote the eviction's, the chunk ends XFAIL naming the seeds (the deterministic
+    reproduction is a strict xfail in test_simulated_broker.py)."""
+    known: list[int] = []
+    for seed in seeds_of(chunk):
+        link, may_fail = run_core_seed(seed)
+        problems = link.violations(allow_duplicated_refusals=True)
+        rebuilt = [p for p in problems if "a recovery would rebuild another state" in p]
+        if problems and rebuilt == problems and snapshot_overwritten(link):
+            known.append(seed)
+        else:
+            assert problems == [], f"seed {seed}: {problems[:5]}"
+        check_exactly_once(link, fatal_expected=may_fail)
+        stats = link.stats.broker
+        CORE_TOTALS.update(link.stats.outcomes)
+        CORE_TOTALS.update({name: value for name, value in attrs.asdict(stats).items()})
+        CORE_TOTALS.update(
+            {
+                f"policy_{link.storage.policy.value}": 1,
+                **{type(p.failure).__name__: 1 for p in link.producers if p.failure is not None},
+                "chosen_gaps": sum(
+                    1
+                    for log in link.logs.values()
+                    for before, after in itertools.pairwise(log)
+                    if before.producer_id == after.producer_id and after.sequence > before.sequence + 1
+                ),
+            }
+        )
+    if known:
+        pytest.xfail(f"seeds {known}: an eviction's snapshot was overwritten by an older one (known defect)")
+
+
+def test_the_core_seeds_exercised_every_path() -> None:
+    """Guard against a scenario that silently stopped reaching a decision of the core."""
+    if CORE_TOTALS["persisted"] == 0:
+        for chunk in CHUNKS:
+            with contextlib.suppress(pytest.xfail.Exception):
+                test_exactly_once_through_the_core_over_many_seeds(chunk)
+    for key in (
+        "policy_strict",
+        "policy_monotonic",
+        "chosen_gaps",
+        "recoveries",
+        "from_snapshot",
+        "snapshots",
+        "snapshot_errors",
+        "append_errors",
+        "evicted",
+        "recovering",
+        "crashes",
+        "landed",
+        "lost",
+        "duplicate",
+        "in_flight",
+        "out_of_order_sequence",
+        "unknown_producer",
+        "fenced",
+        "UnknownProducerError",
+        "ProducerFencedError",
+        "possibly_persisted",
+        "not_persisted",
+    ):
+        assert CORE_TOTALS[key] > 0, (key, dict(CORE_TOTALS))
+
+
+def test_the_link_drives_the_partition_core_and_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker of the link decides nothing itself: every batch goes through the producer
+    registry's admission and a ``PartitionCore``'s offer, append and completion."""
+    calls: Counter[str] = Counter()
+    for cls, names in ((PartitionCore, ("offer", "append", "completed")), (ProducerRegistry, ("admit",))):
+        for name in names:
+            original = getattr(cls, name)
+
+            def spy(self: object, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+                calls[_name] += 1
+                return _original(self, *args, **kwargs)
+
+            monkeypatch.setattr(cls, name, spy)
+    link = LossyLink(0)
+    p = link.add_producer(linger=0.0, max_batch_records=1)
+    for i in range(5):
+        link.send(p, "t", i % 2, at=i * 0.01)
+    link.run()
+    link.verify()
+    assert calls == {"admit": 5, "offer": 5, "append": 5, "completed": 5}
+
+
+def test_a_small_max_producers_evicts_the_idle_producer() -> None:
+    """With room for one producer per partition, the second producer's first batch evicts
+    the first (idle) one, whose next batch there is then refused UNKNOWN_PRODUCER: the
+    producer fails and reports what it could not deliver."""
+    link = LossyLink(0, checker_config=CheckerConfig(max_producers=1))
+    first, second = link.add_producer(linger=0.0), link.add_producer(linger=0.0)
+    early = link.send(first, "t", 0, at=0.0)
+    taking = link.send(second, "t", 0, at=0.01)
+    late = link.send(first, "t", 0, at=0.02)
+    link.run()
+    link.verify()
+    assert link.outcome(early).status is DeliveryStatus.PERSISTED
+    assert link.outcome(taking).status is DeliveryStatus.PERSISTED
+    assert link.outcome(late).status is DeliveryStatus.NOT_PERSISTED
+    assert isinstance(link.failure(first), UnknownProducerError) and link.failure(second) is None
+    assert link.stats.broker.evicted == 1 and link.stats.broker.snapshots == 1
+    assert link.storage.producers[link.sequencer(first).producer_id].state_lost
+
+
+def test_application_sequences_with_holes_need_the_monotonic_policy() -> None:
+    """The topic's policy reaches the core: holes in the application's sequences are stored
+    under ``monotonic`` and refused under ``strict`` (the producer then fails)."""
+    for policy in Policy:
+        link = LossyLink(0, policy=policy)
+        p = link.add_producer(linger=0.0, max_batch_records=1)
+        messages = [link.send(p, "t", 0, at=i * 0.01, sequence=sequence) for i, sequence in enumerate((0, 3, 9))]
+        link.run()
+        link.verify()
+        logged = [e.sequence for e in link.logs[TopicPartition("t", 0)]]
+        if policy is Policy.MONOTONIC:
+            assert logged == [0, 3, 9]
+            assert [link.outcome(m).offset for m in messages] == [0, 1, 2]
+        else:
+            assert logged == [0] and isinstance(link.failure(p), SequenceDesyncError)
+
+
+def test_a_topic_setting_changed_mid_run_reaches_the_core() -> None:
+    """Deduplication switched off for a topic while the link duplicates a request: the copy
+    is stored again (which ``verify`` reports); switched on again, the state followed the
+    log and a resend is a duplicate again."""
+    link = LossyLink(0, requests=Faults(max_delay=0.0), script=[Fate.DUPLICATE])
+    p = link.add_producer(linger=0.0)
+    link.configure("t", deduplication=False)
+    message = link.send(p, "t", 0)
+    link.run()
+    assert [e.value for e in link.logs[TopicPartition("t", 0)]] == [message.value, message.value]
+    with pytest.raises(LinkViolation, match="logged 2 times"):
+        link.verify()
+
+    link = LossyLink(0, requests=Faults(max_delay=0.0), script=[Fate.DELIVER, Fate.DELIVER, Fate.DUPLICATE])
+    p = link.add_producer(linger=0.0)
+    link.configure("t", deduplication=False)
+    link.send(p, "t", 0, at=0.0)
+    link.configure("t", deduplication=True, at=0.01)
+    link.send(p, "t", 0, at=0.02)
+    link.run()
+    link.verify()
+    assert link.stats.outcomes["duplicate"] == 1
+
+
+def test_a_crash_in_the_middle_recovers_from_the_snapshot_and_the_log() -> None:
+    """The broker crashes with appends under way, stays down for a while and restarts: the
+    partitions are rebuilt from their newest snapshot plus the log after it, the producer's
+    resends of what landed are answered DUPLICATE with their offsets, and every record is
+    stored once, in order."""
+    link = LossyLink(4, write_delay=0.02, checker_config=CheckerConfig(snapshot_entries=3), retry_backoff=0.005)
+    p = link.add_producer(max_in_flight=5, linger=0.0, max_batch_records=2, request_timeout=0.05)
+    messages = [link.send(p, "t", i % 2, at=i * 0.002) for i in range(60)]
+    link.crash(at=0.05, downtime=0.02)
+    link.crash(at=0.09)
+    link.run()
+    link.verify()
+    check_exactly_once(link, fatal_expected=False)
+    stats = link.stats.broker
+    assert stats.crashes == 2 and stats.landed + stats.lost > 0
+    assert stats.from_snapshot > 0 and stats.replayed > 0
+    assert all(link.outcome(m).offset is not None for m in messages)
+    assert link.recovery_mismatches() == []
+
+
+def test_failed_appends_rebuild_the_partition_from_its_log() -> None:
+    """Appends fail with their outcome unknown (half of them stored): the core fails the
+    partition, answers PARTITION_RECOVERING while appends are outstanding, rebuilds it from
+    the log, and the resends are stored once."""
+    link = LossyLink(2, write_delay=0.01, storage=StorageFaults(append_error=0.2))
+    p = link.add_producer(max_in_flight=5, linger=0.0, request_timeout=0.05)
+    for i in range(40):
+        link.send(p, "t", 0, at=i * 0.001)
+    link.run()
+    link.verify()
+    check_exactly_once(link, fatal_expected=False)
+    assert link.stats.broker.append_errors > 0 and link.stats.broker.recoveries > 1
+
+
+def test_admin_events_wait_for_a_restart() -> None:
+    """A fence while the broker is down takes effect when it is back: the old instance's
+    next request is answered FENCED."""
+    link = LossyLink(0, retry_backoff=0.001)
+    p = link.add_producer(linger=0.0, request_timeout=0.05)
+    first = link.send(p, "t", 0, at=0.0)
+    link.crash(at=0.01, downtime=0.02)
+    link.fence(p, at=0.015)
+    late = link.send(p, "t", 0, at=0.02)
+    link.run()
+    link.verify()
+    assert link.outcome(first).status is DeliveryStatus.PERSISTED
+    # its attempts while the broker was down failed in transport: POSSIBLY_PERSISTED, honestly
+    assert link.outcome(late).status is DeliveryStatus.POSSIBLY_PERSISTED
+    assert [e.value for e in link.logs[TopicPartition("t", 0)]] == [first.value]
+    assert isinstance(link.failure(p), ProducerFencedError)
 
 
 def test_no_faults_delivers_everything_in_order_at_consecutive_offsets() -> None:
@@ -353,28 +671,20 @@ def test_any_loss_pattern_with_a_fatal_event_reports_honest_statuses(
 # -- the harness itself ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [{"drop": 1.5}, {"delay": -0.1}, {"drop": 0.6, "duplicate": 0.6}, {"max_delay": -1.0}],
-)
-def test_faults_are_validated(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ConfigError):
-        Faults(**kwargs)
-
-
-def test_faults_choose_roughly_in_proportion() -> None:
-    rng = random.Random(1)
-    faults = Faults(drop=0.1, duplicate=0.2, delay=0.3, error=0.1)
-    counts = Counter(faults.choose(rng) for _ in range(20_000))
-    for fate, p in [(Fate.DROP, 0.1), (Fate.DUPLICATE, 0.2), (Fate.DELAY, 0.3), (Fate.ERROR, 0.1), (Fate.DELIVER, 0.3)]:
-        assert abs(counts[fate] / 20_000 - p) < 0.02
-
-
 def test_bad_link_options() -> None:
     with pytest.raises(ConfigError):
         LossyLink(0, latency=-1.0)
     with pytest.raises(ConfigError):
         LossyLink(0, spin_step=0.0)
+    with pytest.raises(ConfigError):
+        LossyLink(0, maintenance_interval=-1.0)
+    with pytest.raises(ConfigError):
+        LossyLink(0).crash(at=0.0, downtime=-1.0)
+    link = LossyLink(0)
+    with pytest.raises(ConfigError, match="anonymous"):
+        link.fence(link.add_producer(anonymous=True), at=0.0)
+    with pytest.raises(ConfigError, match="resumed"):
+        link.add_producer(last_sequences={("t", 0): 5})
 
 
 def test_verify_catches_broken_logs() -> None:

@@ -1,8 +1,7 @@
-"""The threaded Producer shell and the asyncio producer."""
+"""The threaded Producer shell (the asyncio producer: test_aio.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Iterator
@@ -119,18 +118,6 @@ def test_retries_through_backend_outage() -> None:
     values = [r.value for r in broker.read("t", 0, 0, 100)]
     assert values == [b"a"] + [f"{i}".encode() for i in range(20)]
     assert [m.offset for m in metas] == list(range(1, 21))
-
-
-def test_asyncio_producer(tmp_path: Path) -> None:
-    async def main() -> list[int | None]:
-        async with idempotent.AsyncProducer(f"sqlite:///{tmp_path / 'a.db'}", "async-job") as producer:
-            futures = [await producer.send("t", f"{i}".encode()) for i in range(100)]
-            one = await producer.send_and_wait("t", b"last")
-            results = await asyncio.gather(*futures)
-            assert one.offset == 100 and producer.last_sequence("t", 0) == 100
-            return [r.offset for r in results]
-
-    assert asyncio.run(main()) == list(range(100))
 
 
 # -- application-chosen sequences ----------------------------------------------------------------
@@ -314,16 +301,6 @@ def test_send_many_queue_full_and_closed() -> None:
     producer.close()
     with pytest.raises(ProducerClosedError):
         producer.send_many("t", [b"x"])
-
-
-def test_asyncio_send_many(tmp_path: Path) -> None:
-    async def main() -> list[int | None]:
-        async with idempotent.AsyncProducer(f"sqlite:///{tmp_path / 'a.db'}") as producer:
-            future = await producer.send_many("t", [f"{i}".encode() for i in range(50)], partition=0)
-            deliveries = await future
-            return [m.offset for m in deliveries]  # type: ignore[union-attr]
-
-    assert asyncio.run(main()) == list(range(50))
 
 
 # -- the future of send ----------------------------------------------------------------------------

@@ -80,40 +80,6 @@ def test_owner_is_kept_by_every_epoch_and_by_a_moved_name() -> None:
     assert (moved.producer_id, moved.principal) == (200, "alice")
 
 
-def test_meta_encoding_carries_the_owner_and_reads_older_records() -> None:
-    import msgpack
-
-    from adapters._meta import pack_producer, unpack_producer
-    from idempotent._registry import ProducerRecord
-
-    record = ProducerRecord(7, 3, "job", True, (("t", 0), ("t", 2)), "alice")  # type: ignore[arg-type]
-    assert unpack_producer(pack_producer(record)) == record
-    older = msgpack.packb([7, 3, "job", False, [["t", 0]]])  # written before records had owners
-    assert unpack_producer(older) == ProducerRecord(7, 3, "job", False, (("t", 0),), None)  # type: ignore[arg-type]
-    newer = msgpack.packb([7, 3, "job", False, [], "alice", 1234.5, "a-later-field"])
-    assert unpack_producer(newer).principal == "alice"
-    assert unpack_producer(newer).last_used == 1234.5
-    assert unpack_producer(pack_producer(attrs.evolve(record, last_used=99.0))).last_used == 99.0
-
-
-def test_meta_log_folds_producer_records_with_the_merge_rule() -> None:
-    """Kafka and Pulsar fold producer messages in log order: a stale copy written later does
-    not undo a newer epoch, and copies at one epoch unite their partitions."""
-    from adapters._meta import MetaLog, pack_producer
-    from idempotent._registry import ProducerRecord, merge_record
-    from idempotent._types import Epoch, ProducerId
-
-    newer = ProducerRecord(ProducerId(7), Epoch(1), "p", False, (("t", 0),), "alice")
-    log: MetaLog[int] = MetaLog()
-    log.apply("producer:7", pack_producer(newer), 0)
-    log.apply("producer:7", pack_producer(ProducerRecord(ProducerId(7), Epoch(0), "p", False, (("t", 2),))), 1)
-    assert log.producers[7] == newer
-    log.apply("producer:7", pack_producer(ProducerRecord(ProducerId(7), Epoch(1), "p", True, (("t", 1),), "bob")), 2)
-    assert log.producers[7] == ProducerRecord(ProducerId(7), Epoch(1), "p", True, (("t", 0), ("t", 1)), "alice")
-    assert merge_record(log.producers[7], newer) is log.producers[7]
-    assert merge_record(None, newer) is newer
-
-
 def test_sweep_expires_records_idle_for_longer_than_the_retention() -> None:
     r = registry()
     old = r.init("spark/job-1/0", now=1000.0)

@@ -1,17 +1,22 @@
-"""A deterministic, fault-injecting link between producer sequencers and a broker model.
+"""A deterministic, fault-injecting link between producer sequencers and a broker.
 
 :class:`LossyLink` is a pure discrete-event simulation: no threads, no sockets, no real
 clock. It connects one or more :class:`~idempotent._sequencer.ProducerSequencer` instances to
-an in-memory broker model built on :class:`~idempotent._checker.PartitionChecker` (one checker
-and one list-backed log per topic-partition; an offset is an index into that list).
+a :class:`~idempotent.testing.simulated_broker.SimulatedBroker`: the broker's real core (the
+producer registry and one :class:`~idempotent._partition.PartitionCore` per partition) over
+in-memory lists, with one list-backed log per topic-partition (an offset is an index into that
+list). Admission, sequence checks, eviction, the policies, the deduplication switch, snapshots
+and recovery are all the shipped code's.
 
 Every request (producer to broker) and every response (broker to producer) travels through a
 lossy channel where a seeded :class:`random.Random` (or an explicit script of
 :class:`Fate` values) decides whether the message is delivered, dropped, duplicated, delayed
 (which reorders it behind later messages) or replaced by a retriable transport error. The
-broker model can also hold an accepted batch "in flight" (pushed into the checker but not yet
-written and committed) for a while, so that resends arriving in between are answered
-IN_FLIGHT, and can fence or forget a producer at a given time.
+broker can hold an accepted batch "in flight" (appended by the core but not yet written) for a
+while, so that resends arriving in between are answered IN_FLIGHT; its storage can fail
+(:class:`~idempotent.testing.simulated_broker.StorageFaults`); it can fence or forget a
+producer, change a topic's policy or deduplication switch, and crash and restart at given
+times (the lists survive, the rest is rebuilt from the newest snapshot and the log).
 
 Simulated time is a float. The link plays the role of the producer shell: after every
 delivered message it calls ``handle_timeout``, ``batches_to_send`` and ``next_event`` on every
@@ -24,6 +29,7 @@ Typical use::
     p = link.add_producer(max_in_flight=5, linger=0.002)
     for i in range(100):
         link.send(p, "orders", i % 3, at=i * 0.001)
+    link.crash(at=0.05, downtime=0.01)
     link.run()
     link.verify()  # the exactly-once invariants; raises LinkViolation
 """
@@ -34,27 +40,39 @@ import enum
 import heapq
 import itertools
 import random
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
-from .._checker import CheckerConfig, PartitionChecker, Ticket, make_header
-from .._outcomes import DeliveryStatus, Outcome, ProduceResult
-from .._records import Record
+from .._checker import CheckerConfig, Policy
+from .._outcomes import DeliveryStatus, ProduceResult
+from .._records import BatchHeader, Record
 from .._sequence import next_sequence, sequence_at
 from .._sequencer import BatchDelivered, BatchFailed, Event, ProducerSequencer
-from .._types import TopicPartition
+from .._types import DEFAULT_MAX_IN_FLIGHT, Epoch, ProducerId, Sequence, TopicPartition
 from ..errors import (
     BackendUnavailableError,
     ConfigError,
-    InvalidBatchError,
     ProducerError,
     RequestTimeoutError,
 )
+from .link_values import (
+    DeadlineSpinError,
+    Fate,
+    Faults,
+    LinkStats,
+    LinkStuckError,
+    LinkViolation,
+    Message,
+    MessageEvent,
+    Request,
+    Response,
+)
+from .simulated_broker import LogEntry, SimulatedBroker, SimulatedStorage, StorageFaults
 
 __all__ = [
+    "DeadlineSpinError",
     "Fate",
     "Faults",
     "LinkStats",
@@ -67,311 +85,8 @@ __all__ = [
     "Request",
     "Response",
     "SimulatedBroker",
+    "StorageFaults",
 ]
-
-
-class Fate(enum.Enum):
-    """What the channel does with one message."""
-
-    #: delivered after the base latency.
-    DELIVER = "deliver"
-    #: lost.
-    DROP = "drop"
-    #: delivered twice: once on time and once after an extra random delay.
-    DUPLICATE = "duplicate"
-    #: delivered once, after an extra random delay (so later messages may overtake it).
-    DELAY = "delay"
-    #: not delivered; the producer gets a retriable transport error instead. For a request
-    #: the broker never sees it; for a response the broker did process the request.
-    ERROR = "error"
-
-
-def _probability(_: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"{attribute.name} must be a probability in 0..1, got {value}")
-
-
-@attrs.frozen
-class Faults:
-    """Per-message fault probabilities of one direction of the link.
-
-    The probabilities are exclusive alternatives and must add up to at most 1; the remainder
-    is the probability of a normal delivery.
-
-    Attributes:
-        drop: the message is lost.
-        duplicate: the message is delivered twice.
-        delay: the message is delivered late (up to ``max_delay`` after the base latency).
-        error: the producer gets a retriable transport error instead of the message.
-        max_delay: the largest extra delay of a delayed or duplicated copy, in seconds.
-    """
-
-    drop: float = attrs.field(default=0.0, validator=_probability)
-    duplicate: float = attrs.field(default=0.0, validator=_probability)
-    delay: float = attrs.field(default=0.0, validator=_probability)
-    error: float = attrs.field(default=0.0, validator=_probability)
-    max_delay: float = 0.05
-
-    def __attrs_post_init__(self) -> None:
-        if self.drop + self.duplicate + self.delay + self.error > 1.0 + 1e-12:
-            raise ConfigError("drop + duplicate + delay + error must be at most 1")
-        if self.max_delay < 0:
-            raise ConfigError(f"max_delay must be >= 0, got {self.max_delay}")
-
-    def choose(self, rng: random.Random) -> Fate:
-        """Draw one fate from ``rng``."""
-        r = rng.random()
-        for fate, p in (
-            (Fate.DROP, self.drop),
-            (Fate.DUPLICATE, self.duplicate),
-            (Fate.DELAY, self.delay),
-            (Fate.ERROR, self.error),
-        ):
-            if r < p:
-                return fate
-            r -= p
-        return Fate.DELIVER
-
-
-@attrs.frozen
-class Message:
-    """One record a test asked a producer to send.
-
-    ``index`` numbers the messages of one producer in the order :meth:`LossyLink.send` was
-    called; ``value`` is unique across the link and identifies the record in the logs.
-    """
-
-    producer: int
-    index: int
-    topic_partition: TopicPartition
-    value: bytes
-    at: float
-
-    @property
-    def order(self) -> tuple[float, int]:
-        """Sort key of the order in which the producer's ``add`` is called (by time ``at``,
-        then by ``index``): the send order that the log must preserve per partition."""
-        return (self.at, self.index)
-
-
-@attrs.frozen
-class MessageEvent:
-    """How a message ended, as the producer reported it.
-
-    Attributes:
-        status: PERSISTED for a :class:`~idempotent._sequencer.BatchDelivered`, else the
-            failure's status.
-        offset: the offset reported for the record (PERSISTED only; None when unknown).
-        sequence: the record's sequence, when it got one.
-        duplicate: the broker answered DUPLICATE for the batch.
-        error: the error of a failed message.
-        rejected: ``add`` raised (the producer had already failed); the message never
-            entered the producer.
-        at: simulated time of the event.
-        batch_id: the batch that carried the message (-1 when rejected).
-        attempt: the batch's last attempt (0: never sent).
-    """
-
-    status: DeliveryStatus
-    offset: int | None = None
-    sequence: int | None = None
-    duplicate: bool = False
-    error: ProducerError | None = None
-    rejected: bool = False
-    at: float = 0.0
-    batch_id: int = -1
-    attempt: int = 0
-
-
-@attrs.frozen
-class LogEntry:
-    """One record in a partition's log; ``value`` identifies the :class:`Message`."""
-
-    offset: int
-    producer_id: int
-    producer_epoch: int
-    sequence: int
-    value: bytes | None
-    preloaded: bool = False
-
-
-@attrs.frozen
-class Request:
-    """A produce request as it travels to the broker (a snapshot of one transmission)."""
-
-    producer: int
-    batch_id: int
-    attempt: int
-    topic_partition: TopicPartition
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    records: tuple[Record, ...]
-    previous_sequence: int | None = None
-
-
-@attrs.frozen
-class Response:
-    """The broker's answer to a :class:`Request`: a result, or a transport error."""
-
-    request: Request
-    result: ProduceResult | None = None
-    error: ProducerError | None = None
-
-
-@attrs.define
-class LinkStats:
-    """Counters of what happened on the link."""
-
-    requests: int = 0
-    responses: int = 0
-    dropped: int = 0
-    duplicated: int = 0
-    delayed: int = 0
-    errors: int = 0
-    outcomes: dict[str, int] = attrs.field(factory=dict)
-    #: polls after which a sequencer's ``next_deadline`` was not in the future.
-    spins: int = 0
-    #: heap items processed.
-    steps: int = 0
-
-
-class LinkViolation(AssertionError):
-    """An exactly-once invariant does not hold after :meth:`LossyLink.run`."""
-
-
-class LinkStuckError(RuntimeError):
-    """The simulation cannot make progress, or exceeded its step or time budget."""
-
-
-class DeadlineSpinError(LinkStuckError):
-    """A sequencer's ``next_deadline`` is not in the future right after it was polled.
-
-    A real shell would wake up immediately, find nothing to do, and spin.
-    """
-
-
-@attrs.define(eq=False)
-class _Write:
-    request: Request
-    ticket: Ticket
-    ready_at: float
-
-
-class SimulatedBroker:
-    """In-memory broker model: a registry of producer epochs, and per topic-partition a
-    :class:`PartitionChecker` and a list as the log.
-
-    An accepted batch is pushed into the checker at once and written (appended to the log and
-    committed with its offset) when its write completes, in push order per partition.
-    """
-
-    def __init__(self, checker_config: CheckerConfig | None = None) -> None:
-        self.checker_config = checker_config
-        self.checkers: dict[TopicPartition, PartitionChecker] = {}
-        self.logs: dict[TopicPartition, list[LogEntry]] = {}
-        #: producer id -> current epoch; a producer missing here is unknown to the broker.
-        self.epochs: dict[int, int] = {}
-        self._writes: dict[TopicPartition, deque[_Write]] = {}
-
-    def checker(self, tp: TopicPartition) -> PartitionChecker:
-        """The checker of a partition (created empty on first use)."""
-        checker = self.checkers.get(tp)
-        if checker is None:
-            checker = self.checkers[tp] = PartitionChecker(self.checker_config)
-            self.logs[tp] = []
-        return checker
-
-    def log(self, tp: TopicPartition) -> list[LogEntry]:
-        """The log of a partition (empty if never written)."""
-        self.checker(tp)
-        return self.logs[tp]
-
-    def register(self, producer_id: int, producer_epoch: int) -> None:
-        """Admit a producer (as ``init_producer`` would)."""
-        self.epochs[producer_id] = producer_epoch
-
-    def fence(self, producer_id: int) -> None:
-        """Bump a producer's epoch, as a newer instance's ``init_producer`` would."""
-        self.epochs[producer_id] = self.epochs.get(producer_id, 0) + 1
-
-    def forget(self, producer_id: int) -> None:
-        """Drop a producer from the registry: its requests get UNKNOWN_PRODUCER."""
-        self.epochs.pop(producer_id, None)
-
-    def preload(self, tp: TopicPartition, producer_id: int, producer_epoch: int, last_sequence: int) -> None:
-        """Write one record as if an earlier instance of the producer had stored it with
-        sequence ``last_sequence`` (so a resumed producer continues at the next one)."""
-        checker = self.checker(tp)
-        header = make_header(producer_id, producer_epoch, last_sequence, 1)
-        ticket = checker.push(header, 0.0)
-        log = self.logs[tp]
-        offset = len(log)
-        log.append(LogEntry(offset, producer_id, producer_epoch, last_sequence, None, preloaded=True))
-        checker.commit(ticket, offset)
-
-    def receive(self, request: Request, now: float, ready_at: float) -> ProduceResult | ProducerError | None:
-        """Classify a request. Returns the answer, or None when the batch was accepted and is
-        being written (the answer comes from :meth:`complete_writes`)."""
-        epoch = self.epochs.get(request.producer_id)
-        if epoch is None:
-            return ProduceResult(Outcome.UNKNOWN_PRODUCER)
-        if request.producer_epoch < epoch:
-            return ProduceResult(Outcome.FENCED, producer_epoch=epoch)
-        tp = request.topic_partition
-        checker = self.checker(tp)
-        header = make_header(
-            request.producer_id,
-            request.producer_epoch,
-            request.base_sequence,
-            len(request.records),
-            request.previous_sequence,
-        )
-        try:
-            result = checker.check(header)
-        except InvalidBatchError as exc:
-            return exc
-        if result.outcome is not Outcome.ACCEPTED:
-            return result
-        ticket = checker.push(header, now)
-        queue = self._writes.setdefault(tp, deque())
-        if queue:
-            ready_at = max(ready_at, queue[-1].ready_at)
-        queue.append(_Write(request, ticket, ready_at))
-        return None
-
-    def next_write_at(self) -> float | None:
-        """When the next pending write completes, or None."""
-        heads = [q[0].ready_at for q in self._writes.values() if q]
-        return min(heads) if heads else None
-
-    def pending_writes(self) -> int:
-        """Accepted batches not yet written."""
-        return sum(len(q) for q in self._writes.values())
-
-    def complete_writes(self, now: float) -> list[Response]:
-        """Write every batch whose write is due (in push order per partition); return the
-        ACCEPTED answers."""
-        out: list[Response] = []
-        for tp, queue in self._writes.items():
-            while queue and queue[0].ready_at <= now:
-                write = queue.popleft()
-                request = write.request
-                log = self.logs[tp]
-                offset = len(log)
-                for i, record in enumerate(request.records):
-                    log.append(
-                        LogEntry(
-                            offset + i,
-                            request.producer_id,
-                            request.producer_epoch,
-                            sequence_at(request.base_sequence, i),
-                            record.value,
-                        )
-                    )
-                self.checkers[tp].commit(write.ticket, offset)
-                out.append(Response(request, ProduceResult(Outcome.ACCEPTED, base_offset=offset)))
-        return out
 
 
 class _Kind(enum.Enum):
@@ -382,10 +97,23 @@ class _Kind(enum.Enum):
     ADMIN = 4
 
 
+@attrs.frozen
+class _Admin:
+    """A scheduled administrative event: on a producer, a topic's settings, or the broker."""
+
+    action: str
+    producer: int | None = None
+    topic: str = ""
+    policy: Policy | None = None
+    deduplication: bool | None = None
+    downtime: float = 0.0
+
+
 @attrs.define(eq=False)
 class _Slot:
     index: int
     sequencer: ProducerSequencer
+    producer_name: str | None
     handles: dict[int, Message] = attrs.field(factory=dict)
     messages: list[Message] = attrs.field(factory=list)
 
@@ -406,13 +134,22 @@ class LossyLink:
         retry_backoff: ``retry_at - now`` passed with every answer (the shell's backoff).
         script: explicit fates for the first messages sent (both directions, in order of
             transmission); the random faults decide once it is exhausted.
-        checker_config: configuration of every partition checker.
+        checker_config: configuration of every partition core (window, ``max_producers``,
+            ``producer_expiry``, snapshot cadence).
+        policy: the broker's default sequence policy (:meth:`configure` sets one per topic).
+        deduplication: the broker's default deduplication switch.
+        storage: faults of the broker's storage (failed appends and snapshot writes).
+        maintenance_interval: simulated seconds between the broker's maintenance steps
+            (expiry, capacity, due snapshots); 0 runs none.
         strict_deadlines: raise :class:`DeadlineSpinError` when a sequencer's
             ``next_deadline`` is not in the future right after being polled; when False
             such spins are counted in ``stats.spins`` and time advances by ``spin_step``.
         spin_step: see ``strict_deadlines``.
         max_steps: budget of processed messages before :class:`LinkStuckError`.
         max_time: budget of simulated time before :class:`LinkStuckError`.
+
+    Raises:
+        ConfigError: a negative delay or interval, or a non-positive ``spin_step``.
     """
 
     def __init__(
@@ -426,25 +163,37 @@ class LossyLink:
         retry_backoff: float = 0.01,
         script: Iterable[Fate] | None = None,
         checker_config: CheckerConfig | None = None,
+        policy: Policy = Policy.STRICT,
+        deduplication: bool = True,
+        storage: StorageFaults | None = None,
+        maintenance_interval: float = 0.0,
         strict_deadlines: bool = True,
         spin_step: float = 0.001,
         max_steps: int = 2_000_000,
         max_time: float = 1e6,
     ) -> None:
-        if latency < 0 or write_delay < 0 or retry_backoff < 0 or spin_step <= 0:
-            raise ConfigError("latency, write_delay and retry_backoff must be >= 0, spin_step > 0")
+        if latency < 0 or write_delay < 0 or retry_backoff < 0 or maintenance_interval < 0 or spin_step <= 0:
+            raise ConfigError(
+                "latency, write_delay, retry_backoff and maintenance_interval must be >= 0, spin_step > 0"
+            )
         self.rng = random.Random(seed)
         self.request_faults = requests or Faults()
         self.response_faults = responses or Faults()
         self.latency = latency
         self.write_delay = write_delay
         self.retry_backoff = retry_backoff
+        self.maintenance_interval = maintenance_interval
         self.strict_deadlines = strict_deadlines
         self.spin_step = spin_step
         self.max_steps = max_steps
         self.max_time = max_time
-        self.broker = SimulatedBroker(checker_config)
         self.stats = LinkStats()
+        #: the broker's durable state: it outlives every crash
+        self.storage = SimulatedStorage(policy=policy, deduplication=deduplication)
+        self._checker_config = checker_config
+        self._storage_faults = storage
+        #: the running broker; None while it is down after a crash
+        self.broker: SimulatedBroker[Request] | None = self._start_broker()
         self.now = 0.0
         #: every message's events, in the order they happened (one each, if all is well).
         self.events: dict[Message, list[MessageEvent]] = {}
@@ -454,6 +203,20 @@ class LossyLink:
         self._slots: list[_Slot] = []
         self._heap: list[_HeapItem] = []
         self._counter = itertools.count()
+        self._next_maintenance = maintenance_interval
+        #: admin events that came while the broker was down: carried out at its restart
+        self._deferred: list[_Admin] = []
+
+    def _start_broker(self) -> SimulatedBroker[Request]:
+        return SimulatedBroker(
+            self.storage, self._checker_config, faults=self._storage_faults, rng=self.rng, stats=self.stats.broker
+        )
+
+    def _up(self) -> SimulatedBroker[Request]:
+        broker = self.broker
+        if broker is None:
+            raise ConfigError("the simulated broker is down")
+        return broker
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -461,23 +224,52 @@ class LossyLink:
         self,
         *,
         producer_epoch: int = 0,
-        last_sequences: Mapping[TopicPartition, int] | None = None,
-        **options: Any,
+        last_sequences: Mapping[tuple[str, int], int] | None = None,
+        anonymous: bool = False,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        batch_size: int = 1024 * 1024,
+        max_batch_records: int = 10_000,
+        linger: float = 0.005,
+        request_timeout: float = 30.0,
+        delivery_timeout: float = 120.0,
     ) -> int:
-        """Create a sequencer with a fresh producer id, admit it at the broker and return its
-        index. ``options`` are passed to :class:`ProducerSequencer`.
+        """Initialise a producer at the broker, create its sequencer and return its index.
 
-        With ``last_sequences`` the producer is a resumed named producer: the broker is
-        preloaded with one record per partition at that sequence, written by the producer's
-        previous epoch, and the sequencer continues after it.
+        The producer is named ``p<index>`` (so :meth:`fence` can start a newer instance of
+        it) unless ``anonymous``. The other options are :class:`ProducerSequencer`'s.
+
+        With ``producer_epoch`` above 0 the producer is a resumed named producer: the broker
+        is preloaded with its record at the epoch before and, with ``last_sequences``, one
+        record per partition at that sequence written by that epoch; the init then bumps the
+        epoch, and the sequencer continues after the sequences the broker reports.
+
+        Raises:
+            ConfigError: the broker is down, ``last_sequences`` without an epoch above 0 or
+                for an anonymous producer, or a sequencer option out of range.
         """
+        broker = self._up()
         index = len(self._slots)
-        producer_id = 1000 + index
-        for tp, last in (last_sequences or {}).items():
-            self.broker.preload(TopicPartition(*tp), producer_id, max(0, producer_epoch - 1), last)
-        self.broker.register(producer_id, producer_epoch)
-        sequencer = ProducerSequencer(producer_id, producer_epoch, last_sequences, **options)
-        self._slots.append(_Slot(index, sequencer))
+        name = None if anonymous else f"p{index}"
+        if producer_epoch > 0 or last_sequences:
+            if name is None or producer_epoch < 1:
+                raise ConfigError("a resumed producer (last_sequences) is named and has producer_epoch >= 1")
+            resumed = {TopicPartition(*tp): last for tp, last in (last_sequences or {}).items()}
+            broker.preload(name, producer_epoch - 1, resumed, self.now)
+        record, last = broker.init_producer(name, self.now)
+        if record.producer_epoch != producer_epoch:
+            raise ConfigError(f"the broker initialised {name} at epoch {record.producer_epoch}, not {producer_epoch}")
+        sequencer = ProducerSequencer(
+            record.producer_id,
+            record.producer_epoch,
+            last,
+            max_in_flight=max_in_flight,
+            batch_size=batch_size,
+            max_batch_records=max_batch_records,
+            linger=linger,
+            request_timeout=request_timeout,
+            delivery_timeout=delivery_timeout,
+        )
+        self._slots.append(_Slot(index, sequencer, name))
         return index
 
     def sequencer(self, producer: int) -> ProducerSequencer:
@@ -497,10 +289,14 @@ class LossyLink:
         *,
         at: float | None = None,
         value: bytes | None = None,
+        sequence: int | None = None,
     ) -> Message:
         """Schedule a record to be added to a producer at simulated time ``at`` (default: now).
 
         ``value`` defaults to a unique ``p<producer>-m<index>``; a given value must be unique.
+        ``sequence`` is the application's sequence for the record (PIP-6 style; see
+        :meth:`ProducerSequencer.add`); the records of one producer and partition must then
+        be sent with growing sequences.
         """
         slot = self._slots[producer]
         index = len(slot.messages)
@@ -511,6 +307,7 @@ class LossyLink:
             TopicPartition(topic, partition),
             value if value is not None else f"p{producer}-m{index}".encode(),
             when,
+            sequence,
         )
         slot.messages.append(message)
         self.events[message] = []
@@ -519,19 +316,51 @@ class LossyLink:
 
     def flush(self, producer: int, *, at: float | None = None) -> None:
         """Schedule ``flush()`` on a producer's sequencer (seal open batches at once)."""
-        self._push(self.now if at is None else at, _Kind.ADMIN, ("flush", producer))
+        self._push(self.now if at is None else at, _Kind.ADMIN, _Admin("flush", producer))
 
     def fence(self, producer: int, *, at: float) -> None:
-        """Schedule the broker to bump the producer's epoch (a newer instance appeared)."""
-        self._push(at, _Kind.ADMIN, ("fence", producer))
+        """Schedule a newer instance of a named producer to be initialised at the broker,
+        which bumps its epoch and so fences this one.
+
+        Raises:
+            ConfigError: the producer is anonymous.
+        """
+        if self._slots[producer].producer_name is None:
+            raise ConfigError("an anonymous producer cannot be fenced: no newer instance can claim its id")
+        self._push(at, _Kind.ADMIN, _Admin("fence", producer))
 
     def forget(self, producer: int, *, at: float) -> None:
-        """Schedule the broker to forget the producer (UNKNOWN_PRODUCER from then on)."""
-        self._push(at, _Kind.ADMIN, ("forget", producer))
+        """Schedule the broker to delete the producer's record, as its retention sweep does
+        (UNKNOWN_PRODUCER from then on)."""
+        self._push(at, _Kind.ADMIN, _Admin("forget", producer))
 
     def close(self, producer: int, *, at: float) -> None:
         """Schedule ``close()`` on a producer's sequencer (fail what is unfinished)."""
-        self._push(at, _Kind.ADMIN, ("close", producer))
+        self._push(at, _Kind.ADMIN, _Admin("close", producer))
+
+    def configure(
+        self, topic: str, *, policy: Policy | None = None, deduplication: bool | None = None, at: float = 0.0
+    ) -> None:
+        """Schedule a change of a topic's sequence policy or deduplication switch (None keeps
+        the setting as it is)."""
+        self._push(at, _Kind.ADMIN, _Admin("configure", topic=topic, policy=policy, deduplication=deduplication))
+
+    def crash(self, *, at: float, downtime: float = 0.0) -> None:
+        """Schedule the broker to crash at ``at`` and restart ``downtime`` later.
+
+        At the crash, of the appends under way a random prefix per partition lands in the
+        logs unanswered and the rest is lost; the registry and every partition's state are
+        gone. While the broker is down every request fails at once with a retriable
+        transport error (the connection is refused) and admin events wait for the restart.
+        The restarted broker rebuilds a partition from its newest snapshot and its log at
+        its first use.
+
+        Raises:
+            ConfigError: ``downtime`` is negative.
+        """
+        if downtime < 0:
+            raise ConfigError(f"downtime must be >= 0, got {downtime}")
+        self._push(at, _Kind.ADMIN, _Admin("crash", downtime=downtime))
 
     # -- results ---------------------------------------------------------------------------
 
@@ -542,8 +371,8 @@ class LossyLink:
 
     @property
     def logs(self) -> dict[TopicPartition, list[LogEntry]]:
-        """Every partition's log."""
-        return self.broker.logs
+        """Every partition's log (the storage's: it outlives crashes)."""
+        return self.storage.logs
 
     def outcome(self, message: Message) -> MessageEvent:
         """The single event of a message.
@@ -594,14 +423,37 @@ class LossyLink:
             self.stats.duplicated += 1
             self._push(arrive + self.rng.uniform(0.0, faults.max_delay), kind, payload)
 
-    def _admin(self, action: str, producer: int) -> None:
-        slot = self._slots[producer]
+    def _admin(self, admin: _Admin) -> None:
+        action = admin.action
+        if action == "configure":  # stored settings: changed even while the broker is down
+            if admin.policy is not None:
+                self.storage.topic_policies[admin.topic] = admin.policy
+            if admin.deduplication is not None:
+                self.storage.topic_deduplication[admin.topic] = admin.deduplication
+            return
+        if action == "crash":
+            if self.broker is not None:
+                self.broker.crash()
+                self.broker = None
+            self._push(self.now + admin.downtime, _Kind.ADMIN, _Admin("restart"))
+            return
+        if action == "restart":
+            if self.broker is None:
+                self.broker = self._start_broker()
+                deferred, self._deferred = self._deferred, []
+                for waiting in deferred:
+                    self._admin(waiting)
+            return
+        assert admin.producer is not None
+        slot = self._slots[admin.producer]
         if action == "flush":
             slot.sequencer.flush()
         elif action == "close":
             slot.sequencer.close()
+        elif self.broker is None:  # the broker's own events wait for its restart
+            self._deferred.append(admin)
         elif action == "fence":
-            self.broker.fence(slot.sequencer.producer_id)
+            self.broker.init_producer(slot.producer_name, self.now, read_sequences=False)
         elif action == "forget":
             self.broker.forget(slot.sequencer.producer_id)
         else:  # pragma: no cover - internal
@@ -611,7 +463,7 @@ class LossyLink:
         slot = self._slots[message.producer]
         tp = message.topic_partition
         try:
-            handle = slot.sequencer.add(tp.topic, tp.partition, Record(message.value), self.now)
+            handle = slot.sequencer.add(tp.topic, tp.partition, Record(message.value), self.now, message.sequence)
         except ProducerError as exc:
             self._record(
                 message,
@@ -628,16 +480,28 @@ class LossyLink:
     def _receive(self, request: Request) -> None:
         key = (request.producer, request.batch_id, request.attempt)
         self.deliveries[key] = self.deliveries.get(key, 0) + 1
+        broker = self.broker
+        if broker is None:  # the connection is refused: the producer learns it at once
+            error = BackendUnavailableError("injected: broker down")
+            self._push(self.now + self.latency, _Kind.RESPONSE, Response(request, error=error))
+            return
         ready_at = self.now + (self.rng.uniform(0.0, self.write_delay) if self.write_delay else 0.0)
-        answer = self.broker.receive(request, self.now, ready_at)
+        header = BatchHeader(
+            ProducerId(request.producer_id),
+            Epoch(request.producer_epoch),
+            Sequence(request.base_sequence),
+            len(request.records),
+            request.previous_sequence,
+        )
+        values = [record.value for record in request.records]
+        answer = broker.receive(request, request.topic_partition, header, values, self.now, ready_at)
         if answer is None:
             if ready_at <= self.now:
                 self._complete_writes()
             else:
                 self._push(ready_at, _Kind.WRITE, request.topic_partition)
             return
-        response = Response(request, error=answer) if isinstance(answer, ProducerError) else Response(request, answer)
-        self._answer(response)
+        self._answer(_response(request, answer))
 
     def _answer(self, response: Response) -> None:
         self.stats.responses += 1
@@ -647,8 +511,9 @@ class LossyLink:
         self._transmit(_Kind.RESPONSE, response, self.response_faults)
 
     def _complete_writes(self) -> None:
-        for response in self.broker.complete_writes(self.now):
-            self._answer(response)
+        if self.broker is not None:
+            for request, answer in self.broker.complete_writes(self.now):
+                self._answer(_response(request, answer))
 
     def _deliver(self, response: Response) -> None:
         request = response.request
@@ -733,7 +598,17 @@ class LossyLink:
             deadline = slot.sequencer.next_deadline()
             if deadline is not None:
                 times.append(max(deadline, self.now + self.spin_step) if deadline <= self.now else deadline)
+        if times and self.maintenance_interval:  # maintenance alone does not keep a run going
+            times.append(self._next_maintenance)
         return min(times) if times else None
+
+    def _maintain(self) -> None:
+        if not self.maintenance_interval or self.now < self._next_maintenance:
+            return
+        if self.broker is not None:
+            self.broker.maintain(self.now)
+        while self._next_maintenance <= self.now:
+            self._next_maintenance += self.maintenance_interval
 
     def _finished(self) -> bool:
         # scheduled fences, closes etc. cannot change how messages ended once all have ended
@@ -778,8 +653,10 @@ class LossyLink:
                 elif kind is _Kind.WRITE:
                     self._complete_writes()
                 else:
-                    self._admin(*payload)
-                    self._poll(self._slots[payload[1]])
+                    self._admin(payload)
+                    if payload.producer is not None:
+                        self._poll(self._slots[payload.producer])
+            self._maintain()
             self._poll_all()  # and every producer whose deadline may have come
         return self
 
@@ -803,10 +680,13 @@ class LossyLink:
         * no record appears twice in the logs, and every logged record is a sent message
           (or a preloaded one);
         * per producer and partition, the logged records are in send order with consecutive
-          sequences;
+          sequences (or, for records sent with a ``sequence``, that sequence, above the one
+          before);
         * a PERSISTED message is in its partition's log exactly once, at the offset reported;
         * a NOT_PERSISTED message is in no log;
-        * a producer that did not fail delivered every message it accepted.
+        * a producer that did not fail delivered every message it accepted;
+        * where nothing is being written, the broker's live state is what a recovery from
+          its newest snapshot and the log would rebuild (:meth:`recovery_mismatches`).
 
         The sequencer reports a batch NOT_PERSISTED when the broker refused its only attempt,
         which presumes that one attempt reaches the broker at most once. With
@@ -838,13 +718,19 @@ class LossyLink:
                     problems.append(f"{value!r} sent to {message.topic_partition} but logged on {tp}")
         for (tp, producer_id), entries in runs.items():
             for before, after in itertools.pairwise(entries):
-                if after.sequence != next_sequence(before.sequence):
+                first = by_value.get(before.value or b"")
+                second = by_value.get(after.value or b"")
+                chosen = second.sequence if second is not None else None
+                if chosen is None and after.sequence != next_sequence(before.sequence):
                     problems.append(
                         f"{tp} producer {producer_id}: sequence {after.sequence} at offset "
                         f"{after.offset} follows {before.sequence}"
                     )
-                first = by_value.get(before.value or b"")
-                second = by_value.get(after.value or b"")
+                if chosen is not None and not after.sequence == chosen > before.sequence:
+                    problems.append(
+                        f"{tp} producer {producer_id}: {after.value!r} sent with sequence {chosen} is "
+                        f"logged with {after.sequence} after {before.sequence}"
+                    )
                 if first is not None and second is not None and second.order <= first.order:
                     problems.append(f"{tp} producer {producer_id}: {after.value!r} logged after {before.value!r}")
         for message in self.messages:
@@ -877,7 +763,13 @@ class LossyLink:
                 )
             if self.failure(message.producer) is None and event.status is not DeliveryStatus.PERSISTED:
                 problems.append(f"{message.value!r} ended {event.status.value} although its producer did not fail")
+        problems.extend(self.recovery_mismatches())
         return problems
+
+    def recovery_mismatches(self) -> list[str]:
+        """Partitions where the running broker's state differs from what a recovery from
+        the stored snapshot and log would build (none while the broker is down)."""
+        return [] if self.broker is None else self.broker.recovery_mismatches()
 
     def verify(self, *, allow_duplicated_refusals: bool = False) -> None:
         """Raise :class:`LinkViolation` listing every broken invariant (see :meth:`violations`)."""
@@ -886,3 +778,9 @@ class LossyLink:
             shown = "\n  ".join(problems[:20])
             more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
             raise LinkViolation(f"{len(problems)} exactly-once violations:\n  {shown}{more}")
+
+
+def _response(request: Request, answer: ProduceResult | ProducerError) -> Response:
+    if isinstance(answer, ProducerError):
+        return Response(request, error=answer)
+    return Response(request, answer)
