@@ -1,12 +1,12 @@
 """Kafka's errors in the project's tree: the one translation of confluent-kafka's errors, at
-the adapter edge (:mod:`adapters.kafka` uses it).
+the adapter edge (:mod:`adapters.kafka` and :mod:`adapters._kafka_txn` use it).
 
 A ``KafkaError`` carries a code and three flags librdkafka sets where it raises it:
 ``fatal()`` (the client instance can do nothing more), ``txn_requires_abort()`` (the current
 transaction failed; abort it, a new one may succeed) and ``retriable()`` (the same call may
 succeed later). :func:`translate` reads the code first (fenced, too large, refused rights,
-bad settings, missing topics), then the flags, then the codes Kafka's protocol documents as
-transient.
+bad settings, missing topics, a client used in a state that does not allow the call), then
+the flags, then the codes Kafka's protocol documents as transient.
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ TOPIC_CODES = frozenset(
 #: Transient by Kafka's protocol and librdkafka's documentation: the network, a broker or a
 #: leader is away or moving, replicas are short, a request or a message timed out, or the
 #: transaction coordinator is loading, moving or still aborting a previous owner's
-#: transaction (the course of a takeover, see :func:`adapters.kafka._fence`). Retrying later may succeed.
+#: transaction (the course of a takeover, see :func:`adapters._kafka_txn.fence`). Retrying
+#: later may succeed.
 TRANSIENT_CODES = frozenset(
     {
         KafkaError._TRANSPORT,
@@ -139,13 +140,34 @@ TRANSIENT_CODES = frozenset(
 )
 
 
+#: The client was asked for something its own state does not allow: a transactional call while
+#: another one is unfinished (``_CONFLICT``: after ``commit_transaction`` timed out, librdkafka
+#: accepts only ``commit_transaction`` again), the same call from two threads
+#: (``_PREV_IN_PROGRESS``), a call in the wrong transaction state (``_STATE``,
+#: ``INVALID_TXN_STATE``), or any call after a fatal error (``_FATAL``). librdkafka flags the
+#: first three retriable, but retrying the same call on the same instance answers the same, for
+#: ever: :class:`adapters._kafka_txn.TransactionalProducer` replaces the instance instead.
+#: Anywhere else they are a bug in how the adapter drives its client.
+CLIENT_STATE_CODES = frozenset(
+    {
+        KafkaError._CONFLICT,
+        KafkaError._PREV_IN_PROGRESS,
+        KafkaError._STATE,
+        KafkaError._FATAL,
+        KafkaError.INVALID_TXN_STATE,
+    }
+)
+
+
 def translate(error: Any, what: str) -> ProducerError:
     """The project error for a ``KafkaError`` (or whatever a ``KafkaException`` carried).
 
     In this order: fenced by a newer owner -> :class:`OwnershipLostError`; too large ->
     :class:`EntryTooLargeError`; refused credentials or rights, or a bad setting ->
     :class:`ConfigError`; a topic that is missing or invalid -> :class:`InvalidTopicError`;
-    librdkafka's ``fatal()`` -> FATAL :class:`InternalError` (the client instance is unusable);
+    a call the client's state does not allow (:data:`CLIENT_STATE_CODES`: a bug here, or an
+    instance that must be replaced, never a retry on it) or librdkafka's ``fatal()`` (the
+    client instance is unusable) -> FATAL :class:`InternalError`;
     what librdkafka or Kafka's protocol documents as transient (``retriable()``,
     ``txn_requires_abort()``: the transaction was aborted, a new one may succeed, or a code of
     :data:`TRANSIENT_CODES`) -> :class:`BackendUnavailableError` (RETRY). Anything else is
@@ -165,6 +187,8 @@ def translate(error: Any, what: str) -> ProducerError:
         return ConfigError(text)
     if code in TOPIC_CODES:
         return InvalidTopicError(text)
+    if code in CLIENT_STATE_CODES:
+        return internal_error(f"kafka: {what} (a call the client's state does not allow)", KafkaException(error), _LOG)
     if error.fatal():
         return internal_error(f"kafka: {what} (a fatal librdkafka error)", KafkaException(error), _LOG)
     if error.retriable() or error.txn_requires_abort() or code in TRANSIENT_CODES:

@@ -7,7 +7,9 @@
   ``security.protocol``, ``sasl.*``, ``ssl.*``, ...);
 * ``replication_factor`` (default 1) and ``topic_config`` for topics this backend creates;
 * ``prefix`` (default ``""``): prepended to every Kafka topic name this backend uses;
-* ``timeout`` (default 30 s): for admin calls, flushes and transaction commits;
+* ``timeout`` (default 30 s): for admin calls, flushes and transaction commits (a commit that
+  takes longer is *in doubt*: settled before the partition is written or read again, see
+  :mod:`adapters._kafka_txn`);
 * ``read_only`` (default False): never take a partition over (for ``tail`` and ``stats``
   next to a running broker); reads see committed data only.
 
@@ -74,9 +76,9 @@ try:
     from confluent_kafka import TopicPartition as KafkaTopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    from adapters._kafka_errors import FENCED_CODES as _FENCED_CODES
     from adapters._kafka_errors import map_errors as _map_errors
     from adapters._kafka_errors import translate as _translate
+    from adapters._kafka_txn import TransactionalProducer
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the kafka backend needs confluent-kafka: pip install 'idempotent[kafka]'") from exc
 
@@ -129,62 +131,9 @@ def _decimal(headers: dict[str, bytes], name: str, default: int = -1) -> int:
     return default if value is None else int(value)
 
 
-#: how long an ``init_transactions`` attempt of a takeover may take before a fresh producer
-#: asks again, during the first :data:`_QUICK_ATTEMPTS_SECONDS`; after that each attempt gets
-#: twice as long as the one before (the last one gets whatever is left of the timeout), so a
-#: slow or distant cluster still gets the time it needs
-_INIT_ATTEMPT = 0.1
-_QUICK_ATTEMPTS_SECONDS = 1.0
-
-
-def _is_fatal(cause: BaseException | None) -> bool:
-    """Whether an error's cause is a fatal librdkafka error other than being fenced: the
-    client instance that raised it can do nothing more."""
-    error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
-    return isinstance(error, KafkaError) and error.fatal() and error.code() not in _FENCED_CODES
-
-
-def _fence(config: dict[str, Any], timeout: float) -> Any:
-    """A transactional producer whose ``init_transactions`` fenced every earlier holder of
-    its ``transactional.id`` and aborted their open transaction.
-
-    When the previous owner died inside a transaction, the coordinator answers InitProducerId
-    with CONCURRENT_TRANSACTIONS while it aborts that transaction (usually well under 100 ms)
-    and librdkafka asks again only 500 ms later. So an attempt that is not done within its
-    short budget (0.1 s for the first second, then twice as long each time) is dropped and
-    a fresh producer asks again. Fencing is unchanged: every InitProducerId that succeeds bumps the epoch, the last
-    one wins, and a dropped producer never began a transaction.
-
-    Raises:
-        KafkaException: the last attempt failed (mapped by the caller).
-    """
-    started = time.monotonic()
-    deadline = started + timeout
-    budget = _INIT_ATTEMPT
-    while time.monotonic() + 2 * budget < deadline:
-        producer = Producer(config)
-        try:
-            producer.init_transactions(budget)
-            return producer
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            # on its timeout init_transactions reports the last answer it got, if any
-            if not (
-                isinstance(error, KafkaError)
-                and error.code() in (KafkaError._TIMED_OUT, KafkaError.CONCURRENT_TRANSACTIONS)
-            ):
-                raise
-        # dropped without close(), which would try to abort a transaction that never began
-        del producer
-        if time.monotonic() - started >= _QUICK_ATTEMPTS_SECONDS:
-            budget *= 2
-    producer = Producer(config)
-    producer.init_transactions(max(deadline - time.monotonic(), 1.0))
-    return producer
-
-
 class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Future[int]]]):
-    """The transactional producer that owns one partition, with a group-commit thread."""
+    """The transactional producer that owns one partition (a :class:`TransactionalProducer`,
+    which resolves failed commits), with a group-commit thread."""
 
     def __init__(self, backend: KafkaBackend, topic: str, partition: int) -> None:
         super().__init__()
@@ -192,25 +141,21 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
         self.topic = topic
         self.partition = partition
         self.kafka_topic = kafka_topic_name(topic, backend.prefix)
-        self.lost: ProducerError | None = None
-        #: librdkafka reported a fatal error: this producer instance can no longer write, so
-        #: the backend replaces the writer (fencing this one) on the next append
-        self.broken = False
-        config = dict(backend.client_config)
+        # Kafka's coordinator aborts (and fences) a transaction still open after this; a
+        # client_config may choose another
+        config: dict[str, Any] = {"transaction.timeout.ms": 60_000, **backend.client_config}
         config.update(
             {
                 "transactional.id": f"{backend.prefix}idempotent-{self.kafka_topic}-{partition}",
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 0,
-                "transaction.timeout.ms": 60_000,
                 # a group commit may queue many batches before commit_transaction flushes them
                 "queue.buffering.max.messages": 1_000_000,
                 "queue.buffering.max.kbytes": 1_048_576,
             }
         )
-        with _map_errors(f"open the writer of {topic}[{partition}]"):
-            self._producer = _fence(config, backend.timeout)
+        self._txn = TransactionalProducer(config, backend.timeout, f"{topic}[{partition}]")
         self._thread = threading.Thread(target=self._run, name=f"idempotent-kafka-{topic}-{partition}", daemon=True)
         self._thread.start()
 
@@ -226,13 +171,28 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                 self._cond.notify()
         return future
 
+    @property
+    def lost(self) -> ProducerError | None:
+        """Set once a newer owner fenced this partition's producer: every later use raises it."""
+        return self._txn.fenced
+
+    def settle(self) -> None:
+        """Make every earlier transaction's outcome final and readable before the partition
+        is read for a rebuild (see :meth:`TransactionalProducer.settle`).
+
+        Raises:
+            OwnershipLostError: fenced by a newer owner.
+            BackendUnavailableError: a commit is still in doubt or the producer could not be
+                replaced yet; retry later.
+        """
+        self._txn.settle()
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify()
         self._thread.join(self.backend.timeout)
-        with contextlib.suppress(Exception):
-            self._producer.flush(1)
+        self._txn.close()
 
     def _run(self) -> None:
         while (items := self._take_group()) is not None:
@@ -243,39 +203,48 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                 continue
             except KafkaException as exc:  # mapped here, at the edge
                 self._fail(
-                    items, _translate(exc.args[0] if exc.args else exc, f"commit to {self.topic}[{self.partition}]")
+                    items, _translate(exc.args[0] if exc.args else exc, f"append to {self.topic}[{self.partition}]")
                 )
                 continue
             except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
                 self._fail(items, internal_error(f"kafka: committing to {self.topic}[{self.partition}]", exc, _LOG))
                 continue
-            end = max(
-                (offset + len(batch.records) for (batch, _, _), offset in zip(items, offsets, strict=True) if batch),
-                default=-1,
-            )
-            if end >= 0:
-                self.backend.note_written(self.kafka_topic, self.partition, end)
-            self.backend.note_heads(
-                self.kafka_topic,
-                self.partition,
-                [
-                    BatchHead(
-                        offset,
-                        len(batch.records),
-                        batch.header.producer_id if batch.header else NO_PRODUCER_ID,
-                        batch.header.producer_epoch if batch.header else -1,
-                        batch.header.base_sequence if batch.header else -1,
-                        int(batch.timestamp * 1000) / 1000,
-                    )
-                    for (batch, _, _), offset in zip(items, offsets, strict=True)
-                    if batch is not None
-                ],
-            )
+            self._note_committed(items, offsets)
             for (_, _, future), offset in zip(items, offsets, strict=True):
                 future.set_result(offset)
 
+    def _note_committed(
+        self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], offsets: list[int]
+    ) -> None:
+        """Tell the backend what a committed transaction wrote: reads wait for its end (its
+        commit markers follow the commit's acknowledgement), and its batch heads are known."""
+        end = max(
+            (offset + len(batch.records) for (batch, _, _), offset in zip(items, offsets, strict=True) if batch),
+            default=-1,
+        )
+        if end >= 0:
+            self.backend.note_written(self.kafka_topic, self.partition, end)
+        self.backend.note_heads(
+            self.kafka_topic,
+            self.partition,
+            [
+                BatchHead(
+                    offset,
+                    len(batch.records),
+                    batch.header.producer_id if batch.header else NO_PRODUCER_ID,
+                    batch.header.producer_epoch if batch.header else -1,
+                    batch.header.base_sequence if batch.header else -1,
+                    int(batch.timestamp * 1000) / 1000,
+                )
+                for (batch, _, _), offset in zip(items, offsets, strict=True)
+                if batch is not None and offset >= 0
+            ],
+        )
+
     def _commit(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]]) -> list[int]:
-        producer = self._producer
+        """Store a group in one transaction; the first offset of each item's batch (-1 for a
+        snapshot alone). A commit in doubt raises; if it turns out committed later, the
+        group is noted as written then (``on_late_commit``), so reads wait for it."""
         first_offsets: list[list[int]] = [[] for _ in items]
         errors: list[KafkaError] = []
 
@@ -288,32 +257,24 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
 
             return callback
 
-        with _map_errors(f"append to {self.topic}[{self.partition}]"):
-            producer.begin_transaction()
-            try:
-                for index, (batch, snapshot, _) in enumerate(items):
-                    if snapshot is not None:
-                        self.backend.produce_snapshot(producer, self.topic, self.partition, snapshot)
-                    if batch is None:
-                        continue
-                    self._produce(batch, delivered(first_offsets[index]))
-                producer.commit_transaction(self.backend.timeout)
-                producer.poll(0)  # hand librdkafka's queued log lines to Python logging
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                if isinstance(error, KafkaError) and error.txn_requires_abort():
-                    with contextlib.suppress(KafkaException):
-                        producer.abort_transaction(self.backend.timeout)
-                raise
-            except ProducerError:  # refused before the commit (see _produce): store none of it
-                with contextlib.suppress(KafkaException):
-                    producer.abort_transaction(self.backend.timeout)
-                raise
+        def offsets() -> list[int]:
+            return [min(slot) if slot else -1 for slot in first_offsets]
+
+        def late() -> None:
+            self._note_committed(items, offsets())
+
+        with _map_errors(f"append to {self.topic}[{self.partition}]"), self._txn.transaction(late) as producer:
+            for index, (batch, snapshot, _) in enumerate(items):
+                if snapshot is not None:
+                    self.backend.produce_snapshot(producer, self.topic, self.partition, snapshot)
+                if batch is None:
+                    continue
+                self._produce(producer, batch, delivered(first_offsets[index]))
         if errors:
             raise _translate(errors[0], f"deliver to {self.topic}[{self.partition}]")
-        return [min(slot) if slot else -1 for slot in first_offsets]
+        return offsets()
 
-    def _produce(self, batch: AppendBatch, delivered: Callable[[Any, Any], None]) -> None:
+    def _produce(self, producer: Any, batch: AppendBatch, delivered: Callable[[Any, Any], None]) -> None:
         """Hand a batch's records to the open transaction, in order.
 
         The first record carries the batch's identity headers (``idem.pid``, ``idem.epoch``,
@@ -340,26 +301,28 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                 ("idem.seq", b"%d" % header.base_sequence),
                 ("idem.count", b"%d" % len(records)),
             ]
-        self._produce_one(first, [*first.headers, *identity] if first.headers else identity, timestamp, delivered)
+        self._produce_one(
+            producer, first, [*first.headers, *identity] if first.headers else identity, timestamp, delivered
+        )
         for start in range(1, len(records), _BULK):
             chunk = records[start : start + _BULK]
             if type(chunk) is RecordColumns:  # no headers, and no Record objects to read
                 keys = chunk.keys if chunk.keys is not None else itertools.repeat(None)
-                self._produce_bulk([{"value": v, "key": k} for v, k in zip(chunk.values, keys, strict=False)])
+                self._produce_bulk(producer, [{"value": v, "key": k} for v, k in zip(chunk.values, keys, strict=False)])
             elif any(record.headers for record in chunk):
                 for record in chunk:
-                    self._produce_one(record, list(record.headers) or None, timestamp, None)
+                    self._produce_one(producer, record, list(record.headers) or None, timestamp, None)
             else:
-                self._produce_bulk([{"value": record.value, "key": record.key} for record in chunk])
-            self._producer.poll(0)  # serve queued delivery reports and log lines
+                self._produce_bulk(producer, [{"value": record.value, "key": record.key} for record in chunk])
+            producer.poll(0)  # serve queued delivery reports and log lines
 
     def _produce_one(
-        self, record: Record, headers: list[tuple[str, bytes]] | None, timestamp: int, delivered: Any
+        self, producer: Any, record: Record, headers: list[tuple[str, bytes]] | None, timestamp: int, delivered: Any
     ) -> None:
         """``produce`` one record; waits while librdkafka's local queue is full."""
         while True:
             try:
-                self._producer.produce(
+                producer.produce(
                     self.kafka_topic,
                     value=record.value,
                     key=record.key,
@@ -370,15 +333,15 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                 )
                 return
             except BufferError:  # the client's local queue is full: let it drain, then go on
-                self._producer.poll(0.05)
+                producer.poll(0.05)
 
-    def _produce_bulk(self, messages: list[dict[str, Any]]) -> None:
+    def _produce_bulk(self, producer: Any, messages: list[dict[str, Any]]) -> None:
         """``produce_batch`` messages (value and key: no headers, and no timestamp, which
         the bulk call cannot set: they are read back with their head's). librdkafka queues
         a prefix of them when its local queue fills up; the rest are sent again once it has
         drained."""
         while messages:
-            queued = self._producer.produce_batch(self.kafka_topic, messages, partition=self.partition)
+            queued = producer.produce_batch(self.kafka_topic, messages, partition=self.partition)
             if queued == len(messages):
                 return
             errors = [message.get("_error") for message in messages[queued:]]
@@ -391,13 +354,9 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                     f"{self.topic}[{self.partition}]: {next((e for e in errors if e is not None), None)}"
                 )
             messages = [{k: v for k, v in message.items() if k != "_error"} for message in messages[queued:]]
-            self._producer.poll(0.05)
+            producer.poll(0.05)
 
     def _fail(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], error: ProducerError) -> None:
-        if isinstance(error, OwnershipLostError):
-            self.lost = error
-        elif _is_fatal(error.__cause__):
-            self.broken = True
         # Fail the failed transaction's appends first: their callbacks mark the partition
         # failed in the broker. Then fail everything queued behind them (the ordering
         # contract of LogBackend.append): nothing after a failed append may be stored.
@@ -715,14 +674,18 @@ class KafkaBackend:
             raise ConfigError(f"{self.url} was opened read-only: it does not write to {topic}[{partition}]")
         with self._lock:
             writer = self._writers.get((topic, partition))
-            if writer is not None and writer.broken:  # its producer is unusable: fence it
-                writer.close()
-                writer = None
-            if writer is None or writer.lost is not None:
-                if writer is not None:
-                    raise writer.lost  # type: ignore[misc]
+            if writer is None:
                 writer = self._writers[(topic, partition)] = _PartitionWriter(self, topic, partition)
+            elif writer.lost is not None:
+                raise writer.lost
             return writer
+
+    def _own(self, topic: str, partition: int) -> None:
+        """Before a partition is read to rebuild its checker: take it over (fencing a stale
+        owner and ending its open transaction) or, when this backend already writes it, settle
+        a commit in doubt, so that what the read sees is final."""
+        if not self.read_only:
+            self._writer(topic, partition).settle()
 
     def _check(self, topic: str, partition: int) -> None:
         if not 0 <= partition < self._meta.topics.get(topic, 0):
@@ -796,8 +759,7 @@ class KafkaBackend:
 
     def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
         self._check(topic, partition)
-        if not self.read_only:
-            self._writer(topic, partition)  # take ownership first: fences and aborts a stale owner
+        self._own(topic, partition)
         name = kafka_topic_name(topic, self.prefix)
         batches: list[StoredBatch] = []
         heads: list[BatchHead] = []
@@ -846,8 +808,7 @@ class KafkaBackend:
 
     def latest_snapshot(self, topic: str, partition: int) -> Snapshot | None:
         self._check(topic, partition)
-        if not self.read_only:
-            self._writer(topic, partition)  # fence a stale owner first, so its commits are final
+        self._own(topic, partition)
         name = self.prefix + SNAPSHOT_TOPIC
         with self._lock, _map_errors("read snapshots"):
             if self._snapshot_position < self._end_of(name, 0):
