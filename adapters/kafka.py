@@ -1,7 +1,10 @@
 """Apache Kafka log backend (confluent-kafka).
 
 ``kafka://host:port[,host:port...]`` with options passed as keyword arguments to
-:func:`idempotent.connect` (or :class:`KafkaBackend`):
+:func:`idempotent.connect` (or :class:`KafkaBackend`); ``timeout``, ``prefix`` and
+``replication_factor`` may also be given as URL query parameters
+(``kafka://host:9092?timeout=10``), for tools that only get a URL such as ``idempotent
+broker --backend``; keywords win:
 
 * ``client_config``: extra librdkafka settings for every client (security, timeouts,
   ``security.protocol``, ``sasl.*``, ``ssl.*``, ...);
@@ -49,7 +52,7 @@ from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Sequence as Seq
 from concurrent.futures import Future
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
@@ -378,20 +381,33 @@ class KafkaBackend:
         url: str,
         *,
         client_config: dict[str, Any] | None = None,
-        replication_factor: int = 1,
+        replication_factor: int | None = None,
         topic_config: dict[str, str] | None = None,
-        prefix: str = "",
-        timeout: float = 30.0,
+        prefix: str | None = None,
+        timeout: float | None = None,
         read_only: bool = False,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "kafka" or not parts.netloc:
             raise ConfigError(f"expected kafka://host:port[,host:port], got {url!r}")
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        unknown = sorted(set(query) - {"timeout", "prefix", "replication_factor"})
+        if unknown:
+            raise ConfigError(
+                f"unknown option {unknown[0]!r} in {url!r}; the URL takes timeout, prefix and replication_factor"
+            )
         self.url = url
         self.read_only = read_only
-        self.prefix = prefix
-        self.timeout = timeout
-        self.replication_factor = replication_factor
+        self.prefix = prefix if prefix is not None else query.get("prefix", "")
+        try:
+            self.timeout = float(timeout if timeout is not None else query.get("timeout", 30.0))
+            self.replication_factor = int(
+                replication_factor if replication_factor is not None else query.get("replication_factor", 1)
+            )
+        except ValueError as exc:
+            raise ConfigError(f"bad option in {url!r}: {exc}") from None
+        if not self.timeout > 0 or self.replication_factor < 1:
+            raise ConfigError(f"timeout must be positive and replication_factor at least 1, in {url!r}")
         self.topic_config = dict(topic_config or {})
         self.client_config: dict[str, Any] = {"bootstrap.servers": parts.netloc, "logger": _LibrdkafkaLog()}
         self.client_config.update(client_config or {})

@@ -539,9 +539,10 @@ def _outage(
     kafka_service: Any, url: str, cut: Any, restore: Any, seconds: float, **options: Any
 ) -> tuple[Any, list[str], list[bytes]]:
     """Send ``before``; cut the link (or stop Kafka); send ``during``; restore after
-    ``seconds``; send ``after``, through a broker in this process opened on ``url`` with
-    ``options``. Returns the ``during`` record's metadata, the errors the broker reported,
-    and what a plain consumer reads back."""
+    ``seconds``; send ``after``. ``url`` is a ``kafka://`` URL (a broker in this process,
+    opened with ``options``) or an ``idem://`` one (a broker server). Returns the ``during``
+    record's metadata, the errors an in-process broker reported, and what a plain consumer
+    reads back."""
     import time
 
     import idempotent
@@ -550,8 +551,8 @@ def _outage(
     topic = topic_name("outage")
     seen = _FailedProduces()
     broker = idempotent.connect(url, **options)
-    assert isinstance(broker, idempotent.Broker)
-    broker.add_observer(seen)
+    if isinstance(broker, idempotent.Broker):
+        broker.add_observer(seen)
     try:
         with idempotent.Producer(broker, topic, delivery_timeout_ms=45_000, request_timeout_ms=10_000) as producer:
             assert producer.send(topic, b"before", partition=0).result(60).offset == 0
@@ -585,6 +586,57 @@ def test_a_commit_cut_off_longer_than_the_timeout_is_settled_when_the_link_is_ba
     assert values == [b"before", b"during", b"after"]  # none lost, none twice
     # the record reached Kafka once the link was back and the resumed commit stored it
     assert meta.duplicate and meta.offset is not None
+
+
+def test_scalar_options_can_be_given_in_the_url(kafka_service: Any) -> None:
+    from adapters.kafka import KafkaBackend
+    from idempotent.errors import ConfigError
+
+    for bad in ("?nope=1", "?timeout=soon", "?timeout=0", "?replication_factor=0"):
+        with pytest.raises(ConfigError):
+            KafkaBackend(f"kafka://127.0.0.1:1{bad}")  # refused before connecting
+    opened = KafkaBackend(f"{kafka_service.url}?timeout=7&prefix=p-&replication_factor=1")
+    try:
+        assert (opened.timeout, opened.prefix, opened.replication_factor) == (7.0, "p-", 1)
+    finally:
+        opened.close()
+    keyword = KafkaBackend(f"{kafka_service.url}?timeout=7", timeout=2.5)
+    try:
+        assert keyword.timeout == 2.5  # keywords win
+    finally:
+        keyword.close()
+
+
+def test_a_broker_server_whose_commit_was_cut_off_serves_again_when_the_link_is_back(
+    kafka_service: Any, tmp_path: Any
+) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from idempotent.testing.native_proxy import CutProxy
+
+    assert kafka_service.proxy_port is not None, "the running Kafka has no proxied listener: restart it"
+    ready = tmp_path / "ready"
+    with CutProxy(kafka_service.proxy_port, kafka_service.relay_port) as proxy:
+        backend = f"kafka://127.0.0.1:{kafka_service.proxy_port}?timeout=3"
+        server = subprocess.Popen(
+            [sys.executable, "-m", "idempotent", "broker", "--backend", backend, "--listen", "127.0.0.1:0",
+             "--ready-file", str(ready)],
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not (ready.exists() and ready.read_text().endswith("\n")):
+                assert server.poll() is None and time.monotonic() < deadline, "the broker server did not start"
+                time.sleep(0.05)
+            url = f"idem://{ready.read_text().strip()}"
+            meta, _, values = _outage(kafka_service, url, proxy.blackhole, proxy.restore, 4.5)
+        finally:
+            server.terminate()
+            server.wait(30)
+    assert values == [b"before", b"during", b"after"]
+    assert meta.offset is not None
 
 
 def test_a_commit_while_kafka_is_stopped_is_settled_when_it_runs_again(kafka_service: Any) -> None:
