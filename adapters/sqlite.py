@@ -3,7 +3,15 @@
 URL forms (as SQLAlchemy spells them): ``sqlite:///relative/file.db`` and
 ``sqlite:////absolute/file.db``. Query options: ``synchronous=normal|full`` (default
 ``normal``: in WAL mode a committed transaction survives a crash of the process, ``full``
-also survives power loss) and ``timeout`` (seconds to wait for a lock, default 10).
+also survives power loss), ``timeout`` (seconds to wait for a lock, default 10) and ``check``
+(``off``, the default, ``quick`` or ``full``: verify the whole file with SQLite's
+``PRAGMA quick_check`` or ``integrity_check`` when opening it; the same as the ``check``
+keyword and as ``idempotent check URL``).
+
+A damaged file (SQLite's ``SQLITE_CORRUPT`` "database disk image is malformed" or
+``SQLITE_NOTADB``, from any statement) raises :class:`~idempotent.errors.CorruptDataError`,
+FATAL, naming the file and how to check it: retrying cannot repair it. Other SQLite errors
+(a lock held too long, a full disk, an I/O error) stay ``BackendUnavailableError`` (RETRY).
 
 Appends are queued for the file's writer thread, which stores everything queued, of every
 partition, in one transaction (group commit) and only then completes the appends' futures,
@@ -47,7 +55,7 @@ from idempotent.backend import AppendBatch
 from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
-    InternalError,
+    CorruptDataError,
     InvalidTopicError,
     ProducerError,
     internal_error,
@@ -108,12 +116,81 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     if not path:
         raise ConfigError(f"{url!r} names no database file")
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = set(options) - {"synchronous", "timeout"}
+    unknown = set(options) - {"synchronous", "timeout", "check"}
     if unknown:
-        raise ConfigError(f"unknown sqlite URL option(s) {sorted(unknown)}; known: synchronous, timeout")
+        raise ConfigError(f"unknown sqlite URL option(s) {sorted(unknown)}; known: synchronous, timeout, check")
     if options.get("synchronous", "normal").lower() not in ("normal", "full"):
         raise ConfigError("synchronous must be 'normal' or 'full'")
+    if options.get("check", "off").lower() not in CHECKS:
+        raise ConfigError(f"check must be one of {', '.join(CHECKS)}, got {options['check']!r}")
     return path, options
+
+
+#: ``check`` modes: none, ``PRAGMA quick_check`` (every page and row, not whether each index
+#: matches its table) or ``PRAGMA integrity_check`` (everything)
+CHECKS = ("off", "quick", "full")
+#: SQLite's primary result codes for a damaged file: SQLITE_CORRUPT, SQLITE_NOTADB
+_CORRUPT_CODES = frozenset({11, 26})
+#: how many of the problems a check found an error quotes
+_PROBLEMS_QUOTED = 5
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """Whether a sqlite3 error says the file is damaged or not a database at all (its
+    primary result code, the low byte of ``sqlite_errorcode``, is SQLITE_CORRUPT or
+    SQLITE_NOTADB; extended codes such as SQLITE_CORRUPT_INDEX share it)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF in _CORRUPT_CODES
+
+
+def corrupt_file(path: str, detail: str) -> CorruptDataError:
+    """The FATAL error for a damaged database file: names it and says how to check it."""
+    return CorruptDataError(
+        f"SQLite database {path!r} is damaged ({detail}). Retrying cannot repair it: stop the "
+        f"processes using it, check it with `idempotent check sqlite:///{os.path.abspath(path)}`, then "
+        "restore it from a backup (or salvage what is readable with the sqlite3 shell's .recover)"
+    )
+
+
+def check_database(db: sqlite3.Connection, mode: str = "full") -> list[str]:
+    """Run SQLite's ``quick_check`` (``mode="quick"``) or ``integrity_check`` (``"full"``)
+    on an open connection; the problems it reports, [] for a sound file. Reads every page
+    (see ``docs/backends.md`` for what it costs).
+
+    Raises:
+        sqlite3.Error: the check could not run (a file that is not a database at all raises
+            SQLITE_NOTADB here).
+    """
+    pragma = "quick_check" if mode == "quick" else "integrity_check"
+    rows = [str(row[0]) for row in db.execute(f"PRAGMA {pragma}").fetchall()]
+    return [] if rows == ["ok"] else rows
+
+
+def check_file(path: str, mode: str = "full") -> list[str]:
+    """:func:`check_database` on the file at ``path``, opened read-only (no lock file, safe
+    next to a running writer: it checks the last committed state, WAL included).
+
+    Damage the check cannot walk past (SQLite stops it with SQLITE_CORRUPT, or the file is
+    not a database at all: SQLITE_NOTADB) is reported as the one problem.
+
+    Raises:
+        ConfigError: there is no such file.
+        BackendUnavailableError: the file could not be read (locked too long, I/O error).
+    """
+    if not os.path.isfile(path):
+        raise ConfigError(f"no SQLite database at {path!r}")
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    except sqlite3.Error as exc:
+        raise BackendUnavailableError(f"cannot open {path!r}: {exc}") from exc
+    try:
+        return check_database(db, mode)
+    except sqlite3.Error as exc:
+        if is_corruption(exc):
+            return [str(exc)]
+        raise BackendUnavailableError(f"cannot check {path!r}: {exc}") from exc
+    finally:
+        db.close()
 
 
 class SQLiteBackend:
@@ -121,9 +198,22 @@ class SQLiteBackend:
 
     durable = True
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, check: str | None = None) -> None:
+        """Open (or create) the file.
+
+        ``check`` (or the URL's ``check=``): ``off`` (default), ``quick`` or ``full``, see
+        :func:`check_database`.
+
+        Raises:
+            ConfigError: a bad URL or option, or a missing directory.
+            CorruptDataError: the file is damaged (found by ``check``, or on opening it).
+            BackendUnavailableError: the file could not be opened.
+        """
         self.url = url
         self.path, options = parse_sqlite_url(url)
+        mode = (check if check is not None else options.get("check", "off")).lower()
+        if mode not in CHECKS:
+            raise ConfigError(f"check must be one of {', '.join(CHECKS)}, got {check!r}")
         directory = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(directory):
             raise ConfigError(f"directory {directory!r} for {url!r} does not exist")
@@ -147,9 +237,26 @@ class SQLiteBackend:
                 self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='records'").fetchone()
                 is not None
             )
+            if mode != "off":
+                try:
+                    problems = check_database(self._db, mode)
+                except sqlite3.Error as exc:  # damage the check cannot even walk past
+                    if not is_corruption(exc):
+                        raise
+                    problems = [str(exc)]
+                if problems:
+                    shown = "; ".join(problems[:_PROBLEMS_QUOTED])
+                    more = f" and {len(problems) - _PROBLEMS_QUOTED} more" if len(problems) > _PROBLEMS_QUOTED else ""
+                    raise corrupt_file(self.path, f"{mode} check: {shown}{more}")
             self._db.executescript(_SCHEMA)
             self._topics = dict(self._db.execute("SELECT name, partitions FROM topics").fetchall())
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, CorruptDataError) as exc:
+            with contextlib.suppress(Exception):
+                self._db.close()
+            if isinstance(exc, CorruptDataError):
+                raise
+            if is_corruption(exc):
+                raise corrupt_file(self.path, str(exc)) from exc
             raise BackendUnavailableError(f"cannot open {self.path!r}: {exc}") from exc
 
     # -- helpers ---------------------------------------------------------------------------
@@ -658,7 +765,7 @@ class _Writer(GroupQueue[_Append]):
         while (items := self._take_group()) is not None:
             try:
                 offsets = self._backend._commit(items)
-            except BackendUnavailableError as exc:
+            except ProducerError as exc:  # mapped by _mapped: unavailable, or a damaged file
                 self._fail(items, exc)
                 continue
             except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
@@ -668,10 +775,10 @@ class _Writer(GroupQueue[_Append]):
                 item[4].set_result(offset)
 
     def _fail(self, items: list[_Append], error: ProducerError) -> None:
-        # a bug stays FATAL for everything behind it too: never retriable
+        # a bug or a damaged file stays FATAL for everything behind it too: never retriable
         failed: ProducerError = (
             error
-            if isinstance(error, InternalError)
+            if not error.retriable
             else BackendUnavailableError(f"{self._backend.url}: an earlier append of the partition failed: {error}")
         )
         with self._cond:
@@ -706,7 +813,9 @@ class _Transaction:
 
 
 class _mapped:
-    """Translate sqlite3 errors into BackendUnavailableError, once, at the adapter edge."""
+    """Translate sqlite3 errors, once, at the adapter edge: a damaged file into the FATAL
+    :class:`CorruptDataError` (see :func:`is_corruption`), anything else into
+    BackendUnavailableError."""
 
     def __init__(self, url: str) -> None:
         self._url = url
@@ -716,4 +825,6 @@ class _mapped:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc is not None and isinstance(exc, sqlite3.Error):
+            if is_corruption(exc):
+                raise corrupt_file(parse_sqlite_url(self._url)[0], str(exc)) from exc
             raise BackendUnavailableError(f"{self._url}: {exc}") from exc

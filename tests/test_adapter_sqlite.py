@@ -320,3 +320,93 @@ def test_a_bug_in_the_writer_fails_the_appends_behind_it_as_fatal_not_retriable(
             assert raised.value.recovery is Recovery.FATAL
     finally:
         backend.close()
+
+
+# -- a damaged file: FATAL, named, checkable ----------------------------------------------------
+
+
+def _written(tmp_path: Path, records: int = 20_000) -> str:
+    """A database file holding ``records`` records of 100 B in topic ``t``, closed cleanly
+    (its WAL checkpointed into the file)."""
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    with idempotent.Producer(url, "writer") as producer:
+        producer.send_many("t", [b"x" * 100] * records, partition=0).result(60)
+    return url
+
+
+def _damage(path: str, page: int | None = None) -> int:
+    """Overwrite one page of the file (its middle one unless given) with random bytes, as a
+    bad disk block or a stray write would; returns the page number (1-based)."""
+    import random
+
+    size = Path(path).stat().st_size
+    page_size = 4096
+    pages = size // page_size
+    number = page if page is not None else pages // 2
+    with open(path, "r+b") as file:
+        file.seek((number - 1) * page_size)
+        file.write(random.Random(number).randbytes(page_size))
+    return number
+
+
+def test_a_damaged_page_is_a_fatal_error_that_names_the_file(tmp_path: Path) -> None:
+    from idempotent.errors import CorruptDataError, Recovery
+
+    url = _written(tmp_path)
+    path = str(tmp_path / "d.db")
+    _damage(path)
+    broker = idempotent.connect(url)  # opening does not read the damaged page
+    try:
+        with pytest.raises(CorruptDataError) as raised:
+            broker.read("t", 0, 0, 100_000)
+        error = raised.value
+        # never retried: a retry loop would spin on it for ever
+        assert error.recovery is Recovery.FATAL and not error.retriable
+        assert path in str(error) and "malformed" in str(error)
+        assert f"idempotent check sqlite:///{path}" in str(error)
+    finally:
+        broker.close()
+
+
+def test_a_producer_on_a_damaged_file_fails_at_once_instead_of_retrying(tmp_path: Path) -> None:
+    from idempotent import DeliveryFailed
+    from idempotent.errors import CorruptDataError
+
+    url = _written(tmp_path, records=100)
+    path = str(tmp_path / "d.db")
+    with sqlite3.connect(path) as db:  # the table every append and every rebuild uses
+        (root,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name='batches'").fetchone()
+    _damage(path, root)
+    started = time.monotonic()
+    with idempotent.Producer(url, delivery_timeout_ms=20_000) as producer, pytest.raises(DeliveryFailed) as raised:
+        producer.send("t", b"y", partition=0).result(60)
+    assert isinstance(raised.value.__cause__, CorruptDataError), repr(raised.value.__cause__)
+    assert time.monotonic() - started < 10  # not after the delivery timeout of retries
+
+
+def test_a_file_that_is_not_a_database_is_refused_as_damaged(tmp_path: Path) -> None:
+    from idempotent.errors import CorruptDataError
+
+    path = tmp_path / "text.db"
+    path.write_text("not a database\n" * 1000)
+    with pytest.raises(CorruptDataError, match="file is not a database"):
+        SQLiteBackend(f"sqlite:///{path}")
+
+
+def test_an_integrity_check_on_open_finds_a_damaged_page(tmp_path: Path) -> None:
+    from adapters.sqlite import parse_sqlite_url
+    from idempotent.errors import ConfigError, CorruptDataError
+
+    url = _written(tmp_path)
+    for opened in (SQLiteBackend(url, check="full"), SQLiteBackend(url + "?check=quick")):
+        opened.close()  # a sound file opens
+    _damage(str(tmp_path / "d.db"))
+    for attempt in (lambda: SQLiteBackend(url + "?check=quick"), lambda: SQLiteBackend(url, check="full")):
+        with pytest.raises(CorruptDataError, match="check: ") as raised:
+            attempt()
+        assert "idempotent check" in str(raised.value)
+    SQLiteBackend(url).close()  # without the check the damage goes unnoticed until read
+    with pytest.raises(ConfigError, match="check must be one of off, quick, full"):
+        parse_sqlite_url(url + "?check=yes")
+    with pytest.raises(ConfigError, match="check must be one of"):
+        SQLiteBackend(url, check="always")
