@@ -410,3 +410,101 @@ def test_an_integrity_check_on_open_finds_a_damaged_page(tmp_path: Path) -> None
         parse_sqlite_url(url + "?check=yes")
     with pytest.raises(ConfigError, match="check must be one of"):
         SQLiteBackend(url, check="always")
+
+
+# -- what a truncated write-ahead log loses -----------------------------------------------------
+
+_WAL_WRITER = """
+import sys, time
+import idempotent
+from idempotent.broker import BrokerConfig
+
+broker = idempotent.connect(sys.argv[1], BrokerConfig(maintenance_interval=0))
+broker.create_topic("t", 1)
+session = broker.init_producer("w")
+for i in range(int(sys.argv[2])):  # one batch of 10 records per append, each its own transaction
+    result = broker.produce("t", 0, session.producer_id, session.producer_epoch, 10 * i,
+                            [b"%d-%d" % (i, j) for j in range(10)])
+    assert result.outcome is idempotent.Outcome.ACCEPTED, result
+if sys.argv[3] == "close":
+    broker.close()
+print("written", flush=True)
+time.sleep(120)
+"""
+
+
+def _wal_writer(path: Path, batches: int, end: str) -> None:
+    """Write ``batches`` batches in another process, then kill it with SIGKILL (``end`` is
+    ``kill``) or close its broker first (``close``)."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WAL_WRITER, f"sqlite:///{path}", str(batches), end], stdout=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"written"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+
+
+def _wal_frames(wal: bytes) -> tuple[int, list[int]]:
+    """The WAL's frame size and the indexes of its commit frames (a frame whose header says
+    the database size after the commit; the WAL format of sqlite.org/fileformat2.html)."""
+    import struct
+
+    frame = 24 + struct.unpack(">I", wal[8:12])[0]
+    count = (len(wal) - 32) // frame
+    commits = [i for i in range(count) if struct.unpack(">I", wal[32 + i * frame + 4 : 32 + i * frame + 8])[0]]
+    return frame, commits
+
+
+def test_a_truncated_wal_of_a_killed_writer_loses_the_transactions_cut_off_and_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    batches = 200
+    _wal_writer(path, batches, "kill")
+    wal_path = Path(f"{path}-wal")
+    wal = wal_path.read_bytes()
+    frame, commits = _wal_frames(wal)
+    # nothing was checkpointed yet (the WAL stays under SQLite's 1000-page autocheckpoint)
+    assert len(commits) > batches
+    cut = 32 + commits[len(commits) // 2] * frame + 100  # inside the middle commit frame
+    with open(wal_path, "r+b") as file:
+        file.truncate(cut)
+    kept = (cut - 32) // frame  # whole frames left; the cut one is dropped with its transaction
+    lost = sum(1 for c in commits if c >= kept)  # transactions whose commit frame is gone
+    broker = idempotent.connect(f"sqlite:///{path}")
+    try:
+        values = [r.value for r in broker.read("t", 0, 0, 100_000)]
+        # whole transactions survive, in order, up to the cut: the last `lost` batches are gone
+        survivors = batches - lost
+        assert values == [b"%d-%d" % (i, j) for i in range(survivors) for j in range(10)]
+        # the broker rebuilds its state from what is left: the named producer continues there
+        assert broker.init_producer("w").last_sequences[("t", 0)] == 10 * survivors - 1
+    finally:
+        broker.close()
+
+
+def test_a_wal_cut_to_nothing_loses_everything_since_the_last_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    _wal_writer(path, 50, "kill")
+    Path(f"{path}-wal").write_bytes(b"")
+    broker = idempotent.connect(f"sqlite:///{path}")
+    try:  # this file was never checkpointed: the topic itself is gone
+        assert broker.topics() == {}
+    finally:
+        broker.close()
+
+
+def test_a_cleanly_closed_writer_leaves_no_wal_to_lose(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    _wal_writer(path, 50, "close")
+    wal = Path(f"{path}-wal")
+    assert not wal.exists() or wal.stat().st_size == 0  # checkpointed into the file on close
+    broker = idempotent.connect(f"sqlite:///{path}")
+    try:
+        assert len(broker.read("t", 0, 0, 1000)) == 500
+    finally:
+        broker.close()
