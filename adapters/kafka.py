@@ -79,6 +79,7 @@ try:
     from confluent_kafka import TopicPartition as KafkaTopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+    from adapters._kafka_errors import CLIENT_STATE_CODES
     from adapters._kafka_errors import map_errors as _map_errors
     from adapters._kafka_errors import translate as _translate
     from adapters._kafka_txn import TransactionalProducer
@@ -426,7 +427,7 @@ class KafkaBackend:
         self._heads_lock = threading.Lock()
         with _map_errors("connect"):
             self._admin = AdminClient(self.client_config)
-            self._meta_producer = Producer({**self.client_config, "enable.idempotence": True, "linger.ms": 0})
+            self._meta_producer = self._new_meta_producer()
             self._reader = self._consumer()
             self._ensure_internal_topics()
             self._catch_up_meta()
@@ -637,16 +638,37 @@ class KafkaBackend:
 
         what = items[0][0] if len(items) == 1 else f"{len(items)} meta records"
         with self._lock, _map_errors(f"store {what}"):
-            for index, (key, value) in enumerate(items):
-                self._meta_producer.produce(
-                    self.prefix + META_TOPIC, key=key.encode(), value=value, on_delivery=delivered(index)
-                )
-            remaining = self._meta_producer.flush(self.timeout)
-        if errors:
-            raise _translate(errors[0], f"store {what}")
+            try:
+                for index, (key, value) in enumerate(items):
+                    self._meta_producer.produce(
+                        self.prefix + META_TOPIC, key=key.encode(), value=value, on_delivery=delivered(index)
+                    )
+                remaining = self._meta_producer.flush(self.timeout)
+            except KafkaException as exc:
+                raise self._meta_failed(exc.args[0] if exc.args else None, what) from exc
+            if errors:
+                raise self._meta_failed(errors[0], what)
         if remaining or len(offsets) != len(items):
             raise BackendUnavailableError(f"kafka: storing {what} timed out")
         return [offsets[i] for i in range(len(items))]
+
+    def _new_meta_producer(self) -> Any:
+        return Producer({**self.client_config, "enable.idempotence": True, "linger.ms": 0})
+
+    def _meta_failed(self, error: Any, what: str) -> ProducerError:
+        """The error of a failed metadata write. A producer that can do nothing more
+        (librdkafka's ``fatal()``, or a code of a client in a bad state) is replaced first,
+        so that the retry this error asks for can succeed: a keyed record written twice
+        changes nothing, and a retried id block is a new block (the first one, if it was
+        stored, stays unused). Needs the lock."""
+        if isinstance(error, KafkaError) and (error.fatal() or error.code() in CLIENT_STATE_CODES):
+            _LOG.warning("kafka: the metadata producer failed with %s; replacing it", error)
+            self._meta_producer = self._new_meta_producer()
+            return BackendUnavailableError(
+                f"kafka: store {what}: {error.name()}: {error.str()} (that client could do nothing more and was "
+                "replaced by a fresh one; retry)"
+            )
+        return _translate(error, f"store {what}")
 
     # -- LogBackend ------------------------------------------------------------------------
 

@@ -487,6 +487,38 @@ def test_an_unusable_partition_writer_is_replaced_and_fences_the_old_client(kafk
         backend.close()
 
 
+class _BrokenMetaProducer:
+    """A metadata producer after librdkafka raised a fatal error: every delivery fails."""
+
+    def __init__(self) -> None:
+        self.pending: list[Any] = []
+
+    def produce(self, *args: Any, on_delivery: Any, **kwargs: Any) -> None:
+        self.pending.append(on_delivery)
+
+    def flush(self, timeout: float) -> int:
+        for callback in self.pending:
+            callback(_kafka_error("_INCONSISTENT", fatal=True), None)
+        self.pending = []
+        return 0
+
+
+def test_a_metadata_producer_with_a_fatal_error_is_replaced_not_kept(kafka_service: Any) -> None:
+    from adapters.kafka import KafkaBackend
+    from idempotent.errors import BackendUnavailableError
+
+    backend = KafkaBackend(kafka_service.url, timeout=30)
+    try:
+        backend._meta_producer = _BrokenMetaProducer()
+        with pytest.raises(BackendUnavailableError, match="replaced by a fresh one; retry"):
+            backend.save_setting("probe", "1")
+        backend.save_setting("probe", "2")  # the retry succeeds on the fresh client
+        assert backend.load_settings()["probe"] == "2"
+        backend.save_setting("probe", None)
+    finally:
+        backend.close()
+
+
 # -- a commit cut off for longer than the timeout (real Kafka, public APIs) ------------------
 
 
