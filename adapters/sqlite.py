@@ -45,6 +45,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import msgpack
 
+from adapters._sqlite_check import CHECKS, PROBLEMS_QUOTED, check_database, corrupt_file, is_corruption
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease, supersedes
 from idempotent._records import RecordColumns, Snapshot, StoredBatch, StoredRecord
@@ -126,73 +127,6 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     return path, options
 
 
-#: ``check`` modes: none, ``PRAGMA quick_check`` (every page and row, not whether each index
-#: matches its table) or ``PRAGMA integrity_check`` (everything)
-CHECKS = ("off", "quick", "full")
-#: SQLite's primary result codes for a damaged file: SQLITE_CORRUPT, SQLITE_NOTADB
-_CORRUPT_CODES = frozenset({11, 26})
-#: how many of the problems a check found an error quotes
-_PROBLEMS_QUOTED = 5
-
-
-def is_corruption(exc: BaseException) -> bool:
-    """Whether a sqlite3 error says the file is damaged or not a database at all (its
-    primary result code, the low byte of ``sqlite_errorcode``, is SQLITE_CORRUPT or
-    SQLITE_NOTADB; extended codes such as SQLITE_CORRUPT_INDEX share it)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF in _CORRUPT_CODES
-
-
-def corrupt_file(path: str, detail: str) -> CorruptDataError:
-    """The FATAL error for a damaged database file: names it and says how to check it."""
-    return CorruptDataError(
-        f"SQLite database {path!r} is damaged ({detail}). Retrying cannot repair it: stop the "
-        f"processes using it, check it with `idempotent check sqlite:///{os.path.abspath(path)}`, then "
-        "restore it from a backup (or salvage what is readable with the sqlite3 shell's .recover)"
-    )
-
-
-def check_database(db: sqlite3.Connection, mode: str = "full") -> list[str]:
-    """Run SQLite's ``quick_check`` (``mode="quick"``) or ``integrity_check`` (``"full"``)
-    on an open connection; the problems it reports, [] for a sound file. Reads every page
-    (see ``docs/backends.md`` for what it costs).
-
-    Raises:
-        sqlite3.Error: the check could not run (a file that is not a database at all raises
-            SQLITE_NOTADB here).
-    """
-    pragma = "quick_check" if mode == "quick" else "integrity_check"
-    rows = [str(row[0]) for row in db.execute(f"PRAGMA {pragma}").fetchall()]
-    return [] if rows == ["ok"] else rows
-
-
-def check_file(path: str, mode: str = "full") -> list[str]:
-    """:func:`check_database` on the file at ``path``, opened read-only (no lock file, safe
-    next to a running writer: it checks the last committed state, WAL included).
-
-    Damage the check cannot walk past (SQLite stops it with SQLITE_CORRUPT, or the file is
-    not a database at all: SQLITE_NOTADB) is reported as the one problem.
-
-    Raises:
-        ConfigError: there is no such file.
-        BackendUnavailableError: the file could not be read (locked too long, I/O error).
-    """
-    if not os.path.isfile(path):
-        raise ConfigError(f"no SQLite database at {path!r}")
-    try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-    except sqlite3.Error as exc:
-        raise BackendUnavailableError(f"cannot open {path!r}: {exc}") from exc
-    try:
-        return check_database(db, mode)
-    except sqlite3.Error as exc:
-        if is_corruption(exc):
-            return [str(exc)]
-        raise BackendUnavailableError(f"cannot check {path!r}: {exc}") from exc
-    finally:
-        db.close()
-
-
 class SQLiteBackend:
     """A durable log in one SQLite file; see the module docstring."""
 
@@ -245,8 +179,8 @@ class SQLiteBackend:
                         raise
                     problems = [str(exc)]
                 if problems:
-                    shown = "; ".join(problems[:_PROBLEMS_QUOTED])
-                    more = f" and {len(problems) - _PROBLEMS_QUOTED} more" if len(problems) > _PROBLEMS_QUOTED else ""
+                    shown = "; ".join(problems[:PROBLEMS_QUOTED])
+                    more = f" and {len(problems) - PROBLEMS_QUOTED} more" if len(problems) > PROBLEMS_QUOTED else ""
                     raise corrupt_file(self.path, f"{mode} check: {shown}{more}")
             self._db.executescript(_SCHEMA)
             self._topics = dict(self._db.execute("SELECT name, partitions FROM topics").fetchall())

@@ -44,7 +44,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         CliError: not a ``sqlite://`` URL, or no such file (exit code 2).
         BackendUnavailableError: the file could not be read (exit code 1).
     """
-    from adapters.sqlite import check_file, parse_sqlite_url
+    from adapters._sqlite_check import check_file
+    from adapters.sqlite import parse_sqlite_url
 
     if urlsplit(args.url).scheme != "sqlite":
         raise CliError(f"check verifies SQLite database files (sqlite:///file.db), not {args.url}")
