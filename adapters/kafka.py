@@ -1,13 +1,18 @@
 """Apache Kafka log backend (confluent-kafka).
 
 ``kafka://host:port[,host:port...]`` with options passed as keyword arguments to
-:func:`idempotent.connect` (or :class:`KafkaBackend`):
+:func:`idempotent.connect` (or :class:`KafkaBackend`); ``timeout``, ``prefix`` and
+``replication_factor`` may also be given as URL query parameters
+(``kafka://host:9092?timeout=10``), for tools that only get a URL such as ``idempotent
+broker --backend``; keywords win:
 
 * ``client_config``: extra librdkafka settings for every client (security, timeouts,
   ``security.protocol``, ``sasl.*``, ``ssl.*``, ...);
 * ``replication_factor`` (default 1) and ``topic_config`` for topics this backend creates;
 * ``prefix`` (default ``""``): prepended to every Kafka topic name this backend uses;
-* ``timeout`` (default 30 s): for admin calls, flushes and transaction commits;
+* ``timeout`` (default 30 s): for admin calls, flushes and transaction commits (a commit that
+  takes longer is *in doubt*: settled before the partition is written or read again, see
+  :mod:`adapters._kafka_txn`);
 * ``read_only`` (default False): never take a partition over (for ``tail`` and ``stats``
   next to a running broker); reads see committed data only.
 
@@ -47,7 +52,7 @@ from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Sequence as Seq
 from concurrent.futures import Future
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
@@ -62,7 +67,6 @@ from idempotent.backend import AppendBatch
 from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
-    EntryTooLargeError,
     InvalidTopicError,
     OwnershipLostError,
     ProducerError,
@@ -74,6 +78,11 @@ try:
     from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    from adapters._kafka_errors import CLIENT_STATE_CODES
+    from adapters._kafka_errors import map_errors as _map_errors
+    from adapters._kafka_errors import translate as _translate
+    from adapters._kafka_txn import TransactionalProducer
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the kafka backend needs confluent-kafka: pip install 'idempotent[kafka]'") from exc
 
@@ -94,154 +103,6 @@ _BULK = 5000
 #: a read that starts inside a batch looks this many messages back for its head first, then
 #: four times as many each time, up to the largest batch
 _HEAD_WINDOW = 1024
-
-
-@contextlib.contextmanager
-def _map_errors(what: str) -> Iterator[None]:
-    """Translate confluent-kafka errors into the project's tree, once, at the adapter edge
-    (see :func:`_translate`). ``BufferError`` (librdkafka's local queue is full) is transient;
-    any other exception is a bug: logged, FATAL."""
-    try:
-        yield
-    except ProducerError:
-        raise
-    except KafkaException as exc:
-        raise _translate(exc.args[0] if exc.args else None, what) from exc
-    except BufferError as exc:
-        raise BackendUnavailableError(f"kafka: {what}: local queue full: {exc}") from exc
-    except (RuntimeError, ValueError, TypeError) as exc:
-        raise internal_error(f"kafka: {what}", exc, _LOG) from exc
-
-
-#: Codes that mean a newer owner fenced this partition's transactional producer.
-_FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
-#: A record or request larger than the broker or the client takes: stored nothing, for certain.
-_TOO_LARGE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
-#: The backend refused the broker's credentials or rights: fix ``client_config`` or the ACLs.
-_ACCESS_CODES = frozenset(
-    {
-        KafkaError._AUTHENTICATION,
-        KafkaError._SSL,
-        KafkaError.SASL_AUTHENTICATION_FAILED,
-        KafkaError.ILLEGAL_SASL_STATE,
-        KafkaError.UNSUPPORTED_SASL_MECHANISM,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError.GROUP_AUTHORIZATION_FAILED,
-        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-        KafkaError.DELEGATION_TOKEN_AUTHORIZATION_FAILED,
-    }
-)
-#: A setting, a topic's configuration or the cluster's version does not allow the request.
-_CONFIG_CODES = frozenset(
-    {
-        KafkaError._INVALID_ARG,
-        KafkaError._NOT_CONFIGURED,
-        KafkaError._UNSUPPORTED_FEATURE,
-        KafkaError._NOT_IMPLEMENTED,
-        KafkaError.INVALID_CONFIG,
-        KafkaError.INVALID_PARTITIONS,
-        KafkaError.INVALID_REPLICATION_FACTOR,
-        KafkaError.INVALID_REPLICA_ASSIGNMENT,
-        KafkaError.INVALID_REQUIRED_ACKS,
-        KafkaError.INVALID_TRANSACTION_TIMEOUT,
-        KafkaError.POLICY_VIOLATION,
-        KafkaError.UNSUPPORTED_VERSION,
-        KafkaError.UNSUPPORTED_COMPRESSION_TYPE,
-        KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-        KafkaError.SECURITY_DISABLED,
-    }
-)
-#: The topic or partition does not exist and will not appear by waiting (librdkafka's local
-#: codes, after ``topic.metadata.propagation.max.ms``), or its name is invalid.
-_TOPIC_CODES = frozenset(
-    {
-        KafkaError._UNKNOWN_TOPIC,
-        KafkaError._UNKNOWN_PARTITION,
-        KafkaError.TOPIC_EXCEPTION,
-        KafkaError.TOPIC_ALREADY_EXISTS,
-    }
-)
-#: Transient by Kafka's protocol and librdkafka's documentation: the network, a broker or a
-#: leader is away or moving, replicas are short, a request or a message timed out, or the
-#: transaction coordinator is loading, moving or still aborting a previous owner's
-#: transaction (the course of a takeover, see :func:`_fence`). Retrying later may succeed.
-_TRANSIENT_CODES = frozenset(
-    {
-        KafkaError._TRANSPORT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._TIMED_OUT,
-        KafkaError._TIMED_OUT_QUEUE,
-        KafkaError._MSG_TIMED_OUT,
-        KafkaError._QUEUE_FULL,
-        KafkaError._RESOLVE,
-        KafkaError._WAIT_COORD,
-        KafkaError._ISR_INSUFF,
-        KafkaError._RETRY,
-        KafkaError._PURGE_QUEUE,
-        KafkaError._PURGE_INFLIGHT,
-        KafkaError._DESTROY,
-        KafkaError.BROKER_NOT_AVAILABLE,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.NOT_LEADER_FOR_PARTITION,  # NOT_LEADER_OR_FOLLOWER
-        KafkaError.FENCED_LEADER_EPOCH,
-        KafkaError.UNKNOWN_LEADER_EPOCH,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,  # a new topic's metadata still propagating
-        KafkaError.REPLICA_NOT_AVAILABLE,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError.NETWORK_EXCEPTION,
-        KafkaError.NOT_ENOUGH_REPLICAS,
-        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        KafkaError.KAFKA_STORAGE_ERROR,
-        KafkaError.NOT_CONTROLLER,
-        KafkaError.THROTTLING_QUOTA_EXCEEDED,
-        KafkaError.CONCURRENT_TRANSACTIONS,
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError.NOT_COORDINATOR,
-        KafkaError.TRANSACTION_ABORTABLE,
-    }
-)
-
-
-def _translate(error: Any, what: str) -> ProducerError:
-    """The project error for a ``KafkaError`` (or whatever a ``KafkaException`` carried).
-
-    In this order: fenced by a newer owner -> :class:`OwnershipLostError`; too large ->
-    :class:`EntryTooLargeError`; refused credentials or rights, or a bad setting ->
-    :class:`ConfigError`; a topic that is missing or invalid -> :class:`InvalidTopicError`;
-    librdkafka's ``fatal()`` -> FATAL :class:`InternalError` (the client instance is unusable);
-    what librdkafka or Kafka's protocol documents as transient (``retriable()``,
-    ``txn_requires_abort()``: the transaction was aborted, a new one may succeed, or a code of
-    :data:`_TRANSIENT_CODES`) -> :class:`BackendUnavailableError` (RETRY). Anything else is
-    unexpected: a logged FATAL :class:`InternalError`, never a retry.
-    """
-    if not isinstance(error, KafkaError):
-        return internal_error(f"kafka: {what}", KafkaException(error), _LOG)
-    code = error.code()
-    text = f"kafka: {what}: {error.name()}: {error.str()}"
-    if code in _FENCED_CODES:
-        return OwnershipLostError(f"kafka: {what}: fenced by a newer owner ({error.str()})")
-    if code in _TOO_LARGE_CODES:
-        return EntryTooLargeError(f"kafka: {what}: a record is larger than message.max.bytes ({error.str()})")
-    if code in _ACCESS_CODES:
-        return ConfigError(f"{text} (the cluster refused the broker's credentials or rights; check client_config)")
-    if code in _CONFIG_CODES:
-        return ConfigError(text)
-    if code in _TOPIC_CODES:
-        return InvalidTopicError(text)
-    if error.fatal():
-        return internal_error(f"kafka: {what} (a fatal librdkafka error)", KafkaException(error), _LOG)
-    if error.retriable() or error.txn_requires_abort() or code in _TRANSIENT_CODES:
-        return BackendUnavailableError(text)
-    return internal_error(f"kafka: {what} (an unexpected Kafka error)", KafkaException(error), _LOG)
-
-
-def _is_fatal(cause: BaseException | None) -> bool:
-    """Whether an error's cause is a fatal librdkafka error other than being fenced: the
-    client instance that raised it can do nothing more."""
-    error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
-    return isinstance(error, KafkaError) and error.fatal() and error.code() not in _FENCED_CODES
 
 
 class _LibrdkafkaLog:
@@ -274,55 +135,9 @@ def _decimal(headers: dict[str, bytes], name: str, default: int = -1) -> int:
     return default if value is None else int(value)
 
 
-#: how long an ``init_transactions`` attempt of a takeover may take before a fresh producer
-#: asks again, during the first :data:`_QUICK_ATTEMPTS_SECONDS`; after that each attempt gets
-#: twice as long as the one before (the last one gets whatever is left of the timeout), so a
-#: slow or distant cluster still gets the time it needs
-_INIT_ATTEMPT = 0.1
-_QUICK_ATTEMPTS_SECONDS = 1.0
-
-
-def _fence(config: dict[str, Any], timeout: float) -> Any:
-    """A transactional producer whose ``init_transactions`` fenced every earlier holder of
-    its ``transactional.id`` and aborted their open transaction.
-
-    When the previous owner died inside a transaction, the coordinator answers InitProducerId
-    with CONCURRENT_TRANSACTIONS while it aborts that transaction (usually well under 100 ms)
-    and librdkafka asks again only 500 ms later. So an attempt that is not done within its
-    short budget (0.1 s for the first second, then twice as long each time) is dropped and
-    a fresh producer asks again. Fencing is unchanged: every InitProducerId that succeeds bumps the epoch, the last
-    one wins, and a dropped producer never began a transaction.
-
-    Raises:
-        KafkaException: the last attempt failed (mapped by the caller).
-    """
-    started = time.monotonic()
-    deadline = started + timeout
-    budget = _INIT_ATTEMPT
-    while time.monotonic() + 2 * budget < deadline:
-        producer = Producer(config)
-        try:
-            producer.init_transactions(budget)
-            return producer
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            # on its timeout init_transactions reports the last answer it got, if any
-            if not (
-                isinstance(error, KafkaError)
-                and error.code() in (KafkaError._TIMED_OUT, KafkaError.CONCURRENT_TRANSACTIONS)
-            ):
-                raise
-        # dropped without close(), which would try to abort a transaction that never began
-        del producer
-        if time.monotonic() - started >= _QUICK_ATTEMPTS_SECONDS:
-            budget *= 2
-    producer = Producer(config)
-    producer.init_transactions(max(deadline - time.monotonic(), 1.0))
-    return producer
-
-
 class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Future[int]]]):
-    """The transactional producer that owns one partition, with a group-commit thread."""
+    """The transactional producer that owns one partition (a :class:`TransactionalProducer`,
+    which resolves failed commits), with a group-commit thread."""
 
     def __init__(self, backend: KafkaBackend, topic: str, partition: int) -> None:
         super().__init__()
@@ -330,25 +145,21 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
         self.topic = topic
         self.partition = partition
         self.kafka_topic = kafka_topic_name(topic, backend.prefix)
-        self.lost: ProducerError | None = None
-        #: librdkafka reported a fatal error: this producer instance can no longer write, so
-        #: the backend replaces the writer (fencing this one) on the next append
-        self.broken = False
-        config = dict(backend.client_config)
+        # Kafka's coordinator aborts (and fences) a transaction still open after this; a
+        # client_config may choose another
+        config: dict[str, Any] = {"transaction.timeout.ms": 60_000, **backend.client_config}
         config.update(
             {
                 "transactional.id": f"{backend.prefix}idempotent-{self.kafka_topic}-{partition}",
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 0,
-                "transaction.timeout.ms": 60_000,
                 # a group commit may queue many batches before commit_transaction flushes them
                 "queue.buffering.max.messages": 1_000_000,
                 "queue.buffering.max.kbytes": 1_048_576,
             }
         )
-        with _map_errors(f"open the writer of {topic}[{partition}]"):
-            self._producer = _fence(config, backend.timeout)
+        self._txn = TransactionalProducer(config, backend.timeout, f"{topic}[{partition}]")
         self._thread = threading.Thread(target=self._run, name=f"idempotent-kafka-{topic}-{partition}", daemon=True)
         self._thread.start()
 
@@ -364,13 +175,28 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                 self._cond.notify()
         return future
 
+    @property
+    def lost(self) -> ProducerError | None:
+        """Set once a newer owner fenced this partition's producer: every later use raises it."""
+        return self._txn.fenced
+
+    def settle(self) -> None:
+        """Make every earlier transaction's outcome final and readable before the partition
+        is read for a rebuild (see :meth:`TransactionalProducer.settle`).
+
+        Raises:
+            OwnershipLostError: fenced by a newer owner.
+            BackendUnavailableError: a commit is still in doubt or the producer could not be
+                replaced yet; retry later.
+        """
+        self._txn.settle()
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify()
         self._thread.join(self.backend.timeout)
-        with contextlib.suppress(Exception):
-            self._producer.flush(1)
+        self._txn.close()
 
     def _run(self) -> None:
         while (items := self._take_group()) is not None:
@@ -381,39 +207,48 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                 continue
             except KafkaException as exc:  # mapped here, at the edge
                 self._fail(
-                    items, _translate(exc.args[0] if exc.args else exc, f"commit to {self.topic}[{self.partition}]")
+                    items, _translate(exc.args[0] if exc.args else exc, f"append to {self.topic}[{self.partition}]")
                 )
                 continue
             except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
                 self._fail(items, internal_error(f"kafka: committing to {self.topic}[{self.partition}]", exc, _LOG))
                 continue
-            end = max(
-                (offset + len(batch.records) for (batch, _, _), offset in zip(items, offsets, strict=True) if batch),
-                default=-1,
-            )
-            if end >= 0:
-                self.backend.note_written(self.kafka_topic, self.partition, end)
-            self.backend.note_heads(
-                self.kafka_topic,
-                self.partition,
-                [
-                    BatchHead(
-                        offset,
-                        len(batch.records),
-                        batch.header.producer_id if batch.header else NO_PRODUCER_ID,
-                        batch.header.producer_epoch if batch.header else -1,
-                        batch.header.base_sequence if batch.header else -1,
-                        int(batch.timestamp * 1000) / 1000,
-                    )
-                    for (batch, _, _), offset in zip(items, offsets, strict=True)
-                    if batch is not None
-                ],
-            )
+            self._note_committed(items, offsets)
             for (_, _, future), offset in zip(items, offsets, strict=True):
                 future.set_result(offset)
 
+    def _note_committed(
+        self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], offsets: list[int]
+    ) -> None:
+        """Tell the backend what a committed transaction wrote: reads wait for its end (its
+        commit markers follow the commit's acknowledgement), and its batch heads are known."""
+        end = max(
+            (offset + len(batch.records) for (batch, _, _), offset in zip(items, offsets, strict=True) if batch),
+            default=-1,
+        )
+        if end >= 0:
+            self.backend.note_written(self.kafka_topic, self.partition, end)
+        self.backend.note_heads(
+            self.kafka_topic,
+            self.partition,
+            [
+                BatchHead(
+                    offset,
+                    len(batch.records),
+                    batch.header.producer_id if batch.header else NO_PRODUCER_ID,
+                    batch.header.producer_epoch if batch.header else -1,
+                    batch.header.base_sequence if batch.header else -1,
+                    int(batch.timestamp * 1000) / 1000,
+                )
+                for (batch, _, _), offset in zip(items, offsets, strict=True)
+                if batch is not None and offset >= 0
+            ],
+        )
+
     def _commit(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]]) -> list[int]:
-        producer = self._producer
+        """Store a group in one transaction; the first offset of each item's batch (-1 for a
+        snapshot alone). A commit in doubt raises; if it turns out committed later, the
+        group is noted as written then (``on_late_commit``), so reads wait for it."""
         first_offsets: list[list[int]] = [[] for _ in items]
         errors: list[KafkaError] = []
 
@@ -426,32 +261,24 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
 
             return callback
 
-        with _map_errors(f"append to {self.topic}[{self.partition}]"):
-            producer.begin_transaction()
-            try:
-                for index, (batch, snapshot, _) in enumerate(items):
-                    if snapshot is not None:
-                        self.backend.produce_snapshot(producer, self.topic, self.partition, snapshot)
-                    if batch is None:
-                        continue
-                    self._produce(batch, delivered(first_offsets[index]))
-                producer.commit_transaction(self.backend.timeout)
-                producer.poll(0)  # hand librdkafka's queued log lines to Python logging
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                if isinstance(error, KafkaError) and error.txn_requires_abort():
-                    with contextlib.suppress(KafkaException):
-                        producer.abort_transaction(self.backend.timeout)
-                raise
-            except ProducerError:  # refused before the commit (see _produce): store none of it
-                with contextlib.suppress(KafkaException):
-                    producer.abort_transaction(self.backend.timeout)
-                raise
+        def offsets() -> list[int]:
+            return [min(slot) if slot else -1 for slot in first_offsets]
+
+        def late() -> None:
+            self._note_committed(items, offsets())
+
+        with _map_errors(f"append to {self.topic}[{self.partition}]"), self._txn.transaction(late) as producer:
+            for index, (batch, snapshot, _) in enumerate(items):
+                if snapshot is not None:
+                    self.backend.produce_snapshot(producer, self.topic, self.partition, snapshot)
+                if batch is None:
+                    continue
+                self._produce(producer, batch, delivered(first_offsets[index]))
         if errors:
             raise _translate(errors[0], f"deliver to {self.topic}[{self.partition}]")
-        return [min(slot) if slot else -1 for slot in first_offsets]
+        return offsets()
 
-    def _produce(self, batch: AppendBatch, delivered: Callable[[Any, Any], None]) -> None:
+    def _produce(self, producer: Any, batch: AppendBatch, delivered: Callable[[Any, Any], None]) -> None:
         """Hand a batch's records to the open transaction, in order.
 
         The first record carries the batch's identity headers (``idem.pid``, ``idem.epoch``,
@@ -478,26 +305,28 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                 ("idem.seq", b"%d" % header.base_sequence),
                 ("idem.count", b"%d" % len(records)),
             ]
-        self._produce_one(first, [*first.headers, *identity] if first.headers else identity, timestamp, delivered)
+        self._produce_one(
+            producer, first, [*first.headers, *identity] if first.headers else identity, timestamp, delivered
+        )
         for start in range(1, len(records), _BULK):
             chunk = records[start : start + _BULK]
             if type(chunk) is RecordColumns:  # no headers, and no Record objects to read
                 keys = chunk.keys if chunk.keys is not None else itertools.repeat(None)
-                self._produce_bulk([{"value": v, "key": k} for v, k in zip(chunk.values, keys, strict=False)])
+                self._produce_bulk(producer, [{"value": v, "key": k} for v, k in zip(chunk.values, keys, strict=False)])
             elif any(record.headers for record in chunk):
                 for record in chunk:
-                    self._produce_one(record, list(record.headers) or None, timestamp, None)
+                    self._produce_one(producer, record, list(record.headers) or None, timestamp, None)
             else:
-                self._produce_bulk([{"value": record.value, "key": record.key} for record in chunk])
-            self._producer.poll(0)  # serve queued delivery reports and log lines
+                self._produce_bulk(producer, [{"value": record.value, "key": record.key} for record in chunk])
+            producer.poll(0)  # serve queued delivery reports and log lines
 
     def _produce_one(
-        self, record: Record, headers: list[tuple[str, bytes]] | None, timestamp: int, delivered: Any
+        self, producer: Any, record: Record, headers: list[tuple[str, bytes]] | None, timestamp: int, delivered: Any
     ) -> None:
         """``produce`` one record; waits while librdkafka's local queue is full."""
         while True:
             try:
-                self._producer.produce(
+                producer.produce(
                     self.kafka_topic,
                     value=record.value,
                     key=record.key,
@@ -508,15 +337,15 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                 )
                 return
             except BufferError:  # the client's local queue is full: let it drain, then go on
-                self._producer.poll(0.05)
+                producer.poll(0.05)
 
-    def _produce_bulk(self, messages: list[dict[str, Any]]) -> None:
+    def _produce_bulk(self, producer: Any, messages: list[dict[str, Any]]) -> None:
         """``produce_batch`` messages (value and key: no headers, and no timestamp, which
         the bulk call cannot set: they are read back with their head's). librdkafka queues
         a prefix of them when its local queue fills up; the rest are sent again once it has
         drained."""
         while messages:
-            queued = self._producer.produce_batch(self.kafka_topic, messages, partition=self.partition)
+            queued = producer.produce_batch(self.kafka_topic, messages, partition=self.partition)
             if queued == len(messages):
                 return
             errors = [message.get("_error") for message in messages[queued:]]
@@ -529,13 +358,9 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                     f"{self.topic}[{self.partition}]: {next((e for e in errors if e is not None), None)}"
                 )
             messages = [{k: v for k, v in message.items() if k != "_error"} for message in messages[queued:]]
-            self._producer.poll(0.05)
+            producer.poll(0.05)
 
     def _fail(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], error: ProducerError) -> None:
-        if isinstance(error, OwnershipLostError):
-            self.lost = error
-        elif _is_fatal(error.__cause__):
-            self.broken = True
         # Fail the failed transaction's appends first: their callbacks mark the partition
         # failed in the broker. Then fail everything queued behind them (the ordering
         # contract of LogBackend.append): nothing after a failed append may be stored.
@@ -557,20 +382,33 @@ class KafkaBackend:
         url: str,
         *,
         client_config: dict[str, Any] | None = None,
-        replication_factor: int = 1,
+        replication_factor: int | None = None,
         topic_config: dict[str, str] | None = None,
-        prefix: str = "",
-        timeout: float = 30.0,
+        prefix: str | None = None,
+        timeout: float | None = None,
         read_only: bool = False,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "kafka" or not parts.netloc:
             raise ConfigError(f"expected kafka://host:port[,host:port], got {url!r}")
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        unknown = sorted(set(query) - {"timeout", "prefix", "replication_factor"})
+        if unknown:
+            raise ConfigError(
+                f"unknown option {unknown[0]!r} in {url!r}; the URL takes timeout, prefix and replication_factor"
+            )
         self.url = url
         self.read_only = read_only
-        self.prefix = prefix
-        self.timeout = timeout
-        self.replication_factor = replication_factor
+        self.prefix = prefix if prefix is not None else query.get("prefix", "")
+        try:
+            self.timeout = float(timeout if timeout is not None else query.get("timeout", 30.0))
+            self.replication_factor = int(
+                replication_factor if replication_factor is not None else query.get("replication_factor", 1)
+            )
+        except ValueError as exc:
+            raise ConfigError(f"bad option in {url!r}: {exc}") from None
+        if not self.timeout > 0 or self.replication_factor < 1:
+            raise ConfigError(f"timeout must be positive and replication_factor at least 1, in {url!r}")
         self.topic_config = dict(topic_config or {})
         self.client_config: dict[str, Any] = {"bootstrap.servers": parts.netloc, "logger": _LibrdkafkaLog()}
         self.client_config.update(client_config or {})
@@ -589,7 +427,7 @@ class KafkaBackend:
         self._heads_lock = threading.Lock()
         with _map_errors("connect"):
             self._admin = AdminClient(self.client_config)
-            self._meta_producer = Producer({**self.client_config, "enable.idempotence": True, "linger.ms": 0})
+            self._meta_producer = self._new_meta_producer()
             self._reader = self._consumer()
             self._ensure_internal_topics()
             self._catch_up_meta()
@@ -800,16 +638,37 @@ class KafkaBackend:
 
         what = items[0][0] if len(items) == 1 else f"{len(items)} meta records"
         with self._lock, _map_errors(f"store {what}"):
-            for index, (key, value) in enumerate(items):
-                self._meta_producer.produce(
-                    self.prefix + META_TOPIC, key=key.encode(), value=value, on_delivery=delivered(index)
-                )
-            remaining = self._meta_producer.flush(self.timeout)
-        if errors:
-            raise _translate(errors[0], f"store {what}")
+            try:
+                for index, (key, value) in enumerate(items):
+                    self._meta_producer.produce(
+                        self.prefix + META_TOPIC, key=key.encode(), value=value, on_delivery=delivered(index)
+                    )
+                remaining = self._meta_producer.flush(self.timeout)
+            except KafkaException as exc:
+                raise self._meta_failed(exc.args[0] if exc.args else None, what) from exc
+            if errors:
+                raise self._meta_failed(errors[0], what)
         if remaining or len(offsets) != len(items):
             raise BackendUnavailableError(f"kafka: storing {what} timed out")
         return [offsets[i] for i in range(len(items))]
+
+    def _new_meta_producer(self) -> Any:
+        return Producer({**self.client_config, "enable.idempotence": True, "linger.ms": 0})
+
+    def _meta_failed(self, error: Any, what: str) -> ProducerError:
+        """The error of a failed metadata write. A producer that can do nothing more
+        (librdkafka's ``fatal()``, or a code of a client in a bad state) is replaced first,
+        so that the retry this error asks for can succeed: a keyed record written twice
+        changes nothing, and a retried id block is a new block (the first one, if it was
+        stored, stays unused). Needs the lock."""
+        if isinstance(error, KafkaError) and (error.fatal() or error.code() in CLIENT_STATE_CODES):
+            _LOG.warning("kafka: the metadata producer failed with %s; replacing it", error)
+            self._meta_producer = self._new_meta_producer()
+            return BackendUnavailableError(
+                f"kafka: store {what}: {error.name()}: {error.str()} (that client could do nothing more and was "
+                "replaced by a fresh one; retry)"
+            )
+        return _translate(error, f"store {what}")
 
     # -- LogBackend ------------------------------------------------------------------------
 
@@ -853,14 +712,18 @@ class KafkaBackend:
             raise ConfigError(f"{self.url} was opened read-only: it does not write to {topic}[{partition}]")
         with self._lock:
             writer = self._writers.get((topic, partition))
-            if writer is not None and writer.broken:  # its producer is unusable: fence it
-                writer.close()
-                writer = None
-            if writer is None or writer.lost is not None:
-                if writer is not None:
-                    raise writer.lost  # type: ignore[misc]
+            if writer is None:
                 writer = self._writers[(topic, partition)] = _PartitionWriter(self, topic, partition)
+            elif writer.lost is not None:
+                raise writer.lost
             return writer
+
+    def _own(self, topic: str, partition: int) -> None:
+        """Before a partition is read to rebuild its checker: take it over (fencing a stale
+        owner and ending its open transaction) or, when this backend already writes it, settle
+        a commit in doubt, so that what the read sees is final."""
+        if not self.read_only:
+            self._writer(topic, partition).settle()
 
     def _check(self, topic: str, partition: int) -> None:
         if not 0 <= partition < self._meta.topics.get(topic, 0):
@@ -934,8 +797,7 @@ class KafkaBackend:
 
     def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
         self._check(topic, partition)
-        if not self.read_only:
-            self._writer(topic, partition)  # take ownership first: fences and aborts a stale owner
+        self._own(topic, partition)
         name = kafka_topic_name(topic, self.prefix)
         batches: list[StoredBatch] = []
         heads: list[BatchHead] = []
@@ -984,8 +846,7 @@ class KafkaBackend:
 
     def latest_snapshot(self, topic: str, partition: int) -> Snapshot | None:
         self._check(topic, partition)
-        if not self.read_only:
-            self._writer(topic, partition)  # fence a stale owner first, so its commits are final
+        self._own(topic, partition)
         name = self.prefix + SNAPSHOT_TOPIC
         with self._lock, _map_errors("read snapshots"):
             if self._snapshot_position < self._end_of(name, 0):

@@ -3,7 +3,15 @@
 URL forms (as SQLAlchemy spells them): ``sqlite:///relative/file.db`` and
 ``sqlite:////absolute/file.db``. Query options: ``synchronous=normal|full`` (default
 ``normal``: in WAL mode a committed transaction survives a crash of the process, ``full``
-also survives power loss) and ``timeout`` (seconds to wait for a lock, default 10).
+also survives power loss), ``timeout`` (seconds to wait for a lock, default 10) and ``check``
+(``off``, the default, ``quick`` or ``full``: verify the whole file with SQLite's
+``PRAGMA quick_check`` or ``integrity_check`` when opening it; the same as the ``check``
+keyword and as ``idempotent check URL``).
+
+A damaged file (SQLite's ``SQLITE_CORRUPT`` "database disk image is malformed" or
+``SQLITE_NOTADB``, from any statement) raises :class:`~idempotent.errors.CorruptDataError`,
+FATAL, naming the file and how to check it: retrying cannot repair it. Other SQLite errors
+(a lock held too long, a full disk, an I/O error) stay ``BackendUnavailableError`` (RETRY).
 
 Appends are queued for the file's writer thread, which stores everything queued, of every
 partition, in one transaction (group commit) and only then completes the appends' futures,
@@ -37,6 +45,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import msgpack
 
+from adapters._sqlite_check import CHECKS, PROBLEMS_QUOTED, check_database, corrupt_file, is_corruption
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease, supersedes
 from idempotent._records import RecordColumns, Snapshot, StoredBatch, StoredRecord
@@ -47,7 +56,7 @@ from idempotent.backend import AppendBatch
 from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
-    InternalError,
+    CorruptDataError,
     InvalidTopicError,
     ProducerError,
     internal_error,
@@ -108,11 +117,13 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     if not path:
         raise ConfigError(f"{url!r} names no database file")
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = set(options) - {"synchronous", "timeout"}
+    unknown = set(options) - {"synchronous", "timeout", "check"}
     if unknown:
-        raise ConfigError(f"unknown sqlite URL option(s) {sorted(unknown)}; known: synchronous, timeout")
+        raise ConfigError(f"unknown sqlite URL option(s) {sorted(unknown)}; known: synchronous, timeout, check")
     if options.get("synchronous", "normal").lower() not in ("normal", "full"):
         raise ConfigError("synchronous must be 'normal' or 'full'")
+    if options.get("check", "off").lower() not in CHECKS:
+        raise ConfigError(f"check must be one of {', '.join(CHECKS)}, got {options['check']!r}")
     return path, options
 
 
@@ -121,9 +132,22 @@ class SQLiteBackend:
 
     durable = True
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, check: str | None = None) -> None:
+        """Open (or create) the file.
+
+        ``check`` (or the URL's ``check=``): ``off`` (default), ``quick`` or ``full``, see
+        :func:`check_database`.
+
+        Raises:
+            ConfigError: a bad URL or option, or a missing directory.
+            CorruptDataError: the file is damaged (found by ``check``, or on opening it).
+            BackendUnavailableError: the file could not be opened.
+        """
         self.url = url
         self.path, options = parse_sqlite_url(url)
+        mode = (check if check is not None else options.get("check", "off")).lower()
+        if mode not in CHECKS:
+            raise ConfigError(f"check must be one of {', '.join(CHECKS)}, got {check!r}")
         directory = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(directory):
             raise ConfigError(f"directory {directory!r} for {url!r} does not exist")
@@ -147,9 +171,26 @@ class SQLiteBackend:
                 self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='records'").fetchone()
                 is not None
             )
+            if mode != "off":
+                try:
+                    problems = check_database(self._db, mode)
+                except sqlite3.Error as exc:  # damage the check cannot even walk past
+                    if not is_corruption(exc):
+                        raise
+                    problems = [str(exc)]
+                if problems:
+                    shown = "; ".join(problems[:PROBLEMS_QUOTED])
+                    more = f" and {len(problems) - PROBLEMS_QUOTED} more" if len(problems) > PROBLEMS_QUOTED else ""
+                    raise corrupt_file(self.path, f"{mode} check: {shown}{more}")
             self._db.executescript(_SCHEMA)
             self._topics = dict(self._db.execute("SELECT name, partitions FROM topics").fetchall())
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, CorruptDataError) as exc:
+            with contextlib.suppress(Exception):
+                self._db.close()
+            if isinstance(exc, CorruptDataError):
+                raise
+            if is_corruption(exc):
+                raise corrupt_file(self.path, str(exc)) from exc
             raise BackendUnavailableError(f"cannot open {self.path!r}: {exc}") from exc
 
     # -- helpers ---------------------------------------------------------------------------
@@ -658,7 +699,7 @@ class _Writer(GroupQueue[_Append]):
         while (items := self._take_group()) is not None:
             try:
                 offsets = self._backend._commit(items)
-            except BackendUnavailableError as exc:
+            except ProducerError as exc:  # mapped by _mapped: unavailable, or a damaged file
                 self._fail(items, exc)
                 continue
             except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
@@ -668,10 +709,10 @@ class _Writer(GroupQueue[_Append]):
                 item[4].set_result(offset)
 
     def _fail(self, items: list[_Append], error: ProducerError) -> None:
-        # a bug stays FATAL for everything behind it too: never retriable
+        # a bug or a damaged file stays FATAL for everything behind it too: never retriable
         failed: ProducerError = (
             error
-            if isinstance(error, InternalError)
+            if not error.retriable
             else BackendUnavailableError(f"{self._backend.url}: an earlier append of the partition failed: {error}")
         )
         with self._cond:
@@ -706,7 +747,9 @@ class _Transaction:
 
 
 class _mapped:
-    """Translate sqlite3 errors into BackendUnavailableError, once, at the adapter edge."""
+    """Translate sqlite3 errors, once, at the adapter edge: a damaged file into the FATAL
+    :class:`CorruptDataError` (see :func:`is_corruption`), anything else into
+    BackendUnavailableError."""
 
     def __init__(self, url: str) -> None:
         self._url = url
@@ -716,4 +759,6 @@ class _mapped:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc is not None and isinstance(exc, sqlite3.Error):
+            if is_corruption(exc):
+                raise corrupt_file(parse_sqlite_url(self._url)[0], str(exc)) from exc
             raise BackendUnavailableError(f"{self._url}: {exc}") from exc

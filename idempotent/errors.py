@@ -38,7 +38,8 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     │                                     protocol; connection closed (a ProtocolError)
     ├── InternalError                     a bug in idempotent: an unexpected          FATAL
     │                                     exception, logged with its traceback
-    ├── CorruptDataError                  stored data (a snapshot) cannot be decoded  FATAL
+    ├── CorruptDataError                  stored data (a snapshot, a damaged SQLite   FATAL
+    │                                     file) cannot be decoded
     └── DeliveryFailed                    a message's terminal failure, set on its future;
                                           ``status`` says NOT_PERSISTED or POSSIBLY_PERSISTED,
                                           ``__cause__`` holds the error above that caused it
@@ -294,8 +295,10 @@ class InternalError(ProducerError):
 
 @attrs.frozen(str=False)
 class CorruptDataError(ProducerError):
-    """Stored data cannot be decoded (a checker snapshot of an unknown format or garbled).
-    The broker then rebuilds from the log alone, which holds every batch boundary."""
+    """Stored data cannot be decoded: a checker snapshot of an unknown format or garbled (the
+    broker then rebuilds from the log alone, which holds every batch boundary), or a damaged
+    backend file (SQLite's SQLITE_CORRUPT or SQLITE_NOTADB; the message names the file and
+    how to check it). Retrying cannot repair it."""
 
     code: ClassVar[int] = 3
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from idempotent import Outcome, Record
+from idempotent.observer import BrokerObserver
 from idempotent.testing.conformance import BackendConformance, check_stale_owner_is_fenced, small_config, topic_name
 
 from .conftest import ServiceHarness
@@ -430,6 +431,18 @@ def test_fatal_kafka_errors_are_logged_internal_errors(code_name: str, caplog: p
     assert any(code_name in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("code_name", ["_CONFLICT", "_PREV_IN_PROGRESS", "_STATE"])
+def test_kafka_errors_of_a_client_in_a_bad_state_are_never_retried(code_name: str) -> None:
+    from adapters.kafka import _translate
+    from idempotent.errors import InternalError, Recovery
+
+    # librdkafka flags them retriable, but the same call on the same client answers the same
+    # for ever (after a timed-out commit: "Conflicting commit_transaction API call is already
+    # in progress"); the partition writer replaces its client instead (test_adapter_kafka_txn)
+    mapped = _translate(_kafka_error(code_name, retriable=True), "append to t[0]")
+    assert type(mapped) is InternalError and mapped.recovery is Recovery.FATAL and code_name in str(mapped)
+
+
 def test_kafka_map_errors_retries_only_a_full_queue() -> None:
     from confluent_kafka import KafkaException
 
@@ -447,27 +460,10 @@ def test_kafka_map_errors_retries_only_a_full_queue() -> None:
     assert isinstance(config.value.__cause__, KafkaException)
 
 
-def test_a_fatal_error_marks_the_partition_writer_broken() -> None:
-    import threading
-    from concurrent.futures import Future
+def test_an_unusable_partition_writer_is_replaced_and_fences_the_old_client(kafka_service: Any) -> None:
+    from confluent_kafka import KafkaException
 
-    from adapters.kafka import _PartitionWriter, _translate
-
-    def failed_writer(error: Any) -> Any:
-        writer = object.__new__(_PartitionWriter)
-        writer.lost, writer.broken, writer._cond, writer._queue = None, False, threading.Condition(), []
-        future: Future[int] = Future()
-        writer._fail([(None, None, future)], _translate(error, "commit to t[0]"))
-        assert future.exception() is not None
-        return writer
-
-    assert failed_writer(_kafka_error("_INCONSISTENT", fatal=True)).broken
-    assert not failed_writer(_kafka_error("_TIMED_OUT", retriable=True)).broken
-    fenced = failed_writer(_kafka_error("PRODUCER_FENCED", fatal=True))
-    assert fenced.lost is not None and not fenced.broken  # fenced: the partition is gone, not replaced
-
-
-def test_a_broken_partition_writer_is_replaced(kafka_service: Any) -> None:
+    from adapters._kafka_txn import TxnState
     from adapters.kafka import KafkaBackend
     from idempotent import Record
     from idempotent.backend import AppendBatch
@@ -476,14 +472,251 @@ def test_a_broken_partition_writer_is_replaced(kafka_service: Any) -> None:
     try:
         topic = topic_name("broken")
         backend.create_topic(topic, 1)
-        first = backend._writer(topic, 0)
+        writer = backend._writer(topic, 0)
         assert backend.append(topic, 0, AppendBatch(None, [Record(b"a")], 0.0), None).result(60) == 0
-        first.broken = True  # as librdkafka's fatal error leaves it (previous test)
+        old = writer._txn._client
+        writer._txn._state = TxnState.REPLACE  # as a fatal error or _CONFLICT leaves it
         assert backend.append(topic, 0, AppendBatch(None, [Record(b"b")], 0.0), None).result(60) > 0
-        assert backend._writer(topic, 0) is not first and not first._thread.is_alive()
+        assert backend._writer(topic, 0) is writer and writer._txn._client is not old
+        old.begin_transaction()
+        old.produce(topic.replace("/", "."), b"stale", partition=0)
+        with pytest.raises(KafkaException):  # the fresh client fenced it
+            old.commit_transaction(30)
         assert [r.value for r in backend.read(topic, 0, 0, 10)] == [b"a", b"b"]
     finally:
         backend.close()
+
+
+class _BrokenMetaProducer:
+    """A metadata producer after librdkafka raised a fatal error: every delivery fails."""
+
+    def __init__(self) -> None:
+        self.pending: list[Any] = []
+
+    def produce(self, *args: Any, on_delivery: Any, **kwargs: Any) -> None:
+        self.pending.append(on_delivery)
+
+    def flush(self, timeout: float) -> int:
+        for callback in self.pending:
+            callback(_kafka_error("_INCONSISTENT", fatal=True), None)
+        self.pending = []
+        return 0
+
+
+def test_a_metadata_producer_with_a_fatal_error_is_replaced_not_kept(kafka_service: Any) -> None:
+    from adapters.kafka import KafkaBackend
+    from idempotent.errors import BackendUnavailableError
+
+    backend = KafkaBackend(kafka_service.url, timeout=30)
+    try:
+        backend._meta_producer = _BrokenMetaProducer()
+        with pytest.raises(BackendUnavailableError, match="replaced by a fresh one; retry"):
+            backend.save_setting("probe", "1")
+        backend.save_setting("probe", "2")  # the retry succeeds on the fresh client
+        assert backend.load_settings()["probe"] == "2"
+        backend.save_setting("probe", None)
+    finally:
+        backend.close()
+
+
+# -- a commit cut off for longer than the timeout (real Kafka, public APIs) ------------------
+
+
+class _FailedProduces(BrokerObserver):
+    """A broker observer that keeps the text of every failed produce request."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def produce_failed(self, topic: str, partition: int, error: BaseException, seconds: float) -> None:
+        self.errors.append(f"{type(error).__name__}: {error}")
+
+
+def _committed_values(kafka_service: Any, topic: str, last_offset: int) -> list[bytes]:
+    """Every value of partition 0 up to its end, as a plain read_committed consumer reads
+    them once the record at ``last_offset`` is visible."""
+    import time
+
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_service.bootstrap,
+            "group.id": "plain",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic.replace("/", "."), 0, 0)])
+    values: list[bytes] = []
+    seen = -1
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() == KafkaError._PARTITION_EOF and seen >= last_offset:
+                    return values
+                continue
+            values.append(message.value())
+            seen = message.offset()
+    finally:
+        consumer.close()
+    raise AssertionError(f"offset {last_offset} of {topic} never became visible; read {values}")
+
+
+def _outage(
+    kafka_service: Any, url: str, cut: Any, restore: Any, seconds: float, **options: Any
+) -> tuple[Any, list[str], list[bytes]]:
+    """Send ``before``; cut the link (or stop Kafka); send ``during``; restore after
+    ``seconds``; send ``after``. ``url`` is a ``kafka://`` URL (a broker in this process,
+    opened with ``options``) or an ``idem://`` one (a broker server). Returns the ``during``
+    record's metadata, the errors an in-process broker reported, and what a plain consumer
+    reads back."""
+    import time
+
+    import idempotent
+    from idempotent import DeliveryFailed
+
+    topic = topic_name("outage")
+    seen = _FailedProduces()
+    broker = idempotent.connect(url, **options)
+    if isinstance(broker, idempotent.Broker):
+        broker.add_observer(seen)
+    try:
+        with idempotent.Producer(broker, topic, delivery_timeout_ms=45_000, request_timeout_ms=10_000) as producer:
+            assert producer.send(topic, b"before", partition=0).result(60).offset == 0
+            cut()
+            try:
+                during = producer.send(topic, b"during", partition=0)
+                time.sleep(seconds)
+            finally:
+                restore()
+            try:
+                meta = during.result(90)
+                after = producer.send(topic, b"after", partition=0).result(60)
+            except DeliveryFailed as exc:
+                raise AssertionError(
+                    f"{exc!r} (cause {exc.__cause__!r}); the broker reported: {sorted(set(seen.errors))}"
+                ) from exc
+    finally:
+        broker.close()
+    assert not after.duplicate and after.offset is not None
+    return meta, seen.errors, _committed_values(kafka_service, topic, after.offset)
+
+
+def test_a_commit_cut_off_longer_than_the_timeout_is_settled_when_the_link_is_back(kafka_service: Any) -> None:
+    from idempotent.testing.native_proxy import CutProxy
+
+    assert kafka_service.proxy_port is not None, "the running Kafka has no proxied listener: restart it"
+    with CutProxy(kafka_service.proxy_port, kafka_service.relay_port) as proxy:
+        url = f"kafka://127.0.0.1:{kafka_service.proxy_port}"
+        meta, errors, values = _outage(kafka_service, url, proxy.blackhole, proxy.restore, 4.5, timeout=3.0)
+    assert any("commit" in e and "_TIMED_OUT" in e for e in errors), errors  # the commit did time out
+    assert values == [b"before", b"during", b"after"]  # none lost, none twice
+    # the record reached Kafka once the link was back and the resumed commit stored it
+    assert meta.duplicate and meta.offset is not None
+
+
+def test_scalar_options_can_be_given_in_the_url(kafka_service: Any) -> None:
+    from adapters.kafka import KafkaBackend
+    from idempotent.errors import ConfigError
+
+    for bad in ("?nope=1", "?timeout=soon", "?timeout=0", "?replication_factor=0"):
+        with pytest.raises(ConfigError):
+            KafkaBackend(f"kafka://127.0.0.1:1{bad}")  # refused before connecting
+    opened = KafkaBackend(f"{kafka_service.url}?timeout=7&prefix=p-&replication_factor=1")
+    try:
+        assert (opened.timeout, opened.prefix, opened.replication_factor) == (7.0, "p-", 1)
+    finally:
+        opened.close()
+    keyword = KafkaBackend(f"{kafka_service.url}?timeout=7", timeout=2.5)
+    try:
+        assert keyword.timeout == 2.5  # keywords win
+    finally:
+        keyword.close()
+
+
+def test_a_broker_server_whose_commit_was_cut_off_serves_again_when_the_link_is_back(
+    kafka_service: Any, tmp_path: Any
+) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from idempotent.testing.native_proxy import CutProxy
+
+    assert kafka_service.proxy_port is not None, "the running Kafka has no proxied listener: restart it"
+    ready = tmp_path / "ready"
+    with CutProxy(kafka_service.proxy_port, kafka_service.relay_port) as proxy:
+        backend = f"kafka://127.0.0.1:{kafka_service.proxy_port}?timeout=3"
+        server = subprocess.Popen(
+            [sys.executable, "-m", "idempotent", "broker", "--backend", backend, "--listen", "127.0.0.1:0",
+             "--ready-file", str(ready)],
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not (ready.exists() and ready.read_text().endswith("\n")):
+                assert server.poll() is None and time.monotonic() < deadline, "the broker server did not start"
+                time.sleep(0.05)
+            url = f"idem://{ready.read_text().strip()}"
+            meta, _, values = _outage(kafka_service, url, proxy.blackhole, proxy.restore, 4.5)
+        finally:
+            server.terminate()
+            server.wait(30)
+    assert values == [b"before", b"during", b"after"]
+    assert meta.offset is not None
+
+
+def test_a_commit_while_kafka_is_stopped_is_settled_when_it_runs_again(kafka_service: Any) -> None:
+    import os
+    import signal
+
+    from idempotent.testing import services
+
+    running = services.status("kafka")  # its pid, after any restart by the tests before
+    assert running is not None
+    pid = running.pid
+    meta, errors, values = _outage(
+        kafka_service,
+        kafka_service.url,
+        lambda: os.kill(pid, signal.SIGSTOP),
+        lambda: os.kill(pid, signal.SIGCONT),
+        4.5,
+        timeout=3.0,
+    )
+    assert any("commit" in e and "_TIMED_OUT" in e for e in errors), errors
+    assert values == [b"before", b"during", b"after"]
+    assert meta.offset is not None
+
+
+def test_a_commit_cut_off_past_the_transaction_timeout_is_aborted_by_a_fresh_client(
+    kafka_service: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from idempotent.testing.native_proxy import CutProxy
+
+    assert kafka_service.proxy_port is not None, "the running Kafka has no proxied listener: restart it"
+    caplog.set_level(logging.WARNING, logger="idempotent.adapters.kafka")
+    with CutProxy(kafka_service.proxy_port, kafka_service.relay_port) as proxy:
+        url = f"kafka://127.0.0.1:{kafka_service.proxy_port}"
+        # the record times out in the client (message.timeout.ms follows transaction.timeout.ms)
+        # while the link is silent: the transaction must be aborted, which cannot reach Kafka
+        meta, errors, values = _outage(
+            kafka_service,
+            url,
+            proxy.blackhole,
+            proxy.restore,
+            7.0,
+            timeout=2.0,
+            client_config={"transaction.timeout.ms": 4000},
+        )
+    assert any("commit" in e and "_TIMED_OUT" in e for e in errors), errors
+    assert any("replacing the client" in r.getMessage() for r in caplog.records)
+    assert values == [b"before", b"during", b"after"]
+    assert not meta.duplicate  # the fresh client's fence aborted it: the resend was stored
 
 
 class _Message:

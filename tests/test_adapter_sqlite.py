@@ -320,3 +320,191 @@ def test_a_bug_in_the_writer_fails_the_appends_behind_it_as_fatal_not_retriable(
             assert raised.value.recovery is Recovery.FATAL
     finally:
         backend.close()
+
+
+# -- a damaged file: FATAL, named, checkable ----------------------------------------------------
+
+
+def _written(tmp_path: Path, records: int = 20_000) -> str:
+    """A database file holding ``records`` records of 100 B in topic ``t``, closed cleanly
+    (its WAL checkpointed into the file)."""
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    with idempotent.Producer(url, "writer") as producer:
+        producer.send_many("t", [b"x" * 100] * records, partition=0).result(60)
+    return url
+
+
+def _damage(path: str, page: int | None = None) -> int:
+    """Overwrite one page of the file (its middle one unless given) with random bytes, as a
+    bad disk block or a stray write would; returns the page number (1-based)."""
+    import random
+
+    size = Path(path).stat().st_size
+    page_size = 4096
+    pages = size // page_size
+    number = page if page is not None else pages // 2
+    with open(path, "r+b") as file:
+        file.seek((number - 1) * page_size)
+        file.write(random.Random(number).randbytes(page_size))
+    return number
+
+
+def test_a_damaged_page_is_a_fatal_error_that_names_the_file(tmp_path: Path) -> None:
+    from idempotent.errors import CorruptDataError, Recovery
+
+    url = _written(tmp_path)
+    path = str(tmp_path / "d.db")
+    _damage(path)
+    broker = idempotent.connect(url)  # opening does not read the damaged page
+    try:
+        with pytest.raises(CorruptDataError) as raised:
+            broker.read("t", 0, 0, 100_000)
+        error = raised.value
+        # never retried: a retry loop would spin on it for ever
+        assert error.recovery is Recovery.FATAL and not error.retriable
+        assert path in str(error) and "malformed" in str(error)
+        assert f"idempotent check sqlite:///{path}" in str(error)
+    finally:
+        broker.close()
+
+
+def test_a_producer_on_a_damaged_file_fails_at_once_instead_of_retrying(tmp_path: Path) -> None:
+    from idempotent import DeliveryFailed
+    from idempotent.errors import CorruptDataError
+
+    url = _written(tmp_path, records=100)
+    path = str(tmp_path / "d.db")
+    with sqlite3.connect(path) as db:  # the table every append and every rebuild uses
+        (root,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name='batches'").fetchone()
+    _damage(path, root)
+    started = time.monotonic()
+    with idempotent.Producer(url, delivery_timeout_ms=20_000) as producer, pytest.raises(DeliveryFailed) as raised:
+        producer.send("t", b"y", partition=0).result(60)
+    assert isinstance(raised.value.__cause__, CorruptDataError), repr(raised.value.__cause__)
+    assert time.monotonic() - started < 10  # not after the delivery timeout of retries
+
+
+def test_a_file_that_is_not_a_database_is_refused_as_damaged(tmp_path: Path) -> None:
+    from idempotent.errors import CorruptDataError
+
+    path = tmp_path / "text.db"
+    path.write_text("not a database\n" * 1000)
+    with pytest.raises(CorruptDataError, match="file is not a database"):
+        SQLiteBackend(f"sqlite:///{path}")
+
+
+def test_an_integrity_check_on_open_finds_a_damaged_page(tmp_path: Path) -> None:
+    from adapters.sqlite import parse_sqlite_url
+    from idempotent.errors import ConfigError, CorruptDataError
+
+    url = _written(tmp_path)
+    for opened in (SQLiteBackend(url, check="full"), SQLiteBackend(url + "?check=quick")):
+        opened.close()  # a sound file opens
+    _damage(str(tmp_path / "d.db"))
+    for attempt in (lambda: SQLiteBackend(url + "?check=quick"), lambda: SQLiteBackend(url, check="full")):
+        with pytest.raises(CorruptDataError, match="check: ") as raised:
+            attempt()
+        assert "idempotent check" in str(raised.value)
+    SQLiteBackend(url).close()  # without the check the damage goes unnoticed until read
+    with pytest.raises(ConfigError, match="check must be one of off, quick, full"):
+        parse_sqlite_url(url + "?check=yes")
+    with pytest.raises(ConfigError, match="check must be one of"):
+        SQLiteBackend(url, check="always")
+
+
+# -- what a truncated write-ahead log loses -----------------------------------------------------
+
+_WAL_WRITER = """
+import sys, time
+import idempotent
+from idempotent.broker import BrokerConfig
+
+broker = idempotent.connect(sys.argv[1], BrokerConfig(maintenance_interval=0))
+broker.create_topic("t", 1)
+session = broker.init_producer("w")
+for i in range(int(sys.argv[2])):  # one batch of 10 records per append, each its own transaction
+    result = broker.produce("t", 0, session.producer_id, session.producer_epoch, 10 * i,
+                            [b"%d-%d" % (i, j) for j in range(10)])
+    assert result.outcome is idempotent.Outcome.ACCEPTED, result
+if sys.argv[3] == "close":
+    broker.close()
+print("written", flush=True)
+time.sleep(120)
+"""
+
+
+def _wal_writer(path: Path, batches: int, end: str) -> None:
+    """Write ``batches`` batches in another process, then kill it with SIGKILL (``end`` is
+    ``kill``) or close its broker first (``close``)."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WAL_WRITER, f"sqlite:///{path}", str(batches), end], stdout=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"written"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+
+
+def _wal_frames(wal: bytes) -> tuple[int, list[int]]:
+    """The WAL's frame size and the indexes of its commit frames (a frame whose header says
+    the database size after the commit; the WAL format of sqlite.org/fileformat2.html)."""
+    import struct
+
+    frame = 24 + struct.unpack(">I", wal[8:12])[0]
+    count = (len(wal) - 32) // frame
+    commits = [i for i in range(count) if struct.unpack(">I", wal[32 + i * frame + 4 : 32 + i * frame + 8])[0]]
+    return frame, commits
+
+
+def test_a_truncated_wal_of_a_killed_writer_loses_the_transactions_cut_off_and_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    batches = 200
+    _wal_writer(path, batches, "kill")
+    wal_path = Path(f"{path}-wal")
+    wal = wal_path.read_bytes()
+    frame, commits = _wal_frames(wal)
+    # nothing was checkpointed yet (the WAL stays under SQLite's 1000-page autocheckpoint)
+    assert len(commits) > batches
+    cut = 32 + commits[len(commits) // 2] * frame + 100  # inside the middle commit frame
+    with open(wal_path, "r+b") as file:
+        file.truncate(cut)
+    kept = (cut - 32) // frame  # whole frames left; the cut one is dropped with its transaction
+    lost = sum(1 for c in commits if c >= kept)  # transactions whose commit frame is gone
+    broker = idempotent.connect(f"sqlite:///{path}")
+    try:
+        values = [r.value for r in broker.read("t", 0, 0, 100_000)]
+        # whole transactions survive, in order, up to the cut: the last `lost` batches are gone
+        survivors = batches - lost
+        assert values == [b"%d-%d" % (i, j) for i in range(survivors) for j in range(10)]
+        # the broker rebuilds its state from what is left: the named producer continues there
+        assert broker.init_producer("w").last_sequences[("t", 0)] == 10 * survivors - 1
+    finally:
+        broker.close()
+
+
+def test_a_wal_cut_to_nothing_loses_everything_since_the_last_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    _wal_writer(path, 50, "kill")
+    Path(f"{path}-wal").write_bytes(b"")
+    broker = idempotent.connect(f"sqlite:///{path}")
+    try:  # this file was never checkpointed: the topic itself is gone
+        assert broker.topics() == {}
+    finally:
+        broker.close()
+
+
+def test_a_cleanly_closed_writer_leaves_no_wal_to_lose(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    _wal_writer(path, 50, "close")
+    wal = Path(f"{path}-wal")
+    assert not wal.exists() or wal.stat().st_size == 0  # checkpointed into the file on close
+    broker = idempotent.connect(f"sqlite:///{path}")
+    try:
+        assert len(broker.read("t", 0, 0, 1000)) == 500
+    finally:
+        broker.close()

@@ -51,12 +51,12 @@ from types import ModuleType
 from .. import __version__
 from .._gc import fewer_collections
 from ..errors import DeliveryFailed, ProducerError, UsageError
-from . import admin, broker, compare, mirror, produce, services, stats, tail, token
+from . import admin, broker, check, compare, mirror, produce, services, stats, tail, token
 from .common import CliError, Parser, err, exit_code, open_read_only
 from .formatting import format_record
 
 #: The command modules, in the order ``idempotent --help`` lists them; each has ``add_parser``.
-COMMANDS: tuple[ModuleType, ...] = (produce, mirror, tail, stats, token, broker, admin, services, compare)
+COMMANDS: tuple[ModuleType, ...] = (produce, mirror, tail, stats, check, token, broker, admin, services, compare)
 #: Commands that take their arguments unparsed (``idempotent NAME ARGS...`` calls ``run(ARGS)``).
 RAW_COMMANDS: dict[str, Callable[[list[str]], int]] = {"services": services.run}
 

@@ -16,6 +16,11 @@ proxy on the ``proxy_port`` the test service advertises for its second listener
 (:class:`~idempotent.testing.services.ServiceInfo`), forwarding to its ``relay_port``. For
 Pulsar, ``rewrite`` replaces the broker's address in lookup answers by the proxy's (same
 length, so the frame stays valid): :func:`pulsar_rewrite`.
+
+:meth:`CutProxy.blackhole` makes the link silent, as a network that drops every packet
+does: nothing is forwarded in either direction and new connections get no answer, while the
+connections stay open; :meth:`CutProxy.restore` lets everything held back through, in order
+(as TCP retransmission delivers it once the network is back).
 """
 
 from __future__ import annotations
@@ -106,6 +111,7 @@ class _Link:
             frame = _read_frame(self.client)
             if frame is None:
                 break
+            self.proxy.wait_open()
             match = self.proxy.cut(frame[4:])
             if match is not None and self.proxy.take_cut():
                 with self.lock:
@@ -121,6 +127,7 @@ class _Link:
             frame = _read_frame(self.upstream)
             if frame is None:
                 break
+            self.proxy.wait_open()
             with self.lock:
                 answer = self.answer
             if answer is not None and answer(frame[4:]):
@@ -165,6 +172,8 @@ class CutProxy:
         self._server.settimeout(0.2)
         self.port: int = self._server.getsockname()[1]
         self._closed = False
+        self._open = threading.Event()  # cleared while the link is a blackhole
+        self._open.set()
         self._thread = threading.Thread(target=self._accept, name="cut-proxy", daemon=True)
         self._thread.start()
 
@@ -188,6 +197,21 @@ class CutProxy:
         for link in links:
             link.close()
 
+    def blackhole(self) -> None:
+        """Forward nothing from now on, in either direction, until :meth:`restore`: what is
+        sent waits in the proxy and in the sockets' buffers, and new connections are
+        accepted but get no answer. Connections stay open."""
+        self._open.clear()
+
+    def restore(self) -> None:
+        """End a :meth:`blackhole`: what was held back is forwarded, in order."""
+        self._open.set()
+
+    def wait_open(self) -> None:
+        """Block while the link is a blackhole (returns at once when the proxy closes)."""
+        while not self._open.wait(0.2) and not self._closed:
+            pass
+
     def record_cut(self) -> None:
         with self._lock:
             self.injected += 1
@@ -200,6 +224,7 @@ class CutProxy:
                 continue
             except OSError:
                 return
+            self.wait_open()
             try:
                 upstream = socket.create_connection(self.target, timeout=10)
             except OSError:
