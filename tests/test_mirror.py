@@ -345,3 +345,39 @@ def test_a_batch_refused_for_a_passing_reason_is_not_overtaken(tmp_path: Path) -
         assert [r.value for r in broker.read("t", 0, 0, 10_000)] == [b"line %d" % i for i in range(5000)]
     finally:
         broker.close()
+
+
+def test_mirror_modules_import_each_other_in_one_direction() -> None:
+    """Regression: ``source.open_source`` imported the source modules, which imported
+    ``source`` back (an import circle, even through imports inside functions)."""
+    import ast
+    import importlib.util
+
+    package = Path(importlib.util.find_spec("idempotent.mirror").origin).parent  # type: ignore[arg-type, union-attr]
+    names = {p.stem for p in package.glob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in package.glob("*.py"):
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    imported.add(node.module.split(".")[0])
+                else:
+                    imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("idempotent.mirror."):
+                imported.add(node.module.split(".")[2])
+        graph[path.stem] = {m for m in imported if m in names and m != path.stem}
+    graph.pop("__init__", None)
+
+    def cycle_from(start: str, node: str, seen: tuple[str, ...]) -> tuple[str, ...] | None:
+        for nxt in graph.get(node, ()):
+            if nxt == start:
+                return (*seen, nxt)
+            if nxt not in seen:
+                found = cycle_from(start, nxt, (*seen, nxt))
+                if found:
+                    return found
+        return None
+
+    cycles = [c for m in graph if (c := cycle_from(m, m, (m,)))]
+    assert not cycles, f"import circles among idempotent.mirror modules: {cycles}"

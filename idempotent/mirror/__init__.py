@@ -8,7 +8,8 @@ Each source partition is copied by one named producer of the destination (``job/
 with the record's source offset as its sequence, under the ``monotonic`` policy; the
 destination's last stored sequence is where a restarted job resumes, and anything resent is
 answered DUPLICATE. See docs/mirror.md, :mod:`.engine` (the job and its unit of work,
-:func:`copy_partition`) and :mod:`.source` (the source kinds and how their URLs are named).
+:func:`copy_partition`), :mod:`.source` (the source contract) and :mod:`.schemes` (which
+source module reads which URL).
 """
 
 from .engine import (
@@ -24,7 +25,8 @@ from .engine import (
     copy_partition,
     producer_name,
 )
-from .source import PartitionReader, Polled, Source, SourceRecord, open_source
+from .schemes import open_source
+from .source import PartitionReader, Polled, Source, SourceRecord
 
 __all__ = [
     "SOURCE_OFFSET",

@@ -49,7 +49,8 @@ from .._records import Headers, Record, trusted_record
 from .._types import MAX_SEQUENCE
 from ..api import BrokerAPI
 from ..errors import ConfigError, ProducerError, ProducerFencedError, Recovery, SequenceDesyncError
-from .source import Source, SourceRecord, open_source
+from .schemes import open_source
+from .source import Source, SourceRecord
 
 #: Header names of the source coordinates every copied record carries (ASCII decimal numbers,
 #: the timestamp in milliseconds since the epoch; absent when the source has none).
