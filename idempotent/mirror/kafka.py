@@ -99,6 +99,14 @@ class KafkaNativeSource:
         except (KafkaException, ValueError, TypeError) as exc:
             raise ConfigError(f"kafka: bad client settings in {self._url}: {exc}") from exc
 
+    def topics(self) -> list[str]:
+        """Every topic of the cluster but Kafka's internal ones (names starting with ``__``)."""
+        with _map_errors("list topics"):
+            metadata = self._meta.list_topics(timeout=_TIMEOUT)
+        return sorted(
+            name for name, found in metadata.topics.items() if not name.startswith("__") and found.error is None
+        )
+
     def partitions(self, topic: str) -> int:
         with _map_errors(f"describe {topic!r}"):
             metadata = self._meta.list_topics(topic, timeout=_TIMEOUT)
@@ -117,6 +125,10 @@ class KafkaNativeSource:
 
     def open_partition(self, topic: str, partition: int, after: int, end: int | None = None) -> KafkaPartitionReader:
         return KafkaPartitionReader(self._consumer(), topic, partition, after)
+
+    def lag(self, topic: str, partition: int, after: int, end: int) -> int | None:
+        """Offsets above ``after``: records, and transaction markers (they take offsets too)."""
+        return max(0, end - after - 1)
 
     def source_topic(self, topic: str, partition: int) -> str:
         return topic

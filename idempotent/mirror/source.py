@@ -93,6 +93,16 @@ class Source(Protocol):
         """The URL the source was opened with."""
         ...
 
+    def topics(self) -> list[str]:
+        """The names of the topics a job may copy, as :meth:`partitions` takes them (a
+        source's internal topics are left out). Used to match ``--topics`` patterns.
+
+        Raises:
+            ConfigError: the source has no topics (a file).
+            BackendUnavailableError: the source could not be asked.
+        """
+        ...
+
     def partitions(self, topic: str) -> int:
         """How many partitions ``topic`` has.
 
@@ -120,6 +130,15 @@ class Source(Protocol):
         Raises:
             InvalidTopicError: no such topic or partition.
             BackendUnavailableError: the source could not be opened.
+        """
+        ...
+
+    def lag(self, topic: str, partition: int, after: int, end: int) -> int | None:
+        """How far a copy that stored everything up to offset ``after`` (-1: nothing) is
+        behind ``end`` (an :meth:`end`): 0 when every record below ``end`` is at or below
+        ``after``. In the source's own units: records and transaction markers (Kafka),
+        bytes (files), entries (Pulsar; a batch is one entry). None when the source cannot
+        tell.
         """
         ...
 
