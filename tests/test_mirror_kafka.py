@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -141,3 +143,34 @@ def test_headers_named_idem_survive_a_kafka_backed_destination(kafka_service: Se
         producer.send(topic, b"x", headers={"idem.src.offset": b"7", "idem.trace": b"t"}).result()
         stored = producer.broker.read(topic, 0, 0, 10)
     assert dict(stored[0].headers) == {"idem.src.offset": b"7", "idem.trace": b"t"}
+
+
+_LOG_PROBE = """
+import logging, sys, time
+records = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append(record)
+logging.getLogger().addHandler(Keep())
+logging.getLogger().setLevel(logging.DEBUG)
+from idempotent.mirror import open_source
+source = open_source("kafka+native://127.0.0.1:1")
+reader = source.open_partition("t", 0, -1, None)
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline:
+    reader.poll(10, 0.2)
+reader.close()
+source.close()
+fails = [r for r in records if "FAIL" in r.getMessage()]
+print(len(fails), fails[0].name if fails else "-", fails[0].levelname if fails else "-")
+"""
+
+
+def test_librdkafka_lines_of_the_source_go_to_python_logging() -> None:
+    """Regression: the source consumers' librdkafka lines (``%3|...|FAIL|...``) went straight
+    to stderr."""
+    out = subprocess.run([sys.executable, "-c", _LOG_PROBE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "%3|" not in out.stderr and "|FAIL|" not in out.stderr, out.stderr
+    count, name, level = out.stdout.split()
+    assert int(count) >= 1 and name == "idempotent.mirror.librdkafka" and level == "ERROR"

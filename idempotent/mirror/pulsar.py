@@ -20,12 +20,17 @@ messages per batch below 2**12 (producers batch 1,000 by default). A message id 
 stops the job with ConfigError before anything of it is copied. Keys (``partition_key``),
 values, properties (as headers, sorted by name) and timestamps (the event time if the
 producer set one, else the publish time) are kept.
+
+The client's own C++ log lines go to the Python logger ``idempotent.mirror.pulsar`` (at
+INFO and above only when that logger is enabled for them), never straight to stdout or
+stderr.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 import urllib.error
 import urllib.request
@@ -45,6 +50,8 @@ LEDGER_BITS = 33
 ENTRY_BITS = 18
 BATCH_BITS = 12
 _TIMEOUT = 30.0
+#: Where the client's own log lines go.
+PULSAR_LOG = logging.getLogger("idempotent.mirror.pulsar")
 DEFAULT_NAMESPACE = "public/default"
 
 
@@ -130,9 +137,7 @@ class PulsarNativeSource:
         self.admin_url = options.get("admin_url", f"http://{parts.hostname}:8080").rstrip("/")
         self._partitioned: dict[str, int] = {}
         with _map_errors("connect"):
-            self._client = pulsar.Client(
-                self.service_url, operation_timeout_seconds=int(_TIMEOUT), log_conf_file_path=None
-            )
+            self._client = pulsar.Client(self.service_url, operation_timeout_seconds=int(_TIMEOUT), logger=PULSAR_LOG)
 
     @property
     def url(self) -> str:
@@ -291,6 +296,7 @@ class PulsarPartitionReader:
 
 
 __all__ = [
+    "PULSAR_LOG",
     "PulsarNativeSource",
     "PulsarPartitionReader",
     "full_topic",
