@@ -611,3 +611,24 @@ def test_mirror_modules_import_each_other_in_one_direction() -> None:
 
     cycles = [c for m in graph if (c := cycle_from(m, m, (m,)))]
     assert not cycles, f"import circles among idempotent.mirror modules: {cycles}"
+
+
+def test_a_following_job_reports_lag_0_once_caught_up(tmp_path: Path) -> None:
+    """The progress reports follow the lag as the source counts it (bytes after the last
+    copied line), also when the position stopped moving: a caught-up file shows 0."""
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"".join(b"line %d\n" % i for i in range(3000)))
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    reports: list[PartitionProgress] = []
+    mirror = Mirror(f"file://{source}", dest, to_topic="t", job="j", follow=True, progress=reports.append)
+    thread = threading.Thread(target=mirror.run)
+    thread.start()
+    try:
+        _wait_for(lambda: bool(reports) and reports[-1].copied == 3000)
+        _wait_for(lambda: reports[-1].lag == 0, timeout=15)  # the end is asked every 5 s
+        with source.open("ab") as handle:
+            handle.write(b"x\n")
+        _wait_for(lambda: reports[-1].copied == 3001 and reports[-1].lag == 0, timeout=15)
+    finally:
+        mirror.stop()
+        thread.join(30)

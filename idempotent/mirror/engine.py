@@ -313,7 +313,7 @@ def _copy_once(
         end = task.end
         known_end = end
         next_end_check = time.monotonic()
-        reported = -2
+        reported: tuple[int, int | None, int | None] | None = None  # position, end, lag
         lag = _LagProbe(source, task)
         done = False
         while not done and not (stop is not None and stop.is_set()):
@@ -330,18 +330,14 @@ def _copy_once(
             if end is None and time.monotonic() >= next_end_check:  # the end, for the lag report
                 known_end = source.end(task.topic, task.partition)
                 next_end_check = time.monotonic() + follow_interval
-            if progress is not None and reported != totals.position:
-                reported = totals.position
-                report = PartitionProgress(
-                    task.partition,
-                    reported,
-                    known_end,
-                    totals.copied,
-                    totals.duplicates,
-                    task.topic,
-                    lag.ask(reported, known_end),
-                )
-                progress(report)
+            if progress is not None:
+                now = (totals.position, known_end, lag.ask(totals.position, known_end))
+                if now != reported:  # the position, the end or the lag moved
+                    reported = now
+                    report = PartitionProgress(
+                        task.partition, now[0], known_end, totals.copied, totals.duplicates, task.topic, now[2]
+                    )
+                    progress(report)
         writer.finish()
         if progress is not None:
             report = PartitionProgress(
@@ -360,19 +356,22 @@ def _copy_once(
 
 
 class _LagProbe:
-    """Asks the source how far a partition's copy is behind, at most every LAG_INTERVAL."""
+    """Asks the source how far a partition's copy is behind: again when the position or the
+    end moved, but at most every LAG_INTERVAL (until then the last answer stands)."""
 
     def __init__(self, source: Source, task: PartitionTask) -> None:
         self._source = source
         self._task = task
         self._asked = -LAG_INTERVAL
+        self._for: tuple[int, int] | None = None
         self._last: int | None = None
 
     def ask(self, position: int, end: int | None, *, now: bool = False) -> int | None:
         if end is None:
             return None
-        if now or time.monotonic() - self._asked >= LAG_INTERVAL:
+        if (position, end) != self._for and (now or time.monotonic() - self._asked >= LAG_INTERVAL):
             self._asked = time.monotonic()
+            self._for = (position, end)
             try:
                 self._last = self._source.lag(self._task.topic, self._task.partition, position, end)
             except ProducerError as exc:  # a progress report is no reason to stop a copy

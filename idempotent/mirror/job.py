@@ -80,7 +80,8 @@ class MirrorSummary:
 
     def __str__(self) -> str:
         rate = self.copied / self.elapsed if self.elapsed > 0 else 0.0
-        several = len({(p.topic, p.to_topic) for p in self.partitions}) > 1
+        pairs = {(p.topic, p.to_topic) for p in self.partitions}
+        several = len(pairs) > 1
         resumed = ", ".join(
             (f"{p.topic}[{p.partition}]@{p.resumed_after}" if several else f"{p.partition}@{p.resumed_after}")
             for p in self.partitions
@@ -89,7 +90,8 @@ class MirrorSummary:
         if several:
             what = f"{self.source} {len(self.topics)} topics ({self.topic}) -> {self.destination} {self.to_topic}*"
         else:
-            what = f"{self.source}{' ' + self.topic if self.topic else ''} -> {self.destination} {self.to_topic}"
+            topic, to_topic = pairs.pop() if pairs else (self.topic, self.to_topic)
+            what = f"{self.source}{' ' + topic if topic else ''} -> {self.destination} {to_topic}"
         return (
             f"mirror {self.job}: {what}: "
             f"copied={self.copied} already-copied-skipped-after={{{resumed}}} duplicates={self.duplicates} "
