@@ -98,7 +98,7 @@ def add_parser(commands: Subcommands) -> None:
     )
     mirror.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     mirror.set_defaults(handler=cmd_mirror)
-    actions = mirror.add_subparsers(dest="mirror_command", metavar="status")
+    actions = mirror.add_subparsers(dest="mirror_command", metavar="[status]")
     status = actions.add_parser(
         "status",
         help="where a copy job stands, read from its destination",
