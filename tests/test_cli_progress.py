@@ -29,6 +29,25 @@ def test_lines_count_done_work_and_rate() -> None:
         progress.close()
 
 
+def test_a_rate_window_shows_the_current_rate_not_the_average() -> None:
+    now = [0.0]
+    out = io.StringIO()
+    progress = Progress("m", interval=1000, stream=out, terminal=False, clock=lambda: now[0], rate_window=10)
+    try:
+        progress.update(1000)
+        now[0] = 5.0
+        assert progress.line() == "m: 1000 records, 200 records/s (last 5 s), 5 s elapsed"  # from the start
+        now[0] = 10.0
+        assert progress.line().startswith("m: 1000 records, 100 records/s (last 10 s),")
+        now[0] = 20.0  # nothing for 10 s: the average would say 50 records/s
+        assert progress.line().startswith("m: 1000 records, 0 records/s (last 10 s),")
+        progress.update(600)
+        now[0] = 23.0
+        assert progress.line().startswith("m: 1600 records, 46 records/s (last 13 s),")  # since the line at 10 s
+    finally:
+        progress.close()
+
+
 def test_lines_come_every_interval_until_closed() -> None:
     out = io.StringIO()
     with Progress("t", total=10, interval=0.05, stream=out, terminal=False) as progress:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -18,11 +19,14 @@ from idempotent.mirror import (
     PartitionProgress,
     Polled,
     SourceRecord,
+    TopicPattern,
     copy_partition,
+    job_status,
     open_source,
     producer_name,
 )
 from idempotent.mirror.engine import source_headers
+from idempotent.mirror.names import JobProducer, parse_producer_name
 
 
 def _stored(url: str, topic: str) -> dict[int, list[idempotent.StoredRecord]]:
@@ -108,7 +112,7 @@ def test_topic_to_topic_keeps_partitions_keys_headers_and_order(tmp_path: Path) 
     broker = idempotent.connect(dest)
     try:
         assert {s.policy for s in broker.stats("copy")} == {"monotonic"}
-        names = {producer_name("j", p) for p in range(3)}
+        names = {producer_name("j", p, "orders") for p in range(3)}
         assert {ps.producer_name for s in broker.stats("copy") for ps in s.producers} == names
     finally:
         broker.close()
@@ -345,3 +349,286 @@ def test_a_batch_refused_for_a_passing_reason_is_not_overtaken(tmp_path: Path) -
         assert [r.value for r in broker.read("t", 0, 0, 10_000)] == [b"line %d" % i for i in range(5000)]
     finally:
         broker.close()
+
+
+# -- a job copies one source ----------------------------------------------------------------
+
+
+def test_a_job_refuses_another_file_before_copying_anything(tmp_path: Path) -> None:
+    """Regression: reusing a job name for another file resumed after an offset of the first
+    file and copied only the second file's tail (or nothing)."""
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_bytes(b"".join(b"a%d\n" % i for i in range(1000)))
+    b.write_bytes(b"".join(b"b%d\n" % i for i in range(2000)))
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    assert Mirror(f"file://{a}", dest, to_topic="all", job="daily-import").run().copied == 1000
+    with pytest.raises(ConfigError) as refused:
+        Mirror(f"file://{b}", dest, to_topic="all", job="daily-import").run()
+    message = refused.value.message
+    assert "'daily-import'" in message and repr(str(a)) in message and repr(str(b)) in message
+    assert "another --job name" in message
+    assert [r.value for r in _stored(dest, "all")[0]] == [b"a%d" % i for i in range(1000)]  # nothing copied
+    # a new job copies b from its beginning; the old one still resumes a
+    assert Mirror(f"file://{b}", dest, to_topic="all", job="daily-import-b").run().copied == 2000
+    assert Mirror(f"file://{a}", dest, to_topic="all", job="daily-import").run().copied == 0
+
+
+def test_a_job_refuses_another_topic_into_the_same_destination(tmp_path: Path) -> None:
+    """Regression: a job given another source topic resumed after the first topic's offsets."""
+    src = f"sqlite:///{tmp_path / 's.db'}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    _fill(src, "first", 2, 3000)
+    _fill(src, "second", 2, 1000)
+    assert Mirror(src, dest, topic="first", to_topic="all", job="j").run().copied == 3000
+    with pytest.raises(ConfigError, match=r"job 'j' copied 'first' into all\[\d\].*cannot copy 'second'"):
+        Mirror(src, dest, topic="second", to_topic="all", job="j").run()
+    assert sum(len(records) for records in _stored(dest, "all").values()) == 3000
+
+
+def test_a_job_of_before_per_topic_names_resumes_without_copying_again(tmp_path: Path) -> None:
+    """A partition a job wrote under ``job/partition`` (the names before topics were in them)
+    resumes after what that producer stored, and is written under the new name from then on."""
+    src = f"sqlite:///{tmp_path / 's.db'}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    _fill(src, "t", 1, 100)
+    source = _stored(src, "t")[0]
+    broker = idempotent.connect(dest)
+    try:  # what the job stored under its old name: the first 60 records, offsets as sequences
+        broker.create_topic("t", 1)
+        broker.set_policy("monotonic", topic="t")
+        session = broker.init_producer("j/0")
+        batch = [
+            idempotent.Record(r.value, r.key, source_headers(SourceRecord(r.offset, r.key, r.value), "t", 0))
+            for r in source[:60]
+        ]
+        assert broker.produce("t", 0, session.producer_id, session.producer_epoch, 0, batch).outcome.value == "accepted"
+    finally:
+        broker.close()
+    summary = Mirror(src, dest, topic="t", job="j").run()
+    assert (summary.copied, summary.partitions[0].resumed_after) == (40, 59)
+    assert [r.value for r in _stored(dest, "t")[0]] == [r.value for r in source]
+    # the old name copied another topic: refused
+    _fill(src, "u", 1, 10)
+    with pytest.raises(ConfigError, match="copied 't'"):
+        Mirror(src, dest, topic="u", to_topic="t", job="j").run()
+
+
+# -- several topics -------------------------------------------------------------------------
+
+
+def test_producer_names_split_back_and_never_collide() -> None:
+    assert producer_name("j", 0) == "j/0"  # a file, as before
+    assert producer_name("j", 2, "orders") == "j/orders/2"
+    assert producer_name("j", 2, "persistent://public/default/orders") == "j/orders/2"
+    assert producer_name("j", 1, "tenant/ns/x") == "j/tenant%2Fns%2Fx/1"
+    assert producer_name("a/b", 0, "t") == "a%2Fb/t/0" != producer_name("a", 0, "b/t") == "a/b%2Ft/0"
+    assert parse_producer_name("j", "j/tenant%2Fns%2Fx/1") == JobProducer("j/tenant%2Fns%2Fx/1", "tenant/ns/x", 1)
+    assert parse_producer_name("j", "j/3") == JobProducer("j/3", None, 3)
+    for other in ["j2/0", "j/x/y/0", "j/x/01", "j//0", "j/x/", None, "a/b/t/0"]:
+        assert parse_producer_name("j", other) is None, other
+    assert parse_producer_name("a/b", "a/b/t/0") is None
+    assert parse_producer_name("a/b", "a%2Fb/t/0") == JobProducer("a%2Fb/t/0", "t", 0)
+
+
+def test_topic_patterns_are_names_and_whole_name_expressions() -> None:
+    pattern = TopicPattern("orders, orders.v1,pay-.*")
+    assert pattern.names == ("orders", "orders.v1") and pattern.has_expressions
+    assert pattern.matches("pay-eu") and pattern.matches("orders.v1")
+    assert not pattern.matches("ordersXv1") and not pattern.matches("xpay-eu") and not pattern.matches("pay")
+    assert pattern.select(["pay-us", "zzz", "orders", "pay-eu"]) == ["orders", "orders.v1", "pay-eu", "pay-us"]
+    assert not TopicPattern(["a", "b"]).has_expressions
+    with pytest.raises(ConfigError, match="not a valid regular expression"):
+        TopicPattern("a,(b")
+    with pytest.raises(ConfigError, match="names no topic"):
+        TopicPattern(" , ")
+
+
+def test_topics_copy_each_topic_with_its_own_resume_point(tmp_path: Path) -> None:
+    src = f"sqlite:///{tmp_path / 's.db'}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    _fill(src, "eu.orders", 2, 400)
+    _fill(src, "us.orders", 3, 300)
+    _fill(src, "audit", 1, 50)
+    summary = Mirror(src, dest, topics=r"(eu|us)\.orders", to_prefix="copy.", job="j").run()
+    assert summary.copied == 700 and summary.topics == ["eu.orders", "us.orders"]
+    assert "2 topics" in str(summary) and "eu.orders[0]" not in str(summary)
+    for topic, count in (("eu.orders", 2), ("us.orders", 3)):
+        source, copied = _stored(src, topic), _stored(dest, "copy." + topic)
+        assert len(copied) == count
+        for p in range(count):
+            assert [r.value for r in copied[p]] == [r.value for r in source[p]]
+    assert "audit" not in idempotent.connect(dest).topics() and "copy.audit" not in idempotent.connect(dest).topics()
+    # one topic grows: only it is copied, from its own resume point
+    _fill(src, "us.orders", 3, 30, start=300)
+    again = Mirror(src, dest, topics="eu.orders,us.orders", to_prefix="copy.", job="j").run()
+    assert again.copied == 30
+    assert {(p.topic, p.partition): p.resumed_after >= 0 for p in again.partitions} == {
+        ("eu.orders", 0): True,
+        ("eu.orders", 1): True,
+        ("us.orders", 0): True,
+        ("us.orders", 1): True,
+        ("us.orders", 2): True,
+    }
+    assert "eu.orders[0]@" in str(again)
+    with pytest.raises(InvalidTopicError):
+        Mirror(src, dest, topics="eu.orders,missing", job="j").run()
+    with pytest.raises(ConfigError, match=r"no topic of .* matches"):
+        Mirror(src, dest, topics="nothing-.*", job="j").run()
+
+
+def test_topics_and_topic_are_one_job(tmp_path: Path) -> None:
+    """``--topic T`` and ``--topics T`` name the same producers: either resumes the other."""
+    src = f"sqlite:///{tmp_path / 's.db'}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    _fill(src, "t", 2, 100)
+    assert Mirror(src, dest, topic="t", job="j").run().copied == 100
+    assert Mirror(src, dest, topics="t", job="j").run().copied == 0
+    assert Mirror(src, dest, topics=".*", job="j").run().copied == 0
+
+
+def test_bad_topic_options_are_refused(tmp_path: Path) -> None:
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    with pytest.raises(ConfigError, match="not both"):
+        Mirror("sqlite:///x.db", dest, topic="t", topics="u", job="j")
+    with pytest.raises(ConfigError, match="--to-prefix"):
+        Mirror("sqlite:///x.db", dest, topics="u", to_topic="v", job="j")
+    with pytest.raises(ConfigError, match="file source has no topics"):
+        Mirror(f"file://{tmp_path}", dest, topics="u", to_topic="v", job="j")
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _count(url: str, topic: str) -> int:
+    try:
+        return sum(len(records) for records in _stored(url, topic).values())
+    except idempotent.ProducerError:
+        return 0
+
+
+def test_a_following_job_picks_up_new_matching_topics(tmp_path: Path) -> None:
+    src = f"sqlite:///{tmp_path / 's.db'}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    _fill(src, "logs-a", 1, 20)
+    mirror = Mirror(src, dest, topics="logs-.*", job="j", follow=True, refresh_interval=0.2)
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(mirror.run()))
+    thread.start()
+    try:
+        _wait_for(lambda: _count(dest, "logs-a") == 20)
+        _fill(src, "logs-b", 2, 30)
+        _fill(src, "other", 1, 5)
+        _wait_for(lambda: _count(dest, "logs-b") == 30)
+        _fill(src, "logs-a", 1, 5, start=20)
+        _wait_for(lambda: _count(dest, "logs-a") == 25)
+    finally:
+        mirror.stop()
+        thread.join(30)
+    summary = result[0]
+    assert isinstance(summary, idempotent.mirror.MirrorSummary)
+    assert summary.copied == 55 and summary.topics == ["logs-a", "logs-b"]
+    assert "other" not in idempotent.connect(dest).topics()
+
+
+def test_a_following_job_copies_every_partition_whatever_its_parallelism(tmp_path: Path) -> None:
+    """Regression: a following job ran its partitions in a pool of ``parallelism`` threads, so
+    the partitions beyond it were never copied (the first ones never end)."""
+    src = f"sqlite:///{tmp_path / 's.db'}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    _fill(src, "t", 3, 30)
+    mirror = Mirror(src, dest, topic="t", job="j", follow=True, parallelism=1)
+    thread = threading.Thread(target=mirror.run)
+    thread.start()
+    try:
+        _wait_for(lambda: _count(dest, "t") == 30, timeout=20)
+    finally:
+        mirror.stop()
+        thread.join(30)
+
+
+# -- status -----------------------------------------------------------------------------------
+
+
+def test_status_reads_the_resume_points_and_the_lag_from_the_destination(tmp_path: Path) -> None:
+    src = f"sqlite:///{tmp_path / 's.db'}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    _fill(src, "t", 2, 100)
+    before = time.time()
+    Mirror(src, dest, topic="t", to_topic="copy", job="j").run()
+    _fill(src, "t", 2, 10, start=100)
+    source = open_source(src)
+    broker = idempotent.connect(dest)
+    try:
+        rows = job_status(broker, "j", source=source)
+        assert [(r.topic, r.partition, r.to_topic, r.to_partition, r.producer_name) for r in rows] == [
+            ("t", 0, "copy", 0, "j/t/0"),
+            ("t", 1, "copy", 1, "j/t/1"),
+        ]
+        assert [(r.last_offset, r.end, r.lag) for r in rows] == [(49, 55, 5), (49, 55, 5)]
+        assert all(before - 1 <= r.last_write <= time.time() + 1 for r in rows)
+        assert [r.end for r in job_status(broker, "j", to_topics=["copy"])] == [None, None]
+        assert job_status(broker, "other") == [] and job_status(broker, "j/t") == []
+    finally:
+        broker.close()
+        source.close()
+
+
+def test_mirror_modules_import_each_other_in_one_direction() -> None:
+    """Regression: ``source.open_source`` imported the source modules, which imported
+    ``source`` back (an import circle, even through imports inside functions)."""
+    import ast
+    import importlib.util
+
+    package = Path(importlib.util.find_spec("idempotent.mirror").origin).parent  # type: ignore[arg-type, union-attr]
+    names = {p.stem for p in package.glob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in package.glob("*.py"):
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    imported.add(node.module.split(".")[0])
+                else:
+                    imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("idempotent.mirror."):
+                imported.add(node.module.split(".")[2])
+        graph[path.stem] = {m for m in imported if m in names and m != path.stem}
+    graph.pop("__init__", None)
+
+    def cycle_from(start: str, node: str, seen: tuple[str, ...]) -> tuple[str, ...] | None:
+        for nxt in graph.get(node, ()):
+            if nxt == start:
+                return (*seen, nxt)
+            if nxt not in seen:
+                found = cycle_from(start, nxt, (*seen, nxt))
+                if found:
+                    return found
+        return None
+
+    cycles = [c for m in graph if (c := cycle_from(m, m, (m,)))]
+    assert not cycles, f"import circles among idempotent.mirror modules: {cycles}"
+
+
+def test_a_following_job_reports_lag_0_once_caught_up(tmp_path: Path) -> None:
+    """The progress reports follow the lag as the source counts it (bytes after the last
+    copied line), also when the position stopped moving: a caught-up file shows 0."""
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"".join(b"line %d\n" % i for i in range(3000)))
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    reports: list[PartitionProgress] = []
+    mirror = Mirror(f"file://{source}", dest, to_topic="t", job="j", follow=True, progress=reports.append)
+    thread = threading.Thread(target=mirror.run)
+    thread.start()
+    try:
+        _wait_for(lambda: bool(reports) and reports[-1].copied == 3000)
+        _wait_for(lambda: reports[-1].lag == 0, timeout=15)  # the end is asked every 5 s
+        with source.open("ab") as handle:
+            handle.write(b"x\n")
+        _wait_for(lambda: reports[-1].copied == 3001 and reports[-1].lag == 0, timeout=15)
+    finally:
+        mirror.stop()
+        thread.join(30)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import idempotent
-from idempotent.errors import InvalidTopicError
+from idempotent.errors import ConfigError, InvalidTopicError
 from idempotent.mirror import Mirror
 from idempotent.testing.services import ServiceInfo
 
@@ -141,3 +146,159 @@ def test_headers_named_idem_survive_a_kafka_backed_destination(kafka_service: Se
         producer.send(topic, b"x", headers={"idem.src.offset": b"7", "idem.trace": b"t"}).result()
         stored = producer.broker.read(topic, 0, 0, 10)
     assert dict(stored[0].headers) == {"idem.src.offset": b"7", "idem.trace": b"t"}
+
+
+def _produce(bootstrap: str, topic: str, count: int, partitions: int = 1, start: int = 0) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(start, start + count):
+        producer.produce(topic, b"v%d" % i, key=b"k%d" % i, partition=i % partitions)
+    assert producer.flush(60) == 0
+
+
+def _count(url: str, topic: str) -> int:
+    try:
+        broker = idempotent.connect(url + "?timeout=60")
+    except idempotent.ProducerError:
+        return 0
+    try:
+        count = broker.topics().get(topic)
+        return 0 if count is None else sum(len(broker.read(topic, p, 0, 100_000)) for p in range(count))
+    finally:
+        broker.close()
+
+
+def test_reusing_a_job_for_another_kafka_topic_is_refused(tmp_path: Path, kafka_service: ServiceInfo) -> None:
+    """Regression (the issue's Kafka case): the job resumed after offset 2999 of the first
+    topic, and copied 0 of the second topic's 3,000 records."""
+    first, second = _topic(kafka_service.bootstrap), _topic(kafka_service.bootstrap)
+    _produce(kafka_service.bootstrap, first, 3000)
+    _produce(kafka_service.bootstrap, second, 3000)
+    source = f"kafka+native://{kafka_service.bootstrap}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    assert Mirror(source, dest, topic=first, to_topic="all", job="j").run().copied == 3000
+    with pytest.raises(ConfigError, match=rf"job 'j' copied '{first}' into all\[0\].*cannot copy '{second}'"):
+        Mirror(source, dest, topic=second, to_topic="all", job="j").run()
+    assert _count(dest, "all") == 3000
+    assert Mirror(source, dest, topic=second, to_topic="all", job="j2").run().copied == 3000
+
+
+def test_topics_by_pattern_with_their_own_resume_points(tmp_path: Path, kafka_service: ServiceInfo) -> None:
+    """``--topics`` with real Kafka topics: a following job picks up a new matching topic, and
+    each topic resumes from its own position."""
+    bootstrap = kafka_service.bootstrap
+    prefix = f"mt{uuid.uuid4().hex[:6]}"
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def create(name: str, partitions: int) -> None:
+        admin.create_topics([NewTopic(name, partitions, 1)])[name].result()
+
+    create(f"{prefix}.a", 2)
+    create(f"{prefix}-other", 1)
+    _produce(bootstrap, f"{prefix}.a", 100, 2)
+    _produce(bootstrap, f"{prefix}-other", 10)
+    source = f"kafka+native://{bootstrap}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    mirror = Mirror(source, dest, topics=rf"{prefix}\..*", job="j", follow=True, refresh_interval=0.5)
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(mirror.run()))
+    thread.start()
+    try:
+        _wait(lambda: _count(dest, f"{prefix}.a") == 100)
+        create(f"{prefix}.b", 3)
+        _produce(bootstrap, f"{prefix}.b", 60, 3)
+        _wait(lambda: _count(dest, f"{prefix}.b") == 60)
+    finally:
+        mirror.stop()
+        thread.join(60)
+    summary = result[0]
+    assert isinstance(summary, idempotent.mirror.MirrorSummary)
+    assert summary.copied == 160 and summary.topics == [f"{prefix}.a", f"{prefix}.b"]
+    assert f"{prefix}-other" not in idempotent.connect(dest).topics()
+    _produce(bootstrap, f"{prefix}.b", 6, 3, start=60)
+    again = Mirror(source, dest, topics=f"{prefix}.a,{prefix}.b", job="j").run()
+    assert again.copied == 6 and all(p.resumed_after >= 0 for p in again.partitions)
+    for topic in (f"{prefix}.a", f"{prefix}.b"):
+        broker = idempotent.connect(dest)
+        try:
+            for p in range(broker.topics()[topic]):
+                copied = [(int(dict(r.headers)["idem.src.offset"]), r.value) for r in broker.read(topic, p, 0, 1000)]
+                assert [o for o, _ in copied] == list(range(len(copied)))  # every offset once, in order
+        finally:
+            broker.close()
+
+
+def test_status_shows_the_lag_behind_a_kafka_topic(tmp_path: Path, kafka_service: ServiceInfo) -> None:
+    topic = _topic(kafka_service.bootstrap, 2)
+    _produce(kafka_service.bootstrap, topic, 100, 2)
+    source = f"kafka+native://{kafka_service.bootstrap}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    Mirror(source, dest, topic=topic, job="j").run()
+    _produce(kafka_service.bootstrap, topic, 7, 1, start=100)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "idempotent",
+            "mirror",
+            "status",
+            "--job",
+            "j",
+            "--to",
+            dest,
+            "--from",
+            source,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [(r["topic"], r["partition"], r["last_offset"], r["end"], r["lag"]) for r in rows] == [
+        (topic, 0, 49, 57, 7),
+        (topic, 1, 49, 50, 0),
+    ]
+    assert "%3|" not in out.stderr and "%4|" not in out.stderr
+
+
+def _wait(condition: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+_LOG_PROBE = """
+import logging, sys, time
+records = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append(record)
+logging.getLogger().addHandler(Keep())
+logging.getLogger().setLevel(logging.DEBUG)
+from idempotent.mirror import open_source
+source = open_source("kafka+native://127.0.0.1:1")
+reader = source.open_partition("t", 0, -1, None)
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline:
+    reader.poll(10, 0.2)
+reader.close()
+source.close()
+fails = [r for r in records if "FAIL" in r.getMessage()]
+print(len(fails), fails[0].name if fails else "-", fails[0].levelname if fails else "-")
+"""
+
+
+def test_librdkafka_lines_of_the_source_go_to_python_logging() -> None:
+    """Regression: the source consumers' librdkafka lines (``%3|...|FAIL|...``) went straight
+    to stderr."""
+    out = subprocess.run([sys.executable, "-c", _LOG_PROBE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "%3|" not in out.stderr and "|FAIL|" not in out.stderr, out.stderr
+    count, name, level = out.stdout.split()
+    assert int(count) >= 1 and name == "idempotent.mirror.librdkafka" and level == "ERROR"

@@ -3,7 +3,9 @@
 Subcommands::
 
     idempotent produce URL TOPIC (--file PATH | --generate N) [options]
-    idempotent mirror --from SOURCE --to DEST_URL [--topic T] [--to-topic T2] --job NAME [--follow]
+    idempotent mirror --from SOURCE --to DEST_URL (--topic T [--to-topic T2] | --topics LIST [--to-prefix P])
+                      --job NAME [--follow [--refresh-topics SECONDS]]
+    idempotent mirror status --job NAME --to DEST_URL [--from SOURCE] [--to-topic T2 ...] [--json]
     idempotent tail URL TOPIC [--partition P] [--offset O | --from-beginning] [--max N]
                               [--follow] [--format text|json]
     idempotent stats URL [TOPIC] [--json]

@@ -25,6 +25,7 @@ import argparse
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 from typing import IO, Any
@@ -60,6 +61,11 @@ class Progress:
         terminal: draw a bar (True) or print lines (False); default: whether ``stream`` is a
             terminal.
         clock: seconds, monotonic; for tests.
+        rate_window: None: a line's rate is the average since the start. Else the rate over
+            the last ``rate_window`` seconds or a little more (since the last line printed at
+            least that long ago; since the start during the first ``rate_window`` seconds),
+            with the span it covers (``1200 records/s (last 10 s)``): the current rate of a
+            long-running job.
 
     Thread-safe: :meth:`update` may be called from any thread. In line mode a daemon thread
     prints the lines until :meth:`close`.
@@ -76,6 +82,7 @@ class Progress:
         stream: IO[str] | None = None,
         terminal: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
+        rate_window: float | None = None,
     ) -> None:
         self.label = label
         self.total = total
@@ -86,6 +93,9 @@ class Progress:
         self._stream = stream if stream is not None else sys.stderr
         self._clock = clock
         self._started = clock()
+        self._rate_window = rate_window
+        #: (time, done) of the lines printed, the oldest at most one before the rate window
+        self._samples: deque[tuple[float, int]] = deque([(self._started, initial)])
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._bar: Any = None
@@ -110,12 +120,20 @@ class Progress:
             self._ticker.start()
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace, label: str, *, total: int | None = None, initial: int = 0) -> Progress:
+    def from_args(
+        cls,
+        args: argparse.Namespace,
+        label: str,
+        *,
+        total: int | None = None,
+        initial: int = 0,
+        rate_window: float | None = None,
+    ) -> Progress:
         """A progress for a command, off with ``--quiet`` or ``--no-progress``, with the
         interval of ``--progress-interval`` when the command has it."""
         enabled = not (getattr(args, "quiet", False) or getattr(args, "no_progress", False))
         interval = getattr(args, "progress_interval", PROGRESS_INTERVAL)
-        return cls(label, total=total, initial=initial, interval=interval, enabled=enabled)
+        return cls(label, total=total, initial=initial, interval=interval, enabled=enabled, rate_window=rate_window)
 
     def update(self, count: int, detail: str | None = None) -> None:
         """``count`` more done; ``detail`` (when given) replaces the text after the counts."""
@@ -132,12 +150,22 @@ class Progress:
         """The progress line as it stands now."""
         with self._lock:
             done, detail = self.done, self.detail
-        elapsed = max(self._clock() - self._started, 1e-9)
+            now = self._clock()
+            if self._rate_window is None:
+                since, done_then, span = self._started, self.initial, ""
+            else:
+                samples = self._samples
+                samples.append((now, done))
+                while len(samples) > 2 and samples[1][0] <= now - self._rate_window:
+                    samples.popleft()
+                since, done_then = samples[0]
+                span = f" (last {now - since:.0f} s)"
+        elapsed = max(now - self._started, 1e-9)
         counts = f"{done} records" if self.total is None else f"{done}/{self.total} records"
         if self.total:
             counts += f" ({100.0 * done / self.total:.1f}%)"
-        rate = (done - self.initial) / elapsed
-        text = f"{self.label}: {counts}, {rate:.0f} records/s, {elapsed:.0f} s elapsed"
+        rate = (done - done_then) / max(now - since, 1e-9)
+        text = f"{self.label}: {counts}, {rate:.0f} records/s{span}, {elapsed:.0f} s elapsed"
         return f"{text}, {detail}" if detail else text
 
     def _tick(self) -> None:

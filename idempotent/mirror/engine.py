@@ -1,7 +1,7 @@
 """The copy engine: one source partition is one unit of work, resumable from the destination.
 
 Theory of operation. A job named ``J`` copies each source partition ``p`` with one named
-producer, ``J/p``, into destination partition ``p`` (0 for files). A record's **source offset
+producer (:func:`.names.producer_name`) into destination partition ``p`` (0 for files). A record's **source offset
 is its application sequence** in the destination, and the destination topic uses the
 ``monotonic`` policy, so offsets with holes are accepted in order. The destination is then the
 only checkpoint there is: on start, the named producer's ``last_sequence`` on the destination
@@ -9,6 +9,9 @@ partition is the last source offset stored, and the copy resumes right after it.
 resent (a retry of a request whose answer was lost) is answered DUPLICATE by the destination's
 checker, never stored twice; a record not yet stored is read again. No offsets are committed
 anywhere else, and nothing is transactional, so nothing times out.
+
+Each topic of a job has resume points of its own: the producer of partition ``p`` of topic
+``T`` is ``J/T/p`` (``J/p`` for a file; see :mod:`.names`).
 
 Batches and sparse offsets. A batch holds consecutive sequences, but source offsets may have
 holes (byte positions of lines, Pulsar message ids, compacted Kafka topics). Each batch of
@@ -28,8 +31,9 @@ ever ask for it again. A partition's copy therefore sends its next batch only on
 previous one is answered stored; the source is read meanwhile, so reading and writing still
 overlap. Partitions are copied in parallel.
 
-:func:`copy_partition` is the unit (what a Spark task runs); :class:`Mirror` plans the job
-(destination topic, policy, where each partition ends) and runs one thread per partition.
+:func:`copy_partition` is the unit (what a Spark task runs); :class:`.job.Mirror` plans the
+job (destination topics, policy, where each partition ends, which source the job copied) and
+runs the units in threads.
 """
 
 from __future__ import annotations
@@ -39,8 +43,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from urllib.parse import urlsplit
+from concurrent.futures import Future
 
 import attrs
 
@@ -49,15 +52,17 @@ from .._records import Headers, Record, trusted_record
 from .._types import MAX_SEQUENCE
 from ..api import BrokerAPI
 from ..errors import ConfigError, ProducerError, ProducerFencedError, Recovery, SequenceDesyncError
-from .source import Source, SourceRecord, open_source
+from .names import (
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_PREFIX,
+    SOURCE_TIMESTAMP,
+    SOURCE_TOPIC,
+    producer_name,
+)
+from .schemes import open_source
+from .source import Source, SourceRecord
 
-#: Header names of the source coordinates every copied record carries (ASCII decimal numbers,
-#: the timestamp in milliseconds since the epoch; absent when the source has none).
-SOURCE_TOPIC = "idem.src.topic"
-SOURCE_PARTITION = "idem.src.partition"
-SOURCE_OFFSET = "idem.src.offset"
-SOURCE_TIMESTAMP = "idem.src.timestamp"
-_SOURCE_PREFIX = "idem.src."
 _LOG = logging.getLogger("idempotent.mirror")
 
 #: Records read from the source per poll.
@@ -66,19 +71,16 @@ POLL_RECORDS = 2000
 BATCH_BYTES = 512 * 1024
 #: In-process restarts of a task after retriable failures, before its error is raised.
 RETRIES = 8
-
-
-def producer_name(job: str, partition: int) -> str:
-    """The named producer that copies source ``partition`` for ``job``."""
-    return f"{job}/{partition}"
+#: Seconds between two questions to the source about a partition's lag, for progress reports.
+LAG_INTERVAL = 1.0
 
 
 def source_headers(record: SourceRecord, topic: str, partition: int) -> Headers:
     """The record's own headers (without source coordinates of an earlier copy) followed by
     the ``idem.src.*`` coordinates of this copy."""
     own = record.headers
-    if own and any(name.startswith(_SOURCE_PREFIX) for name, _ in own):
-        own = tuple(h for h in own if not h[0].startswith(_SOURCE_PREFIX))
+    if own and any(name.startswith(SOURCE_PREFIX) for name, _ in own):
+        own = tuple(h for h in own if not h[0].startswith(SOURCE_PREFIX))
     coordinates: Headers = (
         (SOURCE_TOPIC, topic.encode()),
         (SOURCE_PARTITION, b"%d" % partition),
@@ -98,11 +100,15 @@ class PartitionTask:
         destination: the destination broker URL.
         topic: the source topic ("" for files).
         to_topic: the destination topic.
-        job: the job name; the copy is written by the named producer ``job/partition``.
+        job: the job name; the copy is written by the named producer
+            :attr:`producer_name` (``job/topic/partition``, ``job/partition`` for files).
         partition: the source partition.
         to_partition: the destination partition (``partition``, or 0 for files).
         end: copy the records with offsets below this (the source's end when the job was
             planned); None follows the source until stopped.
+        legacy_position: the source offset the job stored under its name of before per-topic
+            names (``job/partition``; -1: none). The copy resumes after it while
+            :attr:`producer_name` has stored nothing on the destination partition.
     """
 
     source: str
@@ -113,6 +119,12 @@ class PartitionTask:
     partition: int
     to_partition: int
     end: int | None
+    legacy_position: int = -1
+
+    @property
+    def producer_name(self) -> str:
+        """The named producer that writes this partition's copy."""
+        return producer_name(self.job, self.partition, self.topic)
 
 
 @attrs.frozen
@@ -130,6 +142,8 @@ class PartitionSummary:
             stored by an earlier, interrupted run).
         elapsed: seconds the copy ran.
         completed: True when the copy reached its end (False: stopped, or following).
+        topic: the source topic ("" for files).
+        to_topic: the destination topic.
     """
 
     partition: int
@@ -139,50 +153,8 @@ class PartitionSummary:
     duplicates: int
     elapsed: float
     completed: bool
-
-
-@attrs.frozen
-class MirrorSummary:
-    """What :meth:`Mirror.run` did, per partition and in total."""
-
-    job: str
-    source: str
-    destination: str
-    topic: str
-    to_topic: str
-    partitions: tuple[PartitionSummary, ...]
-    elapsed: float
-
-    @property
-    def copied(self) -> int:
-        """Records stored by this run."""
-        return sum(p.copied for p in self.partitions)
-
-    @property
-    def duplicates(self) -> int:
-        """Records resent by this run that the destination already held."""
-        return sum(p.duplicates for p in self.partitions)
-
-    @property
-    def resumed(self) -> int:
-        """Partitions where this run resumed an earlier copy (skipping what it had stored)."""
-        return sum(p.resumed_after >= 0 for p in self.partitions)
-
-    @property
-    def completed(self) -> bool:
-        """Every partition reached its end."""
-        return all(p.completed for p in self.partitions)
-
-    def __str__(self) -> str:
-        rate = self.copied / self.elapsed if self.elapsed > 0 else 0.0
-        resumed = ", ".join(f"{p.partition}@{p.resumed_after}" for p in self.partitions if p.resumed_after >= 0)
-        return (
-            f"mirror {self.job}: {self.source}{' ' + self.topic if self.topic else ''} -> "
-            f"{self.destination} {self.to_topic}: "
-            f"copied={self.copied} already-copied-skipped-after={{{resumed}}} duplicates={self.duplicates} "
-            f"partitions={len(self.partitions)} elapsed={self.elapsed:.2f}s rate={rate:.0f} records/s"
-            + ("" if self.completed else " (stopped before the end)")
-        )
+    topic: str = ""
+    to_topic: str = ""
 
 
 @attrs.frozen
@@ -191,7 +163,8 @@ class PartitionProgress:
 
     ``position`` is the last source offset known stored (-1: none), ``end`` the offset the
     copy stops at, or the source's end when last asked while following (None: not known).
-    Lag, in source offsets (bytes for files), is ``end - position - 1``.
+    ``source_lag`` is what the source counts between them (:meth:`.source.Source.lag`, asked
+    at most every :data:`LAG_INTERVAL` seconds), None when not asked.
     """
 
     partition: int
@@ -199,10 +172,16 @@ class PartitionProgress:
     end: int | None
     copied: int
     duplicates: int
+    topic: str = ""
+    source_lag: int | None = None
 
     @property
     def lag(self) -> int | None:
-        """Source offsets not yet copied (None when the end is not known)."""
+        """How far the copy is behind ``end``: the source's count (records and Kafka
+        transaction markers, bytes of a file, Pulsar entries), else ``end - position - 1``
+        source offsets; None when the end is not known."""
+        if self.source_lag is not None:
+            return self.source_lag
         return None if self.end is None else max(0, self.end - self.position - 1)
 
 
@@ -221,14 +200,14 @@ def copy_partition(
 ) -> PartitionSummary:
     """Copy one source partition to its destination partition, resuming where the
     destination says the job stopped. The unit of work of a job (a thread of
-    :class:`Mirror`, or a Spark task).
+    :class:`~.job.Mirror`, or a Spark task).
 
     Contract:
 
     * Idempotent and resumable: running a task again, after any crash or ``kill -9`` of any
       earlier run, stores each source record of the partition exactly once, in source order.
     * The destination topic must exist with at least ``task.to_partition + 1`` partitions and
-      the ``monotonic`` policy (:meth:`Mirror.plan` does both); the source offsets must be
+      the ``monotonic`` policy (:meth:`.job.Mirror.plan` does both); the source offsets must be
       stable (:mod:`idempotent.mirror.source`).
     * Two runs of the same task at once fence each other: the later one's named producer
       takes over and the earlier one fails with ProducerFencedError, having stored nothing
@@ -291,6 +270,8 @@ def copy_partition(
             totals.duplicates,
             time.monotonic() - started,
             completed,
+            task.topic,
+            task.to_topic,
         )
     finally:
         try:
@@ -332,7 +313,8 @@ def _copy_once(
         end = task.end
         known_end = end
         next_end_check = time.monotonic()
-        reported = -2
+        reported: tuple[int, int | None, int | None] | None = None  # position, end, lag
+        lag = _LagProbe(source, task)
         done = False
         while not done and not (stop is not None and stop.is_set()):
             polled = reader.poll(POLL_RECORDS, 0.2)
@@ -348,15 +330,54 @@ def _copy_once(
             if end is None and time.monotonic() >= next_end_check:  # the end, for the lag report
                 known_end = source.end(task.topic, task.partition)
                 next_end_check = time.monotonic() + follow_interval
-            if progress is not None and reported != totals.position:
-                reported = totals.position
-                progress(PartitionProgress(task.partition, reported, known_end, totals.copied, totals.duplicates))
+            if progress is not None:
+                now = (totals.position, known_end, lag.ask(totals.position, known_end))
+                if now != reported:  # the position, the end or the lag moved
+                    reported = now
+                    report = PartitionProgress(
+                        task.partition, now[0], known_end, totals.copied, totals.duplicates, task.topic, now[2]
+                    )
+                    progress(report)
         writer.finish()
         if progress is not None:
-            progress(PartitionProgress(task.partition, totals.position, known_end, totals.copied, totals.duplicates))
+            report = PartitionProgress(
+                task.partition,
+                totals.position,
+                known_end,
+                totals.copied,
+                totals.duplicates,
+                task.topic,
+                lag.ask(totals.position, known_end, now=True),
+            )
+            progress(report)
         return done
     finally:
         reader.close()
+
+
+class _LagProbe:
+    """Asks the source how far a partition's copy is behind: again when the position or the
+    end moved, but at most every LAG_INTERVAL (until then the last answer stands)."""
+
+    def __init__(self, source: Source, task: PartitionTask) -> None:
+        self._source = source
+        self._task = task
+        self._asked = -LAG_INTERVAL
+        self._for: tuple[int, int] | None = None
+        self._last: int | None = None
+
+    def ask(self, position: int, end: int | None, *, now: bool = False) -> int | None:
+        if end is None:
+            return None
+        if (position, end) != self._for and (now or time.monotonic() - self._asked >= LAG_INTERVAL):
+            self._asked = time.monotonic()
+            self._for = (position, end)
+            try:
+                self._last = self._source.lag(self._task.topic, self._task.partition, position, end)
+            except ProducerError as exc:  # a progress report is no reason to stop a copy
+                _LOG.debug("lag of %s[%d]: %s", self._task.topic, self._task.partition, exc)
+                self._last = None
+        return self._last
 
 
 class _PartitionWriter:
@@ -365,7 +386,7 @@ class _PartitionWriter:
     def __init__(self, broker: BrokerAPI, task: PartitionTask) -> None:
         self._broker = broker
         self._task = task
-        session = broker.init_producer(producer_name(task.job, task.partition))
+        session = broker.init_producer(task.producer_name)
         if session.elsewhere:
             raise ConfigError(
                 f"{session.producer_name!r} wrote to partitions another broker owns: "
@@ -373,8 +394,11 @@ class _PartitionWriter:
             )
         self._producer_id = session.producer_id
         self._producer_epoch = session.producer_epoch
-        #: the last source offset known stored
+        #: the last source offset known stored (under the job's name of before per-topic
+        #: names while this producer has stored nothing: see PartitionTask.legacy_position)
         self.position = session.last_sequences[(task.to_topic, task.to_partition)]
+        if self.position < 0:
+            self.position = task.legacy_position
         self.totals = _Totals()
         self._pending: deque[tuple[int, int, Future[ProduceResult]]] = deque()
 
@@ -445,155 +469,11 @@ class _PartitionWriter:
         self.collect(block=True)
 
 
-class Mirror:
-    """A copy job from a source to a destination broker: resumable, and exactly once.
-
-    Args:
-        source: the source URL: ``file:///path``, ``kafka+native://host:port``,
-            ``pulsar+native://host:port?admin_url=http://host:port``, or a broker URL
-            (``sqlite://``, ``memory://``, ``idem://``, ``kafka://``, ``pulsar://``) for an
-            idempotent topic.
-        destination: the destination broker URL.
-        topic: the source topic (ignored for files).
-        to_topic: the destination topic; defaults to ``topic`` (required for files).
-        job: the job's name. Running the same job again resumes it; another name copies
-            again. Its partitions are written by the named producers ``job/partition``.
-        follow: keep copying new records until :meth:`stop` (else stop at the end the source
-            had when :meth:`run` started).
-        parallelism: partitions copied at once (one thread each).
-        progress: called with a :class:`PartitionProgress` from the partition threads.
-
-    Raises:
-        ConfigError: missing topic or job, or bad URL.
-    """
-
-    def __init__(
-        self,
-        source: str,
-        destination: str,
-        *,
-        topic: str | None = None,
-        to_topic: str | None = None,
-        job: str,
-        follow: bool = False,
-        parallelism: int = 8,
-        progress: ProgressCallback | None = None,
-    ) -> None:
-        self.is_file = urlsplit(source).scheme == "file"
-        if not job or not isinstance(job, str):
-            raise ConfigError("a mirror job needs a name (job=...)")
-        if not self.is_file and not topic:
-            raise ConfigError(f"copying from {source} needs a source topic")
-        if self.is_file and not to_topic:
-            raise ConfigError("copying a file needs a destination topic (to_topic=...)")
-        if parallelism < 1:
-            raise ConfigError("parallelism must be at least 1")
-        self.source = source
-        self.destination = destination
-        self.topic = "" if self.is_file else str(topic)
-        self.to_topic = str(to_topic or topic)
-        self.job = job
-        self.follow = follow
-        self.parallelism = parallelism
-        self.progress = progress
-        self._stop = threading.Event()
-
-    def plan(self, source: Source, broker: BrokerAPI) -> list[PartitionTask]:
-        """Prepare the destination and return one task per source partition.
-
-        Creates the destination topic with the source's partition count (1 for files) unless
-        it exists with at least as many, sets its policy to ``monotonic``, and fixes each
-        partition's end (the source's end now; None when following).
-
-        Raises:
-            InvalidTopicError: the source topic does not exist.
-            ConfigError: the destination topic has fewer partitions than the source.
-            BrokerError, TransportError: the destination refused or failed.
-        """
-        count = source.partitions(self.topic)
-        existing = broker.topics().get(self.to_topic)
-        if existing is None:
-            broker.create_topic(self.to_topic, count)
-        elif existing < count:
-            raise ConfigError(f"destination topic {self.to_topic!r} has {existing} partitions; the source has {count}")
-        broker.set_policy("monotonic", topic=self.to_topic)
-        return [
-            PartitionTask(
-                self.source,
-                self.destination,
-                self.topic,
-                self.to_topic,
-                self.job,
-                p,
-                0 if self.is_file else p,
-                None if self.follow else source.end(self.topic, p),
-            )
-            for p in range(count)
-        ]
-
-    def stop(self) -> None:
-        """Ask a running :meth:`run` to flush what it sent and return (thread- and
-        signal-safe)."""
-        self._stop.set()
-
-    def run(self) -> MirrorSummary:
-        """Copy, resuming the job where its destination says it stopped.
-
-        Returns:
-            A :class:`MirrorSummary`: records copied, where each partition resumed (what was
-            already copied was skipped), and duplicates answered.
-
-        Raises:
-            The errors of :func:`copy_partition` and :meth:`plan`; a failure of one partition
-            stops the others (what they sent is flushed). Nothing is lost or duplicated by a
-            failure: run the job again to resume it.
-        """
-        from .. import connect
-
-        started = time.monotonic()
-        source = open_source(self.source)
-        try:
-            broker = connect(self.destination)
-            try:
-                tasks = self.plan(source, broker)
-                summaries = self._run_tasks(tasks, source, broker)
-            finally:
-                broker.close()
-        finally:
-            source.close()
-        return MirrorSummary(
-            self.job,
-            self.source,
-            self.destination,
-            self.topic,
-            self.to_topic,
-            tuple(summaries),
-            time.monotonic() - started,
-        )
-
-    def _run_tasks(self, tasks: list[PartitionTask], source: Source, broker: BrokerAPI) -> list[PartitionSummary]:
-        def one(task: PartitionTask) -> PartitionSummary:
-            try:
-                return copy_partition(task, source=source, broker=broker, stop=self._stop, progress=self.progress)
-            except BaseException:
-                self._stop.set()  # one failure ends the job; the others flush and return
-                raise
-
-        with ThreadPoolExecutor(min(self.parallelism, len(tasks)) or 1, thread_name_prefix="mirror") as pool:
-            futures = [pool.submit(one, task) for task in tasks]
-            while not all(f.done() for f in futures):
-                # wait in short steps so that a signal handler runs promptly in the main thread
-                time.sleep(0.05)
-        return [f.result() for f in futures]
-
-
 __all__ = [
     "SOURCE_OFFSET",
     "SOURCE_PARTITION",
     "SOURCE_TIMESTAMP",
     "SOURCE_TOPIC",
-    "Mirror",
-    "MirrorSummary",
     "PartitionProgress",
     "PartitionSummary",
     "PartitionTask",

@@ -62,6 +62,9 @@ class FileSource:
         except OSError as exc:
             raise BackendUnavailableError(f"cannot list {self.path!r}: {exc}") from exc
 
+    def topics(self) -> list[str]:
+        raise ConfigError(f"a file source has no topics ({self._url}): leave out --topics")
+
     def partitions(self, topic: str) -> int:
         return 1
 
@@ -75,6 +78,19 @@ class FileSource:
         if partition != 0:
             raise InvalidTopicError(f"a file source has only partition 0, not {partition}")
         return FileReader(self, after, end)
+
+    def lag(self, topic: str, partition: int, after: int, end: int) -> int | None:
+        """The bytes after the line that starts at ``after``."""
+        if after < 0:
+            return end
+        try:
+            reader = FileReader(self, after, end)
+        except BackendUnavailableError:
+            return None
+        try:
+            return max(0, end - reader.position)
+        finally:
+            reader.close()
 
     def source_topic(self, topic: str, partition: int) -> str:
         return self.path
@@ -125,6 +141,11 @@ class FileReader:
                 return
             base += size
         self._open(0)  # no files yet
+
+    @property
+    def position(self) -> int:
+        """The offset of the next line."""
+        return self._position
 
     def poll(self, max_records: int, timeout: float) -> Polled:
         try:

@@ -9,11 +9,17 @@ A record's offset is its Kafka offset. Offsets have holes: a compacted topic has
 records, and transaction markers (and aborted records, which are skipped:
 ``isolation.level=read_committed``) take offsets of their own. Keys, values, headers and
 timestamps (``CreateTime`` or ``LogAppendTime``) are kept.
+
+The consumers' own log lines (librdkafka's ``FAIL``, ``%4|...`` ...) go to the Python logger
+``idempotent.mirror.librdkafka`` at the level librdkafka gave them (confluent-kafka maps its
+syslog levels to ``logging``'s), never straight to stderr; they are handed over while a
+consumer is polled, so the metadata consumer is polled after each request.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +35,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("kafka+native:// sources need confluent-kafka: pip install 'idempotent[kafka]'") from exc
 
 _TIMEOUT = 30.0
+#: Where the consumers' own log lines go.
+LIBRDKAFKA_LOG = logging.getLogger("idempotent.mirror.librdkafka")
 
 
 @contextlib.contextmanager
@@ -94,14 +102,34 @@ class KafkaNativeSource:
                     "enable.partition.eof": True,
                     "isolation.level": "read_committed",
                     "auto.offset.reset": "earliest",
+                    "logger": LIBRDKAFKA_LOG,
                 }
             )
         except (KafkaException, ValueError, TypeError) as exc:
             raise ConfigError(f"kafka: bad client settings in {self._url}: {exc}") from exc
 
+    def _serve_logs(self) -> None:
+        """Hand the metadata consumer's queued log lines to :data:`LIBRDKAFKA_LOG`."""
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self._meta.poll(0)
+
+    def topics(self) -> list[str]:
+        """Every topic of the cluster but Kafka's internal ones (names starting with ``__``)."""
+        try:
+            with _map_errors("list topics"):
+                metadata = self._meta.list_topics(timeout=_TIMEOUT)
+        finally:
+            self._serve_logs()
+        return sorted(
+            name for name, found in metadata.topics.items() if not name.startswith("__") and found.error is None
+        )
+
     def partitions(self, topic: str) -> int:
-        with _map_errors(f"describe {topic!r}"):
-            metadata = self._meta.list_topics(topic, timeout=_TIMEOUT)
+        try:
+            with _map_errors(f"describe {topic!r}"):
+                metadata = self._meta.list_topics(topic, timeout=_TIMEOUT)
+        finally:
+            self._serve_logs()
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
             detail = found.error.str() if found is not None and found.error is not None else "no partitions"
@@ -109,14 +137,21 @@ class KafkaNativeSource:
         return len(found.partitions)
 
     def end(self, topic: str, partition: int) -> int:
-        with _map_errors(f"end of {topic}[{partition}]"):
-            _, high = self._meta.get_watermark_offsets(
-                KafkaTopicPartition(topic, partition), timeout=_TIMEOUT, cached=False
-            )
+        try:
+            with _map_errors(f"end of {topic}[{partition}]"):
+                _, high = self._meta.get_watermark_offsets(
+                    KafkaTopicPartition(topic, partition), timeout=_TIMEOUT, cached=False
+                )
+        finally:
+            self._serve_logs()
         return int(high)
 
     def open_partition(self, topic: str, partition: int, after: int, end: int | None = None) -> KafkaPartitionReader:
         return KafkaPartitionReader(self._consumer(), topic, partition, after)
+
+    def lag(self, topic: str, partition: int, after: int, end: int) -> int | None:
+        """Offsets above ``after``: records, and transaction markers (they take offsets too)."""
+        return max(0, end - after - 1)
 
     def source_topic(self, topic: str, partition: int) -> str:
         return topic
@@ -179,4 +214,4 @@ class KafkaPartitionReader:
                 consumer.close()
 
 
-__all__ = ["KafkaNativeSource", "KafkaPartitionReader", "client_config"]
+__all__ = ["LIBRDKAFKA_LOG", "KafkaNativeSource", "KafkaPartitionReader", "client_config"]

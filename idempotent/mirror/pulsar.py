@@ -2,10 +2,14 @@
 
 Any topic written by any client is read with a pulsar-client **Reader** per partition (no
 subscription is created; the destination holds the position). The topic may be given short
-(``orders``, in ``public/default``) or in full (``persistent://tenant/ns/orders``); a
-partitioned topic's partitions are its ``-partition-N`` topics, a non-partitioned topic is
-partition 0. The admin REST API (``admin_url``, default ``http://host:8080``) gives the
-partition count and, for jobs that stop, each partition's last message id when they start.
+(``orders``, in ``public/default``), as ``tenant/ns/orders``, or in full
+(``persistent://tenant/ns/orders``); a partitioned topic's partitions are its
+``-partition-N`` topics, a non-partitioned topic is partition 0. The admin REST API
+(``admin_url``, default ``http://host:8080``) gives the partition count, the topics of the
+namespaces a ``--topics`` pattern is matched in (``namespaces=tenant/ns[,tenant/ns...]``,
+default ``public/default``; names there are short, others ``tenant/ns/name``; system topics,
+whose names start with ``__``, are left out) and, for jobs that stop, each partition's last
+message id when they start.
 
 Offsets. A Pulsar message id is (ledger, entry, batch index), ordered in that order, and not
 dense: entry ids restart in each new ledger, ledger ids are shared by the whole cluster, and
@@ -16,12 +20,17 @@ messages per batch below 2**12 (producers batch 1,000 by default). A message id 
 stops the job with ConfigError before anything of it is copied. Keys (``partition_key``),
 values, properties (as headers, sorted by name) and timestamps (the event time if the
 producer set one, else the publish time) are kept.
+
+The client's own C++ log lines go to the Python logger ``idempotent.mirror.pulsar`` (at
+INFO and above only when that logger is enabled for them), never straight to stdout or
+stderr.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 import urllib.error
 import urllib.request
@@ -41,6 +50,9 @@ LEDGER_BITS = 33
 ENTRY_BITS = 18
 BATCH_BITS = 12
 _TIMEOUT = 30.0
+#: Where the client's own log lines go.
+PULSAR_LOG = logging.getLogger("idempotent.mirror.pulsar")
+DEFAULT_NAMESPACE = "public/default"
 
 
 def pack_message_id(ledger: int, entry: int, batch_index: int) -> int:
@@ -68,8 +80,21 @@ def unpack_offset(offset: int) -> tuple[int, int, int]:
 
 
 def full_topic(topic: str) -> str:
-    """``persistent://public/default/T`` for a short name, else the name itself."""
-    return topic if "://" in topic else f"persistent://public/default/{topic}"
+    """``persistent://public/default/T`` for a short name, ``persistent://tenant/ns/T`` for
+    ``tenant/ns/T``, else the name itself."""
+    if "://" in topic:
+        return topic
+    if topic.count("/") == 2:
+        return f"persistent://{topic}"
+    return f"persistent://{DEFAULT_NAMESPACE}/{topic}"
+
+
+def short_topic(topic: str) -> str:
+    """The name of a full topic name as :meth:`PulsarNativeSource.topics` lists it: short in
+    ``public/default``, else ``tenant/ns/name``."""
+    name = topic.partition("://")[2] if "://" in topic else topic
+    prefix = DEFAULT_NAMESPACE + "/"
+    return name[len(prefix) :] if name.startswith(prefix) else name
 
 
 @contextlib.contextmanager
@@ -100,17 +125,19 @@ class PulsarNativeSource:
         if parts.scheme != "pulsar+native" or not parts.hostname:
             raise ConfigError(f"expected pulsar+native://host:port?admin_url=http://host:port, got {url!r}")
         options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        unknown = set(options) - {"admin_url"}
+        unknown = set(options) - {"admin_url", "namespaces"}
         if unknown:
-            raise ConfigError(f"unknown pulsar+native option(s) {sorted(unknown)}; known: admin_url")
+            raise ConfigError(f"unknown pulsar+native option(s) {sorted(unknown)}; known: admin_url, namespaces")
+        self.namespaces = [n.strip() for n in options.get("namespaces", DEFAULT_NAMESPACE).split(",") if n.strip()]
+        bad = [n for n in self.namespaces if n.count("/") != 1 or n.startswith("/") or n.endswith("/")]
+        if bad or not self.namespaces:
+            raise ConfigError(f"pulsar+native namespaces= takes tenant/namespace[,tenant/namespace...], got {bad}")
         self._url = url
         self.service_url = f"pulsar://{parts.netloc}"
         self.admin_url = options.get("admin_url", f"http://{parts.hostname}:8080").rstrip("/")
         self._partitioned: dict[str, int] = {}
         with _map_errors("connect"):
-            self._client = pulsar.Client(
-                self.service_url, operation_timeout_seconds=int(_TIMEOUT), log_conf_file_path=None
-            )
+            self._client = pulsar.Client(self.service_url, operation_timeout_seconds=int(_TIMEOUT), logger=PULSAR_LOG)
 
     @property
     def url(self) -> str:
@@ -132,6 +159,20 @@ class PulsarNativeSource:
     def _path(topic: str) -> str:
         domain, _, rest = full_topic(topic).partition("://")
         return f"/admin/v2/{domain}/" + "/".join(quote(part, safe="") for part in rest.split("/"))
+
+    def topics(self) -> list[str]:
+        """The persistent topics of :attr:`namespaces` (see the module docstring)."""
+        out: set[str] = set()
+        for namespace in self.namespaces:
+            path = "/admin/v2/persistent/" + "/".join(quote(part, safe="") for part in namespace.split("/"))
+            partitioned = {str(t) for t in self._admin(path + "/partitioned") or []}
+            for name in [*partitioned, *(str(t) for t in self._admin(path) or [])]:
+                head, separator, tail = name.rpartition("-partition-")
+                if separator and tail.isdigit() and head in partitioned:
+                    continue  # a partition of a partitioned topic
+                if not name.rpartition("/")[2].startswith("__"):
+                    out.add(short_topic(name))
+        return sorted(out)
 
     def partitions(self, topic: str) -> int:
         count = int(self._admin(self._path(topic) + "/partitions").get("partitions", 0))
@@ -172,6 +213,35 @@ class PulsarNativeSource:
                 name, start, start_message_id_inclusive=after >= 0, receiver_queue_size=2000
             )
         return PulsarPartitionReader(reader, after)
+
+    def lag(self, topic: str, partition: int, after: int, end: int) -> int | None:
+        """Entries after the one of ``after`` and below ``end``: counted from the offsets in
+        one ledger, else from the topic's ledgers (admin ``internalStats``). Messages of a
+        batch entry are not counted apart: the entry of ``after`` counts as copied."""
+        if end <= 0:
+            return 0
+        end_ledger, end_entry, _ = unpack_offset(end)
+        if after >= 0:
+            ledger, entry, _ = unpack_offset(after)
+            if (ledger, entry) >= (end_ledger, end_entry - 1):
+                return 0
+            if ledger == end_ledger:
+                return end_entry - entry - 1
+        else:
+            ledger, entry = -1, -1
+        try:
+            stats = self._admin(self._path(self.partition_topic(topic, partition)) + "/internalStats")
+        except (BackendUnavailableError, InvalidTopicError):
+            return None
+        counts = {int(item["ledgerId"]): int(item.get("entries", 0)) for item in stats.get("ledgers", [])}
+        if counts:
+            counts[max(counts)] = max(counts[max(counts)], int(stats.get("currentLedgerEntries", 0)))
+        behind = sum(n for ledger_id, n in counts.items() if ledger < ledger_id < end_ledger)
+        if end_ledger != ledger:
+            behind += min(counts.get(end_ledger, end_entry), end_entry)
+        if ledger in counts:
+            behind += max(0, counts[ledger] - entry - 1)
+        return behind
 
     def source_topic(self, topic: str, partition: int) -> str:
         return self.partition_topic(topic, partition)
@@ -225,4 +295,12 @@ class PulsarPartitionReader:
             self._reader.close()
 
 
-__all__ = ["PulsarNativeSource", "PulsarPartitionReader", "full_topic", "pack_message_id", "unpack_offset"]
+__all__ = [
+    "PULSAR_LOG",
+    "PulsarNativeSource",
+    "PulsarPartitionReader",
+    "full_topic",
+    "pack_message_id",
+    "short_topic",
+    "unpack_offset",
+]

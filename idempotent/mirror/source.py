@@ -1,4 +1,4 @@
-"""What the mirror reads: the source contract, and the URL that picks a source kind.
+"""What the mirror reads: the source contract, as values and protocols (no I/O here).
 
 A *source* is a set of topics split into partitions; each record of a partition has an
 **offset**: an integer, ``0 .. 2**63-1``, that grows strictly along the partition and never
@@ -7,7 +7,8 @@ transaction markers, Pulsar message ids, byte positions in a file). The mirror u
 as the record's application sequence in the destination, which is what makes a resumed copy
 exact: the destination's last stored sequence is the source offset to resume after.
 
-One module per source kind implements the contract:
+One module per source kind implements the contract, and :func:`idempotent.mirror.schemes.open_source`
+picks one by the URL's scheme:
 
 ========================================  ==========================================
 URL                                       module
@@ -21,17 +22,18 @@ URL                                       module
 ``pulsar+native://host:port?admin_url=``  :mod:`idempotent.mirror.pulsar`: a plain Pulsar
                                           topic (pulsar-client Reader)
 ========================================  ==========================================
+
+The source modules import this one and nothing of the mirror above it, so the mirror's
+modules import each other in one direction only.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
-from urllib.parse import urlsplit
 
 import attrs
 
 from .._records import Headers
-from ..errors import ConfigError
 
 #: Largest offset a source may hand out (the destination's sequences are 63-bit).
 MAX_OFFSET = 2**63 - 1
@@ -91,6 +93,16 @@ class Source(Protocol):
         """The URL the source was opened with."""
         ...
 
+    def topics(self) -> list[str]:
+        """The names of the topics a job may copy, as :meth:`partitions` takes them (a
+        source's internal topics are left out). Used to match ``--topics`` patterns.
+
+        Raises:
+            ConfigError: the source has no topics (a file).
+            BackendUnavailableError: the source could not be asked.
+        """
+        ...
+
     def partitions(self, topic: str) -> int:
         """How many partitions ``topic`` has.
 
@@ -121,6 +133,15 @@ class Source(Protocol):
         """
         ...
 
+    def lag(self, topic: str, partition: int, after: int, end: int) -> int | None:
+        """How far a copy that stored everything up to offset ``after`` (-1: nothing) is
+        behind ``end`` (an :meth:`end`): 0 when every record below ``end`` is at or below
+        ``after``. In the source's own units: records and transaction markers (Kafka),
+        bytes (files), entries (Pulsar; a batch is one entry). None when the source cannot
+        tell.
+        """
+        ...
+
     def source_topic(self, topic: str, partition: int) -> str:
         """What the ``idem.src.topic`` header of a record of this partition says."""
         ...
@@ -130,36 +151,4 @@ class Source(Protocol):
         ...
 
 
-def open_source(url: str) -> Source:
-    """Open the source a URL names (see the table in this module's docstring).
-
-    Raises:
-        ConfigError: unknown scheme or malformed URL, or the client library is missing.
-        BackendUnavailableError: the source could not be reached.
-    """
-    if not isinstance(url, str):
-        raise ConfigError(f"a source URL must be a str, got {type(url).__name__}")
-    scheme = urlsplit(url).scheme
-    if scheme == "file":
-        from .file import FileSource
-
-        return FileSource(url)
-    if scheme == "kafka+native":
-        from .kafka import KafkaNativeSource
-
-        return KafkaNativeSource(url)
-    if scheme == "pulsar+native":
-        from .pulsar import PulsarNativeSource
-
-        return PulsarNativeSource(url)
-    if scheme in ("sqlite", "memory", "idem", "idems", "kafka", "pulsar"):
-        from .topic import TopicSource
-
-        return TopicSource(url)
-    raise ConfigError(
-        f"unknown source URL scheme {scheme!r} in {url!r}; use file://, kafka+native://, "
-        "pulsar+native:// or a broker URL (sqlite://, memory://, idem://, kafka://, pulsar://)"
-    )
-
-
-__all__ = ["MAX_OFFSET", "PartitionReader", "Polled", "Source", "SourceRecord", "open_source"]
+__all__ = ["MAX_OFFSET", "PartitionReader", "Polled", "Source", "SourceRecord"]
