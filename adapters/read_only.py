@@ -33,7 +33,10 @@ class ReadOnlyBackend:
     def list_topics(self) -> dict[str, int]:
         return self.inner.list_topics()
 
-    def create_topic(self, topic: str, partitions: int) -> None:
+    def describe_topic(self, topic: str) -> int | None:
+        return self.inner.describe_topic(topic)
+
+    def create_topic(self, topic: str, partitions: int) -> int:
         self._refuse(f"create topic {topic!r}")
 
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
