@@ -74,8 +74,8 @@ from ..errors import (
     UsageError,
 )
 from ..producer import Producer as _Producer
-from ..producer import default_partition
 from . import _shared
+from ._partitioners import pulsar_partition
 
 _LOG = logging.getLogger("idempotent.compat.pulsar")
 
@@ -1071,16 +1071,17 @@ class Producer:
         self._cond = threading.Condition()
         self._pending = 0
         self._closed = False
-        self._partitions = inner.partitions_for(topic)
-        self._counter = 0
+        partitions = inner.partitions_for(topic)
+        self._counter = 0  # messages without a key go round robin, as pulsar-client's
         # Pulsar numbers messages from initial_sequence_id + 1 when it is given; otherwise the
         # broker's numbering (continuing a named producer's stored sequences) applies.
         self._next: dict[int, int] | None = None
+        self._first = 0 if initial_sequence_id is None else initial_sequence_id + 1
         if initial_sequence_id is not None:
-            self._next = dict.fromkeys(range(self._partitions), initial_sequence_id + 1)
+            self._next = dict.fromkeys(range(partitions), self._first)
             self._last = initial_sequence_id
         else:
-            self._last = max(inner.last_sequence(topic, p) for p in range(self._partitions))
+            self._last = max(inner.last_sequence(topic, p) for p in range(partitions))
 
     @property
     def producer(self) -> _Producer:
@@ -1212,7 +1213,7 @@ class Producer:
             raise InvalidConfiguration(
                 f"send: sequence_id must be an int in 0..{_MAX_SEQUENCE_ID}, not {sequence_id!r}"
             )
-        key = partition_key.encode() if partition_key is not None else None
+        key = partition_key.encode() if partition_key else None  # an empty key is none, as pulsar-client's
         with self._cond:
             while self._pending >= self._max_pending:
                 if not self._block:
@@ -1220,11 +1221,17 @@ class Producer:
                 self._cond.wait(0.5)
                 if self._closed:
                     raise AlreadyClosed("producer is closed")
-            partition = default_partition(key, self._partitions, self._counter)
-            self._counter += 1
+            try:  # (partitions added to the topic are learnt here)
+                count = self._inner.partitions_for(self._topic)
+            except ProducerError as exc:
+                raise _exception_for(exc) from exc
+            partition = pulsar_partition(partition_key, count)
+            if partition is None:
+                partition = self._counter % count
+                self._counter += 1
             sequence = sequence_id
             if sequence is None and self._next is not None:
-                sequence = self._next[partition]
+                sequence = self._next.get(partition, self._first)  # (a partition added since: from the start)
                 self._next[partition] = sequence + 1
             try:
                 future = self._inner.send(
