@@ -1,13 +1,17 @@
 """Apache Pulsar log backend (pulsar-client).
 
-``pulsar://host:port[,host:port...]`` with options passed as keyword arguments to
+``pulsar://host:port[,host:port...]``, or any other service URL pulsar-client takes
+(``pulsar+ssl://`` over TLS, ``http://`` and ``https://`` for lookups over the web service;
+see :mod:`adapters._pulsar_url`), with options passed as keyword arguments to
 :func:`idempotent.connect` (or :class:`PulsarBackend`), or as URL query parameters
-(``?admin_url=...&timeout=...``; keywords win):
+(``?admin_url=...&timeout=...``, and pulsar-client's TLS arguments; keywords win):
 
-* ``admin_url`` (default ``http://<first host>:8080``): the broker's admin REST base URL;
+* ``admin_url`` (default ``http://<first host>:8080``, ``https://<first host>:8443`` for
+  ``pulsar+ssl://``, the URL itself for ``http(s)://``): the broker's admin REST base URL;
 * ``admin_headers``: extra HTTP headers for admin calls (e.g. ``Authorization``);
 * ``client_options``: keyword arguments for :class:`pulsar.Client` (``authentication``,
-  TLS paths, ``operation_timeout_seconds``, ``logger``, ...);
+  TLS paths and flags, which the admin calls over ``https`` use too,
+  ``operation_timeout_seconds``, ``logger``, ...);
 * ``service_url``: what the Pulsar client connects to, if not the URL itself (for example
   ``pulsar+ssl://host:6651``);
 * ``meta_topic`` (default ``persistent://public/default/__idempotent_meta``);
@@ -21,8 +25,10 @@
 How the model maps onto Pulsar (see ``docs/backends.md``):
 
 * A topic ``tenant/ns/name`` (exactly two ``/``) is ``persistent://tenant/ns/name``; any
-  other name ``a/b`` is ``persistent://public/default/a.b``. It is a *partitioned* Pulsar
-  topic; partition ``p`` is ``...-partition-p``. Every record is an ordinary message: key as
+  other name ``a/b`` is ``persistent://public/default/a.b``. A topic created here is a
+  *partitioned* Pulsar topic; partition ``p`` is ``...-partition-p``. A Pulsar topic that
+  exists already is adopted as it is, with its partition count; a non-partitioned one (a
+  plain client's, Pulsar's default) has one partition, the topic itself. Every record is an ordinary message: key as
   partition key, value as payload, event time = the batch's timestamp, user headers as
   properties, plus properties ``idem.pid``, ``idem.epoch``, ``idem.seq`` and, on the first
   record of a batch, ``idem.count``. Plain consumers read them unchanged.
@@ -51,6 +57,7 @@ import binascii
 import contextlib
 import json
 import logging
+import ssl
 import threading
 import time
 import urllib.error
@@ -75,6 +82,7 @@ from adapters._meta import (
     pack_snapshot,
     unpack_snapshot,
 )
+from adapters._pulsar_url import admin_ssl_context, flag, parse_url
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease
 from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
@@ -312,11 +320,16 @@ _NO_BODY = object()
 
 
 class _Admin:
-    def __init__(self, base_url: str, headers: dict[str, str], timeout: float) -> None:
+    def __init__(
+        self, base_url: str, headers: dict[str, str], timeout: float, context: ssl.SSLContext | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.headers = {"Accept": "application/json", **headers}
         self.timeout = timeout
-        self._opener = urllib.request.build_opener(_KeepMethodRedirects())
+        handlers: list[urllib.request.BaseHandler] = [_KeepMethodRedirects()]
+        if context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        self._opener = urllib.request.build_opener(*handlers)
 
     def call(self, method: str, path: str, body: object = _NO_BODY, *, accept: Sequence[int] = ()) -> tuple[int, Any]:
         """``(status, decoded JSON or None)``; statuses in ``accept`` are returned, not raised."""
@@ -709,14 +722,8 @@ class PulsarBackend:
         timeout: float | None = None,
         read_only: bool | None = None,
     ) -> None:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme != "pulsar" or not parts.netloc:
-            raise ConfigError(f"expected pulsar://host:port[,host:port][?admin_url=...], got {url!r}")
-        query = {k: v[-1] for k, v in urllib.parse.parse_qs(parts.query).items()}
-        unknown = set(query) - {"admin_url", "timeout", "meta_topic", "max_entry_bytes", "read_only"}
-        if unknown:
-            raise ConfigError(f"unknown pulsar URL option(s) {sorted(unknown)}")
-        first_host = parts.netloc.split(",")[0].rsplit(":", 1)[0]
+        parsed = parse_url(url)
+        query = parsed.query
         self.url = url
         self.timeout = float(timeout if timeout is not None else query.get("timeout", 30.0))
         self.max_entry_bytes = int(
@@ -724,16 +731,17 @@ class PulsarBackend:
         )
         self.meta_topic = meta_topic or query.get("meta_topic") or META_TOPIC
         if read_only is None:
-            read_only = query.get("read_only", "false").lower() in ("1", "true", "yes")
+            read_only = flag(query.get("read_only", "false"))
         self.read_only = read_only
         meta_name = _split_topic(self.meta_topic)
-        admin = admin_url or query.get("admin_url") or f"http://{first_host}:8080"
-        self._admin = _Admin(admin, dict(admin_headers or {}), self.timeout)
         options: dict[str, Any] = {
             "operation_timeout_seconds": max(1, round(self.timeout)),
             "logger": pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            **parsed.tls,
         }
         options.update(client_options or {})
+        admin = admin_url or query.get("admin_url") or parsed.admin_url
+        self._admin = _Admin(admin, dict(admin_headers or {}), self.timeout, admin_ssl_context(admin, options))
         self._lock = threading.RLock()
         self._writers: dict[tuple[str, int], _PartitionWriter] = {}
         self._meta: MetaLog[tuple[int, int]] = MetaLog()
@@ -744,7 +752,7 @@ class PulsarBackend:
         self._meta_producer: Any = None
         self._meta_reader: Any = None
         with _map_errors("connect"):
-            self._client = pulsar.Client(service_url or f"pulsar://{parts.netloc}", **options)
+            self._client = pulsar.Client(service_url or parsed.service_url, **options)
             try:
                 if not read_only:
                     self.ensure_topic(meta_name)

@@ -122,7 +122,8 @@ def open_read_only_broker(url: str) -> Broker:
         path, _ = parse_sqlite_url(url)
         if not os.path.exists(path):
             raise ConfigError(f"no database file {path!r} (from {url})")
-    options: dict[str, object] = {"read_only": True} if scheme in ("kafka", "pulsar") else {}
+    served = ("kafka", "pulsar", "pulsar+ssl", "http", "https")  # Kafka's and Pulsar's URLs
+    options: dict[str, object] = {"read_only": True} if scheme in served else {}
     backend = ReadOnlyBackend(open_backend(url, **options))
     try:
         return Broker(backend, BrokerConfig(auto_create_topics=False, maintenance_interval=0))

@@ -95,6 +95,11 @@ class ServiceInfo:
     #: request came in on), so the proxy can cut connections at chosen requests.
     proxy_port: int | None = None
     relay_port: int | None = None
+    #: Pulsar only: the TLS listeners (``pulsar+ssl://127.0.0.1:PORT``, ``https://127.0.0.1:PORT``)
+    #: and the CA file that signed their certificate
+    tls_url: str | None = None
+    tls_admin_url: str | None = None
+    ca_cert: str | None = None
 
     @property
     def connect_url(self) -> str:
@@ -149,7 +154,7 @@ _SPECS: dict[str, _Spec] = {
         version_property="pulsar.version",
         main_class="org.apache.pulsar.PulsarStandaloneStarter",
         marker_jar="pulsar-broker-",
-        port_keys=("broker_port", "web_port", "bookie_port"),
+        port_keys=("broker_port", "web_port", "bookie_port", "broker_tls_port", "web_tls_port"),
         jvm_flags=(
             "-Xms256m",
             "-Xmx1g",
@@ -598,6 +603,7 @@ def _info(state: Mapping[str, Any]) -> ServiceInfo:
             proxy_port=ports.get("proxy_port"),
             relay_port=ports.get("relay_port"),
         )
+    tls = "broker_tls_port" in ports and "web_tls_port" in ports
     return ServiceInfo(
         name=name,
         url=f"pulsar://{_HOST}:{ports['broker_port']}",
@@ -605,6 +611,9 @@ def _info(state: Mapping[str, Any]) -> ServiceInfo:
         admin_url=f"http://{_HOST}:{ports['web_port']}",
         pid=int(state["pid"]),
         workdir=str(state["workdir"]),
+        tls_url=f"pulsar+ssl://{_HOST}:{ports['broker_tls_port']}" if tls else None,
+        tls_admin_url=f"https://{_HOST}:{ports['web_tls_port']}" if tls else None,
+        ca_cert=str(pathlib.Path(str(state["workdir"])) / "tls" / "ca.pem") if tls else None,
     )
 
 
@@ -804,8 +813,12 @@ def _prepare_kafka(
 def _prepare_pulsar(
     lib: pathlib.Path, workdir: pathlib.Path, ports: Mapping[str, int], log: pathlib.Path
 ) -> tuple[list[str], list[str]]:
+    from .certs import make_certs
+
     conf = workdir / "standalone.conf"
-    _render("pulsar-standalone.conf", conf, ports)
+    tls = make_certs(workdir / "tls", hosts=(_HOST, "localhost"), rsa=True, days=365)
+    files = {"tls_cert": tls.server_cert, "tls_key": tls.server_key, "tls_ca": tls.ca_cert}
+    _render("pulsar-standalone.conf", conf, {**ports, **files})
     metadata = workdir / "data" / "metadata"
     if metadata.is_dir():
         _pulsar_metadata_cleanup(lib, metadata, log)
@@ -957,7 +970,16 @@ def _stored_ports(spec: _Spec, state: Mapping[str, Any] | None, workdir: pathlib
         ports = source.get("ports")
         if isinstance(ports, dict) and all(k in ports for k in spec.port_keys):
             return {k: int(ports[k]) for k in spec.port_keys}
+        if isinstance(ports, dict) and all(k in ports for k in spec.port_keys[:3]):
+            return _with_new_ports(spec, ports)  # kept from before the TLS listeners
     return None
+
+
+def _with_new_ports(spec: _Spec, ports: Mapping[str, Any]) -> dict[str, int]:
+    """``ports`` plus free ports for the keys it lacks (listeners added since it was stored)."""
+    kept = {k: int(ports[k]) for k in spec.port_keys if k in ports}
+    missing = [k for k in spec.port_keys if k not in kept]
+    return {**kept, **dict(zip(missing, _free_ports(len(missing), exclude=set(kept.values())), strict=True))}
 
 
 # ----------------------------------------------------------------------------- API
@@ -1105,7 +1127,7 @@ def restart(name: str, timeout: float = 180.0) -> ServiceInfo:
         workdir = pathlib.Path(str(state["workdir"]))
         if _running_pid(spec, state) is not None:
             _graceful_stop(state, 60)
-        ports = {k: int(state["ports"][k]) for k in spec.port_keys}
+        ports = _with_new_ports(spec, state["ports"])
         _clean_stale(spec, None, workdir)
         busy = [p for p in ports.values() if not _port_free(p)]
         if busy:
