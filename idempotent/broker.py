@@ -99,9 +99,10 @@ class BrokerConfig:
         lease_duration: seconds a lease lasts without renewal; renewed every third of it.
             Another broker takes a partition over after seeing no renewal for this long.
         topic_refresh_interval: seconds a topic's partition count is trusted before
-            :meth:`Broker.partitions_for` asks the backend again (partitions added to a Kafka
-            or Pulsar topic are learnt this way; a request for a partition beyond the known
-            count asks at once, at most once a second per topic). 0 asks every time.
+            :meth:`Broker.partitions_for` has it read from the backend again, in the
+            background (partitions added to a Kafka or Pulsar topic are learnt this way; a
+            request for a partition beyond the known count has it read at once, at most once a
+            second per topic). 0 reads it again at every lookup.
         producer_record_retention: seconds after which the record (name, id, epoch) of a
             producer neither initialised nor seen writing is deleted by :meth:`Broker.maintain`
             (Kafka's ``transactional.id.expiration.ms``, 7 days). A later ``init`` of the name
@@ -253,6 +254,10 @@ class Broker(ProduceShortcuts):
         self._topics = dict(backend.list_topics())
         #: topic -> time.monotonic() when its partition count was last read from the backend
         self._topics_checked = dict.fromkeys(self._topics, time.monotonic())
+        #: topics whose count is being read again in the background (see _refresh_later)
+        self._refreshing: set[str] = set()
+        self._refresh_queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._refresher: threading.Thread | None = None
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._observers: tuple[BrokerObserver, ...] = ()
         self._stop = threading.Event()
@@ -336,8 +341,9 @@ class Broker(ProduceShortcuts):
         made by their tools or by plain clients). An existing topic is used with the
         partition count it really has, and adopted into the topic records (see
         ``docs/backends.md``); a missing one is created with ``default_partitions`` if
-        ``create`` and ``auto_create_topics`` allow. A known topic's count is read again
-        after ``topic_refresh_interval`` seconds, so partitions added later are learnt.
+        ``create`` and ``auto_create_topics`` allow. A known topic's count is read again in
+        the background once it is ``topic_refresh_interval`` seconds old (the count known is
+        returned meanwhile), so partitions added later are learnt.
 
         Raises:
             InvalidTopicError: bad name, or no such topic (with ``create`` False or
@@ -351,13 +357,35 @@ class Broker(ProduceShortcuts):
         if count is None:
             return self._look_up(topic, create)
         if time.monotonic() - checked >= self.config.topic_refresh_interval:
+            self._refresh_later(topic)
+        return count
+
+    def _refresh_later(self, topic: str) -> None:
+        """Have a known topic's partition count read again in the background: the caller (a
+        producer's ``send``, through its periodic ``partitions_for``) keeps the count it has,
+        which can only grow, and never waits for a slow or unreachable backend."""
+        with self._lock:
+            if topic in self._refreshing or self._stop.is_set():
+                return
+            self._refreshing.add(topic)
+            if self._refresher is None:
+                self._refresher = threading.Thread(
+                    target=self._refresh_loop, name="idempotent-topic-refresh", daemon=True
+                )
+                self._refresher.start()
+        self._refresh_queue.put(topic)
+
+    def _refresh_loop(self) -> None:
+        while (topic := self._refresh_queue.get()) is not None and not self._stop.is_set():
             try:
-                return self._refresh(topic, count)
-            except ProducerError as exc:  # keep serving the count known: it can only grow
-                _LOG.warning("could not read the partition count of %r again (%s); using %d", topic, exc, count)
+                self._refresh(topic, self._topics.get(topic, 0))
+            except ProducerError as exc:  # keep serving the count known; asked again later
+                _LOG.warning("could not read the partition count of %r again: %s", topic, exc)
                 with self._lock:
                     self._topics_checked[topic] = time.monotonic()
-        return count
+            finally:
+                with self._lock:
+                    self._refreshing.discard(topic)
 
     def _look_up(self, topic: str, create: bool) -> int:
         """The partition count of a topic new to this broker, from the backend.
@@ -1307,6 +1335,7 @@ class Broker(ProduceShortcuts):
         if self._closed:
             return
         self._stop.set()
+        self._stop_refresher()
         with self._lock:
             parts = list(self._partitions.values())
         now = time.time()
@@ -1324,9 +1353,18 @@ class Broker(ProduceShortcuts):
         """Drop this broker as a crash would (tests): no final snapshots, nothing flushed;
         the backend's handles are released as the operating system would on process death."""
         self._stop.set()
+        self._stop_refresher()
         self._closed = True
         self._completions.put(None)
         self.backend.close()
+
+    def _stop_refresher(self) -> None:
+        """End the background reads of partition counts before the backend closes."""
+        with self._lock:
+            refresher = self._refresher
+        if refresher is not None:
+            self._refresh_queue.put(None)
+            refresher.join(self.config.append_timeout)
 
     def __enter__(self) -> Broker:
         return self

@@ -206,7 +206,10 @@ def test_brokers_and_producers_learn_added_partitions_after_their_refresh_interv
             _grow(kafka_service, name, 5)
             assert broker.partitions_for(name) == 2  # trusted for topic_refresh_interval
             time.sleep(0.6)
-            assert producer.partitions_for(name) == 5
+            deadline = time.monotonic() + 20  # read again in the background, then asked again
+            while producer.partitions_for(name) != 5:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
             keys = [b"k%d" % i for i in range(50)]
             partitions = {producer.send(name, b"v", key=key).result(30).partition for key in keys}
             assert partitions == set(range(5))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -13,6 +15,15 @@ from idempotent.broker import Broker, BrokerConfig
 from idempotent.errors import ConfigError, InvalidTopicError
 
 from .conftest import memory_harness, sqlite_harness
+
+
+def _eventually(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _grow(broker: Broker, topic: str, partitions: int) -> None:
@@ -79,7 +90,8 @@ def test_partitions_added_later_are_learnt_after_the_refresh_interval() -> None:
         _grow(broker, "grows", 5)
         assert broker.partitions_for("grows") == 2  # trusted for topic_refresh_interval
         time.sleep(0.25)
-        assert broker.partitions_for("grows") == 5
+        assert broker.partitions_for("grows") == 2  # read again in the background meanwhile
+        assert _eventually(lambda: broker.partitions_for("grows") == 5)
         assert broker.topics()["grows"] == 5
     finally:
         broker.close()
@@ -132,3 +144,33 @@ def test_with_auto_creation_off_an_existing_topic_is_used_and_a_missing_one_refu
 def test_topic_refresh_interval_must_not_be_negative() -> None:
     with pytest.raises(ConfigError, match="topic_refresh_interval"):
         BrokerConfig(topic_refresh_interval=-1)
+
+
+def test_a_slow_backend_never_holds_up_a_lookup_of_a_known_topic() -> None:
+    """The count of a known topic is read again in the background: a producer's periodic
+    lookup gets the count known at once even while the backend does not answer."""
+    harness = memory_harness()
+    broker = harness.open(BrokerConfig(topic_refresh_interval=0))
+    try:
+        broker.create_topic("t", 2)
+        backend = broker.backend
+        release = threading.Event()
+        described = threading.Event()
+        plain = backend.describe_topic
+
+        def stuck(topic: str) -> int | None:
+            described.set()
+            release.wait(10)
+            return plain(topic)
+
+        backend.describe_topic = stuck  # type: ignore[method-assign]
+        started = time.monotonic()
+        assert [broker.partitions_for("t") for _ in range(50)] == [2] * 50
+        assert time.monotonic() - started < 1.0
+        assert described.wait(5)
+        _grow(broker, "t", 3)
+        release.set()
+        assert _eventually(lambda: broker.partitions_for("t") == 3)
+    finally:
+        release.set()
+        broker.close()
