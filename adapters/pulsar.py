@@ -28,10 +28,11 @@ How the model maps onto Pulsar (see ``docs/backends.md``):
   other name ``a/b`` is ``persistent://public/default/a.b``. A topic created here is a
   *partitioned* Pulsar topic; partition ``p`` is ``...-partition-p``. A Pulsar topic that
   exists already is adopted as it is, with its partition count; a non-partitioned one (a
-  plain client's, Pulsar's default) has one partition, the topic itself. Every record is an ordinary message: key as
-  partition key, value as payload, event time = the batch's timestamp, user headers as
-  properties, plus properties ``idem.pid``, ``idem.epoch``, ``idem.seq`` and, on the first
-  record of a batch, ``idem.count``. Plain consumers read them unchanged.
+  plain client's, Pulsar's default) has one partition, the topic itself. Every record is an
+  ordinary message: key as partition key, value as payload, event time = the batch's
+  timestamp, user headers as properties, plus properties ``idem.pid``, ``idem.epoch``,
+  ``idem.seq`` and, on the first record of a batch, ``idem.count``. Plain consumers read
+  them unchanged.
 * One of our batches is written as **one Pulsar entry** (a Pulsar batch), so an offset is
   ``ledger_id << 40 | entry_id << 20 | batch_index`` and the records of a batch get
   consecutive offsets.
