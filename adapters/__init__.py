@@ -17,11 +17,16 @@ SCHEMES = {
     "sqlite": ("adapters.sqlite", "SQLiteBackend", None),
     "kafka": ("adapters.kafka", "KafkaBackend", "kafka"),
     "pulsar": ("adapters.pulsar", "PulsarBackend", "pulsar"),
+    # Pulsar's other service URLs, as pulsar-client takes them: TLS, and lookups over HTTP(S)
+    "pulsar+ssl": ("adapters.pulsar", "PulsarBackend", "pulsar"),
+    "http": ("adapters.pulsar", "PulsarBackend", "pulsar"),
+    "https": ("adapters.pulsar", "PulsarBackend", "pulsar"),
 }
 
 
 def open_backend(url: str, **options: Any) -> LogBackend:
-    """Open the backend a URL names (``memory://``, ``sqlite:///path``, ``kafka://``, ``pulsar://``).
+    """Open the backend a URL names (``memory://``, ``sqlite:///path``, ``kafka://``, ``pulsar://``;
+    Pulsar's ``pulsar+ssl://``, ``http://`` and ``https://`` service URLs too).
 
     Raises:
         ConfigError: unknown scheme, malformed URL, or the adapter's client library is missing.

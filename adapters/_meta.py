@@ -1,13 +1,21 @@
 """What the log adapters share: the metadata log and the encoding of stored values.
 
 Kafka and Pulsar keep topics, producer records, settings, producer-id blocks and partition
-leases as keyed messages in one metadata topic (``topic:<name>``, ``producer:<id>``,
-``setting:<key>``, ``idblock:<request>``, ``lease:<partition>:<topic>``). :class:`MetaLog`
-folds those messages, in log order, into the current view. A producer-id block's first id
-is the sum of the sizes of the blocks before it in log order, so brokers allocating at the
-same time never overlap. A lease proposal replaces the partition's lease only when
-:func:`idempotent._ownership.supersedes` says so, judged in log order: the log is the
-compare-and-set.
+leases as keyed messages in one metadata topic (``topic:<name>``, ``origin:<name>:<request>``,
+``producer:<id>``, ``setting:<key>``, ``idblock:<request>``, ``lease:<partition>:<topic>``).
+:class:`MetaLog` folds those messages, in log order, into the current view. A producer-id
+block's first id is the sum of the sizes of the blocks before it in log order, so brokers
+allocating at the same time never overlap. A lease proposal replaces the partition's lease
+only when :func:`idempotent._ownership.supersedes` says so, judged in log order: the log is
+the compare-and-set.
+
+A topic's *origin* says how it came into the records (:class:`TopicOrigin`): created by a
+broker, or adopted (it existed in Kafka or Pulsar already, made by their tools or by plain
+clients), with the end of each partition when it was adopted: nothing this project wrote can
+be before it, so recovery replays from there. Every broker that records a topic writes one
+under a key of its own; the first in log order wins. That is safe with brokers racing to
+record the same topic: a broker writes its origin before any of its batches, so an origin
+whose ends cover another broker's batch was written after that broker's origin.
 """
 
 from __future__ import annotations
@@ -59,6 +67,45 @@ def unpack_snapshot(value: bytes) -> Snapshot:
     return Snapshot(*fields[: len(attrs.fields(Snapshot))])
 
 
+@attrs.frozen
+class TopicOrigin:
+    """How a topic came into the topic records.
+
+    Attributes:
+        adopted: it existed in the storage system before (made by its tools or clients).
+        starts: per partition, where this project's records can begin: the partitions' ends
+            when the topic was adopted (empty for a created topic: everything is ours;
+            partitions beyond it, added later, start at 0).
+        partitioned: False for a Pulsar topic that is not partitioned (its one partition is
+            the topic itself, not ``...-partition-0``).
+    """
+
+    adopted: bool
+    starts: tuple[int, ...] = ()
+    partitioned: bool = True
+
+    def start(self, partition: int) -> int:
+        """Where the records of ``partition`` that this project may have written begin."""
+        return self.starts[partition] if partition < len(self.starts) else 0
+
+
+def origin_key(topic: str, request: str) -> str:
+    """The metadata key of one broker's origin record of ``topic``."""
+    return f"origin:{topic}:{request}"
+
+
+def pack_origin(origin: TopicOrigin) -> bytes:
+    """Encode a topic's origin."""
+    packed: bytes = msgpack.packb([origin.adopted, list(origin.starts), origin.partitioned])
+    return packed
+
+
+def unpack_origin(value: bytes) -> TopicOrigin:
+    """Decode :func:`pack_origin`'s output."""
+    fields = msgpack.unpackb(value)
+    return TopicOrigin(bool(fields[0]), tuple(int(s) for s in fields[1]), bool(fields[2]))
+
+
 def lease_key(topic: str, partition: int) -> str:
     """The metadata key of a partition's lease."""
     return f"lease:{partition}:{topic}"
@@ -95,6 +142,8 @@ class MetaLog(Generic[P]):
         self.settings: dict[str, str] = {}
         self.blocks: list[tuple[P, int]] = []
         self.leases: dict[tuple[str, int], Lease] = {}
+        #: topic -> its first origin record in log order
+        self.origins: dict[str, TopicOrigin] = {}
 
     def apply(self, key: str, value: bytes | None, position: P) -> None:
         """Fold one message (``value`` None deletes the key).
@@ -119,6 +168,10 @@ class MetaLog(Generic[P]):
                 self.settings.pop(name, None)
             else:
                 self.settings[name] = value.decode()
+        elif kind == "origin" and value is not None:
+            topic = name.rpartition(":")[0]
+            if topic not in self.origins:
+                self.origins[topic] = unpack_origin(value)
         elif kind == "idblock" and value is not None:
             self.blocks.append((position, int(value)))
         elif kind == "lease" and value is not None:

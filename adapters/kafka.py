@@ -57,7 +57,17 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 
 from adapters._heads import BatchHead, HeadIndex
-from adapters._meta import MetaLog, lease_key, pack_lease, pack_producer, pack_snapshot, unpack_snapshot
+from adapters._meta import (
+    MetaLog,
+    TopicOrigin,
+    lease_key,
+    origin_key,
+    pack_lease,
+    pack_origin,
+    pack_producer,
+    pack_snapshot,
+    unpack_snapshot,
+)
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease
 from idempotent._records import Record, RecordColumns, Snapshot, StoredBatch, StoredRecord
@@ -426,7 +436,9 @@ class KafkaBackend:
         self._heads: dict[tuple[str, int], HeadIndex] = {}
         self._heads_lock = threading.Lock()
         with _map_errors("connect"):
-            self._admin = AdminClient(self.client_config)
+            # a metadata request for one topic must never create it (librdkafka's admin
+            # client is a producer, which would ask the broker to auto-create it)
+            self._admin = AdminClient({**self.client_config, "allow.auto.create.topics": False})
             self._meta_producer = self._new_meta_producer()
             self._reader = self._consumer()
             self._ensure_internal_topics()
@@ -677,35 +689,91 @@ class KafkaBackend:
             self._catch_up_meta()
             return dict(self._meta.topics)
 
-    def create_topic(self, topic: str, partitions: int) -> None:
+    def _native_count(self, name: str) -> int | None:
+        """The partition count of the Kafka topic ``name`` as Kafka's metadata has it now,
+        or None when there is no such topic. (The admin client never auto-creates it.)"""
+        try:
+            found = self._admin.list_topics(topic=name, timeout=self.timeout).topics.get(name)
+        finally:
+            self._admin.poll(0)
+        if found is None or found.error is not None or not found.partitions:
+            if found is not None and found.error is not None and found.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise _translate(found.error, f"describe {name}")
+            return None
+        return len(found.partitions)
+
+    def _clash(self, topic: str, name: str) -> str | None:
+        """Another recorded topic stored in the same Kafka topic as ``topic``, if any."""
+        return next((t for t in self._meta.topics if t != topic and kafka_topic_name(t, self.prefix) == name), None)
+
+    def _current(self, topic: str, recorded: int, native: int | None) -> int:
+        """The count of a recorded topic: Kafka's when partitions were added since (noted in
+        the records, so that other brokers and tools learn it too). Needs self._lock."""
+        if native is None or native <= recorded:
+            return recorded
+        _LOG.info("topic %r has %d partitions now (recorded: %d)", topic, native, recorded)
+        if not self.read_only:
+            self._put_meta(f"topic:{topic}", str(native).encode())
+        self._meta.topics[topic] = native
+        return native
+
+    def describe_topic(self, topic: str) -> int | None:
+        name = kafka_topic_name(topic, self.prefix)
+        with self._lock, _map_errors(f"describe topic {topic}"):
+            self._catch_up_meta()
+            if self._clash(topic, name) is not None:
+                return None
+            native = self._native_count(name)
+            recorded = self._meta.topics.get(topic)
+            return native if recorded is None else self._current(topic, recorded, native)
+
+    def create_topic(self, topic: str, partitions: int) -> int:
+        """Create the topic, or adopt the Kafka topic of its name (see LogBackend)."""
         name = kafka_topic_name(topic, self.prefix)
         with self._lock, _map_errors(f"create topic {topic}"):
             self._catch_up_meta()
-            clash = [t for t in self._meta.topics if t != topic and kafka_topic_name(t, self.prefix) == name]
-            if clash:
-                raise InvalidTopicError(f"topic {topic!r} would share the Kafka topic {name!r} with {clash[0]!r}")
-            existing = self._list_topics().get(name)
-            if existing is not None and existing.error is None and existing.partitions:
-                if len(existing.partitions) != partitions:
-                    raise InvalidTopicError(
-                        f"Kafka topic {name!r} exists with {len(existing.partitions)} partitions, not {partitions}"
-                    )
-            else:
+            clash = self._clash(topic, name)
+            if clash is not None:
+                raise InvalidTopicError(f"topic {topic!r} would share the Kafka topic {name!r} with {clash!r}")
+            native = self._native_count(name)
+            recorded = self._meta.topics.get(topic)
+            if recorded is not None:
+                return self._current(topic, recorded, native)
+            if native is None:
                 new = NewTopic(
                     name,
                     num_partitions=partitions,
                     replication_factor=self.replication_factor,
                     config=self.topic_config,
                 )
+                raced = False
                 for future in self._admin.create_topics([new], request_timeout=self.timeout).values():
                     try:
                         future.result(self.timeout)
                     except KafkaException as exc:
                         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                             raise
+                        raced = True  # created meanwhile by someone else: adopt theirs
                 self._wait_for_topics([name])
-            self._put_meta(f"topic:{topic}", str(partitions).encode())
-            self._meta.topics[topic] = partitions
+                if raced:
+                    native = self._native_count(name)
+                    if native is None:
+                        raise BackendUnavailableError(f"kafka: topic {name!r} exists but has no metadata yet")
+            if native is None:
+                origin, count = TopicOrigin(adopted=False), partitions
+            else:  # made by Kafka's tools, a plain client or another broker: use it as it is
+                ends = tuple(self._end_of(name, p) for p in range(native))
+                origin, count = TopicOrigin(adopted=True, starts=ends), native
+                _LOG.info("adopting the Kafka topic %r with %d partitions (ends %s)", name, native, ends)
+            self._put_metas(
+                [
+                    (origin_key(topic, uuid.uuid4().hex), pack_origin(origin)),
+                    (f"topic:{topic}", str(count).encode()),
+                ]
+            )
+            self._meta.topics[topic] = count
+            self._catch_up_meta()  # an origin recorded before ours wins (see adapters._meta)
+            return self._meta.topics.get(topic, count)
 
     def _writer(self, topic: str, partition: int) -> _PartitionWriter:
         if self.read_only:
@@ -729,6 +797,9 @@ class KafkaBackend:
         if not 0 <= partition < self._meta.topics.get(topic, 0):
             with self._lock, _map_errors("list topics"):
                 self._catch_up_meta()
+                recorded = self._meta.topics.get(topic)
+                if recorded is not None and partition >= recorded:  # added since it was recorded?
+                    self._current(topic, recorded, self._native_count(kafka_topic_name(topic, self.prefix)))
             if not 0 <= partition < self._meta.topics.get(topic, 0):
                 raise InvalidTopicError(f"no partition {topic}[{partition}] in {self.url}")
 
@@ -797,6 +868,9 @@ class KafkaBackend:
 
     def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
         self._check(topic, partition)
+        origin = self._meta.origins.get(topic)
+        if origin is not None:  # an adopted topic's records before its adoption are not ours
+            from_offset = max(from_offset, origin.start(partition))
         self._own(topic, partition)
         name = kafka_topic_name(topic, self.prefix)
         batches: list[StoredBatch] = []

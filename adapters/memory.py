@@ -97,10 +97,15 @@ class MemoryBackend:
         with store.lock:
             return dict(store.topics)
 
-    def create_topic(self, topic: str, partitions: int) -> None:
+    def describe_topic(self, topic: str) -> int | None:
         store = self._up()
         with store.lock:
-            store.topics.setdefault(topic, partitions)
+            return store.topics.get(topic)
+
+    def create_topic(self, topic: str, partitions: int) -> int:
+        store = self._up()
+        with store.lock:
+            return store.topics.setdefault(topic, partitions)
 
     def _log(self, store: _Store, topic: str, partition: int) -> list[StoredRecord]:
         if not 0 <= partition < store.topics.get(topic, 0):

@@ -1,13 +1,17 @@
 """Apache Pulsar log backend (pulsar-client).
 
-``pulsar://host:port[,host:port...]`` with options passed as keyword arguments to
+``pulsar://host:port[,host:port...]``, or any other service URL pulsar-client takes
+(``pulsar+ssl://`` over TLS, ``http://`` and ``https://`` for lookups over the web service;
+see :mod:`adapters._pulsar_url`), with options passed as keyword arguments to
 :func:`idempotent.connect` (or :class:`PulsarBackend`), or as URL query parameters
-(``?admin_url=...&timeout=...``; keywords win):
+(``?admin_url=...&timeout=...``, and pulsar-client's TLS arguments; keywords win):
 
-* ``admin_url`` (default ``http://<first host>:8080``): the broker's admin REST base URL;
+* ``admin_url`` (default ``http://<first host>:8080``, ``https://<first host>:8443`` for
+  ``pulsar+ssl://``, the URL itself for ``http(s)://``): the broker's admin REST base URL;
 * ``admin_headers``: extra HTTP headers for admin calls (e.g. ``Authorization``);
 * ``client_options``: keyword arguments for :class:`pulsar.Client` (``authentication``,
-  TLS paths, ``operation_timeout_seconds``, ``logger``, ...);
+  TLS paths and flags, which the admin calls over ``https`` use too,
+  ``operation_timeout_seconds``, ``logger``, ...);
 * ``service_url``: what the Pulsar client connects to, if not the URL itself (for example
   ``pulsar+ssl://host:6651``);
 * ``meta_topic`` (default ``persistent://public/default/__idempotent_meta``);
@@ -21,11 +25,14 @@
 How the model maps onto Pulsar (see ``docs/backends.md``):
 
 * A topic ``tenant/ns/name`` (exactly two ``/``) is ``persistent://tenant/ns/name``; any
-  other name ``a/b`` is ``persistent://public/default/a.b``. It is a *partitioned* Pulsar
-  topic; partition ``p`` is ``...-partition-p``. Every record is an ordinary message: key as
-  partition key, value as payload, event time = the batch's timestamp, user headers as
-  properties, plus properties ``idem.pid``, ``idem.epoch``, ``idem.seq`` and, on the first
-  record of a batch, ``idem.count``. Plain consumers read them unchanged.
+  other name ``a/b`` is ``persistent://public/default/a.b``. A topic created here is a
+  *partitioned* Pulsar topic; partition ``p`` is ``...-partition-p``. A Pulsar topic that
+  exists already is adopted as it is, with its partition count; a non-partitioned one (a
+  plain client's, Pulsar's default) has one partition, the topic itself. Every record is an
+  ordinary message: key as partition key, value as payload, event time = the batch's
+  timestamp, user headers as properties, plus properties ``idem.pid``, ``idem.epoch``,
+  ``idem.seq`` and, on the first record of a batch, ``idem.count``. Plain consumers read
+  them unchanged.
 * One of our batches is written as **one Pulsar entry** (a Pulsar batch), so an offset is
   ``ledger_id << 40 | entry_id << 20 | batch_index`` and the records of a batch get
   consecutive offsets.
@@ -51,6 +58,7 @@ import binascii
 import contextlib
 import json
 import logging
+import ssl
 import threading
 import time
 import urllib.error
@@ -64,7 +72,18 @@ from typing import Any, NamedTuple
 import attrs
 import msgpack
 
-from adapters._meta import MetaLog, lease_key, pack_lease, pack_producer, pack_snapshot, unpack_snapshot
+from adapters._meta import (
+    MetaLog,
+    TopicOrigin,
+    lease_key,
+    origin_key,
+    pack_lease,
+    pack_origin,
+    pack_producer,
+    pack_snapshot,
+    unpack_snapshot,
+)
+from adapters._pulsar_url import admin_ssl_context, flag, parse_url
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease
 from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
@@ -302,11 +321,16 @@ _NO_BODY = object()
 
 
 class _Admin:
-    def __init__(self, base_url: str, headers: dict[str, str], timeout: float) -> None:
+    def __init__(
+        self, base_url: str, headers: dict[str, str], timeout: float, context: ssl.SSLContext | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.headers = {"Accept": "application/json", **headers}
         self.timeout = timeout
-        self._opener = urllib.request.build_opener(_KeepMethodRedirects())
+        handlers: list[urllib.request.BaseHandler] = [_KeepMethodRedirects()]
+        if context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        self._opener = urllib.request.build_opener(*handlers)
 
     def call(self, method: str, path: str, body: object = _NO_BODY, *, accept: Sequence[int] = ()) -> tuple[int, Any]:
         """``(status, decoded JSON or None)``; statuses in ``accept`` are returned, not raised."""
@@ -456,10 +480,11 @@ class _PartitionWriter(GroupQueue[_Item]):
         self._snapshots: Any = None
         owner = f"{OWNER_PREFIX}{self.name.local}-{partition}"
         with _map_errors(f"take ownership of {self.where}"):
-            backend.ensure_deduplication(self.name, partition)
+            data_topic = backend.data_topic(topic, partition)
+            backend.ensure_deduplication(self.name, data_topic)
             snapshot_topic = backend.ensure_topic(self.name._replace(local=self.name.snapshot_local(partition)))
             try:
-                self._producer = backend.open_owner(self.name.partition(partition), owner, batching=True)
+                self._producer = backend.open_owner(data_topic, owner, batching=True)
                 self._snapshots = backend.open_owner(snapshot_topic, owner, batching=False)
             except BaseException:
                 self._close_producers()
@@ -698,14 +723,8 @@ class PulsarBackend:
         timeout: float | None = None,
         read_only: bool | None = None,
     ) -> None:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme != "pulsar" or not parts.netloc:
-            raise ConfigError(f"expected pulsar://host:port[,host:port][?admin_url=...], got {url!r}")
-        query = {k: v[-1] for k, v in urllib.parse.parse_qs(parts.query).items()}
-        unknown = set(query) - {"admin_url", "timeout", "meta_topic", "max_entry_bytes", "read_only"}
-        if unknown:
-            raise ConfigError(f"unknown pulsar URL option(s) {sorted(unknown)}")
-        first_host = parts.netloc.split(",")[0].rsplit(":", 1)[0]
+        parsed = parse_url(url)
+        query = parsed.query
         self.url = url
         self.timeout = float(timeout if timeout is not None else query.get("timeout", 30.0))
         self.max_entry_bytes = int(
@@ -713,16 +732,17 @@ class PulsarBackend:
         )
         self.meta_topic = meta_topic or query.get("meta_topic") or META_TOPIC
         if read_only is None:
-            read_only = query.get("read_only", "false").lower() in ("1", "true", "yes")
+            read_only = flag(query.get("read_only", "false"))
         self.read_only = read_only
         meta_name = _split_topic(self.meta_topic)
-        admin = admin_url or query.get("admin_url") or f"http://{first_host}:8080"
-        self._admin = _Admin(admin, dict(admin_headers or {}), self.timeout)
         options: dict[str, Any] = {
             "operation_timeout_seconds": max(1, round(self.timeout)),
             "logger": pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            **parsed.tls,
         }
         options.update(client_options or {})
+        admin = admin_url or query.get("admin_url") or parsed.admin_url
+        self._admin = _Admin(admin, dict(admin_headers or {}), self.timeout, admin_ssl_context(admin, options))
         self._lock = threading.RLock()
         self._writers: dict[tuple[str, int], _PartitionWriter] = {}
         self._meta: MetaLog[tuple[int, int]] = MetaLog()
@@ -733,7 +753,7 @@ class PulsarBackend:
         self._meta_producer: Any = None
         self._meta_reader: Any = None
         with _map_errors("connect"):
-            self._client = pulsar.Client(service_url or f"pulsar://{parts.netloc}", **options)
+            self._client = pulsar.Client(service_url or parsed.service_url, **options)
             try:
                 if not read_only:
                     self.ensure_topic(meta_name)
@@ -789,10 +809,11 @@ class PulsarBackend:
         self._admin.call("PUT", name.rest, accept=(409,))
         return name.topic
 
-    def ensure_deduplication(self, name: PulsarName, partition: int) -> None:
-        """Make sure Pulsar's deduplication is active on a partition before we write to it
-        (enabling it is asynchronous; until it is active, sends are not checked)."""
-        stats = f"/admin/v2/persistent/{name.tenant}/{name.namespace}/{name.local}-partition-{partition}/stats"
+    def ensure_deduplication(self, name: PulsarName, data_topic: str) -> None:
+        """Make sure Pulsar's deduplication is active on a partition's topic ``data_topic``
+        before we write to it (enabling it is asynchronous; until it is active, sends are not
+        checked). ``name`` is the topic whose policy enables it."""
+        stats = "/admin/v2/persistent/" + data_topic.removeprefix("persistent://") + "/stats"
         deadline = time.monotonic() + self.timeout
         requested = False
         while True:
@@ -806,9 +827,9 @@ class PulsarBackend:
                 requested = True
             if time.monotonic() > deadline:
                 if status in ("Recovering", "Initialized"):
-                    raise BackendUnavailableError(f"pulsar: deduplication on {name.partition(partition)} is {status}")
+                    raise BackendUnavailableError(f"pulsar: deduplication on {data_topic} is {status}")
                 raise ConfigError(
-                    f"pulsar: deduplication on {name.partition(partition)} is {status!r}, not Enabled: the broker "
+                    f"pulsar: deduplication on {data_topic} is {status!r}, not Enabled: the broker "
                     "needs topicLevelPoliciesEnabled=true, or enable deduplication for the namespace "
                     f"(pulsar-admin namespaces set-deduplication {name.tenant}/{name.namespace} --enable)"
                 )
@@ -902,29 +923,104 @@ class PulsarBackend:
             self._catch_up_meta()
             return dict(self._meta.topics)
 
-    def create_topic(self, topic: str, partitions: int) -> None:
+    def data_topic(self, topic: str, partition: int) -> str:
+        """The Pulsar topic holding one partition of a project topic: ``...-partition-p`` of
+        a partitioned topic, the topic itself for an adopted non-partitioned one."""
+        name = pulsar_topic_name(topic)
+        origin = self._meta.origins.get(topic)
+        return name.topic if origin is not None and not origin.partitioned else name.partition(partition)
+
+    def _native(self, name: PulsarName) -> tuple[int, bool] | None:
+        """``(partition count, partitioned)`` of the Pulsar topic ``name`` as Pulsar's metadata
+        has it now (a non-partitioned topic counts one partition), or None when it does not
+        exist. Reads only: nothing is created."""
+        status, body = self._admin.call("GET", f"{name.rest}/partitions", accept=(404,))
+        count = int(body.get("partitions", 0)) if status == 200 and isinstance(body, dict) else 0
+        if count > 0:
+            return count, True
+        if status == 404:
+            return None
+        # 0: not partitioned, or (brokers before 3.0) missing: its stats say which
+        status, _ = self._admin.call("GET", f"{name.rest}/stats", accept=(404,))
+        return None if status == 404 else (1, False)
+
+    def _clash(self, topic: str, name: PulsarName) -> str | None:
+        """Another recorded topic stored in the same Pulsar topic as ``topic``, if any."""
+        return next((t for t in self._meta.topics if t != topic and pulsar_topic_name(t) == name), None)
+
+    def _current(self, topic: str, recorded: int, native: tuple[int, bool] | None) -> int:
+        """The count of a recorded topic: Pulsar's when partitions were added since (noted in
+        the records, so that other brokers and tools learn it too). Needs self._lock."""
+        if native is None or native[0] <= recorded:
+            return recorded
+        _LOG.info("topic %r has %d partitions now (recorded: %d)", topic, native[0], recorded)
+        if self._meta_producer is not None:
+            self._put_meta(f"topic:{topic}", str(native[0]).encode())
+        self._meta.topics[topic] = native[0]
+        return native[0]
+
+    def describe_topic(self, topic: str) -> int | None:
+        name = pulsar_topic_name(topic)
+        with self._lock, _map_errors(f"describe topic {topic}"):
+            self._catch_up_meta()
+            if self._clash(topic, name) is not None:
+                return None
+            native = self._native(name)
+            recorded = self._meta.topics.get(topic)
+            if recorded is None:
+                return None if native is None else native[0]
+            return self._current(topic, recorded, native)
+
+    def create_topic(self, topic: str, partitions: int) -> int:
+        """Create a partitioned topic, or adopt the Pulsar topic of its name, partitioned or
+        not (see LogBackend)."""
         name = pulsar_topic_name(topic)
         with self._lock, _map_errors(f"create topic {topic}"):
             self._catch_up_meta()
-            clash = [t for t in self._meta.topics if t != topic and pulsar_topic_name(t) == name]
-            if clash:
-                raise InvalidTopicError(f"topic {topic!r} would share the Pulsar topic {name.topic} with {clash[0]!r}")
+            clash = self._clash(topic, name)
+            if clash is not None:
+                raise InvalidTopicError(f"topic {topic!r} would share the Pulsar topic {name.topic} with {clash!r}")
             self._ensure_namespace(name.tenant, name.namespace)
-            status, _ = self._admin.call("PUT", f"{name.rest}/partitions", partitions, accept=(409,))
-            if status == 409:
-                _, body = self._admin.call("GET", f"{name.rest}/partitions")
-                existing = int(body.get("partitions", 0)) if isinstance(body, dict) else 0
-                if existing == 0:
-                    raise InvalidTopicError(f"Pulsar topic {name.topic} exists and is not partitioned")
-                if existing != partitions:
-                    raise InvalidTopicError(
-                        f"Pulsar topic {name.topic} exists with {existing} partitions, not {partitions}"
-                    )
+            native = self._native(name)
+            recorded = self._meta.topics.get(topic)
+            if recorded is not None:
+                return self._current(topic, recorded, native)
+            if native is None:
+                status, _ = self._admin.call("PUT", f"{name.rest}/partitions", partitions, accept=(409,))
+                if status == 409:  # created meanwhile by someone else: adopt theirs
+                    native = self._native(name)
+                    if native is None:
+                        raise BackendUnavailableError(f"pulsar: topic {name.topic} exists but has no metadata yet")
+            if native is None:
+                origin, count = TopicOrigin(adopted=False), partitions
+            else:  # made by Pulsar's tools, a plain client or another broker: use it as it is
+                count, partitioned = native
+                ends = tuple(self._end(name.partition(p) if partitioned else name.topic) for p in range(count))
+                origin = TopicOrigin(adopted=True, starts=ends, partitioned=partitioned)
+                _LOG.info(
+                    "adopting the Pulsar topic %s (%d partitions, partitioned: %s)", name.topic, count, partitioned
+                )
             # 405: topic policies are off; then the namespace or broker must enable it (checked
             # before the first write)
             self._admin.call("POST", f"{name.rest}/deduplicationEnabled", True, accept=(405,))
-            self._put_meta(f"topic:{topic}", str(partitions).encode())
-            self._meta.topics[topic] = partitions
+            self._put_meta(origin_key(topic, uuid.uuid4().hex), pack_origin(origin))
+            self._put_meta(f"topic:{topic}", str(count).encode())
+            self._meta.topics[topic] = count
+            self._catch_up_meta()  # an origin recorded before ours wins (see adapters._meta)
+            return self._meta.topics.get(topic, count)
+
+    def _end(self, data_topic: str) -> int:
+        """Where the next message of a Pulsar topic will be, or later (0 when it is empty):
+        after the newest message's batch index, or, when that message was not batched (a
+        plain producer's), at the next entry: a reader started inside a plain entry would
+        read it again."""
+        last = self._last(data_topic)
+        if last is None:
+            return 0
+        message_id = last.message_id()
+        if message_id.batch_index() < 0:
+            return encode_offset(message_id.ledger_id(), message_id.entry_id() + 1, 0)
+        return _offset_of(message_id) + 1
 
     def _writer(self, topic: str, partition: int, *, renew: bool = False) -> _PartitionWriter:
         """The partition's writer, opened (taking ownership) if needed. ``renew`` replaces a
@@ -949,6 +1045,9 @@ class PulsarBackend:
         if not 0 <= partition < self._meta.topics.get(topic, 0):
             with self._lock, _map_errors("list topics"):
                 self._catch_up_meta()
+                recorded = self._meta.topics.get(topic)
+                if recorded is not None and partition >= recorded:  # added since it was recorded?
+                    self._current(topic, recorded, self._native(pulsar_topic_name(topic)))
             if not 0 <= partition < self._meta.topics.get(topic, 0):
                 raise InvalidTopicError(f"no partition {topic}[{partition}] in {self.url}")
 
@@ -958,7 +1057,7 @@ class PulsarBackend:
 
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
         self._check(topic, partition)
-        data_topic = pulsar_topic_name(topic).partition(partition)
+        data_topic = self.data_topic(topic, partition)
         with _map_errors(f"read {topic}[{partition}]"):
             return [_stored(message) for message in self._read(data_topic, _start_id(offset), max_records)]
 
@@ -966,7 +1065,10 @@ class PulsarBackend:
         self._check(topic, partition)
         if not self.read_only:
             self._writer(topic, partition, renew=True)  # take ownership first: fences a stale owner
-        data_topic = pulsar_topic_name(topic).partition(partition)
+        data_topic = self.data_topic(topic, partition)
+        origin = self._meta.origins.get(topic)
+        if origin is not None:  # an adopted topic's records before its adoption are not ours
+            from_offset = max(from_offset, origin.start(partition))
         batches: list[StoredBatch] = []
         with _map_errors(f"replay {topic}[{partition}]"):
             reader = self._client.create_reader(
@@ -1007,8 +1109,7 @@ class PulsarBackend:
         higher one: offsets are sparse across entries."""
         self._check(topic, partition)
         with _map_errors(f"end offset of {topic}[{partition}]"):
-            last = self._last(pulsar_topic_name(topic).partition(partition))
-            return 0 if last is None else _offset_of(last.message_id()) + 1
+            return self._end(self.data_topic(topic, partition))
 
     # -- snapshots (one topic per partition, written by the partition's owner) ------------------
 

@@ -33,7 +33,10 @@ class ReadOnlyBackend:
     def list_topics(self) -> dict[str, int]:
         return self.inner.list_topics()
 
-    def create_topic(self, topic: str, partitions: int) -> None:
+    def describe_topic(self, topic: str) -> int | None:
+        return self.inner.describe_topic(topic)
+
+    def create_topic(self, topic: str, partitions: int) -> int:
         self._refuse(f"create topic {topic!r}")
 
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
@@ -119,7 +122,8 @@ def open_read_only_broker(url: str) -> Broker:
         path, _ = parse_sqlite_url(url)
         if not os.path.exists(path):
             raise ConfigError(f"no database file {path!r} (from {url})")
-    options: dict[str, object] = {"read_only": True} if scheme in ("kafka", "pulsar") else {}
+    served = ("kafka", "pulsar", "pulsar+ssl", "http", "https")  # Kafka's and Pulsar's URLs
+    options: dict[str, object] = {"read_only": True} if scheme in served else {}
     backend = ReadOnlyBackend(open_backend(url, **options))
     try:
         return Broker(backend, BrokerConfig(auto_create_topics=False, maintenance_interval=0))

@@ -278,10 +278,20 @@ class SQLiteBackend:
             self._topics = dict(self._db.execute("SELECT name, partitions FROM topics").fetchall())
             return dict(self._topics)
 
-    def create_topic(self, topic: str, partitions: int) -> None:
+    def describe_topic(self, topic: str) -> int | None:
+        with self._lock, _mapped(self.url):
+            row = self._db.execute("SELECT partitions FROM topics WHERE name = ?", (topic,)).fetchone()
+        if row is None:
+            return None
+        self._topics[topic] = int(row[0])
+        return int(row[0])
+
+    def create_topic(self, topic: str, partitions: int) -> int:
         with self._lock, _mapped(self.url), self._tx() as db:
             db.execute("INSERT OR IGNORE INTO topics VALUES (?, ?)", (topic, partitions))
-        self._topics.setdefault(topic, partitions)
+            (count,) = db.execute("SELECT partitions FROM topics WHERE name = ?", (topic,)).fetchone()
+        self._topics[topic] = int(count)
+        return int(count)
 
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
         """Queue the batch for the file's writer thread; see :class:`_Writer`.

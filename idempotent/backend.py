@@ -60,11 +60,35 @@ class LogBackend(Protocol):
         ...
 
     def list_topics(self) -> dict[str, int]:
-        """Every topic and its partition count."""
+        """Every topic in the backend's topic records and its partition count, read again
+        (topics other brokers and processes created since are included)."""
         ...
 
-    def create_topic(self, topic: str, partitions: int) -> None:
-        """Create a topic with ``partitions`` partitions (the caller checks it is new)."""
+    def describe_topic(self, topic: str) -> int | None:
+        """The partition count ``topic`` has now, or None when there is no such topic.
+
+        Read from the topic records again, and on Kafka and Pulsar from the system's own
+        metadata as well: a topic created there by its own tools (and not yet in the records)
+        is counted, and so are partitions added to a topic since it was recorded. Never
+        creates or adopts a topic; it may note a grown partition count in the records.
+        """
+        ...
+
+    def create_topic(self, topic: str, partitions: int) -> int:
+        """Create a topic with ``partitions`` partitions, or take over the one that exists.
+
+        A topic already in the records keeps its count. On Kafka and Pulsar a topic that
+        exists in the system but not in the records (made by their own tools, or by a plain
+        client) is *adopted*: recorded with the partition count it really has, and used as it
+        is. Nothing is refused for having another count; the caller compares.
+
+        Returns:
+            The topic's partition count after the call.
+
+        Raises:
+            InvalidTopicError: the name cannot be stored here (for example it would share a
+                Kafka or Pulsar topic with another project topic); nothing recorded.
+        """
         ...
 
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:

@@ -59,6 +59,10 @@ MAX_PARTITIONS = 10_000
 #: partition is reported recovering: bounds the retries while snapshots cannot be stored
 _MAX_OFFERS = 4
 
+#: a request for a partition beyond a topic's known count reads the count again, at most
+#: this often per topic
+_MISS_REFRESH_SECONDS = 1.0
+
 _LOG = logging.getLogger("idempotent.broker")
 
 
@@ -94,6 +98,11 @@ class BrokerConfig:
             leases it holds and returned in :class:`~idempotent.errors.NotOwnerError`.
         lease_duration: seconds a lease lasts without renewal; renewed every third of it.
             Another broker takes a partition over after seeing no renewal for this long.
+        topic_refresh_interval: seconds a topic's partition count is trusted before
+            :meth:`Broker.partitions_for` has it read from the backend again, in the
+            background (partitions added to a Kafka or Pulsar topic are learnt this way; a
+            request for a partition beyond the known count has it read at once, at most once a
+            second per topic). 0 reads it again at every lookup.
         producer_record_retention: seconds after which the record (name, id, epoch) of a
             producer neither initialised nor seen writing is deleted by :meth:`Broker.maintain`
             (Kafka's ``transactional.id.expiration.ms``, 7 days). A later ``init`` of the name
@@ -114,6 +123,7 @@ class BrokerConfig:
     advertised_address: str = ""
     lease_duration: float = 10.0
     producer_record_retention: float = 7 * 24 * 3600.0
+    topic_refresh_interval: float = 10.0
 
     def __attrs_post_init__(self) -> None:
         if not self.producer_record_retention > 0:
@@ -126,6 +136,8 @@ class BrokerConfig:
             raise ConfigError(f"default_partitions must be 1..{MAX_PARTITIONS}")
         if self.id_block_size < 1:
             raise ConfigError("id_block_size must be positive")
+        if not self.topic_refresh_interval >= 0:
+            raise ConfigError("topic_refresh_interval must be 0 or more seconds")
 
 
 class LastSequences(Mapping[TopicPartition, int]):
@@ -240,6 +252,12 @@ class Broker(ProduceShortcuts):
         self._settings = dict(backend.load_settings())
         self._settings_changes = 0
         self._topics = dict(backend.list_topics())
+        #: topic -> time.monotonic() when its partition count was last read from the backend
+        self._topics_checked = dict.fromkeys(self._topics, time.monotonic())
+        #: topics whose count is being read again in the background (see _refresh_later)
+        self._refreshing: set[str] = set()
+        self._refresh_queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._refresher: threading.Thread | None = None
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._observers: tuple[BrokerObserver, ...] = ()
         self._stop = threading.Event()
@@ -287,21 +305,27 @@ class Broker(ProduceShortcuts):
     def create_topic(self, name: str, partitions: int = 1) -> None:
         """Create a topic. Idempotent when it already exists with the same partition count.
 
+        A topic that exists in the backend but is new to this broker (created by another
+        broker or process, or on Kafka and Pulsar by their own tools) is looked up first, and
+        adopted when it is not in the topic records yet (see ``docs/backends.md``).
+
         Raises:
-            InvalidTopicError: bad name, bad count, or the topic exists with another count.
+            InvalidTopicError: bad name, bad count, or the topic exists with another count
+                (it is then known, and used, with its own count).
+            BackendUnavailableError: the backend failed; nothing is known to have changed.
         """
         self._check_open()
         name = validate_topic(name)
-        if not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidTopicError(f"partitions must be an int in 1..{MAX_PARTITIONS}, got {partitions!r}")
         with self._lock:
             existing = self._topics.get(name)
-            if existing is not None:
-                if existing != partitions:
-                    raise InvalidTopicError(f"topic {name!r} exists with {existing} partitions, not {partitions}")
-                return
-            self.backend.create_topic(name, partitions)
-            self._topics[name] = partitions
+            if existing is None:
+                existing = self._known(name, self.backend.create_topic(name, partitions))
+        if existing != partitions:
+            existing = self._refresh(name, existing)  # it may have grown since it was read
+        if existing != partitions:
+            raise InvalidTopicError(f"topic {name!r} exists with {existing} partitions, not {partitions}")
 
     def topics(self) -> dict[str, int]:
         """Every topic and its partition count."""
@@ -309,36 +333,114 @@ class Broker(ProduceShortcuts):
             return dict(self._topics)
 
     def partitions_for(self, topic: str, *, create: bool = True) -> int:
-        """The partition count of ``topic``, creating it first if allowed and needed.
+        """The partition count of ``topic``.
+
+        A topic this broker does not know is looked up in the backend before anything is
+        created: the topic records are read again (another broker or process may have
+        created it) and, with ``create``, on Kafka and Pulsar their own metadata too (a topic
+        made by their tools or by plain clients). An existing topic is used with the
+        partition count it really has, and adopted into the topic records (see
+        ``docs/backends.md``); a missing one is created with ``default_partitions`` if
+        ``create`` and ``auto_create_topics`` allow. A known topic's count is read again in
+        the background once it is ``topic_refresh_interval`` seconds old (the count known is
+        returned meanwhile), so partitions added later are learnt.
 
         Raises:
-            InvalidTopicError: unknown topic (with ``create`` False or auto-creation off).
+            InvalidTopicError: bad name, or no such topic (with ``create`` False or
+                auto-creation off).
+            BackendUnavailableError: the backend failed looking up a topic new to this broker.
         """
         topic = validate_topic(topic)
         with self._lock:
             count = self._topics.get(topic)
-            if count is not None:
-                return count
-        if self._ownership is not None:  # another broker may have created it
-            stored = self.backend.list_topics()
-            with self._lock:
-                self._topics.update(stored)
-                if topic in self._topics:
-                    return self._topics[topic]
-        if not (create and self.config.auto_create_topics):
-            raise InvalidTopicError(f"unknown topic {topic!r}")
-        try:
-            self.create_topic(topic, self.config.default_partitions)
-        except InvalidTopicError:
-            with self._lock:
-                if topic in self._topics:
-                    return self._topics[topic]
-            raise
-        return self._topics[topic]
+            checked = self._topics_checked.get(topic, 0.0)
+        if count is None:
+            return self._look_up(topic, create)
+        if time.monotonic() - checked >= self.config.topic_refresh_interval:
+            self._refresh_later(topic)
+        return count
+
+    def _refresh_later(self, topic: str) -> None:
+        """Have a known topic's partition count read again in the background: the caller (a
+        producer's ``send``, through its periodic ``partitions_for``) keeps the count it has,
+        which can only grow, and never waits for a slow or unreachable backend."""
+        with self._lock:
+            if topic in self._refreshing or self._stop.is_set():
+                return
+            self._refreshing.add(topic)
+            if self._refresher is None:
+                self._refresher = threading.Thread(
+                    target=self._refresh_loop, name="idempotent-topic-refresh", daemon=True
+                )
+                self._refresher.start()
+        self._refresh_queue.put(topic)
+
+    def _refresh_loop(self) -> None:
+        while (topic := self._refresh_queue.get()) is not None and not self._stop.is_set():
+            try:
+                self._refresh(topic, self._topics.get(topic, 0))
+            except ProducerError as exc:  # keep serving the count known; asked again later
+                _LOG.warning("could not read the partition count of %r again: %s", topic, exc)
+                with self._lock:
+                    self._topics_checked[topic] = time.monotonic()
+            finally:
+                with self._lock:
+                    self._refreshing.discard(topic)
+
+    def _look_up(self, topic: str, create: bool) -> int:
+        """The partition count of a topic new to this broker, from the backend.
+
+        With ``create`` the topic is created (``auto_create_topics``) or, when it exists,
+        adopted: recorded with its real count. Without it only the topic records are read:
+        a topic no broker recorded is unknown to reads and tools.
+
+        Raises:
+            InvalidTopicError: no such topic, and it may not be created here.
+        """
+        if create:
+            if not self.config.auto_create_topics:
+                count = self.backend.describe_topic(topic)
+                if count is None:
+                    raise InvalidTopicError(f"unknown topic {topic!r} (auto_create_topics is off)")
+            else:
+                count = self.config.default_partitions
+            with self._lock:  # (the broker lock is held around backend.create_topic)
+                known = self._topics.get(topic)
+                return known if known is not None else self._known(topic, self.backend.create_topic(topic, count))
+        stored = self.backend.list_topics()
+        with self._lock:
+            for name, count in stored.items():
+                if name not in self._topics:
+                    self._known(name, count)
+            if topic in self._topics:
+                return self._topics[topic]
+        raise InvalidTopicError(f"unknown topic {topic!r}")
+
+    def _known(self, topic: str, count: int) -> int:
+        """Note ``count`` as ``topic``'s partition count, read from the backend just now."""
+        with self._lock:
+            if count >= self._topics.get(topic, 0):
+                self._topics[topic] = count
+            self._topics_checked[topic] = time.monotonic()
+            return self._topics[topic]
+
+    def _refresh(self, topic: str, known: int) -> int:
+        """Read a known topic's partition count from the backend again (it never shrinks).
+
+        Raises:
+            BackendUnavailableError: the backend failed.
+        """
+        count = self.backend.describe_topic(topic)
+        return self._known(topic, known if count is None else count)
 
     def _partition(self, topic: str, partition: int, *, create: bool = True) -> _Partition:
         topic = validate_topic(topic)
         count = self.partitions_for(topic, create=create)
+        if isinstance(partition, int) and not isinstance(partition, bool) and partition >= count:
+            with self._lock:
+                checked = self._topics_checked.get(topic)
+            if checked is not None and time.monotonic() - checked >= _MISS_REFRESH_SECONDS:
+                count = self._refresh(topic, count)  # partitions may have been added since
         if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < count:
             raise InvalidTopicError(f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")
         tp = TopicPartition(topic, partition)
@@ -847,6 +949,7 @@ class Broker(ProduceShortcuts):
                 topics = dict(self.backend.list_topics())
                 with self._lock:
                     self._registry, self._settings, self._topics = registry, settings, topics
+                    self._topics_checked = dict.fromkeys(topics, time.monotonic())
                     self._settings_changes += 1
                     parts = list(self._partitions.values())
                 for part in parts:  # (part.lock is taken before self._lock elsewhere)
@@ -1232,6 +1335,7 @@ class Broker(ProduceShortcuts):
         if self._closed:
             return
         self._stop.set()
+        self._stop_refresher()
         with self._lock:
             parts = list(self._partitions.values())
         now = time.time()
@@ -1249,9 +1353,18 @@ class Broker(ProduceShortcuts):
         """Drop this broker as a crash would (tests): no final snapshots, nothing flushed;
         the backend's handles are released as the operating system would on process death."""
         self._stop.set()
+        self._stop_refresher()
         self._closed = True
         self._completions.put(None)
         self.backend.close()
+
+    def _stop_refresher(self) -> None:
+        """End the background reads of partition counts before the backend closes."""
+        with self._lock:
+            refresher = self._refresher
+        if refresher is not None:
+            self._refresh_queue.put(None)
+            refresher.join(self.config.append_timeout)
 
     def __enter__(self) -> Broker:
         return self

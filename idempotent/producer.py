@@ -322,6 +322,8 @@ class Producer:
         delivery_timeout_ms: fail a message not delivered within this long.
         max_buffered_records: ``send`` raises QueueFullError beyond this many unfinished.
         init_timeout_ms: how long to retry ``init_producer`` on retriable errors.
+        metadata_max_age_ms: how long a topic's partition count is trusted before the broker
+            is asked again (partitions added to a topic are used after at most this long).
 
     Raises:
         ConfigError: bad option or URL.
@@ -341,12 +343,16 @@ class Producer:
         delivery_timeout_ms: float = 120_000,
         max_buffered_records: int = 1_000_000,
         init_timeout_ms: float = 30_000,
+        metadata_max_age_ms: float = 30_000,
         **connect_options: Any,
     ) -> None:
         from . import connect
 
         if max_buffered_records < 1:
             raise ConfigError("max_buffered_records must be positive")
+        if not metadata_max_age_ms >= 0:
+            raise ConfigError("metadata_max_age_ms must be 0 or more")
+        self._metadata_max_age = metadata_max_age_ms / 1000
         self._owns_broker = isinstance(url_or_broker, str)
         self._broker = connect(url_or_broker, **connect_options) if isinstance(url_or_broker, str) else url_or_broker
         if not isinstance(self._broker, BrokerAPI):
@@ -376,7 +382,8 @@ class Producer:
         self._cond = threading.Condition()
         #: records whose batch ended but whose futures the sender has not resolved yet
         self._completing = 0
-        self._partitions: dict[str, int] = {}
+        #: topic -> (partition count, time.monotonic() when the broker said so)
+        self._partitions: dict[str, tuple[int, float]] = {}
         self._counter = itertools.count()
         self._closing = False
         self._closed = False
@@ -448,11 +455,15 @@ class Producer:
             return self._seq.last_acknowledged(topic, partition)
 
     def partitions_for(self, topic: str) -> int:
-        """Partition count of ``topic`` (created with the broker's default if unknown)."""
+        """Partition count of ``topic`` (created with the broker's default if unknown), as the
+        broker said at most ``metadata_max_age_ms`` ago."""
         topic = canonical_topic(topic)
-        count = self._partitions.get(topic)
-        if count is None:
-            count = self._partitions[topic] = self._broker.partitions_for(topic)
+        known = self._partitions.get(topic)
+        now = time.monotonic()
+        if known is not None and now - known[1] < self._metadata_max_age:
+            return known[0]
+        count = self._broker.partitions_for(topic)
+        self._partitions[topic] = (count, now)
         return count
 
     # -- sending ---------------------------------------------------------------------------

@@ -237,8 +237,10 @@ def test_client_checks_argument_types_with_value_errors(url: str, options: dict[
         compat.Client("fakeServiceUrl")
 
 
-@pytest.mark.parametrize("service_url", ["pulsar+ssl://localhost:6651", "http://localhost:8080"])
+@pytest.mark.parametrize("service_url", ["pulsar+tls://localhost:6651", "ws://localhost:8080"])
 def test_client_refuses_other_service_urls(service_url: str) -> None:
+    """Every service URL pulsar-client takes is taken (tests/test_adapter_pulsar_url.py);
+    other schemes are refused."""
     with pytest.raises(compat.InvalidConfiguration, match="scheme"):
         compat.Client(service_url)
 

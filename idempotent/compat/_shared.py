@@ -18,44 +18,54 @@ import importlib.machinery
 import sys
 import threading
 import types
+from collections.abc import Mapping
 from typing import Any
 
 from ..api import BrokerAPI
 
 _LOCK = threading.Lock()
-_BROKERS: dict[str, tuple[BrokerAPI, int]] = {}
+_BROKERS: dict[tuple[str, str], tuple[BrokerAPI, int]] = {}
 
 
-def acquire(url: str) -> BrokerAPI:
-    """Return the process's broker for ``url``, opening it on first use.
+def _key(url: str, options: Mapping[str, Any] | None) -> tuple[str, str]:
+    """Producers share a broker when they name the same URL with the same backend options
+    (options holding objects, such as a Pulsar ``authentication``, match only themselves)."""
+    return url, repr(sorted((options or {}).items()))
+
+
+def acquire(url: str, options: Mapping[str, Any] | None = None) -> BrokerAPI:
+    """Return the process's broker for ``url`` (opened with the backend ``options``, keyword
+    arguments of :func:`idempotent.connect`), opening it on first use.
 
     Raises:
-        ConfigError: bad URL (nothing opened).
+        ConfigError: bad URL or option (nothing opened).
         BackendUnavailableError: the backend could not be opened.
     """
     from .. import connect
 
+    key = _key(url, options)
     with _LOCK:
-        entry = _BROKERS.get(url)
+        entry = _BROKERS.get(key)
         if entry is None:
-            broker = connect(url)
-            _BROKERS[url] = (broker, 1)
+            broker = connect(url, **(options or {}))
+            _BROKERS[key] = (broker, 1)
             return broker
-        _BROKERS[url] = (entry[0], entry[1] + 1)
+        _BROKERS[key] = (entry[0], entry[1] + 1)
         return entry[0]
 
 
-def release(url: str) -> None:
+def release(url: str, options: Mapping[str, Any] | None = None) -> None:
     """Give back one reference; the broker is closed when the last one is returned."""
+    key = _key(url, options)
     with _LOCK:
-        entry = _BROKERS.get(url)
+        entry = _BROKERS.get(key)
         if entry is None:
             return
         broker, refs = entry
         if refs > 1:
-            _BROKERS[url] = (broker, refs - 1)
+            _BROKERS[key] = (broker, refs - 1)
             return
-        del _BROKERS[url]
+        del _BROKERS[key]
     broker.close()
 
 

@@ -43,7 +43,6 @@ import random
 import threading
 import time
 import weakref
-import zlib
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -70,8 +69,8 @@ from ..errors import (
 )
 from ..producer import Producer as _Producer
 from ..producer import SendManyFuture
-from . import _partitioners, _shared
-from ._partitioners import consistent, fnv1a, murmur2
+from . import _shared
+from ._partitioners import PARTITIONERS, consistent, fnv1a, librdkafka_partition, librdkafka_sticky, murmur2
 from ._rdkafka import ERRORS, PROPERTIES
 
 __all__ = [
@@ -633,6 +632,7 @@ _LIBRDKAFKA_DEFAULTS: dict[str, int] = {
     "queue.buffering.max.kbytes": 1_048_576,
     "message.max.bytes": 1_000_000,
     "statistics.interval.ms": 0,
+    "sticky.partitioning.linger.ms": 10,
 }
 _LIMITS: dict[str, tuple[int, int]] = {
     "linger.ms": (0, 900_000),
@@ -640,11 +640,11 @@ _LIMITS: dict[str, tuple[int, int]] = {
     "max.in.flight": (1, 1_000_000),
     "message.max.bytes": (1000, 1_000_000_000),
     "statistics.interval.ms": (0, 86_400_000),
+    "sticky.partitioning.linger.ms": (0, 900_000),
 }
 
 # confluent-kafka's own keys (callbacks and the Python logger), next to librdkafka's properties
 _CALLBACKS = ("on_delivery", "error_cb", "stats_cb", "throttle_cb", "oauth_cb")
-_PARTITIONERS = ("consistent_random", "consistent", "random", "murmur2", "murmur2_random", "fnv1a", "fnv1a_random")
 
 # keys logged (once each) as accepted without effect
 _IGNORED_LOGGED: set[str] = set()
@@ -743,7 +743,7 @@ class _Config:
                         "the exactly-once guarantee; every record goes through the broker's sequence checker"
                     )
             elif key == "partitioner":
-                if value not in _PARTITIONERS:
+                if value not in PARTITIONERS:
                     raise _invalid(f'Invalid value for configuration property "partitioner": {value}')
                 self.partitioner = value
             elif key in _CALLBACKS:
@@ -781,6 +781,7 @@ class _Config:
         self.max_bytes = int(numbers["queue.buffering.max.kbytes"]) * 1024
         self.max_message_bytes = int(numbers["message.max.bytes"])
         self.stats_interval = int(numbers["statistics.interval.ms"]) / 1000.0
+        self.sticky_linger = int(numbers["sticky.partitioning.linger.ms"]) / 1000.0
 
 
 _NO_EFFECT_REASON = (
@@ -909,6 +910,8 @@ class Producer:
                 _shared.release(self._url)
             raise KafkaException(kafka_error_for(exc)) from exc
         self._random = random.Random()
+        #: topic -> (the partition messages without a key go to, until when): librdkafka's sticky partitioning
+        self._sticky: dict[str, tuple[int, float]] = {}
         self._created = time.monotonic()
         # statistics are due every statistics.interval.ms, and only when there is a stats_cb to get them
         stats_on = config.stats_interval > 0 and config.stats_cb is not None
@@ -1205,7 +1208,7 @@ class Producer:
         unknown: list[tuple[Any, ...]] = []
         for index, target, value_bytes, key_bytes, header_list, report, size in fitting[:taken]:
             if target == -1:
-                target = self._choose(count, key_bytes)
+                target = self._choose(topic, count, key_bytes)
             entry = (topic, target, key_bytes, value_bytes, header_list, created_ms, report, size)
             if not 0 <= target < count:  # queued, and failed in its delivery report (as librdkafka)
                 unknown.append(entry)
@@ -1242,17 +1245,21 @@ class Producer:
             future.add_done_callback(done)  # type: ignore[arg-type]
         return queued
 
-    def _choose(self, count: int, key: bytes | None) -> int:
-        """The partition the configured partitioner picks for ``key`` (librdkafka's rules)."""
+    def _choose(self, topic: str, count: int, key: bytes | None) -> int:
+        """The partition the configured partitioner picks for ``key``, by librdkafka's rules
+        (:mod:`._partitioners`); where librdkafka picks at random, so does this: the topic's
+        sticky partition for ``sticky.partitioning.linger.ms`` or a random one per message."""
         name = self._config.partitioner
-        if name == "random" or (key is None and name.endswith("_random")):
+        chosen = librdkafka_partition(name, key, count)
+        if chosen is not None:
+            return chosen
+        if not librdkafka_sticky(name, key, self._config.sticky_linger):
             return self._random.randrange(count)
-        data = key or b""
-        if name.startswith("murmur2"):
-            return (_partitioners.murmur2_hash(data) & 0x7FFFFFFF) % count
-        if name.startswith("fnv1a"):
-            return _partitioners.fnv1a_hash(data) % count
-        return zlib.crc32(data) % count
+        now = time.monotonic()
+        sticky = self._sticky.get(topic)
+        if sticky is None or now >= sticky[1] or sticky[0] >= count:
+            sticky = self._sticky[topic] = (self._random.randrange(count), now + self._config.sticky_linger)
+        return sticky[0]
 
     def _partition_count(self, topic: str) -> int:
         try:
@@ -1267,7 +1274,7 @@ class Producer:
         if not isinstance(partition, int) or isinstance(partition, bool):
             raise TypeError(f"partition must be int, not {type(partition).__name__}")
         if partition == -1:
-            return self._choose(count, key)
+            return self._choose(topic, count, key)
         if not 0 <= partition < count:
             raise KafkaException(
                 KafkaError(KafkaError._UNKNOWN_PARTITION, f"topic {topic!r} has partitions 0..{count - 1}")

@@ -9,9 +9,11 @@ changing one import.
     producer = client.create_producer("orders", producer_name="orders-feed")
     msg_id = producer.send(b"...", sequence_id=42)
 
-The service URL is any broker URL of this project: ``pulsar://host:port`` stores into that
-Pulsar cluster (through this project's broker and checker; give the admin REST URL as
-``?admin_url=http://host:8080`` when it is not on port 8080 of the first host),
+The service URL is any broker URL of this project: pulsar-client's own (``pulsar://host:port``,
+``pulsar+ssl://host:port`` over TLS, ``http(s)://host:port`` for lookups over the web
+service) store into that Pulsar cluster (through this project's broker and checker; give the
+admin REST URL as ``?admin_url=...`` when it is not the default of
+:mod:`adapters._pulsar_url`; the client's TLS arguments and ``authentication`` apply),
 ``sqlite:///file.db`` the embedded log, ``memory://`` an in-process one, ``kafka://`` Kafka.
 An open broker handle (:class:`idempotent.BrokerAPI`) is accepted as well.
 
@@ -34,7 +36,7 @@ type-checked as upstream (a wrong type raises a ValueError); connection tuning h
 (logged once at DEBUG); what cannot work here (encryption, custom routers, delayed delivery)
 raises :class:`OperationNotSupported` saying so. ``create_reader`` works on every URL through
 :class:`idempotent.Reader`; ``subscribe`` and ``create_table_view`` go to a real
-``pulsar.Client`` on a ``pulsar://`` URL. Every other name of pulsar-client (schemas,
+``pulsar.Client`` on a Pulsar service URL. Every other name of pulsar-client (schemas,
 ``ConsumerType``, authentication classes, ...) is passed through from the installed module.
 See ``docs/migration.md``.
 """
@@ -45,6 +47,7 @@ import enum
 import logging
 import struct
 import threading
+import urllib.parse
 import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -74,8 +77,8 @@ from ..errors import (
     UsageError,
 )
 from ..producer import Producer as _Producer
-from ..producer import default_partition
 from . import _shared
+from ._partitioners import pulsar_partition
 
 _LOG = logging.getLogger("idempotent.compat.pulsar")
 
@@ -499,6 +502,18 @@ def _accept_without_effect(where: str, name: str, why: str) -> None:
 
 
 _CONNECTION = "records go through this project's broker; the backend's connection is set on the broker URL"
+#: pulsar-client's service URL schemes: the backend is that Pulsar (see adapters/_pulsar_url.py)
+_PULSAR_SCHEMES = ("pulsar", "pulsar+ssl", "http", "https")
+#: Client arguments that, on such a URL, configure the backend's own Pulsar client as well
+_BACKEND_OPTIONS = (
+    "authentication",
+    "use_tls",
+    "tls_trust_certs_file_path",
+    "tls_allow_insecure_connection",
+    "tls_validate_hostname",
+    "tls_private_key_file_path",
+    "tls_certificate_file_path",
+)
 
 _CLIENT_DEFAULTS: dict[str, Any] = {
     "authentication": None,
@@ -532,15 +547,18 @@ class Client:
     """pulsar-client's ``Client``, over this project's broker.
 
     Every argument of pulsar-client's ``Client`` is accepted and type-checked as upstream
-    checks it (a wrong type raises a ValueError). Those that tune a Pulsar connection have no
-    effect on producers and readers (records go through this project's broker; each is logged
-    once at DEBUG); on a ``pulsar://`` URL they configure the real ``pulsar.Client`` that
-    :meth:`subscribe` and :meth:`create_table_view` use.
+    checks it (a wrong type raises a ValueError). On a Pulsar service URL the TLS arguments
+    and ``authentication`` configure the backend's own Pulsar client (and TLS its admin calls
+    over ``https``); the others that tune a Pulsar connection have no effect on producers and
+    readers (records go through this project's broker; each is logged once at DEBUG). On a
+    Pulsar service URL all of them configure the real ``pulsar.Client`` that :meth:`subscribe`
+    and :meth:`create_table_view` use.
 
     Args:
-        service_url: a broker URL (``pulsar://host:port[?admin_url=...]``, ``sqlite:///f.db``,
-            ``memory://``, ``kafka://host:port``) or an open broker handle (not closed by
-            :meth:`close`).
+        service_url: a broker URL (pulsar-client's ``pulsar://host:port``,
+            ``pulsar+ssl://host:port``, ``http(s)://host:port``, each optionally with
+            ``?admin_url=...``; ``sqlite:///f.db``, ``memory://``, ``kafka://host:port``) or an
+            open broker handle (not closed by :meth:`close`).
         operation_timeout_seconds: how long creating a producer may take.
         logger: a :class:`logging.Logger` for errors raised by ``send_async`` callbacks
             (pulsar-client's ``ConsoleLogger``/``FileLogger`` go to the real client only).
@@ -605,7 +623,7 @@ class Client:
         native_logger = logger is not None and type(logger).__name__ in ("ConsoleLogger", "FileLogger")
         if logger is not None and not native_logger and not isinstance(logger, logging.Logger):
             raise InvalidConfiguration(f"{where}: logger must be a logging.Logger, ConsoleLogger or FileLogger")
-        #: what the real pulsar.Client gets, for subscribe() and create_table_view() on pulsar://
+        #: what the real pulsar.Client gets, for subscribe() and create_table_view() on a Pulsar service URL
         self._native_options: dict[str, Any] = {
             "authentication": authentication,
             "operation_timeout_seconds": operation_timeout_seconds,
@@ -624,8 +642,16 @@ class Client:
             "tls_private_key_file_path": tls_private_key_file_path,
             "tls_certificate_file_path": tls_certificate_file_path,
         }
+        pulsar_url = isinstance(service_url, str) and urllib.parse.urlsplit(service_url).scheme in _PULSAR_SCHEMES
+        #: on a Pulsar service URL, TLS and authentication reach the backend's Pulsar client too
+        passed = {
+            name: value
+            for name, value in self._native_options.items()
+            if pulsar_url and name in _BACKEND_OPTIONS and value != _CLIENT_DEFAULTS[name]
+        }
+        self._backend_options: dict[str, Any] | None = {"client_options": passed} if passed else None
         for name, value in self._native_options.items():
-            if name not in ("operation_timeout_seconds", "logger") and value != _CLIENT_DEFAULTS[name]:
+            if name not in ("operation_timeout_seconds", "logger", *passed) and value != _CLIENT_DEFAULTS[name]:
                 _accept_without_effect(where, name, _CONNECTION)
         self._logger = logger if isinstance(logger, logging.Logger) else _LOG
         self._timeout = float(operation_timeout_seconds)
@@ -635,11 +661,11 @@ class Client:
         self._release: weakref.finalize[Any, Any] | None = None
         if isinstance(service_url, str):
             try:
-                self._broker = _shared.acquire(service_url)
+                self._broker = _shared.acquire(service_url, self._backend_options)
             except ProducerError as exc:
                 raise _exception_for(exc) from exc
             self._url = service_url
-            self._release = weakref.finalize(self, _shared.release, service_url)
+            self._release = weakref.finalize(self, _shared.release, service_url, self._backend_options)
         else:
             self._broker = service_url
         self._producers: list[Producer] = []
@@ -779,14 +805,14 @@ class Client:
             raise _exception_for(exc) from exc
 
     def _native_client(self, what: str) -> Any:
-        """The real ``pulsar.Client`` on this client's ``pulsar://`` URL (created on first use).
+        """The real ``pulsar.Client`` on this client's Pulsar service URL (created on first use).
 
         Raises:
-            OperationNotSupported: the service URL is not ``pulsar://`` (an embedded or Kafka
+            OperationNotSupported: the service URL is not a Pulsar one (an embedded or Kafka
                 backend has no Pulsar to consume from), or pulsar-client is not installed.
         """
         url = self._url or ""
-        if not url.startswith("pulsar://"):
+        if urllib.parse.urlsplit(url).scheme not in _PULSAR_SCHEMES:
             raise OperationNotSupported(
                 f"Client.{what}() needs a Pulsar broker, and the service URL is {url or 'a broker handle'!r}: "
                 "subscriptions live in Pulsar. Read with create_reader() or idempotent.Reader "
@@ -801,21 +827,21 @@ class Client:
             return self._native
 
     def subscribe(self, topic: Any, subscription_name: Any, *args: Any, **kwargs: Any) -> Any:
-        """On a ``pulsar://`` URL, pulsar-client's ``Client.subscribe`` on a real client (its
+        """On a Pulsar service URL, pulsar-client's ``Client.subscribe`` on a real client (its
         Consumer, messages and errors are pulsar-client's own).
 
         Raises:
-            OperationNotSupported: the service URL is not ``pulsar://``.
+            OperationNotSupported: the service URL is not a Pulsar one.
             AlreadyClosed: the client is closed.
         """
         self._check_open()
         return self._native_client("subscribe").subscribe(topic, subscription_name, *args, **kwargs)
 
     def create_table_view(self, topic: Any, *args: Any, **kwargs: Any) -> Any:
-        """On a ``pulsar://`` URL, pulsar-client's ``Client.create_table_view`` on a real client.
+        """On a Pulsar service URL, pulsar-client's ``Client.create_table_view`` on a real client.
 
         Raises:
-            OperationNotSupported: the service URL is not ``pulsar://``.
+            OperationNotSupported: the service URL is not a Pulsar one.
             AlreadyClosed: the client is closed.
         """
         self._check_open()
@@ -1071,16 +1097,17 @@ class Producer:
         self._cond = threading.Condition()
         self._pending = 0
         self._closed = False
-        self._partitions = inner.partitions_for(topic)
-        self._counter = 0
+        partitions = inner.partitions_for(topic)
+        self._counter = 0  # messages without a key go round robin, as pulsar-client's
         # Pulsar numbers messages from initial_sequence_id + 1 when it is given; otherwise the
         # broker's numbering (continuing a named producer's stored sequences) applies.
         self._next: dict[int, int] | None = None
+        self._first = 0 if initial_sequence_id is None else initial_sequence_id + 1
         if initial_sequence_id is not None:
-            self._next = dict.fromkeys(range(self._partitions), initial_sequence_id + 1)
+            self._next = dict.fromkeys(range(partitions), self._first)
             self._last = initial_sequence_id
         else:
-            self._last = max(inner.last_sequence(topic, p) for p in range(self._partitions))
+            self._last = max(inner.last_sequence(topic, p) for p in range(partitions))
 
     @property
     def producer(self) -> _Producer:
@@ -1212,7 +1239,7 @@ class Producer:
             raise InvalidConfiguration(
                 f"send: sequence_id must be an int in 0..{_MAX_SEQUENCE_ID}, not {sequence_id!r}"
             )
-        key = partition_key.encode() if partition_key is not None else None
+        key = partition_key.encode() if partition_key else None  # an empty key is none, as pulsar-client's
         with self._cond:
             while self._pending >= self._max_pending:
                 if not self._block:
@@ -1220,11 +1247,17 @@ class Producer:
                 self._cond.wait(0.5)
                 if self._closed:
                     raise AlreadyClosed("producer is closed")
-            partition = default_partition(key, self._partitions, self._counter)
-            self._counter += 1
+            try:  # (partitions added to the topic are learnt here)
+                count = self._inner.partitions_for(self._topic)
+            except ProducerError as exc:
+                raise _exception_for(exc) from exc
+            partition = pulsar_partition(partition_key, count)
+            if partition is None:
+                partition = self._counter % count
+                self._counter += 1
             sequence = sequence_id
             if sequence is None and self._next is not None:
-                sequence = self._next[partition]
+                sequence = self._next.get(partition, self._first)  # (a partition added since: from the start)
                 self._next[partition] = sequence + 1
             try:
                 future = self._inner.send(

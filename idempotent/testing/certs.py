@@ -1,7 +1,8 @@
 """Throw-away certificates for tests: a CA, a server certificate and a client certificate.
 
-Generated with the ``cryptography`` package (EC P-256 keys, SHA-256 signatures), valid from
-one hour before ``now`` for one day. Never use them outside tests: the keys are written
+Generated with the ``cryptography`` package (EC P-256 keys, or RSA 2048 for servers that
+read only RSA keys such as Pulsar's, SHA-256 signatures), valid from one hour before ``now``
+for one day (or ``days``). Never use them outside tests: the keys are written
 unencrypted next to the certificates.
 """
 
@@ -32,23 +33,32 @@ def make_certs(
     hosts: Sequence[str] = ("127.0.0.1", "localhost"),
     client_name: str = "test-client",
     now: datetime.datetime | None = None,
+    rsa: bool = False,
+    days: int = 1,
 ) -> CertFiles:
     """Write a CA, a server certificate for ``hosts`` (IP addresses or DNS names) and a client
-    certificate (common name ``client_name``), both signed by the CA, into ``directory``."""
+    certificate (common name ``client_name``), both signed by the CA, into ``directory``
+    (keys in PKCS#8 PEM: EC P-256, or RSA 2048 with ``rsa``)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric import rsa as rsa_keys
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     start = (now or datetime.datetime.now(datetime.UTC)) - datetime.timedelta(hours=1)
-    end = start + datetime.timedelta(days=1)
+    end = start + datetime.timedelta(days=days)
 
     def name(common: str) -> x509.Name:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
 
-    def write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> Path:
+    def new_key() -> ec.EllipticCurvePrivateKey | rsa_keys.RSAPrivateKey:
+        if rsa:
+            return rsa_keys.generate_private_key(public_exponent=65537, key_size=2048)
+        return ec.generate_private_key(ec.SECP256R1())
+
+    def write_key(key: ec.EllipticCurvePrivateKey | rsa_keys.RSAPrivateKey, path: Path) -> Path:
         path.write_bytes(
             key.private_bytes(
                 serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -61,7 +71,7 @@ def make_certs(
         path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         return path
 
-    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_key = new_key()
     ca_name = name("idempotent test CA")
     ca = (
         x509.CertificateBuilder()
@@ -81,8 +91,8 @@ def make_certs(
 
     def leaf(
         common: str, usage: x509.ObjectIdentifier, alt: list[x509.GeneralName]
-    ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-        key = ec.generate_private_key(ec.SECP256R1())
+    ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey | rsa_keys.RSAPrivateKey]:
+        key = new_key()
         builder = (
             x509.CertificateBuilder()
             .subject_name(name(common))

@@ -388,6 +388,28 @@ class BackendConformance:
         assert broker.produce(auto, 0, s.producer_id, s.producer_epoch, 0, [b"x"]).outcome is Outcome.ACCEPTED
         assert broker.partitions_for(auto) == broker.config.default_partitions
 
+    def test_a_topic_another_broker_created_keeps_its_partition_count(self, harness: Harness) -> None:
+        """A broker opened before another broker created a topic looks the topic up in the
+        backend before creating anything, and uses the partition count it has."""
+        early = harness.open(small_config())
+        try:
+            name = topic_name("elsewhere")
+            other = harness.open(small_config())
+            try:
+                other.create_topic(name, 4)
+            finally:
+                other.close()
+            assert early.partitions_for(name) == 4
+            s = early.init_producer()
+            assert early.produce(name, 3, s.producer_id, s.producer_epoch, 0, [b"x"]).outcome is Outcome.ACCEPTED
+            with pytest.raises(InvalidTopicError, match="exists with 4 partitions, not 2"):
+                early.create_topic(name, 2)
+            assert early.backend.describe_topic(name) == 4
+            assert early.backend.describe_topic(topic_name("absent")) is None
+            assert early.backend.create_topic(name, 1) == 4  # exists: kept as it is
+        finally:
+            early.close()
+
     # -- named producers -------------------------------------------------------------------
 
     def test_named_producer_fences_and_continues(self, broker: Broker) -> None:

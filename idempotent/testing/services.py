@@ -175,10 +175,16 @@ def _stored_ports(spec: _Spec, state: Mapping[str, Any] | None, workdir: pathlib
         ports = source.get("ports")
         if isinstance(ports, dict) and all(k in ports for k in spec.port_keys):
             return {k: int(ports[k]) for k in spec.port_keys}
+        if isinstance(ports, dict) and all(k in ports for k in spec.port_keys[:3]):
+            return _with_new_ports(spec, ports)  # kept from before the TLS listeners
     return None
 
 
-# ----------------------------------------------------------------------------- API
+def _with_new_ports(spec: _Spec, ports: Mapping[str, Any]) -> dict[str, int]:
+    """``ports`` plus free ports for the keys it lacks (listeners added since it was stored)."""
+    kept = {k: int(ports[k]) for k in spec.port_keys if k in ports}
+    missing = [k for k in spec.port_keys if k not in kept]
+    return {**kept, **dict(zip(missing, _free_ports(len(missing), exclude=set(kept.values())), strict=True))}
 
 
 # ----------------------------------------------------------------------------- API
@@ -326,7 +332,7 @@ def restart(name: str, timeout: float = 180.0) -> ServiceInfo:
         workdir = pathlib.Path(str(state["workdir"]))
         if _running_pid(spec, state) is not None:
             _graceful_stop(state, 60)
-        ports = {k: int(state["ports"][k]) for k in spec.port_keys}
+        ports = _with_new_ports(spec, state["ports"])
         _clean_stale(spec, None, workdir)
         busy = [p for p in ports.values() if not _port_free(p)]
         if busy:

@@ -74,8 +74,12 @@ def _prepare_kafka(
 def _prepare_pulsar(
     lib: pathlib.Path, workdir: pathlib.Path, ports: Mapping[str, int], log: pathlib.Path
 ) -> tuple[list[str], list[str]]:
+    from .certs import make_certs
+
     conf = workdir / "standalone.conf"
-    _render("pulsar-standalone.conf", conf, ports)
+    tls = make_certs(workdir / "tls", hosts=(_HOST, "localhost"), rsa=True, days=365)
+    files = {"tls_cert": tls.server_cert, "tls_key": tls.server_key, "tls_ca": tls.ca_cert}
+    _render("pulsar-standalone.conf", conf, {**ports, **files})
     metadata = workdir / "data" / "metadata"
     if metadata.is_dir():
         _pulsar_metadata_cleanup(lib, metadata, log)

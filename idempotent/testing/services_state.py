@@ -55,6 +55,11 @@ class ServiceInfo:
     #: request came in on), so the proxy can cut connections at chosen requests.
     proxy_port: int | None = None
     relay_port: int | None = None
+    #: Pulsar only: the TLS listeners (``pulsar+ssl://127.0.0.1:PORT``, ``https://127.0.0.1:PORT``)
+    #: and the CA file that signed their certificate
+    tls_url: str | None = None
+    tls_admin_url: str | None = None
+    ca_cert: str | None = None
 
     @property
     def connect_url(self) -> str:
@@ -109,7 +114,7 @@ _SPECS: dict[str, _Spec] = {
         version_property="pulsar.version",
         main_class="org.apache.pulsar.PulsarStandaloneStarter",
         marker_jar="pulsar-broker-",
-        port_keys=("broker_port", "web_port", "bookie_port"),
+        port_keys=("broker_port", "web_port", "bookie_port", "broker_tls_port", "web_tls_port"),
         jvm_flags=(
             "-Xms256m",
             "-Xmx1g",
@@ -200,6 +205,7 @@ def _info(state: Mapping[str, Any]) -> ServiceInfo:
             proxy_port=ports.get("proxy_port"),
             relay_port=ports.get("relay_port"),
         )
+    tls = "broker_tls_port" in ports and "web_tls_port" in ports
     return ServiceInfo(
         name=name,
         url=f"pulsar://{_HOST}:{ports['broker_port']}",
@@ -207,4 +213,7 @@ def _info(state: Mapping[str, Any]) -> ServiceInfo:
         admin_url=f"http://{_HOST}:{ports['web_port']}",
         pid=int(state["pid"]),
         workdir=str(state["workdir"]),
+        tls_url=f"pulsar+ssl://{_HOST}:{ports['broker_tls_port']}" if tls else None,
+        tls_admin_url=f"https://{_HOST}:{ports['web_tls_port']}" if tls else None,
+        ca_cert=str(pathlib.Path(str(state["workdir"])) / "tls" / "ca.pem") if tls else None,
     )
