@@ -180,7 +180,7 @@ def _describe(config: CompareConfig, runs: Sequence[dict[str, Any]], elapsed: fl
     return (
         f"{config.records} records of {config.value_bytes} bytes, {rate}, {config.schedules} schedule(s){native} "
         f"from seed {config.seed}; {len(config.systems)} systems x {len(config.faults)} faults{capacity}; "
-        f"{len(runs)} runs, {_hours(elapsed)} of run time."
+        f"{sum(1 for run in runs if run['status'] != 'n/a')} runs, {_hours(elapsed)} of run time."
     )
 
 
