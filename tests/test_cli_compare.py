@@ -19,10 +19,11 @@ def test_compare_runs_and_writes_the_report(tmp_path: pathlib.Path, capsys: pyte
     printed = capsys.readouterr().out
     assert "memory" in printed and f"report: {out / 'report.html'}" in printed
     runs = json.loads((out / "report.json").read_text())["runs"]
-    assert [(r["system"], r["fault"], r["status"]) for r in runs] == [
-        ("memory", "none", "ok"),
-        ("memory", "lost-ack", "ok"),
-        ("memory", "cut", "n/a"),
+    assert [(r["kind"], r["system"], r["fault"], r["status"]) for r in runs] == [
+        ("fault", "memory", "none", "ok"),
+        ("fault", "memory", "lost-ack", "ok"),
+        ("fault", "memory", "cut", "n/a"),
+        ("capacity", "memory", "none", "ok"),
     ]
     for field in ("sent", "acknowledged", "failed", "ambiguous", "stored", "duplicates", "lost", "reordered"):
         assert field in runs[1]
@@ -39,6 +40,8 @@ def test_compare_runs_and_writes_the_report(tmp_path: pathlib.Path, capsys: pyte
         ["--systems", "memory", "--faults", "meteor"],
         ["--systems", "memory", "--faults", "none", "--records", "5"],
         ["--systems", "memory"],
+        ["--systems", "memory", "--faults", "none", "--capacity-records", "5"],
+        ["--systems", "memory", "--faults", "none", "--native-schedules", "-1"],
     ],
 )
 def test_compare_refuses_bad_arguments(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,10 @@ every run, so kill -9 never hits the session's brokers.
 
 from __future__ import annotations
 
+import html
+import json
 import pathlib
+import re
 import shutil
 import struct
 import subprocess
@@ -20,9 +23,12 @@ from typing import Any
 
 import pytest
 
-from idempotent.compare import SYSTEMS, CompareConfig, Environment, is_ours, run_compare, run_one, schedule
+from idempotent.compare import FAULTS, SYSTEMS, CompareConfig, Environment, is_ours, run_compare, run_one, schedule
+from idempotent.compare.report import write_report
 from idempotent.compare.systems import backend_of
 from idempotent.testing import browser
+
+from .test_compare_report import report_entries
 
 MATRIX_FAULTS = ("none", "lost-ack", "producer-restart", "broker-kill")
 RECORDS = 2000
@@ -129,28 +135,100 @@ def _chromium_run(args: list[str], profile: pathlib.Path) -> subprocess.Complete
     return subprocess.run([_chromium(), *flags, *args], capture_output=True, timeout=120, check=False)
 
 
+#: Injected into a copy of the report (the report itself has no script): lists every text
+#: that leaves its chart's box, every two unrotated texts of a chart that overlap, and every
+#: table cell or heading whose text is wider than its box.
+OVERFLOW_CHECK = """
+(function () {
+  const problems = [];
+  const slack = 0.5;
+  const name = (el) => (el.textContent || "").trim().slice(0, 60);
+  const box = (r) => `[${r.left.toFixed(1)}, ${r.top.toFixed(1)}, ${r.right.toFixed(1)}, ${r.bottom.toFixed(1)}]`;
+  for (const svg of document.querySelectorAll("svg")) {
+    const outer = svg.getBoundingClientRect();
+    const flat = [];
+    for (const text of svg.querySelectorAll("text")) {
+      const r = text.getBoundingClientRect();
+      if (r.left < outer.left - slack || r.right > outer.right + slack ||
+          r.top < outer.top - slack || r.bottom > outer.bottom + slack) {
+        problems.push(`${svg.id}: "${name(text)}" ${box(r)} overflows its chart ${box(outer)}`);
+      }
+      if (!text.hasAttribute("transform")) flat.push([text, r]);
+    }
+    for (let i = 0; i < flat.length; i++) {
+      for (let j = i + 1; j < flat.length; j++) {
+        const [a, ra] = flat[i], [b, rb] = flat[j];
+        const w = Math.min(ra.right, rb.right) - Math.max(ra.left, rb.left);
+        const h = Math.min(ra.bottom, rb.bottom) - Math.max(ra.top, rb.top);
+        if (w > 1 && h > 1) problems.push(`${svg.id}: "${name(a)}" ${box(ra)} overlaps "${name(b)}" ${box(rb)}`);
+      }
+    }
+  }
+  for (const cell of document.querySelectorAll("th, td, h1, h2, h3, p")) {
+    if (cell.scrollWidth > cell.clientWidth + 1) {
+      problems.push(`${cell.tagName}: "${name(cell)}" is wider than its box`);
+    }
+  }
+  const out = document.createElement("pre");
+  out.id = "overflow-check";
+  out.textContent = JSON.stringify(problems);
+  document.body.appendChild(out);
+})();
+"""
+
+
+def _overflows(report: pathlib.Path, profile: pathlib.Path) -> list[str]:
+    """What :data:`OVERFLOW_CHECK` finds in ``report`` rendered by headless Chromium."""
+    checked = report.with_name("checked.html")
+    checked.write_text(report.read_text().replace("</body>", f"<script>{OVERFLOW_CHECK}</script></body>"))
+    dom = _chromium_run(["--window-size=1400,2600", "--dump-dom", checked.as_uri()], profile)
+    checked.unlink()
+    assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
+    found = re.search(r'<pre id="overflow-check">(.*?)</pre>', dom.stdout.decode(), re.S)
+    assert found, "the overflow check did not run"
+    problems: list[str] = json.loads(html.unescape(found.group(1)))
+    return problems
+
+
 def test_report_renders_in_headless_chromium(tmp_path: pathlib.Path) -> None:
-    config = CompareConfig(
-        ("memory", "sqlite"), ("none", "lost-ack", "producer-restart", "zombie"), records=500, rate=2000
-    )
-    runs: list[dict[str, Any]] = run_compare(config, tmp_path / "report")
-    assert [r["status"] for r in runs] == ["ok"] * 8
-    page = (tmp_path / "report" / "report.html").as_uri()
-    assert (tmp_path / "report" / "report.md").read_text().count("| memory |") >= 4
+    faults = ("none", "lost-ack", "duplicate-request", "broker-kill", "producer-restart", "zombie")
+    config = CompareConfig(("memory", "sqlite"), faults, records=500, rate=2000, capacity_records=2000)
+    out = tmp_path / "report"
+    runs: list[dict[str, Any]] = run_compare(config, out)
+    assert [r["status"] for r in runs] == ["ok"] * 14
+    capacity = {r["system"]: r["records_per_s"] for r in runs if r["kind"] == "capacity"}
+    assert sorted(capacity) == ["memory", "sqlite"] and min(capacity.values()) > config.rate
+    # nothing but the report and the results file is left in --out
+    assert [p.name for p in out.iterdir() if p.is_dir()] == []
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md", "runs.jsonl"]
+    page = (out / "report.html").as_uri()
+    assert (out / "report.md").read_text().count("| memory |") >= 6
 
     dom = _chromium_run(["--dump-dom", page], tmp_path / "profile-dom")
     assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
-    html = dom.stdout.decode()
+    html_text = dom.stdout.decode()
     for element in (
         '<table id="summary"',
+        '<table id="seeds"',
+        '<svg id="capacity"',
         '<svg id="throughput"',
         '<svg id="latency-p99"',
         '<svg id="anomalies"',
         'id="timeline-0"',
     ):
-        assert element in html
-    assert html.count('class="bar"') >= 8 and html.count('class="fault"') >= 3
-    assert html.count('<tr class="ours') >= 8
+        assert element in html_text
+    assert html_text.count('class="bar"') >= 14 and html_text.count('class="fault"') >= 5
+    assert html_text.count('<tr class="ours') >= 12 and 'class="reference"' in html_text
+    assert "<script" not in (out / "report.html").read_text()
+
+    problems = _overflows(out / "report.html", tmp_path / "profile-check")
+    assert problems == [], "\n".join(problems)
+    # every system and fault, thousands of duplicates, seconds of latency, a burst of acknowledgements
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    write_report(wide, CompareConfig(SYSTEMS, FAULTS, rate=4000, schedules=2, seed=100), report_entries())
+    problems = _overflows(wide / "report.html", tmp_path / "profile-wide")
+    assert problems == [], "\n".join(problems)
 
     shot = tmp_path / "report.png"
     result = _chromium_run([f"--screenshot={shot}", "--window-size=1400,2600", page], tmp_path / "profile-shot")

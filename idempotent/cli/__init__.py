@@ -19,6 +19,8 @@ Subcommands::
     idempotent admin [--url URL] describe-producers TOPIC [--partition P] [--json]
     idempotent services ...
     idempotent compare --systems LIST --faults LIST [--records N] [--rate R] [--schedules K] [--seed S] [--out DIR]
+                       [--native-schedules K] [--capacity-records N] [--resume]
+    idempotent compare --long [options above]
     idempotent --version
 
 Each command is one module of this package (``produce.py``, ``tail.py`` ...). **To add a

@@ -8,17 +8,23 @@ Kafka and Pulsar clients (:mod:`~idempotent.compare.systems`, :mod:`~idempotent.
 injects the faults the same way for all of them (:mod:`~idempotent.compare.faults`), reads
 everything back, counts duplicates, losses, reorders and "possibly persisted" sends
 (:mod:`~idempotent.compare.check`), and writes report.json, report.md and report.html
-(:mod:`~idempotent.compare.report`). :mod:`~idempotent.compare.runner` is the engine.
+(:mod:`~idempotent.compare.report`, charts in :mod:`~idempotent.compare.charts`).
+:mod:`~idempotent.compare.runner` is the engine; :mod:`~idempotent.compare.config` says what
+to run (``--long``: every fault on every system, many schedules) and
+:mod:`~idempotent.compare.results` keeps the finished runs so an interrupted comparison
+continues where it stopped.
 """
 
 from .check import Ledger, State, Verdict, check
-from .runner import CompareConfig, run_compare, run_one
+from .config import LONG, CompareConfig, PlannedRun
+from .runner import run_compare, run_one
 from .schedule import FAULTS, FaultEvent, schedule
 from .systems import NATIVE, OURS_IN_PROCESS, OURS_SERVER, SYSTEMS, Environment, is_ours
 from .workload import Workload, record_id
 
 __all__ = [
     "FAULTS",
+    "LONG",
     "NATIVE",
     "OURS_IN_PROCESS",
     "OURS_SERVER",
@@ -27,6 +33,7 @@ __all__ = [
     "Environment",
     "FaultEvent",
     "Ledger",
+    "PlannedRun",
     "State",
     "Verdict",
     "Workload",

@@ -1,8 +1,11 @@
-"""The report: report.json (every run), report.md (tables) and report.html (tables and plots).
+"""The report: report.json (every run), report.md (tables) and report.html (tables and charts).
 
-The plots are SVG drawn here (no plotting library, no script, nothing fetched), so the page
-renders offline: throughput and latency per system, the timeline of each run with its fault
-windows shaded, anomaly counts as bars, and concrete anomalies by record id.
+Tables: per (system, fault) the counts summed over the schedules with median speeds; the
+anomalies per (system, fault) with the seeds of every run that had one (the table
+docs/comparison.md publishes); each system's capacity (one unthrottled run without a fault);
+anomalies by record id; and every run. The charts (:mod:`~idempotent.compare.charts`) show
+capacity apart from the throughput at the offered rate, latency and anomalies on log scales,
+and each (system, fault)'s first timeline. The page has no script and fetches nothing.
 """
 
 from __future__ import annotations
@@ -16,29 +19,45 @@ from typing import Any
 
 import attrs
 
-from .runner import CompareConfig
+from .charts import bar_chart, timeline_chart
+from .config import CompareConfig
 from .schedule import FAULTS
 from .systems import SYSTEMS
 
 COUNTS = ("injected", "sent", "acknowledged", "failed", "ambiguous", "stored", "duplicates", "lost", "reordered")
 ANOMALIES = ("duplicates", "lost", "reordered", "ambiguous")
-PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
 MAX_RUN_ROWS = 300
 SPEEDS = ("records_per_s", "p50_ms", "p99_ms", "p999_ms")
 ANOMALY_COLUMNS = ("duplicates", "lost", "reordered")
+SUMMARY_COLUMNS = ("system", "fault", "runs", *COUNTS, "records_per_s", "p50_ms", "p99_ms", "p999_ms")
+RUN_COLUMNS = ("system", "fault", "seed", *COUNTS, "records_per_s", "p50_ms", "p99_ms", "p999_ms")
+SEED_COLUMNS = ("system", "fault", "runs", "errors", "injected", *ANOMALIES, "seeds with anomalies")
+CAPACITY_COLUMNS = ("system", "records", "records_per_s", "p50_ms", "p99_ms", "seconds")
+
+
+def _faults(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [run for run in runs if run.get("kind", "fault") == "fault"]
+
+
+def _capacity(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [run for run in runs if run.get("kind") == "capacity"]
 
 
 def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (system, fault): counts summed over schedules, speeds as medians."""
+    """One row per (system, fault) of the fault runs: counts summed over schedules, speeds
+    as medians, ``errors`` the runs that could not be carried out, ``seeds`` per anomaly the
+    seeds of the runs that had it."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for run in runs:
+    for run in _faults(runs):
         key = (run["system"], run["fault"])
         row = rows.setdefault(
             key,
-            {"system": key[0], "fault": key[1], "ours": run.get("ours", False), "runs": 0, "status": run["status"],
-             "notes": [], **{c: 0 for c in COUNTS}, "_speed": {m: [] for m in SPEEDS}},
+            {"system": key[0], "fault": key[1], "ours": run.get("ours", False), "runs": 0, "errors": 0,
+             "status": run["status"], "notes": [], **{c: 0 for c in COUNTS}, "seeds": {a: [] for a in ANOMALIES},
+             "_speed": {m: [] for m in SPEEDS}},
         )  # fmt: skip
         if run["status"] != "ok":
+            row["errors"] += run["status"] == "error"
             row["status"] = run["status"] if row["runs"] == 0 else row["status"]
             row["notes"].extend(run.get("notes", []))
             continue
@@ -46,6 +65,9 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         row["runs"] += 1
         for count in COUNTS:
             row[count] += run.get(count, 0)
+        for kind in ANOMALIES:
+            if run.get(kind):
+                row["seeds"][kind].append(run["seed"])
         for metric, values in row["_speed"].items():
             if run.get(metric) is not None:
                 values.append(run[metric])
@@ -54,8 +76,26 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         speed = row.pop("_speed")
         for metric, values in speed.items():
             row[metric] = round(statistics.median(values), 3) if values else None
+        row["seeds with anomalies"] = seeds_text(row["seeds"])
         out.append(row)
-    return out
+    order_s, order_f = _order(SYSTEMS), _order(FAULTS)
+    return sorted(out, key=lambda r: (order_f(r["fault"]), order_s(r["system"])))
+
+
+def seeds_text(seeds: dict[str, list[int]]) -> str:
+    """``duplicates: 100-119; lost: 111``: the seeds of each anomaly, consecutive ones as ranges."""
+    parts = [f"{kind}: {_ranges(sorted(set(found)))}" for kind, found in seeds.items() if found]
+    return "; ".join(parts) if parts else "none"
+
+
+def _ranges(seeds: list[int]) -> str:
+    spans: list[list[int]] = []
+    for seed in seeds:
+        if spans and seed == spans[-1][1] + 1:
+            spans[-1][1] = seed
+        else:
+            spans.append([seed, seed])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _fmt(value: Any) -> str:
@@ -66,12 +106,8 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-SUMMARY_COLUMNS = ("system", "fault", "runs", *COUNTS, "records_per_s", "p50_ms", "p99_ms", "p999_ms")
-RUN_COLUMNS = ("system", "fault", "seed", *COUNTS, "records_per_s", "p50_ms", "p99_ms", "p999_ms")
-
-
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
-    """A GitHub-flavoured Markdown table; n/a and error rows show their reason."""
+    """A GitHub-flavoured Markdown table; rows without a finished run show their reason."""
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     for row in rows:
         if row["status"] != "ok":
@@ -88,9 +124,14 @@ def write_report(
     config: CompareConfig,
     runs: Sequence[dict[str, Any]],
     timings: Sequence[tuple[str, str, float]] = (),
-    elapsed: float = 0.0,
+    elapsed: float | None = None,
 ) -> None:
-    """Write report.json, report.md and report.html into ``out``."""
+    """Write report.json, report.md and report.html into ``out``.
+
+    ``elapsed`` defaults to the sum of the runs' wall times (``wall_s``).
+    """
+    if elapsed is None:
+        elapsed = sum(run.get("wall_s") or 0.0 for run in runs)
     header = {
         "config": attrs.asdict(config),
         "elapsed_s": round(elapsed, 1),
@@ -98,10 +139,11 @@ def write_report(
     }
     (out / "report.json").write_text(json.dumps({**header, "runs": list(runs)}, indent=1) + "\n")
     summary = summarise(runs)
+    fault_runs = _faults(runs)
     md = [
         "# Comparison report",
         "",
-        _describe(config, elapsed),
+        _describe(config, runs, elapsed),
         "",
         "## Per system and fault",
         "",
@@ -109,20 +151,44 @@ def write_report(
         "",
         markdown_table(summary, SUMMARY_COLUMNS),
         "",
-        _md_examples(runs),
+        "## Anomalies per system and fault, with their seeds",
+        "",
+        "Records summed over the schedules; a seed is listed under each anomaly its run had.",
+        "",
+        markdown_table(summary, SEED_COLUMNS),
+        "",
+        "## Capacity: no fault, no rate limit",
+        "",
+        markdown_table(_capacity(runs), CAPACITY_COLUMNS) if _capacity(runs) else "No capacity run.",
+        "",
+        _md_examples(fault_runs),
     ]
-    if len(runs) <= MAX_RUN_ROWS:
-        md += ["", "## Every run", "", markdown_table(list(runs), RUN_COLUMNS), ""]
+    if len(fault_runs) <= MAX_RUN_ROWS:
+        md += ["", "## Every run", "", markdown_table(fault_runs, RUN_COLUMNS), ""]
     (out / "report.md").write_text("\n".join(md) + "\n")
     (out / "report.html").write_text(_html(config, runs, summary, elapsed))
 
 
-def _describe(config: CompareConfig, elapsed: float) -> str:
-    rate = f"{config.rate:g} records/s" if config.rate else "unlimited rate"
-    return (
-        f"{config.records} records of {config.value_bytes} bytes, {rate}, {config.schedules} schedule(s) from seed "
-        f"{config.seed}; {len(config.systems)} systems x {len(config.faults)} faults; {elapsed:.0f} s in total."
+def _describe(config: CompareConfig, runs: Sequence[dict[str, Any]], elapsed: float) -> str:
+    rate = f"offered rate {config.rate:g} records/s" if config.rate else "no rate limit"
+    native = (
+        f" ({config.native_schedules} for the native clients)"
+        if config.native_schedules is not None and config.native_schedules < config.schedules
+        else ""
     )
+    capacity = f"; capacity runs of {config.capacity_records} records" if config.capacity_records else ""
+    return (
+        f"{config.records} records of {config.value_bytes} bytes, {rate}, {config.schedules} schedule(s){native} "
+        f"from seed {config.seed}; {len(config.systems)} systems x {len(config.faults)} faults{capacity}; "
+        f"{sum(1 for run in runs if run['status'] != 'n/a')} runs, {_hours(elapsed)} of run time."
+    )
+
+
+def _hours(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def _md_examples(runs: Sequence[dict[str, Any]]) -> str:
@@ -140,106 +206,11 @@ def _md_examples(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------------------- SVG
+# ------------------------------------------------------------------------------ HTML
 
 
 def _esc(text: object) -> str:
     return html.escape(str(text), quote=True)
-
-
-def bar_chart(
-    title: str,
-    groups: Sequence[str],
-    series: Sequence[str],
-    value: Callable[[str, str], float | None],
-    unit: str,
-    chart_id: str,
-) -> str:
-    """Grouped bars: one group per ``groups`` entry, one bar per ``series`` entry."""
-    width, height, left, bottom, top = max(640, 60 + len(groups) * (len(series) * 12 + 18)), 320, 70, 110, 30
-    values = [[value(g, s) for s in series] for g in groups]
-    peak = max([v for row in values for v in row if v is not None] or [0]) or 1.0
-    plot_h = height - bottom - top
-    group_w = (width - left - 10) / max(1, len(groups))
-    bar_w = max(2.0, (group_w - 8) / max(1, len(series)))
-    parts = [
-        f'<svg id="{chart_id}" class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" '
-        f'height="{height + 20 * ((len(series) + 5) // 6)}">',
-        f'<text x="{left}" y="18" font-weight="bold">{_esc(title)}</text>',
-        f'<line x1="{left}" y1="{top + plot_h}" x2="{width - 10}" y2="{top + plot_h}" stroke="#333"/>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#333"/>',
-    ]
-    for tick in range(5):
-        y = top + plot_h - plot_h * tick / 4
-        parts.append(
-            f'<text x="{left - 4}" y="{y + 4}" text-anchor="end" font-size="10">{_fmt(peak * tick / 4)}</text>'
-        )
-        parts.append(f'<line x1="{left}" y1="{y}" x2="{width - 10}" y2="{y}" stroke="#ddd"/>')
-    parts.append(
-        f'<text x="12" y="{top + plot_h / 2}" font-size="11" transform="rotate(-90 12 {top + plot_h / 2})">'
-        f"{_esc(unit)}</text>"
-    )
-    for gi, group in enumerate(groups):
-        x0 = left + gi * group_w + 4
-        for si, v in enumerate(values[gi]):
-            if v is None:
-                continue
-            h = plot_h * v / peak
-            parts.append(
-                f'<rect class="bar" x="{x0 + si * bar_w:.1f}" y="{top + plot_h - h:.1f}" width="{bar_w - 1:.1f}" '
-                f'height="{max(h, 0.5):.1f}" fill="{PALETTE[si % len(PALETTE)]}"><title>{_esc(group)} / '
-                f"{_esc(series[si])}: {_fmt(v)} {_esc(unit)}</title></rect>"
-            )
-        cx = x0 + group_w / 2
-        parts.append(
-            f'<text x="{cx:.1f}" y="{top + plot_h + 12}" font-size="10" text-anchor="end" '
-            f'transform="rotate(-35 {cx:.1f} {top + plot_h + 12})">{_esc(group)}</text>'
-        )
-    for si, name in enumerate(series):
-        lx, ly = left + (si % 6) * 120, height - 4 + 20 * (si // 6)
-        parts.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{PALETTE[si % len(PALETTE)]}"/>')
-        parts.append(f'<text x="{lx + 14}" y="{ly}" font-size="11">{_esc(name)}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
-def timeline_chart(run: dict[str, Any], chart_id: str) -> str:
-    """Acknowledgements per time bucket, with each fault window shaded."""
-    width, height, left, top, bottom = 420, 150, 40, 22, 24
-    acks = run["timeline"]["acks"]
-    bucket = run["timeline"]["bucket_s"] or 1.0
-    span = bucket * len(acks)
-    peak = max(acks) or 1
-    plot_w, plot_h = width - left - 8, height - top - bottom
-    parts = [
-        f'<svg id="{chart_id}" class="timeline" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">',
-        f'<text x="{left}" y="14" font-size="12" font-weight="bold">{_esc(run["system"])} · {_esc(run["fault"])} '
-        f"· seed {run['seed']}</text>",
-    ]
-    for window in run.get("faults", []):
-        if not window.get("applied"):
-            continue
-        x = left + plot_w * window["start_s"] / span
-        w = max(2.0, plot_w * (window["end_s"] - window["start_s"]) / span)
-        parts.append(
-            f'<rect class="fault" x="{x:.1f}" y="{top}" width="{w:.1f}" height="{plot_h}" fill="#e15759" '
-            f'fill-opacity="0.25"><title>{_esc(window["fault"])} at {window["start_s"]:.2f}-{window["end_s"]:.2f} s'
-            "</title></rect>"
-        )
-    points = " ".join(
-        f"{left + plot_w * (i + 0.5) / len(acks):.1f},{top + plot_h - plot_h * a / peak:.1f}"
-        for i, a in enumerate(acks)
-    )
-    parts += [
-        f'<polyline points="{points}" fill="none" stroke="#4e79a7" stroke-width="1.5"/>',
-        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#333"/>',
-        f'<text x="{left - 3}" y="{top + 8}" font-size="9" text-anchor="end">{_fmt(peak / bucket)}</text>',
-        f'<text x="{left - 3}" y="{top + plot_h}" font-size="9" text-anchor="end">0</text>',
-        f'<text x="{left + plot_w}" y="{height - 8}" font-size="9" text-anchor="end">{span:.1f} s</text>',
-        f'<text x="{left}" y="{height - 8}" font-size="9">acks/s</text>',
-        "</svg>",
-    ]
-    return "\n".join(parts)
 
 
 def _html_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], table_id: str) -> str:
@@ -266,11 +237,12 @@ def _order(names: Sequence[str]) -> Callable[[str], int]:
     return lambda name: names.index(name) if name in names else len(names)
 
 
-def _html(config: CompareConfig, runs: Sequence[dict[str, Any]], summary: list[dict[str, Any]], elapsed: float) -> str:
+def _charts(config: CompareConfig, runs: Sequence[dict[str, Any]], summary: list[dict[str, Any]]) -> list[str]:
     ok = [r for r in summary if r["status"] == "ok"]
     systems = sorted({r["system"] for r in ok}, key=_order(SYSTEMS))
     faults = sorted({r["fault"] for r in ok}, key=_order(FAULTS))
     index = {(r["system"], r["fault"]): r for r in ok}
+    capacity = {r["system"]: r for r in _capacity(runs) if r["status"] == "ok"}
 
     def metric(name: str) -> Callable[[str, str], float | None]:
         return lambda s, f: index[(s, f)][name] if (s, f) in index else None
@@ -278,22 +250,44 @@ def _html(config: CompareConfig, runs: Sequence[dict[str, Any]], summary: list[d
     def anomaly(s: str, kind: str) -> float:
         return float(sum(r[kind] for r in ok if r["system"] == s))
 
-    speed = "median over schedules"
-    charts = [
-        bar_chart(f"Throughput per system (records/s, {speed})", systems, faults, metric("records_per_s"), "records/s",
-                  "throughput"),
-        bar_chart(f"Latency per system: p50 (ms, {speed})", systems, faults, metric("p50_ms"), "ms", "latency-p50"),
-        bar_chart(f"Latency per system: p99 (ms, {speed})", systems, faults, metric("p99_ms"), "ms", "latency-p99"),
-        bar_chart("Anomalies per system (records, summed over faults and schedules)", systems, ANOMALIES, anomaly,
-                  "records", "anomalies"),
+    median = "median over the schedules"
+    charts = []
+    sent_fast = f"records/s of one run of {config.capacity_records} records sent as fast as the system takes them"
+    if capacity:
+        charts.append(
+            bar_chart(
+                "Capacity per system", sorted(capacity, key=_order(SYSTEMS)), ["no fault, no rate limit"],
+                lambda s, _f: capacity[s]["records_per_s"], "records/s", "capacity",
+                subtitle=sent_fast,
+            )
+        )  # fmt: skip
+    offered = f"at the offered rate of {config.rate:,g} records/s" if config.rate else "without a rate limit"
+    charts += [
+        bar_chart(
+            "Throughput under each fault", systems, faults, metric("records_per_s"), "records/s", "throughput",
+            subtitle=f"acknowledged records/s {offered}, {median}",
+            reference=(config.rate, f"offered rate: {config.rate:,g} records/s") if config.rate else None,
+        ),
+        bar_chart("Latency p50", systems, faults, metric("p50_ms"), "ms", "latency-p50", log=True,
+                  subtitle=f"send to acknowledgement, {median}"),
+        bar_chart("Latency p99", systems, faults, metric("p99_ms"), "ms", "latency-p99", log=True,
+                  subtitle=f"send to acknowledgement, {median}"),
+        bar_chart("Anomalies per system", systems, ANOMALIES, anomaly, "records", "anomalies", log=True, counts=True,
+                  subtitle="records, summed over faults and schedules; 0 draws no bar"),
     ]  # fmt: skip
+    return charts
+
+
+def _html(config: CompareConfig, runs: Sequence[dict[str, Any]], summary: list[dict[str, Any]], elapsed: float) -> str:
+    charts = _charts(config, runs, summary)
+    fault_runs = _faults(runs)
     firsts: dict[tuple[str, str], dict[str, Any]] = {}
-    for run in runs:
+    for run in fault_runs:
         if run["status"] == "ok":
             firsts.setdefault((run["system"], run["fault"]), run)
     timelines = [timeline_chart(run, f"timeline-{i}") for i, run in enumerate(firsts.values())]
     examples = []
-    for run in runs:
+    for run in fault_runs:
         if run["status"] != "ok":
             continue
         for kind, ids in run["examples"].items():
@@ -308,7 +302,9 @@ def _html(config: CompareConfig, runs: Sequence[dict[str, Any]], summary: list[d
         if examples
         else "<p id='examples'>No anomaly in any run.</p>"
     )
-    run_table = _html_table(list(runs), RUN_COLUMNS, "runs") if len(runs) <= MAX_RUN_ROWS else ""
+    capacity = _capacity(runs)
+    capacity_html = _html_table(capacity, CAPACITY_COLUMNS, "capacity-table") if capacity else "<p>No capacity run.</p>"
+    run_table = _html_table(fault_runs, RUN_COLUMNS, "runs") if len(fault_runs) <= MAX_RUN_ROWS else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>idempotent compare report</title>
 <style>
@@ -316,23 +312,27 @@ body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; font-size: 12px; margin: 0.5em 0 1.5em; }}
 th, td {{ border: 1px solid #ccc; padding: 2px 6px; text-align: right; }}
 th {{ background: #f0f0f0; }} td:first-child, td:nth-child(2) {{ text-align: left; }}
+#seeds td:last-child {{ text-align: left; }}
 tr.ours td:first-child {{ font-weight: bold; }} tr.na td {{ color: #888; text-align: left; }}
 td.bad {{ background: #fbd5d5; }} tr.fail td {{ border-color: #e15759; }}
-svg {{ margin: 0.5em 1em 0.5em 0; font-family: sans-serif; }} .timelines {{ display: flex; flex-wrap: wrap; }}
+svg {{ margin: 0.5em 1em 0.5em 0; flex: none; }}
+.charts, .timelines {{ display: flex; flex-wrap: wrap; align-items: flex-start; }}
 </style></head><body>
 <h1>idempotent compare</h1>
-<p>{_esc(_describe(config, elapsed))} Ours in bold. <em>ambiguous</em> = possibly persisted: the producer
+<p>{_esc(_describe(config, runs, elapsed))} Ours in bold. <em>ambiguous</em> = possibly persisted: the producer
 could not tell whether the record was stored. <em>lost</em> = acknowledged but not stored.</p>
-<h2>Per system and fault</h2>
-{_html_table(summary, SUMMARY_COLUMNS, "summary")}
-<h2>Throughput and latency</h2>
-{charts[0]}
-{charts[1]}
-{charts[2]}
+<h2>Capacity, throughput and latency</h2>
+<div class="charts">{"".join(charts[:-1])}</div>
 <h2>Anomalies</h2>
-{charts[3]}
+{charts[-1]}
+<h3>Per system and fault, with the seeds of every anomaly</h3>
+{_html_table(summary, SEED_COLUMNS, "seeds")}
 <h3>Examples by record id</h3>
 {example_html}
+<h2>Per system and fault</h2>
+{_html_table(summary, SUMMARY_COLUMNS, "summary")}
+<h3>Capacity runs</h3>
+{capacity_html}
 <h2>Timelines (first schedule; fault windows shaded)</h2>
 <div class="timelines">{"".join(timelines)}</div>
 <h2>Every run</h2>
@@ -341,4 +341,4 @@ could not tell whether the record was stored. <em>lost</em> = acknowledged but n
 """
 
 
-__all__ = ["bar_chart", "markdown_table", "summarise", "timeline_chart", "write_report"]
+__all__ = ["markdown_table", "seeds_text", "summarise", "write_report"]

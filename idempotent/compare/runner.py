@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import pathlib
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,35 +29,15 @@ from typing import IO, Any
 import attrs
 
 from .check import Ledger, check
-from .schedule import FAULTS, FaultEvent, schedule
-from .systems import SYSTEMS, Environment, SystemRun, is_ours, unsupported
+from .config import CompareConfig, PlannedRun
+from .report import write_report
+from .results import Results
+from .schedule import FaultEvent, schedule
+from .systems import Environment, SystemRun, is_ours, unsupported
 
 READY_TIMEOUT = 120.0
 RUN_TIMEOUT = 600.0
 TIMELINE_BUCKETS = 60
-
-
-@attrs.frozen
-class CompareConfig:
-    """What ``idempotent compare`` was asked to run."""
-
-    systems: tuple[str, ...]
-    faults: tuple[str, ...]
-    records: int = 2000
-    rate: float = 0.0
-    schedules: int = 1
-    seed: int = 1
-    value_bytes: int = 100
-
-    def __attrs_post_init__(self) -> None:
-        for system in self.systems:
-            if system not in SYSTEMS:
-                raise ValueError(f"unknown system {system!r}; expected some of {', '.join(SYSTEMS)}")
-        for fault in self.faults:
-            if fault not in FAULTS:
-                raise ValueError(f"unknown fault {fault!r}; expected some of {', '.join(FAULTS)}")
-        if self.records < 10 or self.schedules < 1 or self.rate < 0:
-            raise ValueError("records must be at least 10, schedules at least 1, rate not negative")
 
 
 class _Producing:
@@ -146,8 +127,9 @@ class _Sink:
 
 
 class _Run:
-    def __init__(self, env: Environment, config: CompareConfig, system: str, fault: str, seed: int) -> None:
+    def __init__(self, env: Environment, config: CompareConfig, system: str, fault: str, seed: int, kind: str) -> None:
         self.config = config
+        self.kind = kind
         self.system = system
         self.fault = fault
         self.seed = seed
@@ -157,8 +139,11 @@ class _Run:
         self.windows: list[dict[str, Any]] = []
         self.pending = list(schedule(fault, seed, config.records))
         self._lock = threading.Lock()
+        self._processes_lock = threading.Lock()
+        self._processes: list[subprocess.Popen[bytes]] = []
+        self._closing = False
         self._t0 = time.monotonic()
-        self.sink = _Sink((env.workdir / f"{self.run_id}-producer.log").open("ab"))
+        self.sink = _Sink(env.log(self.run_id, "producer").open("ab"))
         self.producing: _Producing | None = None
         self.target: Any = None
 
@@ -176,7 +161,11 @@ class _Run:
             "readback": self.sys.worker_reads_back,
             "pauses": [event.at for event in self.pending],
         }
-        producing = _Producing(spec, self.ledger, self.sink)
+        with self._processes_lock:
+            if self._closing:
+                raise RuntimeError(f"{self.system}: the run is ending")
+            producing = _Producing(spec, self.ledger, self.sink)
+            self._processes.append(producing.process)
         if not producing.ready.wait(READY_TIMEOUT):
             producing.kill9()
             raise RuntimeError(f"{self.system}: producer not ready within {READY_TIMEOUT:.0f} s")
@@ -268,9 +257,9 @@ class _Run:
             )
 
     def execute(self) -> dict[str, Any]:
-        self.target = self.sys.open()
         faults = threading.Thread(target=self._faults, name="compare-faults", daemon=True)
         try:
+            self.target = self.sys.open()
             self._t0 = time.monotonic()
             self.producing = self._spawn(0)
             self._t0 = self.producing.started_at
@@ -290,6 +279,12 @@ class _Run:
             produce_seconds = (done_at - self._t0) if done_at is not None else self.now()
             faults.join(RUN_TIMEOUT)
         finally:
+            with self._processes_lock:  # interrupted: no producing process may outlive the run
+                self._closing = True
+                for process in self._processes:
+                    if process.poll() is None:
+                        process.kill()
+                        process.wait()
             self.sys.close()
             self.sink.stderr.close()
         stored = self.sink.stored if self.sys.worker_reads_back else self.sys.read_back()
@@ -311,12 +306,12 @@ class _Run:
         timeline = [0] * TIMELINE_BUCKETS
         for at, _ in acks:
             timeline[min(TIMELINE_BUCKETS - 1, int(at / bucket))] += 1
-        result: dict[str, Any] = {"system": self.system, "fault": self.fault, "seed": self.seed, "status": "ok"}
+        result = _head(self.kind, self.system, self.fault, self.seed, "ok")
         result.update(attrs.asdict(verdict))
         result.update(
             {
-                "ours": is_ours(self.system),
                 "records": self.config.records,
+                "rate": self.config.rate,
                 "records_per_s": round(verdict.acknowledged / last_ack, 1) if last_ack > 0 else 0.0,
                 "p50_ms": _quantile(latencies, 0.5),
                 "p99_ms": _quantile(latencies, 0.99),
@@ -338,21 +333,113 @@ def _quantile(sorted_values: list[float], q: float) -> float | None:
     return round(sorted_values[index] * 1000, 3)
 
 
-def not_applicable(system: str, fault: str, seed: int, reason: str) -> dict[str, Any]:
+def _head(kind: str, system: str, fault: str, seed: int, status: str) -> dict[str, Any]:
+    return {"kind": kind, "system": system, "fault": fault, "seed": seed, "status": status, "ours": is_ours(system)}
+
+
+def not_applicable(system: str, fault: str, seed: int, reason: str, kind: str = "fault") -> dict[str, Any]:
     """The report entry of a (system, fault) pair that cannot happen."""
-    return {"system": system, "fault": fault, "seed": seed, "status": "n/a", "ours": is_ours(system), "notes": [reason]}
+    return {**_head(kind, system, fault, seed, "n/a"), "notes": [reason]}
 
 
-def run_one(env: Environment, config: CompareConfig, system: str, fault: str, seed: int) -> dict[str, Any]:
+def error_entry(system: str, fault: str, seed: int, exc: BaseException, kind: str = "fault") -> dict[str, Any]:
+    """The report entry of a run that could not be carried out (retried when resumed)."""
+    notes = [f"{type(exc).__name__}: {exc}", *getattr(exc, "__notes__", ())]
+    return {**_head(kind, system, fault, seed, "error"), "notes": notes}
+
+
+def _logs_note(paths: list[pathlib.Path]) -> str:
+    return "logs: " + ", ".join(str(path) for path in paths) if paths else "no logs"
+
+
+def run_one(
+    env: Environment, config: CompareConfig, system: str, fault: str, seed: int, kind: str = "fault"
+) -> dict[str, Any]:
     """Run one (system, fault, seed) and return its report entry.
+
+    ``kind="capacity"`` runs ``config.capacity_records`` records without a rate limit
+    (``fault`` should then be ``none``). The run's files are removed afterwards; its logs
+    are kept (see :meth:`Environment.discard`) when it failed or has notes, and a note (or
+    the exception's note) says where.
 
     Raises:
         RuntimeError: a broker, broker server or producing process did not start.
     """
+    started = time.monotonic()
     reason = unsupported(system, fault)
     if reason is not None:
-        return not_applicable(system, fault, seed, reason)
-    return _Run(env, config, system, fault, seed).execute()
+        return not_applicable(system, fault, seed, reason, kind)
+    if kind == "capacity":
+        config = attrs.evolve(config, records=config.capacity_records, rate=0.0)
+    run = _Run(env, config, system, fault, seed, kind)
+    try:
+        result = run.execute()
+    except (RuntimeError, OSError, TimeoutError) as exc:
+        exc.add_note(_logs_note(env.discard(run.run_id, keep_logs=True)))
+        raise
+    except BaseException:  # interrupted: the next invocation carries the run out again
+        env.discard(run.run_id, keep_logs=False)
+        raise
+    kept = env.discard(run.run_id, keep_logs=bool(result["notes"]))
+    if kept:
+        result["notes"].append(_logs_note(kept))
+    result["wall_s"] = round(time.monotonic() - started, 2)
+    return result
+
+
+#: Seconds between two rewrites of the report while a comparison runs (and once at the end).
+REPORT_EVERY = 30.0
+#: In ``out`` while a comparison runs: where its private brokers and scratch files are, so
+#: the next comparison there can stop and remove them if this one was killed (kill -9).
+SCRATCH_MARKER = ".compare-scratch"
+
+
+class _Clock:
+    """Progress: runs done out of the plan, and the time left, estimated from the wall time
+    of the runs of the same (kind, system, fault) so far (in this invocation or earlier)."""
+
+    def __init__(self, plan: list[PlannedRun], done: list[dict[str, Any]]) -> None:
+        self.plan = plan
+        self.started = time.monotonic()
+        self.finished = {(e["kind"], e["system"], e["fault"], e["seed"]) for e in done if e["status"] != "error"}
+        self._walls: dict[tuple[str, str, str], list[float]] = {}
+        for entry in done:
+            self._took(entry)
+
+    def _took(self, entry: dict[str, Any]) -> None:
+        if entry.get("wall_s") is not None:
+            self._walls.setdefault((entry["kind"], entry["system"], entry["fault"]), []).append(entry["wall_s"])
+
+    def add(self, entry: dict[str, Any]) -> None:
+        self.finished.add((entry["kind"], entry["system"], entry["fault"], entry["seed"]))
+        self._took(entry)
+
+    def left(self) -> float | None:
+        """Estimated seconds for the runs not finished yet (None before any run took time)."""
+        every = [wall for walls in self._walls.values() for wall in walls]
+        if not every:
+            return None
+        overall = sum(every) / len(every)
+        total = 0.0
+        for run in self.plan:
+            if run.key in self.finished or unsupported(run.system, run.fault) is not None:
+                continue
+            walls = self._walls.get((run.kind, run.system, run.fault))
+            total += sum(walls) / len(walls) if walls else overall
+        return total
+
+    def line(self) -> str:
+        done = sum(1 for run in self.plan if run.key in self.finished)
+        left = self.left()
+        eta = "" if left is None else f", about {_duration(left)} left"
+        return f"[{done}/{len(self.plan)}] {_duration(time.monotonic() - self.started)} elapsed{eta}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{max(0, int(seconds))}s"
+    minutes = int(seconds / 60 + 0.5)
+    return f"{minutes}m" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def run_compare(
@@ -360,47 +447,71 @@ def run_compare(
     out: pathlib.Path,
     progress: Callable[[str], None] | None = None,
     env: Environment | None = None,
+    resume: bool = False,
 ) -> list[dict[str, Any]]:
-    """Run every (system, fault, schedule) of ``config``; write the report into ``out``.
+    """Carry out every run of ``config.plan()``; write the results file and the report into ``out``.
 
-    The report (``report.json``, ``report.md``, ``report.html``) is rewritten after every
-    run, so a long comparison can be watched. A run that cannot start is reported with
-    status ``error`` and the comparison goes on. ``env`` reuses private brokers (tests);
-    otherwise they are started under ``out`` and stopped at the end.
+    Every finished run is appended to ``out/runs.jsonl`` at once (:class:`~.results.Results`);
+    with ``resume`` the runs that file already holds are not carried out again, so an
+    interrupted comparison continues where it stopped. The report (``report.json``,
+    ``report.md``, ``report.html``) is rewritten every :data:`REPORT_EVERY` s and at the end,
+    also when interrupted. A run that cannot start is reported with status ``error`` (and
+    carried out again on resume) and the comparison goes on. ``env`` reuses private brokers
+    (tests); otherwise they are started in a scratch directory outside ``out``, stopped at
+    the end and removed with it (also by the next comparison in ``out`` when this one is
+    killed: see :data:`SCRATCH_MARKER`). Logs of failed runs are kept in ``out/logs/``.
 
     Returns:
-        The runs' report entries.
-    """
-    from .report import write_report
+        The report entries of the plan's runs (capacity runs included), in plan order.
 
+    Raises:
+        ValueError: another comparison is writing into ``out``; or ``resume`` and the
+            results file was made with other records, rate, value size or capacity records.
+        KeyboardInterrupt: interrupted; the finished runs are in the results file and report.
+    """
+    say = progress or (lambda _line: None)
     out.mkdir(parents=True, exist_ok=True)
-    own_env = env is None
-    if env is None:
-        env = Environment(pathlib.Path(tempfile.mkdtemp(prefix="compare-", dir=out)))
-    runs: list[dict[str, Any]] = []
-    started = time.monotonic()
+    results = Results(out, config, resume)
+    plan = config.plan()
+    earlier = results.entries(plan)
+    todo = [run for run in plan if results.done(run) is None]
+    say(f"{len(plan)} runs planned, {len(plan) - len(todo)} already in {results.path}; {len(todo)} to go")
+    clock = _Clock(plan, earlier)
+    marker = out / SCRATCH_MARKER
+    scratch: pathlib.Path | None = None
+    last_report = time.monotonic()
     try:
-        for index in range(config.schedules):
-            seed = config.seed + index
-            for fault in config.faults:
-                for system in config.systems:
-                    try:
-                        result = run_one(env, config, system, fault, seed)
-                    except (RuntimeError, OSError, TimeoutError) as exc:
-                        result = {"system": system, "fault": fault, "seed": seed, "status": "error",
-                                  "ours": is_ours(system), "notes": [f"{type(exc).__name__}: {exc}"]}  # fmt: skip
-                    runs.append(result)
-                    if progress is not None:
-                        progress(_line(result))
-                    write_report(out, config, runs, env.timings, time.monotonic() - started)
+        if env is None:
+            if marker.exists():  # an earlier comparison here was killed before it could clean up
+                Environment.reap(pathlib.Path(marker.read_text().strip()))
+            scratch = pathlib.Path(tempfile.mkdtemp(prefix="idempotent-compare-"))
+            marker.write_text(f"{scratch}\n")
+            env = Environment(scratch, kept_logs=out / "logs")
+        for run in todo:
+            try:
+                result = run_one(env, config, run.system, run.fault, run.seed, run.kind)
+            except (RuntimeError, OSError, TimeoutError) as exc:
+                result = error_entry(run.system, run.fault, run.seed, exc, run.kind)
+            results.add(result)
+            clock.add(result)
+            say(f"{_line(result)}  {clock.line()}")
+            if time.monotonic() - last_report > REPORT_EVERY:
+                write_report(out, config, results.entries(plan), env.timings)
+                last_report = time.monotonic()
     finally:
-        if own_env:
+        if scratch is not None and env is not None:
             env.close()
-    return runs
+            shutil.rmtree(scratch, ignore_errors=True)
+            marker.unlink(missing_ok=True)
+        entries = results.entries(plan)
+        results.close()
+        write_report(out, config, entries, env.timings if env is not None else ())
+    return entries
 
 
 def _line(result: dict[str, Any]) -> str:
-    head = f"{result['system']:27} {result['fault']:18} seed {result['seed']:<4}"
+    kind = " capacity" if result["kind"] == "capacity" else ""
+    head = f"{result['system']:27} {result['fault']:18} seed {result['seed']:<4}{kind}"
     if result["status"] != "ok":
         return f"{head} {result['status']}: {'; '.join(result.get('notes', []))}"
     return (
@@ -410,4 +521,4 @@ def _line(result: dict[str, Any]) -> str:
     )
 
 
-__all__ = ["CompareConfig", "not_applicable", "run_compare", "run_one"]
+__all__ = ["REPORT_EVERY", "CompareConfig", "error_entry", "not_applicable", "run_compare", "run_one"]

@@ -20,6 +20,7 @@ and :class:`SystemRun` (the mechanism); see docs/comparison.md for the table.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import pathlib
 import shutil
@@ -98,12 +99,16 @@ def _free_port(digits: int | None = None) -> int:
 class Environment:
     """Private Kafka and Pulsar brokers for one comparison, started on first use.
 
-    ``workdir`` holds the private cache (links to the jars of the normal cache), the run
-    files and the logs. :meth:`close` stops the brokers it started.
+    ``workdir`` holds the private cache (links to the jars of the normal cache) and each
+    run's files: its SQLite databases and the logs of its producing processes and broker
+    server. :meth:`discard` removes a finished run's files, moving the logs of a run that
+    failed to ``kept_logs`` (default: they stay in ``workdir``); :meth:`close` stops the
+    brokers it started and removes their data.
     """
 
-    def __init__(self, workdir: pathlib.Path) -> None:
+    def __init__(self, workdir: pathlib.Path, kept_logs: pathlib.Path | None = None) -> None:
         self.workdir = workdir
+        self.kept_logs = kept_logs
         self.cache = workdir / "cache"
         self._started: dict[str, services.ServiceInfo] = {}
         #: seconds each broker took to start, restart or recover, by action
@@ -160,6 +165,41 @@ class Environment:
             self._started[name] = services.restart(name)
         self._timed(name, "restart", started)
 
+    def log(self, run_id: str, what: str) -> pathlib.Path:
+        """Where the run's ``what`` (``producer``, ``server``) writes its log."""
+        return self.workdir / f"{run_id}-{what}.log"
+
+    def discard(self, run_id: str, keep_logs: bool) -> list[pathlib.Path]:
+        """Remove the files of a finished run: its databases, and its logs unless
+        ``keep_logs``; return where the kept logs are."""
+        kept: list[pathlib.Path] = []
+        for name in (f"{glob.escape(run_id)}.*", f"{glob.escape(run_id)}-*"):
+            for path in sorted(self.workdir.glob(name)):
+                if not path.is_file():
+                    continue
+                if not (keep_logs and path.name.endswith(".log")):
+                    path.unlink(missing_ok=True)
+                elif self.kept_logs is None:
+                    kept.append(path)
+                else:
+                    self.kept_logs.mkdir(parents=True, exist_ok=True)
+                    kept.append(pathlib.Path(shutil.move(path, self.kept_logs / path.name)))
+        return kept
+
+    @classmethod
+    def reap(cls, workdir: pathlib.Path) -> None:
+        """Stop the brokers of an earlier comparison that was killed before it could (its
+        ``workdir``), and remove their data and ``workdir``."""
+        env = cls(workdir)
+        if workdir.is_dir():
+            with env._private():
+                for name in services.SERVICES:
+                    info = services.status(name)
+                    services.down(name)
+                    if info is not None:
+                        shutil.rmtree(pathlib.Path(info.workdir).parent, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+
     def close(self) -> None:
         """Stop the private brokers and remove their data."""
         with self._private():
@@ -195,7 +235,7 @@ class BrokerServer:
         while not _port_open(self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop(kill=True)
-                raise RuntimeError(f"broker server did not start; see {self.log}")
+                raise RuntimeError(f"broker server did not start; see its log {self.log.name}")
             time.sleep(0.05)
 
     def stop(self, kill: bool = False, timeout: float = 30.0) -> None:
@@ -276,7 +316,7 @@ class SystemRun:
             self._read_url = self._backend_url()
             if backend in ("kafka", "pulsar"):
                 self._read_options = {"read_only": True}
-            self.server = BrokerServer(self._read_url, self.env.workdir / f"{self.run_id}-server.log")
+            self.server = BrokerServer(self._read_url, self.env.log(self.run_id, "server"))
             self.server.start()
             self.proxy = FaultyProxy(f"127.0.0.1:{self.server.port}").start()
             return Target(system, self.topic, f"idem://{self.proxy.address}", name, {"timeout": 2.0})

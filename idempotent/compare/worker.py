@@ -19,7 +19,8 @@ scheduled there); and for faults that happen inside this process:
 ``lost-ack`` and ``duplicate-request`` (between our producer and an in-process broker),
 ``restart-producer`` and ``crash-broker`` (in process, for ``memory``, whose store dies with
 the process), and ``zombie`` (a second instance starts from the first unacknowledged record
-while the first one keeps sending).
+while the first one keeps sending). When stdin ends, the comparison that started the process
+has died (kill -9): it exits at once instead of sending on for nobody.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from .workload import Workload
 
 FLUSH_TIMEOUT = 180.0
 PAUSE_TIMEOUT = 300.0
+#: Exit code when stdin ends before the run does: the comparison that started it is gone.
+PARENT_GONE = 3
 
 
 @attrs.define(eq=False)
@@ -232,6 +235,7 @@ class Worker:
             elif command == "zombie" and self._zombie is None:
                 self._zombie = threading.Thread(target=self._start_zombie, name="zombie", daemon=True)
                 self._zombie.start()
+        os._exit(PARENT_GONE)  # stdin ended: the comparison died (kill -9); nobody reads this run
 
     def run(self) -> None:
         threading.Thread(target=self._flusher, name="emit", daemon=True).start()
