@@ -23,6 +23,7 @@ from .aio import AsyncProducer
 from .api import BrokerAPI
 from .broker import Broker, BrokerConfig, PartitionStats, ProducerSession
 from .dedup import DuplicateFilter, DuplicateVerdict
+from .delivery import DeliveryFuture
 from .errors import (
     BackendUnavailableError,
     BrokerError,
@@ -95,6 +96,7 @@ __all__ = [
     "ConfigError",
     "Deliveries",
     "DeliveryFailed",
+    "DeliveryFuture",
     "DeliveryStatus",
     "DeliveryTimeoutError",
     "DuplicateFilter",
