@@ -68,24 +68,23 @@ def failed(error: ProducerError, status: DeliveryStatus, topic: str, partition: 
 class RecordBuffer:
     """The records a producer was given for one partition between two takes of its sender.
 
-    Columns (one entry per record, in the order given): ``values``, ``keys``; ``headers``,
+    Columns (one entry per record, in the order given): ``values``; ``keys``, ``headers``,
     ``sequences`` and ``callbacks`` are None until a record has one (then the earlier records'
-    entries are None). ``size`` is the records' total :attr:`Record.size`, ``first_at`` the
-    producer's clock when the first record arrived. Outcomes are recorded per span by
-    :meth:`ended`.
+    entries are None). ``first_at`` is the producer's clock when the first record arrived.
+    Outcomes are recorded per span by :meth:`ended`.
     """
 
     __slots__ = (
         "_cond",
         "_waiting",
         "callbacks",
+        "extra",
         "first_at",
         "headers",
         "keys",
         "partition",
         "segments",
         "sequences",
-        "size",
         "topic",
         "values",
     )
@@ -94,11 +93,12 @@ class RecordBuffer:
         self.topic = topic
         self.partition = partition
         self.values: list[bytes | None] = []
-        self.keys: list[bytes | None] = []
+        self.keys: list[bytes | None] | None = None
         self.headers: list[Headers | None] | None = None
         self.sequences: list[int | None] | None = None
         self.callbacks: list[DeliveryCallback | None] | None = None
-        self.size = 0
+        #: whether headers or sequences are kept
+        self.extra = False
         self.first_at = 0.0
         self.segments: list[Segment] = []
         self._cond: threading.Condition | None = None
@@ -107,6 +107,19 @@ class RecordBuffer:
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def add_extras(self, index: int, headers: Headers | None, sequence: int | None) -> None:
+        """Record the record at ``index``'s headers and sequence (None: none), starting each
+        column when a record first has one (the producer's lock held)."""
+        self.extra = True
+        if headers is not None or self.headers is not None:
+            if self.headers is None:
+                self.headers = [None] * index
+            self.headers.append(headers)
+        if sequence is not None or self.sequences is not None:
+            if self.sequences is None:
+                self.sequences = [None] * index
+            self.sequences.append(sequence)
 
     # -- outcomes ----------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import sys
 import threading
 import time
 import zlib
@@ -34,8 +35,8 @@ from ._sequence import sequence_at
 from ._sequencer import BatchDelivered, BatchFailed, Event, OutgoingBatch, ProducerSequencer, sequences_for
 from ._topics import canonical_topic
 from ._types import DEFAULT_MAX_IN_FLIGHT
+from ._values import ProducerSession
 from .api import BrokerAPI
-from .broker import ProducerSession
 from .delivery import (
     Deliveries,
     DeliveryCallback,
@@ -83,13 +84,17 @@ def _payload(what: str, value: object) -> bytes | None:
 
 
 class _Route:
-    """A topic as callers spell it: its stored name and the current buffer of each partition."""
+    """A topic as callers spell it: its stored name, the current buffer of each partition,
+    and the partition that records without a key and without a partition go to (``sticky``:
+    moved on to the next partition each time the sender takes its buffer, as Kafka's sticky
+    partitioner moves on with each batch)."""
 
-    __slots__ = ("buffers", "topic")
+    __slots__ = ("buffers", "sticky", "topic")
 
     def __init__(self, topic: str, partitions: int) -> None:
         self.topic = topic
         self.buffers = [RecordBuffer(topic, p) for p in range(partitions)]
+        self.sticky = random.randrange(partitions)
 
 
 #: Called by the sender for every span of a buffer that ended (the drop-ins serve delivery
@@ -135,12 +140,14 @@ class Producer:
         init_timeout_ms: float = 30_000,
         **connect_options: Any,
     ) -> None:
-        from . import connect
+        from ._connect import open_for_producer
 
         if max_buffered_records < 1:
             raise ConfigError("max_buffered_records must be positive")
         self._owns_broker = isinstance(url_or_broker, str)
-        self._broker = connect(url_or_broker, **connect_options) if isinstance(url_or_broker, str) else url_or_broker
+        self._broker = (
+            open_for_producer(url_or_broker, **connect_options) if isinstance(url_or_broker, str) else url_or_broker
+        )
         if not isinstance(self._broker, BrokerAPI):
             raise ConfigError(f"expected a URL or a broker, got {type(url_or_broker).__name__}")
         try:
@@ -149,6 +156,10 @@ class Producer:
             self._max_record_bytes = self._session.max_record_bytes
             if self._session.max_batch_bytes is not None:
                 batch_size = min(batch_size, self._session.max_batch_bytes)
+            if self._session.max_batch_records is not None:
+                max_batch_records = min(max_batch_records, self._session.max_batch_records)
+            if self._session.max_in_flight is not None:
+                max_in_flight = min(max_in_flight, self._session.max_in_flight)
             self._seq = ProducerSequencer(
                 self._session.producer_id,
                 self._session.producer_epoch,
@@ -168,6 +179,8 @@ class Producer:
         self._max_batch_records = max_batch_records
         self._linger = linger_ms / 1000
         self._max_buffered = max_buffered_records
+        #: the largest key + value + headers a record may have (Record.size counts 16 more)
+        self._max_payload = sys.maxsize if self._max_record_bytes is None else self._max_record_bytes - 16
         #: guards the buffers, the routes and the sequencer; the sender waits on ``_cond``
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -175,10 +188,10 @@ class Producer:
         #: (route, partition) of the buffers that got their first record since the sender
         #: last took them
         self._filled: list[tuple[_Route, int]] = []
-        #: records in buffers, not yet handed to the sequencer
-        self._buffered = 0
-        #: records whose batch ended but whose outcomes the sender has not recorded yet
-        self._completing = 0
+        #: records accepted by send and send_many whose outcome is not recorded yet
+        self._outstanding = 0
+        #: why send refuses records (closed, or the error that failed the producer), or None
+        self._halted: ProducerError | None = None
         #: when the sender wakes up next (it is woken earlier only when that is too late)
         self._wake_at = 0.0
         self._flushing = 0
@@ -346,22 +359,24 @@ class Producer:
             ProducerClosedError: the producer is closed.
             ProducerError: the producer failed earlier (fenced, unknown producer, ...).
         """
-        route = self._routes.get(topic) if type(topic) is str else None
+        route = self._routes.get(topic)
         if route is None:
             route = self._route(topic)
         if type(value) is not bytes:
             value = _payload("value", value)
-        if key is not None and type(key) is not bytes:
-            key = _payload("key", key)
         buffers = route.buffers
-        count = len(buffers)
-        if partition is None:
-            partition = next(self._counter) % count if key is None else zlib.crc32(key) % count
-        elif type(partition) is not int or not 0 <= partition < count:
-            raise UsageError(f"topic {route.topic!r} has partitions 0..{count - 1}, not {partition!r}")
-        size = 16 if value is None else 16 + len(value)
-        if key is not None:
-            size += len(key)
+        if partition is not None and (type(partition) is not int or not 0 <= partition < len(buffers)):
+            raise UsageError(f"topic {route.topic!r} has partitions 0..{len(buffers) - 1}, not {partition!r}")
+        if key is None:
+            if partition is None:
+                partition = route.sticky
+            length = 0 if value is None else len(value)
+        else:
+            if type(key) is not bytes:
+                key = cast(bytes, _payload("key", key))
+            if partition is None:
+                partition = zlib.crc32(key) % len(buffers)
+            length = len(key) if value is None else len(key) + len(value)
         header_tuple: Headers | None = None
         if headers is not None:
             try:
@@ -369,47 +384,40 @@ class Producer:
             except (InvalidRecordError, TypeError, ValueError) as exc:
                 raise UsageError(str(exc)) from None
             for name, data in header_tuple:
-                size += len(name) + len(data) + 4
-        if self._max_record_bytes is not None and size > self._max_record_bytes:
-            raise self._too_large(size)
+                length += len(name) + len(data) + 4
+        if length > self._max_payload:
+            raise self._too_large(length + 16)
         if sequence is not None:
             sequences_for(1, sequence)  # validates: UsageError
         with self._lock:
-            failure = self._seq.failure
-            if self._closing or failure is not None:
-                raise failure if failure is not None else ProducerClosedError("producer is closed")
-            if self._buffered + self._seq.unfinished >= self._max_buffered:
-                raise QueueFullError(
-                    f"{self._buffered + self._seq.unfinished} records are waiting; flush() or slow down"
-                )
+            if self._halted is not None:
+                raise self._halted
+            self._outstanding += 1
+            if self._outstanding > self._max_buffered:
+                self._outstanding -= 1
+                raise QueueFullError(f"{self._outstanding} records are waiting; flush() or slow down")
             buffer = buffers[partition]
             values = buffer.values
             index = len(values)
             values.append(value)
-            buffer.keys.append(key)
-            if header_tuple is not None or buffer.headers is not None:
-                if buffer.headers is None:
-                    buffer.headers = [None] * index
-                buffer.headers.append(header_tuple)
-            if sequence is not None or buffer.sequences is not None:
-                if buffer.sequences is None:
-                    buffer.sequences = [None] * index
-                buffer.sequences.append(sequence)
+            if key is not None or buffer.keys is not None:
+                keys = buffer.keys
+                if keys is None:
+                    keys = buffer.keys = [None] * index
+                keys.append(key)
             if on_delivery is not None or buffer.callbacks is not None:
-                if buffer.callbacks is None:
-                    buffer.callbacks = [None] * index
-                buffer.callbacks.append(on_delivery)
-            buffer.size += size
-            self._buffered += 1
+                callbacks = buffer.callbacks
+                if callbacks is None:
+                    callbacks = buffer.callbacks = [None] * index
+                callbacks.append(on_delivery)
+            if header_tuple is not None or sequence is not None or buffer.extra:
+                buffer.add_extras(index, header_tuple, sequence)
             if index == 0:
                 now = buffer.first_at = time.monotonic()
                 self._filled.append((route, partition))
                 if self._wake_at > now + self._linger:
                     self._wake_at = now + self._linger
                     self._cond.notify()
-            elif (buffer.size >= self._batch_size or index + 1 >= self._max_batch_records) and self._wake_at > 0:
-                self._wake_at = 0.0  # a full batch does not wait for linger
-                self._cond.notify()
         return None if on_delivery is not None else DeliveryFuture(buffer, index)
 
     def send_many(
@@ -498,19 +506,17 @@ class Producer:
                     for p, indices in by_partition.items()
                 ]
         with self._lock:
-            failure = self._seq.failure
-            if self._closing or failure is not None:
-                raise failure if failure is not None else ProducerClosedError("producer is closed")
-            if self._buffered + self._seq.unfinished >= self._max_buffered:
-                raise QueueFullError(
-                    f"{self._buffered + self._seq.unfinished} records are waiting; flush() or slow down"
-                )
+            if self._halted is not None:
+                raise self._halted
+            if self._outstanding >= self._max_buffered:
+                raise QueueFullError(f"{self._outstanding} records are waiting; flush() or slow down")
             now = time.monotonic()
             for share_partition, share, share_sequence, part, share_sizes in shares:
                 # the records sent before this call go first: hand them over ahead of it
                 if route.buffers[share_partition].values:
                     self._hand_over(route, share_partition)
                 self._seq.add_many(topic, share_partition, share, now, share_sequence, part, share_sizes)
+                self._outstanding += len(share)
             if self._seq.wakeup:
                 self._seq.wakeup = False
                 self._wake_at = 0.0
@@ -530,7 +536,7 @@ class Producer:
             self._wake_at = 0.0
             self._cond.notify_all()
             try:
-                while self._buffered or self._seq.unfinished or self._completing:
+                while self._outstanding:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         break
@@ -539,7 +545,7 @@ class Producer:
                 self._flushing -= 1
                 if not self._flushing:
                     self._seq.end_flush()
-            return self._buffered + self._seq.unfinished
+            return self._outstanding
 
     def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout``), fail whatever is left as closed, stop, and close the
@@ -551,6 +557,8 @@ class Producer:
         finally:
             with self._cond:
                 self._closing = True
+                if self._halted is None:
+                    self._halted = ProducerClosedError("producer is closed")
                 for route, partition in self._filled:  # what is still buffered fails with the rest
                     if route.buffers[partition].values:
                         self._hand_over(route, partition)
@@ -578,18 +586,18 @@ class Producer:
         the batches report their records as spans of the buffer."""
         buffer = route.buffers[partition]
         route.buffers[partition] = RecordBuffer(route.topic, partition)
-        count = len(buffer.values)
-        self._buffered -= count
+        if route.sticky == partition:
+            route.sticky = (partition + 1) % len(route.buffers)
         records: SequenceOf[Record]
+        keys = buffer.keys
         if buffer.headers is None:
-            keys = buffer.keys if buffer.keys.count(None) != count else None
             records = RecordColumns(buffer.values, keys)
         else:
             records = list(
                 map(
                     trusted_record,
                     buffer.values,
-                    buffer.keys,
+                    keys if keys is not None else itertools.repeat(None),
                     [() if h is None else h for h in buffer.headers],
                 )
             )
@@ -618,13 +626,7 @@ class Producer:
             if not buffer.values:
                 continue  # taken by send_many or close
             ready = buffer.first_at + self._linger
-            due = (
-                self._flushing
-                or self._closing
-                or now >= ready
-                or buffer.size >= self._batch_size
-                or len(buffer.values) >= self._max_batch_records
-            )
+            due = self._flushing or self._closing or now >= ready or len(buffer.values) >= self._max_batch_records
             if due and self._seq.has_room(route.topic, partition):
                 self._hand_over(route, partition)
                 continue
@@ -640,10 +642,11 @@ class Producer:
                 now = time.monotonic()
                 due_at = self._take(now)
                 self._seq.handle_timeout(now)
+                self._note_failure()
                 batches = self._seq.batches_to_send(now)
                 events = self._drain_events()
                 if not batches and not events:
-                    if self._closing and not self._completing and not self._seq.unfinished and not self._buffered:
+                    if self._closing and not self._outstanding:
                         return
                     deadline = self._seq.next_deadline()
                     if due_at is not None and (deadline is None or due_at < deadline):
@@ -658,17 +661,21 @@ class Producer:
             if events:
                 self._complete(events)
                 with self._cond:
-                    self._completing -= sum(len(event.batch.records) for event in events)
+                    self._outstanding -= sum(len(event.batch.records) for event in events)
                     self._cond.notify_all()
-            for batch in batches:
-                self._submit(batch)
+            if batches:
+                self._submit(batches)
 
     def _drain_events(self) -> list[Event]:
         out = []
         while (event := self._seq.next_event()) is not None:
             out.append(event)
-            self._completing += len(event.batch.records)
         return out
+
+    def _note_failure(self) -> None:
+        """Refuse new records once the sequencer has failed (lock held)."""
+        if self._halted is None and self._seq.failure is not None:
+            self._halted = self._seq.failure
 
     def _too_large(self, size: int) -> InvalidBatchError:
         return InvalidBatchError(
@@ -710,27 +717,50 @@ class Producer:
                         owner.future.ended((owner, start, count, topic, partition, None, sequence, False, failure))
                     position += count
 
-    def _submit(self, batch: OutgoingBatch) -> None:
-        batch_id, attempt = batch.batch_id, batch.attempt
+    def _submit(self, batches: list[OutgoingBatch]) -> None:
+        """Hand one round's batches to the broker at once (``submit_requests``); their answers
+        come back through :meth:`_answered`, at once or later."""
+        session = self._session
+        requests: list[ProduceRequest] = []
+        sent: list[OutgoingBatch] = []
+        for batch in batches:
+            try:
+                requests.append(
+                    ProduceRequest.build(
+                        batch.topic,
+                        batch.partition,
+                        session.producer_id,
+                        session.producer_epoch,
+                        batch.base_sequence,
+                        batch.records,
+                        batch.previous_sequence,
+                        measured=(batch.size, batch.largest),
+                    )
+                )
+                sent.append(batch)
+            except ProducerError as exc:
+                self._answered(batch.batch_id, batch.attempt, None, exc)
+            except Exception as exc:  # a bug: logged, FATAL (never retried); the sender thread lives on
+                self._answered(batch.batch_id, batch.attempt, None, internal_error("building a request", exc, _LOG))
+        if not requests:
+            return
         try:
-            request = ProduceRequest.build(
-                batch.topic,
-                batch.partition,
-                self._session.producer_id,
-                self._session.producer_epoch,
-                batch.base_sequence,
-                batch.records,
-                batch.previous_sequence,
-                measured=(batch.size, batch.largest),
-            )
-            answer = self._broker.submit_request(request)
+            answers = self._broker.submit_requests(requests)
         except ProducerError as exc:
-            self._answered(batch_id, attempt, None, exc)
+            for batch in sent:
+                self._answered(batch.batch_id, batch.attempt, None, exc)
             return
         except Exception as exc:  # a bug: logged, FATAL (never retried); the sender thread lives on
-            self._answered(batch_id, attempt, None, internal_error("submitting a batch", exc, _LOG))
+            error = internal_error("submitting a batch", exc, _LOG)
+            for batch in sent:
+                self._answered(batch.batch_id, batch.attempt, None, error)
             return
-        answer.add_done_callback(lambda f: self._answered(batch_id, attempt, f, None))
+        for batch, answer in zip(sent, answers, strict=True):
+            answer.add_done_callback(self._answer_of(batch.batch_id, batch.attempt))
+
+    def _answer_of(self, batch_id: int, attempt: int) -> Callable[[Future[ProduceResult]], None]:
+        """The done-callback that feeds one transmission's answer back."""
+        return lambda answer: self._answered(batch_id, attempt, answer, None)
 
     @staticmethod
     def _backoff(attempt: int) -> float:
@@ -760,6 +790,7 @@ class Producer:
             else:
                 assert result is not None
                 self._seq.handle_result(batch_id, attempt, result, now, retry_at)
+            self._note_failure()
             self._wake_at = 0.0
             self._cond.notify_all()
 
