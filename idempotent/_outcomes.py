@@ -7,6 +7,7 @@ link, and the client-side sequencer reacts to each one (see ``docs/semantics.md`
 from __future__ import annotations
 
 import enum
+from typing import NamedTuple
 
 import attrs
 
@@ -64,9 +65,8 @@ class ProduceResult:
     producer_epoch: int | None = None
 
 
-@attrs.frozen
-class RecordMetadata:
-    """Where a sent record landed.
+class RecordMetadata(NamedTuple):
+    """Where a sent record landed (an immutable value; built per record only when asked).
 
     ``duplicate`` is True when the broker recognised the record as already stored; then
     ``offset`` is the original offset, or None when it fell out of the checker's window.

@@ -32,7 +32,7 @@ import msgpack
 from ._outcomes import Outcome, ProduceResult
 from ._records import _ONLY_BYTES, Record, RecordColumns, StoredRecord, trusted_record, value_record
 from ._types import MAX_APPLICATION_SEQUENCE, MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID, TopicPartition
-from .broker import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
+from ._values import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
 from .errors import (
     AuthenticationError,
     ConfigError,

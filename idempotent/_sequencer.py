@@ -353,6 +353,14 @@ class ProducerSequencer:
         """Highest sequence known persisted on the partition (from init or answers), or -1."""
         return self._acked.get(TopicPartition(topic, partition), NO_SEQUENCE)
 
+    def has_room(self, topic: str, partition: int) -> bool:
+        """Whether a batch of the partition sealed now could be sent at once: no batch is
+        queued, fewer than ``max_in_flight`` are in flight and none waits to be resent. A
+        shell that buffers records itself hands them over only then, so a partition whose
+        window is full sends fuller batches (as Kafka's accumulator does)."""
+        ps = self._partitions.get(TopicPartition(topic, partition))
+        return ps is None or self._has_room(ps)
+
     def in_flight(self, topic: str, partition: int) -> int:
         """Stamped batches of the partition not yet answered for good."""
         ps = self._partitions.get(TopicPartition(topic, partition))
@@ -420,9 +428,11 @@ class ProducerSequencer:
         sequence: int | SequenceOf[int] | None,
         owner: object,
         sizes: SequenceOf[int] | None = None,
+        origin: int = 0,
     ) -> None:
         """Queue ``records`` for one partition, all for ``owner``; batches report them as
-        spans ``(owner, start, count)`` where ``start`` is the position in ``records``.
+        spans ``(owner, start, count)`` where ``start`` is the position in ``records`` plus
+        ``origin`` (the position of ``records[0]`` in whatever the owner numbers).
 
         Args:
             sequence: None to number the records after the partition's previous record; an
@@ -484,7 +494,7 @@ class ProducerSequencer:
                 held.extend(taken)
             else:
                 batch.records = [*held, *taken]
-            batch.spans.add(owner, position, end - position)
+            batch.spans.add(owner, origin + position, end - position)
             batch.size = size
             largest = max(sizes[position:end])
             if largest > batch.largest:

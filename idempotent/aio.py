@@ -17,8 +17,20 @@ from typing import Any
 from ._outcomes import RecordMetadata
 from ._records import Record
 from .api import BrokerAPI
-from .errors import QueueFullError, UsageError
+from .errors import DeliveryFailed, QueueFullError, UsageError
 from .producer import Deliveries, Producer
+
+
+def _settle(
+    future: asyncio.Future[RecordMetadata], error: DeliveryFailed | None, metadata: RecordMetadata | None
+) -> None:
+    """Complete ``future`` with a record's outcome (on its loop), unless it was cancelled."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(metadata)  # type: ignore[arg-type]
 
 
 class AsyncProducer:
@@ -72,15 +84,21 @@ class AsyncProducer:
             The same errors as :meth:`idempotent.Producer.send`, except QueueFullError.
         """
         producer = self.producer
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[RecordMetadata] = loop.create_future()
+
+        def delivered(error: DeliveryFailed | None, metadata: RecordMetadata | None) -> None:
+            loop.call_soon_threadsafe(_settle, future, error, metadata)
+
         delay = 0.001
         while True:
             try:
-                future = producer.send(topic, value, key, partition, headers, sequence=sequence)
+                producer.send(topic, value, key, partition, headers, sequence=sequence, on_delivery=delivered)
                 break
             except QueueFullError:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.1)
-        return asyncio.wrap_future(future)
+        return future
 
     async def send_many(
         self,

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ._checker import Policy
     from ._outcomes import ProduceResult
     from ._records import Record, StoredRecord
-    from .broker import PartitionStats, ProducerSession
+    from ._values import PartitionStats, ProducerSession
 
 
 @runtime_checkable
@@ -77,6 +77,12 @@ class BrokerAPI(Protocol):
         """``submit_produce`` of a batch already validated into a :class:`ProduceRequest`."""
         ...
 
+    def submit_requests(self, requests: Sequence[ProduceRequest]) -> list[Future[ProduceResult]]:
+        """``submit_request`` of a group of batches, in order: a producer's sender hands
+        each round's batches over at once (a producer's own broker writes them as one
+        transaction)."""
+        ...
+
     def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[StoredRecord]:
         """Up to ``max_records`` stored records from ``offset`` on."""
         ...
@@ -122,6 +128,19 @@ class ProduceShortcuts:
 
     def submit_request(self, request: ProduceRequest) -> Future[ProduceResult]:
         raise NotImplementedError
+
+    def submit_requests(self, requests: Sequence[ProduceRequest]) -> list[Future[ProduceResult]]:
+        """``submit_request`` of each batch, in order; a batch it refuses at once gets its
+        error on its future, and the others go on."""
+        out: list[Future[ProduceResult]] = []
+        for request in requests:
+            try:
+                out.append(self.submit_request(request))
+            except ProducerError as exc:
+                refused: Future[ProduceResult] = Future()
+                refused.set_exception(exc)
+                out.append(refused)
+        return out
 
     def submit_produce(
         self,

@@ -11,7 +11,7 @@ offsets ``base_offset .. base_offset + len(records) - 1``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Protocol
 
@@ -196,4 +196,59 @@ class LogBackend(Protocol):
 
     def close(self) -> None:
         """Release resources. Appends already acknowledged stay stored."""
+        ...
+
+
+class ProducerLog(Protocol):
+    """One producer's own writer into a shared log (producer-scoped ownership; see
+    :class:`idempotent.direct.DirectBroker`): Kafka (``adapters.kafka_direct``) and Pulsar
+    (``adapters.pulsar_direct``). Opening it fences the producer's earlier instances. Not
+    thread-safe: the producer's sender thread is its only user."""
+
+    #: the largest batch (as ``Record.size`` counts) and record count it takes
+    max_batch_bytes: int
+    max_batch_records: int
+
+    def load_states(self) -> dict[tuple[str, int], Snapshot]:
+        """The producer's checker state on every partition it wrote, as committed (named
+        producers; empty for anonymous ones).
+
+        Raises:
+            BackendUnavailableError: the states could not be read.
+            CorruptDataError: a state cannot be decoded.
+        """
+        ...
+
+    def write(
+        self,
+        batches: Sequence[tuple[str, int, AppendBatch]],
+        states: Callable[[list[int]], Sequence[tuple[str, int, Snapshot]]] | None = None,
+    ) -> list[int]:
+        """Store ``batches`` (at most one per partition) atomically, with the producer's
+        states after them (``states(base offsets)``); return the base offsets.
+
+        Raises:
+            BackendUnavailableError: nothing was stored, or (when :meth:`unresolved` is
+                true) the outcome is unknown until :meth:`resolve`.
+            OwnershipLostError: a newer instance of the producer fenced this one.
+            EntryTooLargeError, InvalidTopicError, ConfigError: refused; nothing stored.
+        """
+        ...
+
+    @property
+    def unresolved(self) -> object | None:
+        """Not None while the outcome of the last write is unknown."""
+        ...
+
+    def resolve(self) -> list[int] | None:
+        """Settle the last write whose outcome is unknown: its base offsets when it was
+        stored, None when it was not.
+
+        Raises:
+            BackendUnavailableError: the log could not be reached; still unresolved.
+        """
+        ...
+
+    def close(self) -> None:
+        """Stop writing. Stored batches stay stored."""
         ...

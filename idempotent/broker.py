@@ -22,7 +22,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 
 import attrs
@@ -34,8 +34,10 @@ from ._partition import Append, Fail, PartitionCore, RefreshProducers, Reply, Wr
 from ._records import StoredRecord
 from ._registry import Admission, ProducerRecord, ProducerRegistry, validate_name
 from ._request import ProduceRequest
-from ._topics import canonical_namespace, canonical_topic
-from ._types import TopicPartition, namespace_of
+from ._settings import DEDUP, POLICY, dedup_value, deduplication_in_force, policy_in_force, policy_value, setting_key
+from ._topics import canonical_topic
+from ._types import TopicPartition
+from ._values import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
 from .api import ProduceShortcuts
 from .backend import AppendBatch, LogBackend
 from .errors import (
@@ -54,7 +56,6 @@ from .errors import (
 )
 from .observer import BrokerObserver, notify
 
-MAX_PARTITIONS = 10_000
 #: decisions one produce request may go through (admission refresh, evictions) before the
 #: partition is reported recovering: bounds the retries while snapshots cannot be stored
 _MAX_OFFERS = 4
@@ -138,81 +139,6 @@ class BrokerConfig:
             raise ConfigError("id_block_size must be positive")
         if not self.topic_refresh_interval >= 0:
             raise ConfigError("topic_refresh_interval must be 0 or more seconds")
-
-
-class LastSequences(Mapping[TopicPartition, int]):
-    """Read-only mapping ``(topic, partition) -> last persisted sequence``; -1 when none."""
-
-    def __init__(self, values: Mapping[TopicPartition, int]) -> None:
-        self._values = dict(values)
-
-    def __getitem__(self, key: tuple[str, int]) -> int:
-        return self._values.get(TopicPartition(*key), -1)
-
-    def __iter__(self) -> Iterator[TopicPartition]:
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._values
-
-    def __repr__(self) -> str:
-        return f"LastSequences({self._values!r})"
-
-
-@attrs.frozen
-class ProducerSession:
-    """What ``init_producer`` returns: the identity to stamp on batches."""
-
-    producer_id: int
-    producer_epoch: int
-    producer_name: str | None
-    last_sequences: LastSequences
-    #: True when the broker had evicted this named producer's state on some partition
-    #: before this init: ``last_sequences`` no longer covers data stored there earlier.
-    state_lost: bool = False
-    #: partitions (several brokers) that the named producer wrote to but another broker
-    #: owns: ``last_sequences`` does not cover them; ask each owner with
-    #: :meth:`Broker.last_sequence` before writing there.
-    elsewhere: tuple[tuple[str, int], ...] = ()
-    #: the largest record and batch the broker takes (its own limits and its backend's,
-    #: :meth:`Broker.limits`), counted as ``Record.size`` counts; None when not told (an
-    #: older server). The producer refuses larger ones at ``send``.
-    max_record_bytes: int | None = None
-    max_batch_bytes: int | None = None
-
-
-@attrs.frozen
-class ProducerStats:
-    """One producer's state on one partition, as ``stats`` reports it."""
-
-    producer_id: int
-    producer_epoch: int
-    producer_name: str | None
-    last_sequence: int
-    last_offset: int
-    last_timestamp: float
-
-
-@attrs.frozen
-class PartitionStats:
-    """State of one partition's checker."""
-
-    topic: str
-    partition: int
-    status: str
-    deduplication: bool
-    policy: str
-    position: int
-    pending: int
-    snapshot_position: int
-    snapshot_age: float | None
-    entries_since_snapshot: int
-    recovery_seconds: float
-    replayed_batches: int
-    producers: tuple[ProducerStats, ...]
 
 
 class _Completion:
@@ -459,7 +385,7 @@ class Broker(ProduceShortcuts):
 
         ``None`` removes the override so the next level applies (topic, namespace, broker).
         """
-        self._set("dedup", None if enabled is None else ("1" if enabled else "0"), topic, namespace)
+        self._set(DEDUP, dedup_value(enabled), topic, namespace)
 
     def set_policy(
         self, policy: Policy | str | None, *, topic: str | None = None, namespace: str | None = None
@@ -469,24 +395,11 @@ class Broker(ProduceShortcuts):
         Raises:
             ConfigError: unknown policy.
         """
-        value = None
-        if policy is not None:
-            try:
-                value = Policy(policy).value
-            except ValueError:
-                raise ConfigError(f"unknown policy {policy!r}: use 'strict' or 'monotonic'") from None
-        self._set("policy", value, topic, namespace)
+        self._set(POLICY, policy_value(policy), topic, namespace)
 
     def _set(self, kind: str, value: str | None, topic: str | None, namespace: str | None) -> None:
         self._check_open()
-        if topic is not None and namespace is not None:
-            raise ConfigError("give a topic or a namespace, not both")
-        if topic is not None:
-            key = f"{kind}:topic:{validate_topic(topic)}"
-        elif namespace is not None:
-            key = f"{kind}:ns:{canonical_namespace(namespace)}"
-        else:
-            key = f"{kind}:broker"
+        key = setting_key(kind, topic, namespace)
         with self._lock:
             self.backend.save_setting(key, value)
             self._settings_changes += 1
@@ -515,15 +428,6 @@ class Broker(ProduceShortcuts):
                 self._settings = loaded
         return True
 
-    def _resolve(self, kind: str, topic: str) -> str | None:
-        """The setting ``kind`` in force on ``topic`` (a stored name): topic, namespace, broker."""
-        settings = self._settings
-        for key in (f"{kind}:topic:{topic}", f"{kind}:ns:{namespace_of(topic)}", f"{kind}:broker"):
-            value = settings.get(key)
-            if value is not None:
-                return value
-        return None
-
     def deduplication_enabled(self, topic: str) -> bool:
         """Whether the checker rejects duplicates and gaps on ``topic``.
 
@@ -541,12 +445,10 @@ class Broker(ProduceShortcuts):
         return self._policy(validate_topic(topic))
 
     def _deduplication(self, topic: str) -> bool:
-        value = self._resolve("dedup", topic)
-        return self.config.deduplication if value is None else value == "1"
+        return deduplication_in_force(self._settings, topic, self.config.deduplication)
 
     def _policy(self, topic: str) -> Policy:
-        value = self._resolve("policy", topic)
-        return self.config.policy if value is None else Policy(value)
+        return policy_in_force(self._settings, topic, self.config.policy)
 
     # -- producers -------------------------------------------------------------------------
 

@@ -36,8 +36,8 @@ from . import tls as tls_contexts
 from ._request import ProduceRequest
 from ._topics import canonical_topic
 from ._types import TopicPartition
+from ._values import LastSequences
 from .api import ProduceShortcuts
-from .broker import LastSequences
 from .errors import (
     AuthenticationError,
     BrokerConnectionError,
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from ._checker import Policy
     from ._outcomes import ProduceResult
     from ._records import StoredRecord
-    from .broker import PartitionStats, ProducerSession
+    from ._values import PartitionStats, ProducerSession
 
 #: Port of ``idem://host`` without an explicit port.
 DEFAULT_PORT = 7650

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from ._outcomes import ProduceResult
-    from .broker import Broker, PartitionStats
+    from ._values import PartitionStats
+    from .broker import Broker
 
 #: Label value of ``outcome`` for a produce request that ended with an exception.
 ERROR = "ERROR"

@@ -1,43 +1,56 @@
 """The producer: a thin threaded shell around the pure :class:`ProducerSequencer`.
 
-``send`` queues a record and returns a :class:`concurrent.futures.Future`; ``send_many``
-queues many and returns one :class:`SendManyFuture` for all of them. A sender thread drains
-batches from the sequencer, submits them to the broker (pipelined, up to ``max_in_flight`` per
-partition), feeds the answers back, and resolves the futures, one batch at a time: a batch
-knows whose records it holds as spans ``(owner, start, count)``, not record by record.
+``send`` appends a record to its partition's :class:`~idempotent.delivery.RecordBuffer`
+(columns of values, keys and, when given, headers, sequences and callbacks) under one lock and
+returns a light :class:`~idempotent.delivery.DeliveryFuture`, or nothing with ``on_delivery``;
+no record object, future or metadata is made per record on the way. ``send_many`` queues many
+records with one :class:`~idempotent.delivery.SendManyFuture`. One sender thread takes each
+partition's buffer whole when it is due (full, or ``linger`` after its first record, or on
+``flush``) and its partition can take a batch, hands it to the sequencer, which cuts and
+numbers batches, submits them to the broker (pipelined, up to ``max_in_flight`` per
+partition), feeds the answers back, and records each batch's end once per span of a buffer
+(``delivery.py``): outcomes are built per record only when a callback or a waiter asks.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import random
+import sys
 import threading
 import time
 import zlib
-from array import array
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Sequence as SequenceOf
 from concurrent.futures import Future
-from concurrent.futures._base import FINISHED as _FINISHED
-from concurrent.futures._base import PENDING as _PENDING
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import tenacity
 
-from ._outcomes import DeliveryStatus, ProduceResult, RecordMetadata
-from ._records import Record, RecordColumns, as_record, record_sizes, value_record
+from ._outcomes import DeliveryStatus, Outcome, ProduceResult
+from ._records import Headers, Record, RecordColumns, _headers, as_record, record_sizes, trusted_record
 from ._request import ProduceRequest
 from ._sequence import sequence_at
 from ._sequencer import BatchDelivered, BatchFailed, Event, OutgoingBatch, ProducerSequencer, sequences_for
 from ._topics import canonical_topic
 from ._types import DEFAULT_MAX_IN_FLIGHT
+from ._values import ProducerSession
 from .api import BrokerAPI
-from .broker import ProducerSession
+from .delivery import (
+    Deliveries,
+    DeliveryCallback,
+    DeliveryFuture,
+    Part,
+    RecordBuffer,
+    Segment,
+    SendManyFuture,
+)
 from .errors import (
     ConfigError,
-    DeliveryFailed,
     InternalError,
     InvalidBatchError,
+    InvalidRecordError,
     ProducerClosedError,
     ProducerError,
     QueueFullError,
@@ -45,7 +58,6 @@ from .errors import (
     internal_error,
 )
 
-_LOGGER = logging.getLogger("concurrent.futures")
 _LOG = logging.getLogger("idempotent.producer")
 
 
@@ -60,249 +72,43 @@ def default_partition(key: bytes | None, partitions: int, counter: int) -> int:
     return zlib.crc32(key) % partitions
 
 
-#: One run of consecutive records of a ``send_many`` call that ended the same way:
-#: ``(part, start, count, topic, partition, base_offset, base_sequence, duplicate, failure)``
-#: where ``part`` maps positions to the call's indices (None: the call itself), ``base_offset``
-#: and ``base_sequence`` belong to the record at ``start``, and ``failure`` is
-#: ``(error, status)`` for records that failed, else None.
-_Segment = tuple["_Part", int, int, str, int, "int | None", int, bool, "tuple[ProducerError, DeliveryStatus] | None"]
+def _payload(what: str, value: object) -> bytes | None:
+    """A value or key as stored: bytes, ``str`` encoded as UTF-8, or None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise UsageError(f"record {what}s must be bytes, str or None, not {type(value).__name__}")
 
 
-class Deliveries(SequenceOf["RecordMetadata | DeliveryFailed"]):
-    """How every record of one :meth:`Producer.send_many` call ended, in the call's order.
+class _Route:
+    """A topic as callers spell it: its stored name, the current buffer of each partition,
+    and the partition that records without a key and without a partition go to (``sticky``:
+    moved on to the next partition each time the sender takes its buffer, as Kafka's sticky
+    partitioner moves on with each batch)."""
 
-    Item ``i`` is the :class:`RecordMetadata` of record ``i`` when it was persisted (or found
-    a duplicate), or the :class:`~idempotent.errors.DeliveryFailed` it ended with. Items are
-    built when read: the producer keeps one entry per batch, not per record.
-    """
+    __slots__ = ("buffers", "checked_at", "sticky", "topic")
 
-    def __init__(self, count: int, segments: list[_Segment]) -> None:
-        self._count = count
-        self._segments = segments
-        self._segment_of: array[int] | None = None
-        self._position: array[int] | None = None
-        #: how many records failed
-        self.failed = sum(seg[2] for seg in segments if seg[8] is not None)
-        #: how many records the broker recognised as already stored
-        self.duplicates = sum(seg[2] for seg in segments if seg[7] and seg[8] is None)
+    def __init__(self, topic: str, partitions: int, checked_at: float) -> None:
+        self.topic = topic
+        self.buffers = [RecordBuffer(topic, p) for p in range(partitions)]
+        self.sticky = random.randrange(partitions)
+        #: when the broker last gave the partition count (the producer's clock)
+        self.checked_at = checked_at
 
-    def __len__(self) -> int:
-        return self._count
-
-    @overload
-    def __getitem__(self, index: int) -> RecordMetadata | DeliveryFailed: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[RecordMetadata | DeliveryFailed]: ...
-    def __getitem__(
-        self, index: int | slice
-    ) -> RecordMetadata | DeliveryFailed | list[RecordMetadata | DeliveryFailed]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._count))]
-        if index < 0:
-            index += self._count
-        if not 0 <= index < self._count:
-            raise IndexError("Deliveries index out of range")
-        if self._segment_of is None:
-            self._index()
-        assert self._segment_of is not None and self._position is not None
-        _, start, _, topic, partition, base_offset, base_sequence, duplicate, failure = self._segments[
-            self._segment_of[index]
-        ]
-        k = self._position[index] - start
-        if failure is None:
-            offset = None if base_offset is None else base_offset + k
-            return RecordMetadata(topic, partition, offset, sequence_at(base_sequence, k), duplicate)
-        error, status = failure
-        sequence = sequence_at(base_sequence, k) if base_sequence >= 0 else -1
-        return _failed(error, status, topic, partition, sequence)
-
-    def _index(self) -> None:
-        segment_of = array("q", bytes(8 * self._count))
-        position = array("q", bytes(8 * self._count))
-        for number, (part, start, count, *_) in enumerate(self._segments):
-            indices = part.indices
-            if indices is None:
-                segment_of[start : start + count] = array("q", [number]) * count
-                position[start : start + count] = array("q", range(start, start + count))
-            else:
-                for p in range(start, start + count):
-                    segment_of[indices[p]] = number
-                    position[indices[p]] = p
-        self._segment_of, self._position = segment_of, position
-
-    def failures(self) -> list[tuple[int, DeliveryFailed]]:
-        """``(index, failure)`` for every record that failed, in the call's order."""
-        out = [(i, item) for i, item in enumerate(self) if isinstance(item, DeliveryFailed)] if self.failed else []
-        return out
+    def grow(self, partitions: int, now: float) -> None:
+        """Take a partition count the broker gave at ``now``: partitions added to the topic
+        get buffers (a topic never loses partitions). The producer's lock is held."""
+        self.checked_at = now
+        for partition in range(len(self.buffers), partitions):
+            self.buffers.append(RecordBuffer(self.topic, partition))
 
 
-def _failed(error: ProducerError, status: DeliveryStatus, topic: str, partition: int, sequence: int) -> DeliveryFailed:
-    failure = DeliveryFailed(
-        f"{topic}[{partition}]: {status.value}: {error}", status, error.recovery, topic, partition, sequence
-    )
-    failure.__cause__ = error
-    return failure
-
-
-#: Guards the state and the callback list of every :class:`_RecordFuture` (a few
-#: instructions each time): one lock for all of them instead of one Condition per record.
-_RECORD_FUTURES = threading.Lock()
-
-
-class _RecordFuture(Future[RecordMetadata]):
-    """The future ``send`` returns: a :class:`concurrent.futures.Future` that allocates its
-    Condition and waiter list only when someone blocks on it (``result`` or ``exception``
-    before it is done, ``wait``, ``as_completed``).
-
-    The sender completes most futures before anyone waits on them (a loop of ``send`` calls
-    followed by ``flush``, or a callback per record); those never build a
-    ``threading.Condition``, which was the largest cost per record. The state and the
-    callback list change under one module-wide lock; ``set_result`` takes the future's own
-    Condition only when a waiter has made one, and a waiter makes it before it reads the
-    state, so either it sees the result or the setter sees its Condition and notifies it.
-
-    It cannot be cancelled: the record is on its way, and a cancelled future could not take
-    the record's outcome.
-    """
-
-    def __init__(self) -> None:  # no super().__init__(): that makes the Condition and lists
-        self._state = _PENDING
-        self._result: RecordMetadata | None = None
-        self._exception: BaseException | None = None
-
-    @property
-    def _condition(self) -> threading.Condition:  # type: ignore[override]
-        lock: threading.Condition | None = self.__dict__.get("_lock")
-        if lock is None:  # two threads may race here: setdefault keeps one Condition
-            lock = self.__dict__.setdefault("_lock", threading.Condition())
-        return lock
-
-    @property
-    def _waiters(self) -> list[Any]:  # type: ignore[override]
-        waiters: list[Any] = self.__dict__.setdefault("_waiter_list", [])
-        return waiters
-
-    @property
-    def _done_callbacks(self) -> list[Any]:
-        callbacks: list[Any] = self.__dict__.setdefault("_callback_list", [])
-        return callbacks
-
-    def cancel(self) -> bool:
-        return False
-
-    def done(self) -> bool:
-        return self._state == _FINISHED
-
-    def result(self, timeout: float | None = None) -> RecordMetadata:
-        if self._state == _FINISHED and self._exception is None:
-            return self._result  # type: ignore[return-value]
-        return super().result(timeout)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        if self._state == _FINISHED:
-            return self._exception
-        return super().exception(timeout)
-
-    def add_done_callback(self, fn: Callable[[Future[RecordMetadata]], object]) -> None:
-        with _RECORD_FUTURES:
-            if self._state != _FINISHED:
-                self._done_callbacks.append(fn)
-                return
-        try:
-            fn(self)
-        except Exception:  # as concurrent.futures does: a callback's error is logged, not raised
-            _LOGGER.exception("exception calling callback for %r", self)
-
-    def set_result(self, result: RecordMetadata) -> None:
-        """Called once, by the sender thread."""
-        self._finish(result, None)
-
-    def set_exception(self, exception: BaseException | None) -> None:
-        """Called once, by the sender thread."""
-        self._finish(None, exception)
-
-    def _finish(self, result: RecordMetadata | None, exception: BaseException | None) -> None:
-        attributes = self.__dict__
-        if "_lock" not in attributes:
-            with _RECORD_FUTURES:
-                self._result, self._exception, self._state = result, exception, _FINISHED
-            if "_lock" not in attributes:  # nobody blocks, and a later waiter sees the state
-                if "_callback_list" in attributes:
-                    self._invoke_callbacks()  # type: ignore[attr-defined]
-                return
-        with self._condition:
-            with _RECORD_FUTURES:
-                self._result, self._exception, self._state = result, exception, _FINISHED
-            for waiter in self._waiters:
-                if exception is None:
-                    waiter.add_result(self)
-                else:
-                    waiter.add_exception(self)
-            self._condition.notify_all()
-        self._invoke_callbacks()  # type: ignore[attr-defined]
-
-
-class SendManyFuture(Future[Deliveries]):
-    """The future of one :meth:`Producer.send_many` call. It ends once every record has.
-
-    :meth:`result` returns the :class:`Deliveries` when every record was persisted (or is a
-    duplicate), and raises the first record's :class:`~idempotent.errors.DeliveryFailed`
-    otherwise; :meth:`deliveries` returns them in both cases. It cannot be cancelled.
-    """
-
-    def cancel(self) -> bool:
-        return False
-
-    def __init__(self, count: int) -> None:
-        super().__init__()
-        self._remaining = count
-        self._segments: list[_Segment] = []
-        self._deliveries: Deliveries | None = None
-
-    def deliveries(self, timeout: float | None = None) -> Deliveries:
-        """Wait until every record has ended and say how each did.
-
-        Raises:
-            TimeoutError: ``timeout`` passed first (the records keep going).
-        """
-        self.exception(timeout)
-        assert self._deliveries is not None
-        return self._deliveries
-
-    def _ended(self, segment: _Segment) -> None:
-        """Called by the sender thread only: ``segment``'s records ended."""
-        self._segments.append(segment)
-        self._remaining -= segment[2]
-        if self._remaining == 0:
-            self._finish()
-
-    def _finish(self) -> None:
-        deliveries = self._deliveries = Deliveries(sum(seg[2] for seg in self._segments), self._segments)
-        if not deliveries.failed:
-            self.set_result(deliveries)
-            return
-        index, first = deliveries.failures()[0]
-        failure = DeliveryFailed(
-            f"{deliveries.failed} of {len(deliveries)} records failed; the first, record {index}: {first}",
-            first.status,
-            first.cause_recovery,
-            first.topic,
-            first.partition,
-            first.sequence,
-        )
-        failure.__cause__ = first.__cause__
-        self.set_exception(failure)
-
-
-class _Part:
-    """The owner of one partition's share of a ``send_many`` call in the sequencer's spans:
-    ``indices[p]`` is the call's index of the share's record ``p`` (None: the same)."""
-
-    __slots__ = ("future", "indices")
-
-    def __init__(self, future: SendManyFuture, indices: list[int] | None) -> None:
-        self.future = future
-        self.indices = indices
+#: Called by the sender for every span of a buffer that ended (the drop-ins serve delivery
+#: reports from it), after the buffer has recorded it.
+SpanListener = Callable[[RecordBuffer, Segment], None]
 
 
 class Producer:
@@ -346,15 +152,18 @@ class Producer:
         metadata_max_age_ms: float = 30_000,
         **connect_options: Any,
     ) -> None:
-        from . import connect
+        from ._connect import open_for_producer
 
         if max_buffered_records < 1:
             raise ConfigError("max_buffered_records must be positive")
         if not metadata_max_age_ms >= 0:
             raise ConfigError("metadata_max_age_ms must be 0 or more")
         self._metadata_max_age = metadata_max_age_ms / 1000
+        self._metadata_due = time.monotonic() + self._metadata_max_age
         self._owns_broker = isinstance(url_or_broker, str)
-        self._broker = connect(url_or_broker, **connect_options) if isinstance(url_or_broker, str) else url_or_broker
+        self._broker = (
+            open_for_producer(url_or_broker, **connect_options) if isinstance(url_or_broker, str) else url_or_broker
+        )
         if not isinstance(self._broker, BrokerAPI):
             raise ConfigError(f"expected a URL or a broker, got {type(url_or_broker).__name__}")
         try:
@@ -363,6 +172,10 @@ class Producer:
             self._max_record_bytes = self._session.max_record_bytes
             if self._session.max_batch_bytes is not None:
                 batch_size = min(batch_size, self._session.max_batch_bytes)
+            if self._session.max_batch_records is not None:
+                max_batch_records = min(max_batch_records, self._session.max_batch_records)
+            if self._session.max_in_flight is not None:
+                max_in_flight = min(max_in_flight, self._session.max_in_flight)
             self._seq = ProducerSequencer(
                 self._session.producer_id,
                 self._session.producer_epoch,
@@ -378,17 +191,30 @@ class Producer:
             if self._owns_broker:
                 self._broker.close()
             raise
+        self._batch_size = batch_size
+        self._max_batch_records = max_batch_records
+        self._linger = linger_ms / 1000
         self._max_buffered = max_buffered_records
-        self._cond = threading.Condition()
-        #: records whose batch ended but whose futures the sender has not resolved yet
-        self._completing = 0
-        #: topic -> (partition count, time.monotonic() when the broker said so)
-        self._partitions: dict[str, tuple[int, float]] = {}
+        #: the largest key + value + headers a record may have (Record.size counts 16 more)
+        self._max_payload = sys.maxsize if self._max_record_bytes is None else self._max_record_bytes - 16
+        #: guards the buffers, the routes and the sequencer; the sender waits on ``_cond``
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._routes: dict[str, _Route] = {}
+        #: (route, partition) of the buffers that got their first record since the sender
+        #: last took them
+        self._filled: list[tuple[_Route, int]] = []
+        #: records accepted by send and send_many whose outcome is not recorded yet
+        self._outstanding = 0
+        #: why send refuses records (closed, or the error that failed the producer), or None
+        self._halted: ProducerError | None = None
+        #: when the sender wakes up next (it is woken earlier only when that is too late)
+        self._wake_at = 0.0
+        self._flushing = 0
         self._counter = itertools.count()
         self._closing = False
         self._closed = False
-        self._retrying = tenacity.Retrying()
-        self._wait = tenacity.wait_exponential_jitter(multiplier=0.005, max=1.0, jitter=0.005)
+        self._span_listener: SpanListener | None = None
         self._thread = threading.Thread(target=self._run, name="idempotent-sender", daemon=True)
         self._thread.start()
 
@@ -436,7 +262,7 @@ class Producer:
     def failure(self) -> ProducerError | None:
         """The error that stopped this producer (fenced, timed out, closed, ...), or None
         while it can send."""
-        with self._cond:
+        with self._lock:
             return self._seq.failure
 
     @property
@@ -451,22 +277,58 @@ class Producer:
             InvalidTopicError: not a valid spelling of a topic name.
         """
         topic = canonical_topic(topic)
-        with self._cond:
+        with self._lock:
             return self._seq.last_acknowledged(topic, partition)
 
     def partitions_for(self, topic: str) -> int:
         """Partition count of ``topic`` (created with the broker's default if unknown), as the
-        broker said at most ``metadata_max_age_ms`` ago."""
-        topic = canonical_topic(topic)
-        known = self._partitions.get(topic)
-        now = time.monotonic()
-        if known is not None and now - known[1] < self._metadata_max_age:
-            return known[0]
-        count = self._broker.partitions_for(topic)
-        self._partitions[topic] = (count, now)
-        return count
+        broker said at most ``metadata_max_age_ms`` ago (the sender asks again in the
+        background; partitions added meanwhile are used from then on).
+
+        Raises:
+            InvalidTopicError: not a valid spelling of a topic name.
+        """
+        return len(self._route(topic).buffers)
+
+    def _route(self, topic: str) -> _Route:
+        route = self._routes.get(topic)
+        if route is None:
+            name = canonical_topic(topic)
+            route = self._routes.get(name)
+            if route is None:
+                route = _Route(name, self._broker.partitions_for(name), time.monotonic())
+            with self._lock:  # one route per stored name, whatever the spelling
+                route = self._routes.setdefault(name, route)
+                self._routes[topic] = route
+        return route
 
     # -- sending ---------------------------------------------------------------------------
+
+    @overload
+    def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+        *,
+        sequence: int | None = None,
+        on_delivery: None = None,
+    ) -> DeliveryFuture: ...
+
+    @overload
+    def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+        *,
+        sequence: int | None = None,
+        on_delivery: DeliveryCallback,
+    ) -> None: ...
 
     def send(
         self,
@@ -477,13 +339,15 @@ class Producer:
         headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
         *,
         sequence: int | None = None,
-    ) -> Future[RecordMetadata]:
+        on_delivery: DeliveryCallback | None = None,
+    ) -> DeliveryFuture | None:
         """Queue a record for exactly-once delivery.
 
         Args:
             topic: any spelling of the topic :func:`idempotent._topics.canonical_topic` accepts
                 (``orders``, ``persistent://public/default/orders``, ...); the record's
                 metadata carries the stored name.
+            partition: None picks it from the key (CRC32), round robin without a key.
             sequence: an application-chosen sequence for the record (for example its offset
                 in a replayable source), ``0 .. 2**63-1``. Consecutive sequences share a
                 batch. Under the broker's ``monotonic`` policy any increase is accepted and
@@ -493,11 +357,16 @@ class Producer:
                 above ``2**31-1`` fails its batch with InvalidBatchError. A sequence at or
                 below the partition's stored one resolves as a duplicate
                 (``RecordMetadata.duplicate``). None numbers the record after the previous one.
+            on_delivery: ``on_delivery(error, metadata)``, called once when the record has
+                ended, on the producer's sender thread (keep it short): ``error`` is None and
+                ``metadata`` the :class:`RecordMetadata` when it was persisted (or found a
+                duplicate), else ``error`` is its :class:`DeliveryFailed`. With it, ``send``
+                returns None and makes no future. An exception it raises is logged.
 
         Returns:
-            A future resolving to :class:`RecordMetadata`, or failing with
-            :class:`~idempotent.errors.DeliveryFailed` (whose ``status`` says whether the
-            record may have been persisted).
+            A :class:`~idempotent.delivery.DeliveryFuture` resolving to :class:`RecordMetadata`
+            or failing with :class:`~idempotent.errors.DeliveryFailed` (whose ``status`` says
+            whether the record may have been persisted); None when ``on_delivery`` is given.
 
         Raises:
             UsageError: bad argument types, unknown partition, invalid ``sequence`` (nothing
@@ -508,32 +377,66 @@ class Producer:
             ProducerClosedError: the producer is closed.
             ProducerError: the producer failed earlier (fenced, unknown producer, ...).
         """
-        topic = canonical_topic(topic)
-        try:
-            if type(value) is bytes and key is None and headers is None:
-                record = value_record(value)
-            else:
-                record = Record(value, key, headers)
-        except TypeError as exc:
-            raise UsageError(str(exc)) from None
-        if self._max_record_bytes is not None and record.size > self._max_record_bytes:
-            raise self._too_large(record)
-        count = self.partitions_for(topic)
-        if partition is None:
-            partition = default_partition(record.key, count, next(self._counter))
-        elif not isinstance(partition, int) or not 0 <= partition < count:
-            raise UsageError(f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")
-        future: Future[RecordMetadata] = _RecordFuture()
-        with self._cond:
-            if self._closing:
-                raise ProducerClosedError("producer is closed")
-            if self._seq.unfinished >= self._max_buffered:
-                raise QueueFullError(f"{self._seq.unfinished} records are waiting; flush() or slow down")
-            self._seq.add_one(topic, partition, record, time.monotonic(), sequence, future)
-            if self._seq.wakeup:  # only a new or sealed batch moves the sender's next deadline
-                self._seq.wakeup = False
-                self._cond.notify_all()
-        return future
+        route = self._routes.get(topic)
+        if route is None:
+            route = self._route(topic)
+        if type(value) is not bytes:
+            value = _payload("value", value)
+        buffers = route.buffers
+        if partition is not None and (type(partition) is not int or not 0 <= partition < len(buffers)):
+            raise UsageError(f"topic {route.topic!r} has partitions 0..{len(buffers) - 1}, not {partition!r}")
+        if key is None:
+            if partition is None:
+                partition = route.sticky
+            length = 0 if value is None else len(value)
+        else:
+            if type(key) is not bytes:
+                key = cast(bytes, _payload("key", key))
+            if partition is None:
+                partition = zlib.crc32(key) % len(buffers)
+            length = len(key) if value is None else len(key) + len(value)
+        header_tuple: Headers | None = None
+        if headers is not None:
+            try:
+                header_tuple = _headers(headers)
+            except (InvalidRecordError, TypeError, ValueError) as exc:
+                raise UsageError(str(exc)) from None
+            for name, data in header_tuple:
+                length += len(name) + len(data) + 4
+        if length > self._max_payload:
+            raise self._too_large(length + 16)
+        if sequence is not None:
+            sequences_for(1, sequence)  # validates: UsageError
+        with self._lock:
+            if self._halted is not None:
+                raise self._halted
+            self._outstanding += 1
+            if self._outstanding > self._max_buffered:
+                self._outstanding -= 1
+                raise QueueFullError(f"{self._outstanding} records are waiting; flush() or slow down")
+            buffer = buffers[partition]
+            values = buffer.values
+            index = len(values)
+            values.append(value)
+            if key is not None or buffer.keys is not None:
+                keys = buffer.keys
+                if keys is None:
+                    keys = buffer.keys = [None] * index
+                keys.append(key)
+            if on_delivery is not None or buffer.callbacks is not None:
+                callbacks = buffer.callbacks
+                if callbacks is None:
+                    callbacks = buffer.callbacks = [None] * index
+                callbacks.append(on_delivery)
+            if header_tuple is not None or sequence is not None or buffer.extra:
+                buffer.add_extras(index, header_tuple, sequence)
+            if index == 0:
+                now = buffer.first_at = time.monotonic()
+                self._filled.append((route, partition))
+                if self._wake_at > now + self._linger:
+                    self._wake_at = now + self._linger
+                    self._cond.notify()
+        return None if on_delivery is not None else DeliveryFuture(buffer, index)
 
     def send_many(
         self,
@@ -576,7 +479,8 @@ class Producer:
             ProducerClosedError: the producer is closed.
             ProducerError: the producer failed earlier (fenced, unknown producer, ...).
         """
-        topic = canonical_topic(topic)
+        route = self._route(topic)
+        topic = route.topic
         items: list[Record] | RecordColumns
         try:
             if type(records) is RecordColumns and (partition is not None or records.keys is None):
@@ -588,22 +492,22 @@ class Producer:
         sizes = record_sizes(items)
         limit = self._max_record_bytes
         if limit is not None and items and max(sizes) > limit:
-            raise self._too_large(next(item for item, size in zip(items, sizes, strict=True) if size > limit))
-        count = self.partitions_for(topic)
+            raise self._too_large(max(sizes))
+        count = len(route.buffers)
         future = SendManyFuture(len(items))
         if not items:
-            future._finish()
+            future.finish()
             return future
-        shares: list[tuple[int, SequenceOf[Record], int | SequenceOf[int] | None, _Part, list[int]]]
+        shares: list[tuple[int, SequenceOf[Record], int | SequenceOf[int] | None, Part, list[int]]]
         if partition is not None:
-            if not isinstance(partition, int) or not 0 <= partition < count:
+            if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < count:
                 raise UsageError(f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")
-            shares = [(partition, items, sequence, _Part(future, None), sizes)]
+            shares = [(partition, items, sequence, Part(future, None), sizes)]
         else:
             sticky = next(self._counter) % count
             chosen = [sticky if r.key is None else zlib.crc32(r.key) % count for r in items]
             if all(p == chosen[0] for p in chosen):
-                shares = [(chosen[0], items, sequence, _Part(future, None), sizes)]
+                shares = [(chosen[0], items, sequence, Part(future, None), sizes)]
             else:
                 by_partition: dict[int, list[int]] = {}
                 for i, p in enumerate(chosen):
@@ -614,22 +518,27 @@ class Producer:
                         p,
                         [items[i] for i in indices],
                         None if sequences is None else [sequences[i] for i in indices],
-                        _Part(future, indices),
+                        Part(future, indices),
                         [sizes[i] for i in indices],
                     )
                     for p, indices in by_partition.items()
                 ]
-        with self._cond:
-            if self._closing:
-                raise ProducerClosedError("producer is closed")
-            if self._seq.unfinished >= self._max_buffered:
-                raise QueueFullError(f"{self._seq.unfinished} records are waiting; flush() or slow down")
+        with self._lock:
+            if self._halted is not None:
+                raise self._halted
+            if self._outstanding >= self._max_buffered:
+                raise QueueFullError(f"{self._outstanding} records are waiting; flush() or slow down")
             now = time.monotonic()
             for share_partition, share, share_sequence, part, share_sizes in shares:
+                # the records sent before this call go first: hand them over ahead of it
+                if route.buffers[share_partition].values:
+                    self._hand_over(route, share_partition)
                 self._seq.add_many(topic, share_partition, share, now, share_sequence, part, share_sizes)
+                self._outstanding += len(share)
             if self._seq.wakeup:
                 self._seq.wakeup = False
-                self._cond.notify_all()
+                self._wake_at = 0.0
+                self._cond.notify()
         return future
 
     def flush(self, timeout: float | None = None) -> int:
@@ -640,17 +549,21 @@ class Producer:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
+            self._flushing += 1
             self._seq.flush()
+            self._wake_at = 0.0
             self._cond.notify_all()
             try:
-                while self._seq.unfinished or self._completing:
+                while self._outstanding:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         break
                     self._cond.wait(remaining if remaining is not None else 0.5)
             finally:
-                self._seq.end_flush()
-            return self._seq.unfinished
+                self._flushing -= 1
+                if not self._flushing:
+                    self._seq.end_flush()
+            return self._outstanding
 
     def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout``), fail whatever is left as closed, stop, and close the
@@ -662,7 +575,14 @@ class Producer:
         finally:
             with self._cond:
                 self._closing = True
+                if self._halted is None:
+                    self._halted = ProducerClosedError("producer is closed")
+                for route, partition in self._filled:  # what is still buffered fails with the rest
+                    if route.buffers[partition].values:
+                        self._hand_over(route, partition)
+                self._filled = []
                 self._seq.close()
+                self._wake_at = 0.0
                 self._cond.notify_all()
             self._thread.join(10)
             self._closed = True
@@ -677,45 +597,131 @@ class Producer:
 
     # -- sender thread ---------------------------------------------------------------------
 
+    def _hand_over(self, route: _Route, partition: int) -> None:
+        """Give a partition's buffer to the sequencer whole (lock held) and start a new one.
+
+        Runs of records with application sequences and runs without are added separately;
+        the batches report their records as spans of the buffer."""
+        buffer = route.buffers[partition]
+        route.buffers[partition] = RecordBuffer(route.topic, partition)
+        if route.sticky == partition:
+            route.sticky = (partition + 1) % len(route.buffers)
+        records: SequenceOf[Record]
+        keys = buffer.keys
+        if buffer.headers is None:
+            records = RecordColumns(buffer.values, keys)
+        else:
+            records = list(
+                map(
+                    trusted_record,
+                    buffer.values,
+                    keys if keys is not None else itertools.repeat(None),
+                    [() if h is None else h for h in buffer.headers],
+                )
+            )
+        sequences = buffer.sequences
+        if sequences is None:
+            self._seq.add_many(route.topic, partition, records, buffer.first_at, None, buffer)
+            return
+        start = 0
+        for explicit, run in itertools.groupby(sequences, key=lambda s: s is not None):
+            length = sum(1 for _ in run)
+            chosen = cast(list[int], sequences[start : start + length]) if explicit else None
+            self._seq.add_many(
+                route.topic, partition, records[start : start + length], buffer.first_at, chosen, buffer, origin=start
+            )
+            start += length
+
+    def _take(self, now: float) -> float | None:
+        """Hand every due buffer whose partition can take a batch to the sequencer (lock
+        held); return when the next one that is not due yet will be, or None."""
+        if not self._filled:
+            return None
+        keep: list[tuple[_Route, int]] = []
+        due_at: float | None = None
+        for route, partition in self._filled:
+            buffer = route.buffers[partition]
+            if not buffer.values:
+                continue  # taken by send_many or close
+            ready = buffer.first_at + self._linger
+            due = self._flushing or self._closing or now >= ready or len(buffer.values) >= self._max_batch_records
+            if due and self._seq.has_room(route.topic, partition):
+                self._hand_over(route, partition)
+                continue
+            keep.append((route, partition))
+            if not due and (due_at is None or ready < due_at):
+                due_at = ready
+        self._filled = keep
+        return due_at
+
+    def _refresh_metadata(self, now: float) -> None:
+        """Ask the broker again for the partition count of every topic whose count is older
+        than ``metadata_max_age_ms`` (the sender thread, no lock held while asking)."""
+        age = self._metadata_max_age
+        if now < self._metadata_due:
+            return
+        self._metadata_due = now + max(age, 0.1)
+        stale = {id(r): r for r in list(self._routes.values()) if now - r.checked_at >= age}
+        for route in stale.values():
+            try:
+                count = self._broker.partitions_for(route.topic)
+            except ProducerError as exc:  # keep the count in force; ask again next time
+                _LOG.debug("could not refresh the partitions of %s: %s", route.topic, exc)
+                continue
+            with self._lock:
+                route.grow(count, now)
+
     def _run(self) -> None:
         while True:
+            self._refresh_metadata(time.monotonic())
             with self._cond:
                 now = time.monotonic()
+                due_at = self._take(now)
                 self._seq.handle_timeout(now)
+                self._note_failure()
                 batches = self._seq.batches_to_send(now)
                 events = self._drain_events()
                 if not batches and not events:
-                    if self._closing and not self._completing and not self._seq.unfinished:
+                    if self._closing and not self._outstanding:
                         return
                     deadline = self._seq.next_deadline()
+                    if due_at is not None and (deadline is None or due_at < deadline):
+                        deadline = due_at
                     wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - now))
                     if wait > 0:
+                        self._wake_at = now + wait
                         self._cond.wait(wait)
+                        self._wake_at = 0.0
                     continue
+                self._wake_at = 0.0
             if events:
                 self._complete(events)
                 with self._cond:
-                    self._completing -= sum(len(event.batch.records) for event in events)
+                    self._outstanding -= sum(len(event.batch.records) for event in events)
                     self._cond.notify_all()
-            for batch in batches:
-                self._submit(batch)
+            if batches:
+                self._submit(batches)
 
     def _drain_events(self) -> list[Event]:
         out = []
         while (event := self._seq.next_event()) is not None:
             out.append(event)
-            self._completing += len(event.batch.records)
         return out
 
-    def _too_large(self, record: Record) -> InvalidBatchError:
+    def _note_failure(self) -> None:
+        """Refuse new records once the sequencer has failed (lock held)."""
+        if self._halted is None and self._seq.failure is not None:
+            self._halted = self._seq.failure
+
+    def _too_large(self, size: int) -> InvalidBatchError:
         return InvalidBatchError(
-            f"a record of {record.size} bytes (key, value and headers) exceeds the broker's "
+            f"a record of {size} bytes (key, value and headers) exceeds the broker's "
             f"max_record_bytes={self._max_record_bytes}; nothing was queued"
         )
 
-    @staticmethod
-    def _complete(events: list[Event]) -> None:
-        """Resolve the futures of ended batches: one pass over each batch's spans."""
+    def _complete(self, events: list[Event]) -> None:
+        """Record how ended batches ended: one entry per span of each batch."""
+        listener = self._span_listener
         for event in events:
             batch = event.batch
             topic, partition, base_sequence = batch.topic, batch.partition, batch.base_sequence
@@ -723,82 +729,106 @@ class Producer:
             if isinstance(event, BatchDelivered):
                 base_offset, duplicate = event.base_offset, event.duplicate
                 for owner, start, count in batch.spans:
-                    if type(owner) is _Part:
-                        owner.future._ended(
-                            (
-                                owner,
-                                start,
-                                count,
-                                topic,
-                                partition,
-                                None if base_offset is None else base_offset + position,
-                                sequence_at(base_sequence, position),
-                                duplicate,
-                                None,
-                            )
-                        )
-                    elif isinstance(owner, Future):
-                        owner.set_result(
-                            RecordMetadata(
-                                topic,
-                                partition,
-                                None if base_offset is None else base_offset + position,
-                                sequence_at(base_sequence, position),
-                                duplicate,
-                            )
-                        )
+                    offset = None if base_offset is None else base_offset + position
+                    sequence: int = sequence_at(base_sequence, position)
+                    if type(owner) is RecordBuffer:
+                        segment: Segment = (start, count, offset, sequence, duplicate, None, DeliveryStatus.PERSISTED)
+                        owner.ended(segment)
+                        if listener is not None:
+                            listener(owner, segment)
+                    elif type(owner) is Part:
+                        owner.future.ended((owner, start, count, topic, partition, offset, sequence, duplicate, None))
                     position += count
             else:
                 assert isinstance(event, BatchFailed)
                 failure = (event.error, event.status)
                 for owner, start, count in batch.spans:
                     sequence = sequence_at(base_sequence, position) if base_sequence >= 0 else -1
-                    if type(owner) is _Part:
-                        owner.future._ended((owner, start, count, topic, partition, None, sequence, False, failure))
-                    elif isinstance(owner, Future):
-                        owner.set_exception(_failed(event.error, event.status, topic, partition, sequence))
+                    if type(owner) is RecordBuffer:
+                        segment = (start, count, None, sequence, False, event.error, event.status)
+                        owner.ended(segment)
+                        if listener is not None:
+                            listener(owner, segment)
+                    elif type(owner) is Part:
+                        owner.future.ended((owner, start, count, topic, partition, None, sequence, False, failure))
                     position += count
 
-    def _submit(self, batch: OutgoingBatch) -> None:
-        batch_id, attempt = batch.batch_id, batch.attempt
+    def _submit(self, batches: list[OutgoingBatch]) -> None:
+        """Hand one round's batches to the broker at once (``submit_requests``); their answers
+        come back through :meth:`_answered`, at once or later."""
+        session = self._session
+        requests: list[ProduceRequest] = []
+        sent: list[OutgoingBatch] = []
+        for batch in batches:
+            try:
+                requests.append(
+                    ProduceRequest.build(
+                        batch.topic,
+                        batch.partition,
+                        session.producer_id,
+                        session.producer_epoch,
+                        batch.base_sequence,
+                        batch.records,
+                        batch.previous_sequence,
+                        measured=(batch.size, batch.largest),
+                    )
+                )
+                sent.append(batch)
+            except ProducerError as exc:
+                self._answered(batch.batch_id, batch.attempt, None, exc)
+            except Exception as exc:  # a bug: logged, FATAL (never retried); the sender thread lives on
+                self._answered(batch.batch_id, batch.attempt, None, internal_error("building a request", exc, _LOG))
+        if not requests:
+            return
         try:
-            request = ProduceRequest.build(
-                batch.topic,
-                batch.partition,
-                self._session.producer_id,
-                self._session.producer_epoch,
-                batch.base_sequence,
-                batch.records,
-                batch.previous_sequence,
-                measured=(batch.size, batch.largest),
-            )
-            answer = self._broker.submit_request(request)
+            answers = self._broker.submit_requests(requests)
         except ProducerError as exc:
-            self._answered(batch_id, attempt, None, exc)
+            for batch in sent:
+                self._answered(batch.batch_id, batch.attempt, None, exc)
             return
         except Exception as exc:  # a bug: logged, FATAL (never retried); the sender thread lives on
-            self._answered(batch_id, attempt, None, internal_error("submitting a batch", exc, _LOG))
+            error = internal_error("submitting a batch", exc, _LOG)
+            for batch in sent:
+                self._answered(batch.batch_id, batch.attempt, None, error)
             return
-        answer.add_done_callback(lambda f: self._answered(batch_id, attempt, f, None))
+        for batch, answer in zip(sent, answers, strict=True):
+            answer.add_done_callback(self._answer_of(batch.batch_id, batch.attempt))
+
+    def _answer_of(self, batch_id: int, attempt: int) -> Callable[[Future[ProduceResult]], None]:
+        """The done-callback that feeds one transmission's answer back."""
+        return lambda answer: self._answered(batch_id, attempt, answer, None)
+
+    @staticmethod
+    def _backoff(attempt: int) -> float:
+        """Seconds before a retriable answer to attempt ``attempt`` is resent: 5 ms doubling
+        per attempt up to 1 s, plus up to 5 ms of jitter."""
+        return min(1.0, 0.005 * 2.0 ** min(attempt - 1, 16)) + random.uniform(0.0, 0.005)
 
     def _answered(
         self, batch_id: int, attempt: int, answer: Future[ProduceResult] | None, error: ProducerError | None
     ) -> None:
+        result: ProduceResult | None = None
         if answer is not None:
             exc = answer.exception()
             if exc is not None:
                 error = exc if isinstance(exc, ProducerError) else internal_error("producing a batch", exc, _LOG)
+            else:
+                result = answer.result()
         now = time.monotonic()
-        state = tenacity.RetryCallState(self._retrying, None, (), {})
-        state.attempt_number = attempt
-        retry_at = now + self._wait(state)
+        # a backoff only for answers that will be resent after one
+        retried = (error is not None and error.retriable) or (
+            result is not None and result.outcome is Outcome.IN_FLIGHT
+        )
+        retry_at = now + self._backoff(attempt) if retried else now
         with self._cond:
             if error is not None:
                 self._seq.handle_error(batch_id, attempt, error, now, retry_at)
             else:
-                assert answer is not None
-                self._seq.handle_result(batch_id, attempt, answer.result(), now, retry_at)
+                assert result is not None
+                self._seq.handle_result(batch_id, attempt, result, now, retry_at)
+            self._note_failure()
+            self._wake_at = 0.0
             self._cond.notify_all()
 
 
-__all__ = ["Deliveries", "DeliveryStatus", "Producer", "SendManyFuture", "default_partition"]
+__all__ = ["Deliveries", "DeliveryFuture", "DeliveryStatus", "Producer", "SendManyFuture", "default_partition"]

@@ -254,7 +254,7 @@ class Reader:
         create: bool = False,
         **connect_options: Any,
     ) -> None:
-        from . import connect
+        from ._connect import connect
 
         if not isinstance(max_records, int) or max_records < 1:
             raise ConfigError(f"max_records must be a positive int, got {max_records!r}")

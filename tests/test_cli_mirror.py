@@ -119,8 +119,9 @@ def test_status_while_the_job_runs_and_after_it_died(tmp_path: Path, capsys: pyt
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    started = time.monotonic()
     try:
-        deadline = time.monotonic() + 30
+        deadline = started + 30
         while len(_values(dest, "t")) < 100:
             assert time.monotonic() < deadline and process.poll() is None
             time.sleep(0.1)
@@ -147,7 +148,9 @@ def test_status_while_the_job_runs_and_after_it_died(tmp_path: Path, capsys: pyt
             "write",
         ]
         assert re.search(rf"t\[0\] +{last} +{size} +0 +\S+ \(\d+ s ago\)\n1 partition, total lag 0 bytes\n$", out), out
-        # the job is killed; the source grows: the lag shows it, the resume point stays
+        # the job is killed (after it has had time for a few progress lines); the source
+        # grows: the lag shows it, the resume point stays
+        time.sleep(max(0.0, started + 1.5 - time.monotonic()))
         process.send_signal(signal.SIGKILL)
         process.wait(30)
         with source.open("ab") as handle:

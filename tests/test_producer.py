@@ -308,7 +308,8 @@ def test_send_many_queue_full_and_closed() -> None:
 
 def test_send_futures_wake_waiters_callbacks_and_wait_whenever_they_arrive() -> None:
     """send's future makes its lock only when someone waits: waiters that come before, during
-    or after the sender completes it all see the result, exactly once for callbacks."""
+    or after the sender completes it all see the result, exactly once for callbacks; its
+    concurrent() twin works with concurrent.futures.wait and as_completed."""
     broker = memory_harness().open()
     called: list[int] = []
     with Producer(broker, linger_ms=0) as producer:
@@ -317,9 +318,10 @@ def test_send_futures_wake_waiters_callbacks_and_wait_whenever_they_arrive() -> 
             futures[0].add_done_callback(lambda f: called.append(f.result().offset or 0))
             waiter = threading.Thread(target=futures[1].result, args=(10,))
             waiter.start()
-            done, _ = concurrent.futures.wait(futures[2:4], timeout=10)
+            done, _ = concurrent.futures.wait([f.concurrent() for f in futures[2:4]], timeout=10)
             assert len(done) == 2
-            assert [f.result().offset for f in concurrent.futures.as_completed(futures, timeout=10)]
+            real = [f.concurrent() for f in futures]
+            assert [f.result().offset for f in concurrent.futures.as_completed(real, timeout=10)]
             waiter.join(10)
             assert not waiter.is_alive() and all(f.done() and not f.cancel() for f in futures)
             assert futures[4].result().offset == round_ * 5 + 4

@@ -33,7 +33,13 @@ PROTOCOL = {
     "SystemExit": "ends a process",
 }
 #: builtin exceptions required inside one special method
-SPECIAL = {"__getitem__": "IndexError", "__getattr__": "AttributeError", "__next__": "StopIteration"}
+SPECIAL = {
+    "__getitem__": "IndexError",
+    "__getattr__": "AttributeError",
+    "__next__": "StopIteration",
+    # DeliveryFuture's wait: a future's result(timeout) raises TimeoutError, as concurrent.futures does
+    "_ended": "TimeoutError",
+}
 
 
 def raised_names(path: Path) -> list[tuple[int, str, str]]:

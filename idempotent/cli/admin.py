@@ -18,8 +18,9 @@ from urllib.parse import urlsplit
 import attrs
 
 from .._topics import canonical_namespace, canonical_topic
+from .._values import PartitionStats
 from ..api import BrokerAPI
-from ..broker import BrokerConfig, PartitionStats, validate_topic
+from ..broker import BrokerConfig, validate_topic
 from ..errors import InvalidTopicError
 from .common import (
     SERVER_SCHEMES,

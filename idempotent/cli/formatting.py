@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from .._records import StoredRecord
-from ..broker import PartitionStats
+from .._values import PartitionStats
 
 #: Characters of a key or value ``text`` output shows before it truncates with an ellipsis.
 TEXT_VALUE_LIMIT = 200

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .._checker import Policy
     from .._outcomes import ProduceResult
     from .._records import StoredRecord
-    from ..broker import PartitionStats, ProducerSession
+    from .._values import PartitionStats, ProducerSession
 
 
 class LinkInjector(ProduceShortcuts):

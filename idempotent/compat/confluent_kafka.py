@@ -994,7 +994,7 @@ class Producer:
         created_ms = timestamp or int(time.time() * 1000)
         started = time.monotonic()
         try:
-            future = self._producer.send(topic, value_bytes, key_bytes, target, header_list)
+            future = self._producer.send(topic, value_bytes, key_bytes, target, header_list).concurrent()
         except BaseException as exc:
             self._unreserve(1, size)
             raise self._send_refused(exc) from exc

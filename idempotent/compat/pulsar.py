@@ -1262,7 +1262,7 @@ class Producer:
             try:
                 future = self._inner.send(
                     self._topic, None if content is None else bytes(content), key, partition, headers, sequence=sequence
-                )
+                ).concurrent()
             except ProducerError as exc:
                 raise _exception_for(exc) from exc
             self._pending += 1

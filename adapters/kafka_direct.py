@@ -1,0 +1,458 @@
+"""A producer's own transactional writer into Kafka (producer-scoped ownership).
+
+A :class:`~idempotent.direct.DirectBroker` writes one producer's batches straight into the
+topic's partitions, next to any number of other producers (replicas of a service, workers of
+one server) writing the same partitions at the same time. Nobody owns a partition; each
+producer owns its own records:
+
+* **Fencing** is Kafka's own: the writer's ``transactional.id`` names the producer
+  (``idempotent-n-<name>`` for a named producer, ``idempotent-p-<id>`` for an anonymous one),
+  and its ``init_transactions`` fences every earlier instance of that producer and aborts its
+  open transaction. Two producers never fence each other.
+* **Atomicity**: each group of batches is one Kafka transaction (at most one batch per
+  partition). Readers use ``read_committed``.
+* **Layout**: a batch is stored as in the shared writer (``adapters/kafka.py``): its first
+  record carries the identity headers and the count, the others go to librdkafka in bulk.
+  Other producers' records may sit between two of this producer's batches, never inside one:
+  the writer holds every batch of a transaction back (a ``linger.ms`` far longer than a
+  transaction) and keeps it within one librdkafka message set (``batch.size``,
+  ``batch.num.messages``), so the commit sends each partition's batch as one request, which
+  Kafka appends whole. It checks this from the delivery reports of each batch's first and
+  last record and aborts the transaction (a retriable error; nothing stored) if a batch was
+  ever split.
+* **State**: a named producer's checker state for each partition it wrote is written, in the
+  same transaction as the batches it covers, to the compacted topic
+  ``__idempotent_producer_state`` (key ``<name>\\0<topic>\\0<partition>``, partitioned by the
+  name), so a restart continues from exactly what was committed, with the original offsets of
+  its latest batches for duplicate answers. An anonymous producer never restarts, and writes
+  none.
+
+Errors are translated with the shared adapter's :func:`adapters.kafka._map_errors`.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from adapters._heads import BatchHead
+from adapters._kafka_errors import map_errors, translate
+from adapters._kafka_txn import TransactionalProducer, TxnState
+from adapters._meta import pack_snapshot, unpack_snapshot
+from adapters.kafka import KafkaBackend, kafka_topic_name
+from idempotent._records import RecordColumns, Snapshot
+from idempotent.backend import AppendBatch
+from idempotent.errors import BackendUnavailableError, ConfigError, ProducerError
+
+try:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the kafka backend needs confluent-kafka: pip install 'idempotent[kafka]'") from exc
+
+_LOG = logging.getLogger("idempotent.adapters.kafka")
+
+STATE_TOPIC = "__idempotent_producer_state"
+#: partitions of the state topic: a producer's keys all live in one of them (by its name)
+STATE_PARTITIONS = 16
+#: librdkafka's message set bounds this writer sets; a batch must fit one message set
+MESSAGE_SET_BYTES = 1_000_000
+MESSAGE_SET_RECORDS = 100_000
+#: what a batch may hold, as ``Record.size`` counts, leaving room for librdkafka's own framing
+#: (about 10 to 70 bytes per record beyond Record.size's 16, and the head's headers)
+MAX_BATCH_BYTES = 600_000
+MAX_BATCH_RECORDS = 10_000
+#: librdkafka settings of a producer's writer that a user may choose (the drop-in passes them)
+TUNABLE = frozenset(
+    {
+        "compression.type",
+        "compression.codec",
+        "compression.level",
+        "request.timeout.ms",
+        "retry.backoff.ms",
+        "retry.backoff.max.ms",
+        "socket.timeout.ms",
+        "transaction.timeout.ms",
+        "client.id",
+    }
+)
+
+
+def state_key(producer_key: str, topic: str, partition: int) -> bytes:
+    """The state topic's key of one producer's state on one partition."""
+    return f"{producer_key}\0{topic}\0{partition}".encode()
+
+
+def state_partition(producer_key: str) -> int:
+    """The partition of the state topic that holds every key of ``producer_key``."""
+    return zlib.crc32(producer_key.encode()) % STATE_PARTITIONS
+
+
+def ensure_state_topic(backend: KafkaBackend) -> None:
+    """Create the compacted state topic if it does not exist (a race with another process
+    creating it is harmless).
+
+    Raises:
+        BackendUnavailableError, ConfigError: the cluster refused or did not answer.
+    """
+    name = backend.prefix + STATE_TOPIC
+    with map_errors(f"create {name}"):
+        topics = backend._list_topics()
+        if name in topics and topics[name].error is None and topics[name].partitions:
+            return
+        config = {"cleanup.policy": "compact", "segment.ms": "600000", **backend.topic_config}
+        new = NewTopic(
+            name, num_partitions=STATE_PARTITIONS, replication_factor=backend.replication_factor, config=config
+        )
+        for future in backend._admin.create_topics([new], request_timeout=backend.timeout).values():
+            try:
+                future.result(backend.timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+        backend._wait_for_topics([name])
+
+
+def load_states(backend: KafkaBackend, producer_key: str) -> dict[tuple[str, int], Snapshot]:
+    """The newest committed state of ``producer_key`` on every partition it wrote.
+
+    Read after the producer's writer was opened (fenced), so no earlier instance can commit
+    more.
+
+    Raises:
+        BackendUnavailableError: the state topic could not be read.
+        CorruptDataError: a state record of this producer cannot be decoded.
+    """
+    name = backend.prefix + STATE_TOPIC
+    prefix = f"{producer_key}\0".encode()
+    found: dict[tuple[str, int], bytes | None] = {}
+    with backend._lock, map_errors(f"read the state of {producer_key!r}"):
+        for message in backend._read_range(name, state_partition(producer_key), 0, None):
+            key = message.key() or b""
+            if not key.startswith(prefix):
+                continue
+            _, topic, partition = key.decode().split("\0")
+            found[(topic, int(partition))] = message.value()
+    return {tp: unpack_snapshot(value) for tp, value in found.items() if value is not None}
+
+
+class KafkaProducerLog:
+    """One producer's transactional producer: writes groups of its batches, one transaction
+    each. Not thread-safe: its producer's sender thread is its only user.
+
+    The transactions go through :class:`~adapters._kafka_txn.TransactionalProducer`, which
+    applies librdkafka's rules when a commit fails; a commit whose outcome it cannot tell at
+    once leaves this writer :attr:`unresolved` until :meth:`resolve`.
+
+    Args:
+        backend: the process's shared Kafka backend (clients, metadata, reads).
+        producer_key: the producer's name, or its id for an anonymous producer; names the
+            ``transactional.id``, so opening fences the producer's earlier instances.
+        named: whether the producer is named (it keeps states, see the module docstring).
+        settings: librdkafka settings of :data:`TUNABLE` chosen by the user.
+
+    Raises:
+        ConfigError: a setting the cluster or librdkafka refuses.
+        BackendUnavailableError: the cluster did not answer within the backend's timeout.
+    """
+
+    #: the largest batch (as ``Record.size`` counts) and record count this writer takes
+    max_batch_bytes = MAX_BATCH_BYTES
+    max_batch_records = MAX_BATCH_RECORDS
+
+    def __init__(
+        self, backend: KafkaBackend, producer_key: str, named: bool, settings: dict[str, Any] | None = None
+    ) -> None:
+        self.backend = backend
+        self.producer_key = producer_key
+        self.named = named
+        transactional_id = f"{backend.prefix}idempotent-{'n' if named else 'p'}-{producer_key}"
+        self.transactional_id = transactional_id
+        if named:
+            ensure_state_topic(backend)
+        config = dict(backend.client_config)
+        config.update(settings or {})
+        config.update(
+            {
+                "transactional.id": transactional_id,
+                "enable.idempotence": True,
+                "acks": "all",
+                # batches wait for the commit, which sends each partition's batch as one
+                # message set (see the module docstring)
+                "linger.ms": 30_000,
+                "message.timeout.ms": 50_000,
+                "batch.size": MESSAGE_SET_BYTES,
+                "batch.num.messages": MESSAGE_SET_RECORDS,
+                "queue.buffering.max.messages": 2_000_000,
+                "queue.buffering.max.kbytes": 2_097_151,
+            }
+        )
+        config.setdefault("transaction.timeout.ms", 60_000)
+        #: ``(topic, partition, head offset)`` of every batch of a transaction whose commit
+        #: ended without saying whether Kafka stored it; :meth:`resolve` settles it
+        self.unresolved: list[tuple[str, int, int]] | None = None
+        self._late = False
+        self._txn = TransactionalProducer(config, backend.timeout, f"the producer {transactional_id!r}")
+
+    def load_states(self) -> dict[tuple[str, int], Snapshot]:
+        """The producer's committed state on each partition it wrote (none when anonymous).
+
+        Raises:
+            BackendUnavailableError: the state topic could not be read.
+            CorruptDataError: a state record cannot be decoded.
+        """
+        return load_states(self.backend, self.producer_key) if self.named else {}
+
+    def close(self) -> None:
+        """Drop the transactional producer (an open transaction is ended by Kafka)."""
+        self._txn.close()
+
+    def write(
+        self,
+        batches: Sequence[tuple[str, int, AppendBatch]],
+        states: Callable[[list[int]], Sequence[tuple[str, int, Snapshot]]] | None = None,
+    ) -> list[int]:
+        """Store ``batches`` (at most one per partition) in one transaction, with, for a
+        named producer, the states ``states(base offsets)`` returns (``(topic, partition,
+        snapshot)``: its checker state on each partition once these batches are stored).
+
+        Returns:
+            Each batch's base offset, in order.
+
+        Raises:
+            BackendUnavailableError: the transaction was aborted (nothing stored), or its
+                commit got no definite answer (then :attr:`unresolved` is set: call
+                :meth:`resolve` before writing again).
+            OwnershipLostError: a newer instance of this producer fenced this one.
+            EntryTooLargeError, InvalidTopicError, ConfigError: as the shared writer.
+        """
+        if self.unresolved is not None:
+            raise BackendUnavailableError(f"kafka: {self.transactional_id!r}: a commit in doubt is not settled yet")
+        firsts: list[list[int]] = [[] for _ in batches]
+        lasts: list[list[int]] = [[] for _ in batches]
+        errors: list[Any] = []
+        committing = False
+        self._late = False
+        try:
+            with self._txn.transaction(self._committed_late) as producer:
+                for index, (topic, partition, batch) in enumerate(batches):
+                    self._produce(
+                        producer, topic, partition, batch, _report(firsts[index], errors), _report(lasts[index], errors)
+                    )
+                # the delivery reports before the commit: every batch must be whole, and the
+                # states name the batches' offsets (the commit's own flush would wait as long)
+                if producer.flush(self.backend.timeout):
+                    raise BackendUnavailableError(f"kafka: {self.transactional_id!r}: records not acknowledged")
+                self._check_layout(batches, firsts, lasts, errors)
+                if states is not None and self.named:
+                    name = self.backend.prefix + STATE_TOPIC
+                    key = self.producer_key
+                    for topic, partition, snapshot in states([first[0] for first in firsts]):
+                        producer.produce(
+                            name,
+                            key=state_key(key, topic, partition),
+                            value=pack_snapshot(snapshot),
+                            partition=state_partition(key),
+                        )
+                committing = True
+        except ProducerError:
+            if committing and self._txn.state in (TxnState.IN_DOUBT, TxnState.REPLACE):
+                # every record was acknowledged: Kafka may have committed them
+                self.unresolved = [(t, p, first[0]) for (t, p, _), first in zip(batches, firsts, strict=True)]
+            raise
+        offsets = [first[0] for first in firsts]
+        self._note(batches, offsets)
+        return offsets
+
+    def _committed_late(self) -> None:
+        self._late = True
+
+    def resolve(self) -> list[int] | None:
+        """Settle the transaction whose commit had no definite answer (:attr:`unresolved`):
+        the transactional producer resumes the commit or replaces itself (which fences the
+        old instance and lets Kafka finish or abort the transaction), then the outcome is
+        taken from the commit or read back from the log.
+
+        Returns:
+            The base offsets of its batches, in order, when Kafka committed it; None when it
+            was aborted (nothing of it is stored).
+
+        Raises:
+            BackendUnavailableError: Kafka could not be reached; :attr:`unresolved` is kept.
+            OwnershipLostError: a newer instance of this producer fenced this one.
+        """
+        heads = self.unresolved
+        if heads is None:
+            return None
+        self._txn.settle()
+        committed = self._late or (bool(heads) and self._visible(*heads[0]))
+        self.unresolved = None
+        self._late = False
+        return [offset for _, _, offset in heads] if committed else None
+
+    def _visible(self, topic: str, partition: int, offset: int) -> bool:
+        """Whether the record at ``offset`` is visible to ``read_committed`` readers."""
+        with self.backend._lock, map_errors(f"resolve a transaction of {self.transactional_id!r}"):
+            name = kafka_topic_name(topic, self.backend.prefix)
+            for message in self.backend._read_range(name, partition, offset, None, 1):
+                return bool(message.offset() == offset)
+        return False
+
+    def _note(self, batches: Sequence[tuple[str, int, AppendBatch]], offsets: list[int]) -> None:
+        """Tell the shared backend what was committed: reads wait for it, and know its heads."""
+        for (topic, partition, batch), offset in zip(batches, offsets, strict=True):
+            name = kafka_topic_name(topic, self.backend.prefix)
+            self.backend.note_written(name, partition, offset + len(batch.records))
+            header = batch.header
+            if header is not None:
+                head = BatchHead(
+                    offset,
+                    len(batch.records),
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    int(batch.timestamp * 1000) / 1000,
+                )
+                self.backend.note_heads(name, partition, [head])
+
+    def _check_layout(
+        self,
+        batches: Sequence[tuple[str, int, AppendBatch]],
+        firsts: list[list[int]],
+        lasts: list[list[int]],
+        errors: list[Any],
+    ) -> None:
+        """Every batch was acknowledged, each as consecutive offsets (before the commit).
+
+        Raises:
+            BackendUnavailableError: a record was refused or not acknowledged, or a batch was
+                split by another producer's records; the transaction is aborted.
+        """
+        if errors:
+            raise translate(errors[0], f"deliver a batch of {self.transactional_id!r}")
+        for (topic, partition, batch), first, last in zip(batches, firsts, lasts, strict=True):
+            if not first or not last:
+                raise BackendUnavailableError(f"kafka: {topic}[{partition}]: a record was not acknowledged")
+            if last[0] - first[0] != len(batch.records) - 1:
+                _LOG.warning(
+                    "kafka: a batch of %d records for %s[%d] was split (offsets %d..%d); its transaction is aborted",
+                    len(batch.records),
+                    topic,
+                    partition,
+                    first[0],
+                    last[0],
+                )
+                raise BackendUnavailableError(
+                    f"kafka: the batch for {topic}[{partition}] was split by other producers' records"
+                )
+
+    def _produce(
+        self,
+        producer: Any,
+        topic: str,
+        partition: int,
+        batch: AppendBatch,
+        first: Callable[[Any, Any], None],
+        last: Callable[[Any, Any], None],
+    ) -> None:
+        """Hand one batch to the open transaction: the head (identity headers, the batch's
+        timestamp) with ``first`` as its delivery report, the rest in bulk with ``last`` on
+        the final record. Records with headers of their own are produced one by one."""
+        name = kafka_topic_name(topic, self.backend.prefix)
+        records = batch.records
+        header = batch.header
+        count = len(records)
+        timestamp = int(batch.timestamp * 1000)
+        if header is None:
+            identity = [("idem.count", b"%d" % count)]
+        else:
+            identity = [
+                ("idem.pid", b"%d" % header.producer_id),
+                ("idem.epoch", b"%d" % header.producer_epoch),
+                ("idem.seq", b"%d" % header.base_sequence),
+                ("idem.count", b"%d" % count),
+            ]
+        bulk: list[dict[str, Any]] | None = None
+        if count > 1:
+            rest = records[1:]
+            if type(rest) is RecordColumns:
+                keys = rest.keys
+                if keys is None:
+                    bulk = [{"value": v} for v in rest.values]
+                else:
+                    bulk = [{"value": v, "key": k} for v, k in zip(rest.values, keys, strict=True)]
+            elif not any(record.headers for record in rest):
+                bulk = [{"value": r.value, "key": r.key} for r in rest]
+        head = records[0]
+        producer.produce(
+            name,
+            value=head.value,
+            key=head.key,
+            partition=partition,
+            headers=[*head.headers, *identity] if head.headers else identity,
+            timestamp=timestamp,
+            on_delivery=first if count > 1 else _both(first, last),
+        )
+        if count == 1:
+            return
+        if bulk is not None:
+            bulk[-1]["callback"] = last
+            queued = producer.produce_batch(name, bulk, partition=partition)
+            if queued != len(bulk):
+                refused = next((m.get("_error") for m in bulk if m.get("_error") is not None), None)
+                raise BackendUnavailableError(
+                    f"kafka: the client refused {len(bulk) - queued} of {len(bulk)} records for "
+                    f"{topic}[{partition}]: {refused}"
+                )
+            return
+        for index, record in enumerate(records[1:], 1):
+            producer.produce(
+                name,
+                value=record.value,
+                key=record.key,
+                partition=partition,
+                headers=list(record.headers) or None,
+                timestamp=timestamp,
+                on_delivery=last if index == count - 1 else None,
+            )
+
+
+def open_producer_log(
+    backend: Any, producer_key: str, named: bool, settings: dict[str, Any] | None = None
+) -> KafkaProducerLog:
+    """The writer of one producer over the process's shared :class:`KafkaBackend`; see
+    :class:`KafkaProducerLog` (what it raises)."""
+    if not isinstance(backend, KafkaBackend):
+        raise ConfigError(f"a Kafka producer log needs a KafkaBackend, not {type(backend).__name__}")
+    return KafkaProducerLog(backend, producer_key, named, settings)
+
+
+def _report(slot: list[int], errors: list[Any]) -> Callable[[Any, Any], None]:
+    def callback(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            slot.append(msg.offset())
+
+    return callback
+
+
+def _both(first: Callable[[Any, Any], None], last: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    def callback(err: Any, msg: Any) -> None:
+        first(err, msg)
+        last(err, msg)
+
+    return callback
+
+
+__all__ = [
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_RECORDS",
+    "STATE_TOPIC",
+    "KafkaProducerLog",
+    "ensure_state_topic",
+    "load_states",
+    "open_producer_log",
+]
