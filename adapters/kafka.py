@@ -316,16 +316,21 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
                 ("idem.count", b"%d" % len(records)),
             ]
         self._produce_one(
-            producer, first, [*first.headers, *identity] if first.headers else identity, timestamp, delivered
+            producer,
+            first,
+            [*first.headers, *identity] if first.headers else identity,
+            timestamp if first.timestamp is None else first.timestamp,
+            delivered,
         )
         for start in range(1, len(records), _BULK):
             chunk = records[start : start + _BULK]
-            if type(chunk) is RecordColumns:  # no headers, and no Record objects to read
+            if type(chunk) is RecordColumns and not chunk.timed:
                 keys = chunk.keys if chunk.keys is not None else itertools.repeat(None)
                 self._produce_bulk(producer, [{"value": v, "key": k} for v, k in zip(chunk.values, keys, strict=False)])
-            elif any(record.headers for record in chunk):
-                for record in chunk:
-                    self._produce_one(producer, record, list(record.headers) or None, timestamp, None)
+            elif any(record.headers or record.timestamp is not None for record in chunk):
+                for record in chunk:  # a time or headers of its own: one by one (the bulk call takes neither)
+                    own = timestamp if record.timestamp is None else record.timestamp
+                    self._produce_one(producer, record, list(record.headers) or None, own, None)
             else:
                 self._produce_bulk(producer, [{"value": record.value, "key": record.key} for record in chunk])
             producer.poll(0)  # serve queued delivery reports and log lines
@@ -828,7 +833,7 @@ class KafkaBackend:
                         heads.append(head)
                 elif head is not None and head.covers(at):
                     producer_id, epoch, sequence = head.producer_id, head.producer_epoch, head.sequence_of(at)
-                    timestamp = head.timestamp
+                    timestamp = _seconds(message)  # each record's own time (see _produce)
                 else:
                     producer_id = epoch = sequence = -1
                     timestamp = _seconds(message)
@@ -850,7 +855,6 @@ class KafkaBackend:
                             producer_id=first.producer_id,
                             producer_epoch=first.producer_epoch,
                             sequence=first.sequence_of(record.offset),
-                            timestamp=first.timestamp,
                         )
                     else:
                         foreign.append(index)

@@ -357,9 +357,10 @@ class KafkaProducerLog:
         first: Callable[[Any, Any], None],
         last: Callable[[Any, Any], None],
     ) -> None:
-        """Hand one batch to the open transaction: the head (identity headers, the batch's
-        timestamp) with ``first`` as its delivery report, the rest in bulk with ``last`` on
-        the final record. Records with headers of their own are produced one by one."""
+        """Hand one batch to the open transaction: the head (identity headers, its own time or
+        the batch's) with ``first`` as its delivery report, the rest in bulk with ``last`` on
+        the final record. Records with headers or a time of their own are produced one by one
+        (the bulk call takes neither)."""
         name = kafka_topic_name(topic, self.backend.prefix)
         records = batch.records
         header = batch.header
@@ -379,11 +380,13 @@ class KafkaProducerLog:
             rest = records[1:]
             if type(rest) is RecordColumns:
                 keys = rest.keys
-                if keys is None:
+                if rest.timed:
+                    pass  # records with their own time go one by one (the bulk call cannot set it)
+                elif keys is None:
                     bulk = [{"value": v} for v in rest.values]
                 else:
                     bulk = [{"value": v, "key": k} for v, k in zip(rest.values, keys, strict=True)]
-            elif not any(record.headers for record in rest):
+            elif not any(record.headers or record.timestamp is not None for record in rest):
                 bulk = [{"value": r.value, "key": r.key} for r in rest]
         head = records[0]
         producer.produce(
@@ -392,7 +395,7 @@ class KafkaProducerLog:
             key=head.key,
             partition=partition,
             headers=[*head.headers, *identity] if head.headers else identity,
-            timestamp=timestamp,
+            timestamp=timestamp if head.timestamp is None else head.timestamp,
             on_delivery=first if count > 1 else _both(first, last),
         )
         if count == 1:
@@ -414,7 +417,7 @@ class KafkaProducerLog:
                 key=record.key,
                 partition=partition,
                 headers=list(record.headers) or None,
-                timestamp=timestamp,
+                timestamp=timestamp if record.timestamp is None else record.timestamp,
                 on_delivery=last if index == count - 1 else None,
             )
 

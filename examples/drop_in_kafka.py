@@ -4,10 +4,10 @@ Run: python examples/drop_in_kafka.py [bootstrap.servers]
 
 Apart from the import, this is an ordinary confluent-kafka producer program (replace the
 import by ``import confluent_kafka`` and it runs against Kafka unchanged). Through the drop-in
-the records go to this project's broker: ``IDEMPOTENT_BROKER_URL`` if set, else
-``sqlite:///idempotent.db`` in the working directory (``bootstrap.servers`` is not used).
-Every resend after a lost acknowledgement is recognised by the broker, so each order is
-stored exactly once.
+the records go into the Kafka cluster ``bootstrap.servers`` names, each checked by the
+producer's own sequence checker and written in Kafka transactions, so each order is stored
+exactly once however often it is resent. ``IDEMPOTENT_BROKER_URL`` sends them to any other
+broker URL instead (``sqlite:///orders.db`` runs it without Kafka).
 """
 
 from __future__ import annotations

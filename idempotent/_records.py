@@ -43,16 +43,28 @@ def _optional_bytes(value: object) -> bytes | None:
     raise InvalidRecordError(f"record keys and values must be bytes, str or None, not {type(value).__name__}")
 
 
+def _optional_millis(value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidRecordError(f"a record timestamp must be milliseconds as an int >= 0, not {value!r}")
+    return value
+
+
 @attrs.frozen
 class Record:
     """One record as a producer sends it: optional key, value and ordered headers.
 
-    ``str`` keys, values and header values are encoded as UTF-8.
+    ``str`` keys, values and header values are encoded as UTF-8. ``timestamp`` is the
+    record's own time in milliseconds since the epoch (an application's event time, as
+    Kafka's ``CreateTime``), or None to take the time its batch is stored; backends that
+    store a time per record (Kafka, Pulsar's event time) keep it.
     """
 
     value: bytes | None = attrs.field(converter=_optional_bytes)
     key: bytes | None = attrs.field(default=None, converter=_optional_bytes)
     headers: Headers = attrs.field(default=(), converter=_headers)
+    timestamp: int | None = attrs.field(default=None, converter=_optional_millis)
 
     @property
     def size(self) -> int:
@@ -68,6 +80,7 @@ _new = object.__new__
 _set_value = Record.__dict__["value"].__set__
 _set_key = Record.__dict__["key"].__set__
 _set_headers = Record.__dict__["headers"].__set__
+_set_timestamp = Record.__dict__["timestamp"].__set__
 
 
 def value_record(value: bytes) -> Record:
@@ -77,22 +90,26 @@ def value_record(value: bytes) -> Record:
     _set_value(record, value)
     _set_key(record, None)
     _set_headers(record, ())
+    _set_timestamp(record, None)
     return record
 
 
-def trusted_record(value: bytes | None, key: bytes | None, headers: Headers) -> Record:
-    """``Record(value, key, headers)`` without the converters, for fields that already have
-    their final types (``bytes`` or None, and a tuple of ``(str, bytes)`` pairs): records
-    read from a log and copied on (a mirror). The caller guarantees the types."""
+def trusted_record(value: bytes | None, key: bytes | None, headers: Headers, timestamp: int | None = None) -> Record:
+    """``Record(value, key, headers, timestamp)`` without the converters, for fields that
+    already have their final types (``bytes`` or None, a tuple of ``(str, bytes)`` pairs,
+    milliseconds or None): records read from a log and copied on (a mirror). The caller
+    guarantees the types."""
     record: Record = _new(Record)
     _set_value(record, value)
     _set_key(record, key)
     _set_headers(record, headers)
+    _set_timestamp(record, timestamp)
     return record
 
 
 class RecordColumns(SequenceABC[Record]):
-    """Records without headers, held as a column of values and a column of keys.
+    """Records without headers, held as a column of values, a column of keys and, when any
+    record has its own time, a column of timestamps.
 
     A bulk writer (a Spark task) hands these to :meth:`Producer.send_many`; they go through
     the producer's batches, the wire (``records`` plus ``keys``, docs/protocol.md) and the
@@ -102,16 +119,24 @@ class RecordColumns(SequenceABC[Record]):
     Args:
         values: each record's value (bytes or None).
         keys: each record's key (bytes or None), as many as ``values``; None: no keys.
+        timestamps: each record's time in milliseconds or None (see :attr:`Record.timestamp`),
+            as many as ``values``; None: no record has its own.
 
     The caller guarantees the types (``bytes`` or None) and the lengths: build it from data
     that has them, or check first with :meth:`checked`.
     """
 
-    __slots__ = ("keys", "values")
+    __slots__ = ("keys", "timestamps", "values")
 
-    def __init__(self, values: list[bytes | None], keys: list[bytes | None] | None = None) -> None:
+    def __init__(
+        self,
+        values: list[bytes | None],
+        keys: list[bytes | None] | None = None,
+        timestamps: list[int | None] | None = None,
+    ) -> None:
         self.values = values
         self.keys = keys
+        self.timestamps = timestamps
 
     @classmethod
     def checked(cls, values: list[Any], keys: list[Any] | None = None) -> RecordColumns:
@@ -132,6 +157,12 @@ class RecordColumns(SequenceABC[Record]):
     def __len__(self) -> int:
         return len(self.values)
 
+    @property
+    def timed(self) -> bool:
+        """Whether any record has a time of its own."""
+        timestamps = self.timestamps
+        return timestamps is not None and timestamps.count(None) != len(timestamps)
+
     @overload
     def __getitem__(self, index: int) -> Record: ...
 
@@ -139,18 +170,31 @@ class RecordColumns(SequenceABC[Record]):
     def __getitem__(self, index: slice) -> RecordColumns: ...
 
     def __getitem__(self, index: int | slice) -> Record | RecordColumns:
+        keys, timestamps = self.keys, self.timestamps
         if isinstance(index, slice):
-            return RecordColumns(self.values[index], None if self.keys is None else self.keys[index])
-        return trusted_record(self.values[index], None if self.keys is None else self.keys[index], ())
+            return RecordColumns(
+                self.values[index],
+                None if keys is None else keys[index],
+                None if timestamps is None else timestamps[index],
+            )
+        return trusted_record(
+            self.values[index],
+            None if keys is None else keys[index],
+            (),
+            None if timestamps is None else timestamps[index],
+        )
 
     def __iter__(self) -> Iterator[Record]:
         keys = self.keys if self.keys is not None else itertools.repeat(None)
-        return map(trusted_record, self.values, keys, itertools.repeat(()))
+        timestamps = self.timestamps if self.timestamps is not None else itertools.repeat(None)
+        return map(trusted_record, self.values, keys, itertools.repeat(()), timestamps)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RecordColumns):
-            return self.values == other.values and (self.keys or [None] * len(self)) == (
-                other.keys or [None] * len(other)
+            return (
+                self.values == other.values
+                and (self.keys or [None] * len(self)) == (other.keys or [None] * len(other))
+                and (self.timestamps or [None] * len(self)) == (other.timestamps or [None] * len(other))
             )
         if isinstance(other, SequenceABC) and not isinstance(other, str | bytes):
             return list(self) == list(other)
@@ -163,12 +207,13 @@ class RecordColumns(SequenceABC[Record]):
 
     def __add__(self, other: RecordColumns) -> RecordColumns:
         """Both sets of records in one, in order."""
-        if self.keys is None and other.keys is None:
-            return RecordColumns(self.values + other.values)
-        return RecordColumns(
-            self.values + other.values,
-            (self.keys or [None] * len(self)) + (other.keys or [None] * len(other)),
-        )
+        keys: list[bytes | None] | None = None
+        if self.keys is not None or other.keys is not None:
+            keys = (self.keys or [None] * len(self)) + (other.keys or [None] * len(other))
+        timestamps: list[int | None] | None = None
+        if self.timestamps is not None or other.timestamps is not None:
+            timestamps = (self.timestamps or [None] * len(self)) + (other.timestamps or [None] * len(other))
+        return RecordColumns(self.values + other.values, keys, timestamps)
 
     def sizes(self) -> list[int]:
         """Each record's :attr:`Record.size`, computed per column."""

@@ -69,8 +69,9 @@ class RecordBuffer:
     """The records a producer was given for one partition between two takes of its sender.
 
     Columns (one entry per record, in the order given): ``values``; ``keys``, ``headers``,
-    ``sequences`` and ``callbacks`` are None until a record has one (then the earlier records'
-    entries are None). ``first_at`` is the producer's clock when the first record arrived.
+    ``sequences``, ``timestamps``, ``callbacks`` and ``reports`` are None until a record has
+    one (then the earlier records' entries are None). ``first_at`` is the producer's clock
+    when the first record arrived, ``created_ms`` the wall clock then.
     Outcomes are recorded per span by :meth:`ended`.
     """
 
@@ -78,13 +79,16 @@ class RecordBuffer:
         "_cond",
         "_waiting",
         "callbacks",
+        "created_ms",
         "extra",
         "first_at",
         "headers",
         "keys",
         "partition",
+        "reports",
         "segments",
         "sequences",
+        "timestamps",
         "topic",
         "values",
     )
@@ -97,9 +101,16 @@ class RecordBuffer:
         self.headers: list[Headers | None] | None = None
         self.sequences: list[int | None] | None = None
         self.callbacks: list[DeliveryCallback | None] | None = None
+        #: per record: what a drop-in serves the record's report with (its own callback), kept
+        #: for it and never called here (see ``Producer._span_listener``)
+        self.reports: list[object] | None = None
+        #: per record: its own time in milliseconds (None: the time its batch is stored)
+        self.timestamps: list[int | None] | None = None
         #: whether headers or sequences are kept
         self.extra = False
         self.first_at = 0.0
+        #: the wall clock when the first record arrived, in milliseconds
+        self.created_ms = 0
         self.segments: list[Segment] = []
         self._cond: threading.Condition | None = None
         #: position -> callbacks added to that record's future before it ended

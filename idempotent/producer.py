@@ -16,23 +16,19 @@ from __future__ import annotations
 
 import itertools
 import logging
-import random
 import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as SequenceOf
-from concurrent.futures import Future
 from typing import Any, cast, overload
 
 import tenacity
 
-from ._outcomes import DeliveryStatus, Outcome, ProduceResult
-from ._records import Headers, Record, RecordColumns, _headers, as_record, record_sizes, trusted_record
-from ._request import ProduceRequest
-from ._sequence import sequence_at
-from ._sequencer import BatchDelivered, BatchFailed, Event, OutgoingBatch, ProducerSequencer, sequences_for
+from ._outcomes import DeliveryStatus
+from ._records import Headers, Record, RecordColumns, _headers, as_record, record_sizes
+from ._sequencer import ProducerSequencer, sequences_for
 from ._topics import canonical_topic
 from ._types import DEFAULT_MAX_IN_FLIGHT
 from ._values import ProducerSession
@@ -43,7 +39,6 @@ from .delivery import (
     DeliveryFuture,
     Part,
     RecordBuffer,
-    Segment,
     SendManyFuture,
 )
 from .errors import (
@@ -55,8 +50,8 @@ from .errors import (
     ProducerError,
     QueueFullError,
     UsageError,
-    internal_error,
 )
+from .sender import Route, SenderLoop, SpanListener
 
 _LOG = logging.getLogger("idempotent.producer")
 
@@ -83,35 +78,7 @@ def _payload(what: str, value: object) -> bytes | None:
     raise UsageError(f"record {what}s must be bytes, str or None, not {type(value).__name__}")
 
 
-class _Route:
-    """A topic as callers spell it: its stored name, the current buffer of each partition,
-    and the partition that records without a key and without a partition go to (``sticky``:
-    moved on to the next partition each time the sender takes its buffer, as Kafka's sticky
-    partitioner moves on with each batch)."""
-
-    __slots__ = ("buffers", "checked_at", "sticky", "topic")
-
-    def __init__(self, topic: str, partitions: int, checked_at: float) -> None:
-        self.topic = topic
-        self.buffers = [RecordBuffer(topic, p) for p in range(partitions)]
-        self.sticky = random.randrange(partitions)
-        #: when the broker last gave the partition count (the producer's clock)
-        self.checked_at = checked_at
-
-    def grow(self, partitions: int, now: float) -> None:
-        """Take a partition count the broker gave at ``now``: partitions added to the topic
-        get buffers (a topic never loses partitions). The producer's lock is held."""
-        self.checked_at = now
-        for partition in range(len(self.buffers), partitions):
-            self.buffers.append(RecordBuffer(self.topic, partition))
-
-
-#: Called by the sender for every span of a buffer that ended (the drop-ins serve delivery
-#: reports from it), after the buffer has recorded it.
-SpanListener = Callable[[RecordBuffer, Segment], None]
-
-
-class Producer:
+class Producer(SenderLoop):
     """Exactly-once producer. Thread-safe.
 
     Args:
@@ -127,6 +94,8 @@ class Producer:
         request_timeout_ms: resend a batch that got no answer for this long.
         delivery_timeout_ms: fail a message not delivered within this long.
         max_buffered_records: ``send`` raises QueueFullError beyond this many unfinished.
+        max_buffered_bytes: with a drop-in's ``_add``, QueueFullError beyond this many bytes
+            of keys and values unfinished (None: no bound).
         init_timeout_ms: how long to retry ``init_producer`` on retriable errors.
         metadata_max_age_ms: how long a topic's partition count is trusted before the broker
             is asked again (partitions added to a topic are used after at most this long).
@@ -148,6 +117,7 @@ class Producer:
         request_timeout_ms: float = 30_000,
         delivery_timeout_ms: float = 120_000,
         max_buffered_records: int = 1_000_000,
+        max_buffered_bytes: int | None = None,
         init_timeout_ms: float = 30_000,
         metadata_max_age_ms: float = 30_000,
         **connect_options: Any,
@@ -200,12 +170,17 @@ class Producer:
         #: guards the buffers, the routes and the sequencer; the sender waits on ``_cond``
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._routes: dict[str, _Route] = {}
+        self._routes: dict[str, Route] = {}
         #: (route, partition) of the buffers that got their first record since the sender
         #: last took them
-        self._filled: list[tuple[_Route, int]] = []
-        #: records accepted by send and send_many whose outcome is not recorded yet
+        self._filled: list[tuple[Route, int]] = []
+        #: records accepted by send and send_many whose outcome is not recorded yet (or, with a
+        #: span listener, not served yet), and the bytes of those a drop-in added
         self._outstanding = 0
+        #: records that ended and were handed to a span listener, not served by its owner yet
+        self._held = 0
+        self._outstanding_bytes = 0
+        self._max_buffered_bytes = max_buffered_bytes
         #: why send refuses records (closed, or the error that failed the producer), or None
         self._halted: ProducerError | None = None
         #: when the sender wakes up next (it is woken earlier only when that is too late)
@@ -290,13 +265,13 @@ class Producer:
         """
         return len(self._route(topic).buffers)
 
-    def _route(self, topic: str) -> _Route:
+    def _route(self, topic: str) -> Route:
         route = self._routes.get(topic)
         if route is None:
             name = canonical_topic(topic)
             route = self._routes.get(name)
             if route is None:
-                route = _Route(name, self._broker.partitions_for(name), time.monotonic())
+                route = Route(name, self._broker.partitions_for(name), time.monotonic())
             with self._lock:  # one route per stored name, whatever the spelling
                 route = self._routes.setdefault(name, route)
                 self._routes[topic] = route
@@ -431,12 +406,76 @@ class Producer:
             if header_tuple is not None or sequence is not None or buffer.extra:
                 buffer.add_extras(index, header_tuple, sequence)
             if index == 0:
-                now = buffer.first_at = time.monotonic()
-                self._filled.append((route, partition))
-                if self._wake_at > now + self._linger:
-                    self._wake_at = now + self._linger
-                    self._cond.notify()
+                self._first(route, partition, buffer)
         return None if on_delivery is not None else DeliveryFuture(buffer, index)
+
+    def _first(self, route: Route, partition: int, buffer: RecordBuffer) -> None:
+        """A buffer got its first record (the lock held): note when, and wake the sender
+        when it would otherwise sleep past this buffer's linger."""
+        now = buffer.first_at = time.monotonic()
+        buffer.created_ms = int(time.time() * 1000)
+        self._filled.append((route, partition))
+        if self._wake_at > now + self._linger:
+            self._wake_at = now + self._linger
+            self._cond.notify()
+
+    def _add(
+        self,
+        route: Route,
+        partition: int,
+        value: bytes | None,
+        key: bytes | None,
+        report: object,
+        timestamp: int | None,
+        headers: Headers | None,
+        sequence: int | None,
+        size: int = 0,
+    ) -> RecordBuffer:
+        """Append one record whose arguments a drop-in has checked already (types, the
+        partition, the size against the broker's limit): ``report`` is kept in the buffer's
+        ``reports`` column for the drop-in's span listener, never called by the producer;
+        ``size`` (its key and value bytes) counts against ``max_buffered_bytes`` until
+        :meth:`_served`. Returns the buffer the record went into (the lock held only inside).
+
+        Raises:
+            ProducerError: the producer failed earlier, or is closed.
+            QueueFullError: ``max_buffered_records`` unfinished records.
+        """
+        with self._lock:
+            if self._halted is not None:
+                raise self._halted
+            if self._outstanding + self._held >= self._max_buffered or (
+                self._max_buffered_bytes is not None
+                and self._outstanding + self._held
+                and self._outstanding_bytes + size > self._max_buffered_bytes
+            ):
+                raise QueueFullError(f"{self._outstanding} records ({self._outstanding_bytes} bytes) are waiting")
+            self._outstanding += 1
+            self._outstanding_bytes += size
+            buffer = route.buffers[partition]
+            values = buffer.values
+            index = len(values)
+            values.append(value)
+            if key is not None or buffer.keys is not None:
+                keys = buffer.keys
+                if keys is None:
+                    keys = buffer.keys = [None] * index
+                keys.append(key)
+            if report is not None or buffer.reports is not None:
+                reports = buffer.reports
+                if reports is None:
+                    reports = buffer.reports = [None] * index
+                reports.append(report)
+            if timestamp is not None or buffer.timestamps is not None:
+                timestamps = buffer.timestamps
+                if timestamps is None:
+                    timestamps = buffer.timestamps = [None] * index
+                timestamps.append(timestamp)
+            if headers is not None or sequence is not None or buffer.extra:
+                buffer.add_extras(index, headers, sequence)
+            if index == 0:
+                self._first(route, partition, buffer)
+            return buffer
 
     def send_many(
         self,
@@ -548,22 +587,17 @@ class Producer:
             How many messages are still unfinished (0 unless ``timeout`` ran out).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            self._flushing += 1
-            self._seq.flush()
-            self._wake_at = 0.0
-            self._cond.notify_all()
-            try:
+        self._begin_flush()
+        try:
+            with self._cond:
                 while self._outstanding:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         break
                     self._cond.wait(remaining if remaining is not None else 0.5)
-            finally:
-                self._flushing -= 1
-                if not self._flushing:
-                    self._seq.end_flush()
-            return self._outstanding
+                return self._outstanding
+        finally:
+            self._end_flush()
 
     def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout``), fail whatever is left as closed, stop, and close the
@@ -595,240 +629,11 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- sender thread ---------------------------------------------------------------------
-
-    def _hand_over(self, route: _Route, partition: int) -> None:
-        """Give a partition's buffer to the sequencer whole (lock held) and start a new one.
-
-        Runs of records with application sequences and runs without are added separately;
-        the batches report their records as spans of the buffer."""
-        buffer = route.buffers[partition]
-        route.buffers[partition] = RecordBuffer(route.topic, partition)
-        if route.sticky == partition:
-            route.sticky = (partition + 1) % len(route.buffers)
-        records: SequenceOf[Record]
-        keys = buffer.keys
-        if buffer.headers is None:
-            records = RecordColumns(buffer.values, keys)
-        else:
-            records = list(
-                map(
-                    trusted_record,
-                    buffer.values,
-                    keys if keys is not None else itertools.repeat(None),
-                    [() if h is None else h for h in buffer.headers],
-                )
-            )
-        sequences = buffer.sequences
-        if sequences is None:
-            self._seq.add_many(route.topic, partition, records, buffer.first_at, None, buffer)
-            return
-        start = 0
-        for explicit, run in itertools.groupby(sequences, key=lambda s: s is not None):
-            length = sum(1 for _ in run)
-            chosen = cast(list[int], sequences[start : start + length]) if explicit else None
-            self._seq.add_many(
-                route.topic, partition, records[start : start + length], buffer.first_at, chosen, buffer, origin=start
-            )
-            start += length
-
-    def _take(self, now: float) -> float | None:
-        """Hand every due buffer whose partition can take a batch to the sequencer (lock
-        held); return when the next one that is not due yet will be, or None."""
-        if not self._filled:
-            return None
-        keep: list[tuple[_Route, int]] = []
-        due_at: float | None = None
-        for route, partition in self._filled:
-            buffer = route.buffers[partition]
-            if not buffer.values:
-                continue  # taken by send_many or close
-            ready = buffer.first_at + self._linger
-            due = self._flushing or self._closing or now >= ready or len(buffer.values) >= self._max_batch_records
-            if due and self._seq.has_room(route.topic, partition):
-                self._hand_over(route, partition)
-                continue
-            keep.append((route, partition))
-            if not due and (due_at is None or ready < due_at):
-                due_at = ready
-        self._filled = keep
-        return due_at
-
-    def _refresh_metadata(self, now: float) -> None:
-        """Ask the broker again for the partition count of every topic whose count is older
-        than ``metadata_max_age_ms`` (the sender thread, no lock held while asking)."""
-        age = self._metadata_max_age
-        if now < self._metadata_due:
-            return
-        self._metadata_due = now + max(age, 0.1)
-        stale = {id(r): r for r in list(self._routes.values()) if now - r.checked_at >= age}
-        for route in stale.values():
-            try:
-                count = self._broker.partitions_for(route.topic)
-            except ProducerError as exc:  # keep the count in force; ask again next time
-                _LOG.debug("could not refresh the partitions of %s: %s", route.topic, exc)
-                continue
-            with self._lock:
-                route.grow(count, now)
-
-    def _run(self) -> None:
-        while True:
-            self._refresh_metadata(time.monotonic())
-            with self._cond:
-                now = time.monotonic()
-                due_at = self._take(now)
-                self._seq.handle_timeout(now)
-                self._note_failure()
-                batches = self._seq.batches_to_send(now)
-                events = self._drain_events()
-                if not batches and not events:
-                    if self._closing and not self._outstanding:
-                        return
-                    deadline = self._seq.next_deadline()
-                    if due_at is not None and (deadline is None or due_at < deadline):
-                        deadline = due_at
-                    wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - now))
-                    if wait > 0:
-                        self._wake_at = now + wait
-                        self._cond.wait(wait)
-                        self._wake_at = 0.0
-                    continue
-                self._wake_at = 0.0
-            if events:
-                self._complete(events)
-                with self._cond:
-                    self._outstanding -= sum(len(event.batch.records) for event in events)
-                    self._cond.notify_all()
-            if batches:
-                self._submit(batches)
-
-    def _drain_events(self) -> list[Event]:
-        out = []
-        while (event := self._seq.next_event()) is not None:
-            out.append(event)
-        return out
-
-    def _note_failure(self) -> None:
-        """Refuse new records once the sequencer has failed (lock held)."""
-        if self._halted is None and self._seq.failure is not None:
-            self._halted = self._seq.failure
-
     def _too_large(self, size: int) -> InvalidBatchError:
         return InvalidBatchError(
             f"a record of {size} bytes (key, value and headers) exceeds the broker's "
             f"max_record_bytes={self._max_record_bytes}; nothing was queued"
         )
-
-    def _complete(self, events: list[Event]) -> None:
-        """Record how ended batches ended: one entry per span of each batch."""
-        listener = self._span_listener
-        for event in events:
-            batch = event.batch
-            topic, partition, base_sequence = batch.topic, batch.partition, batch.base_sequence
-            position = 0
-            if isinstance(event, BatchDelivered):
-                base_offset, duplicate = event.base_offset, event.duplicate
-                for owner, start, count in batch.spans:
-                    offset = None if base_offset is None else base_offset + position
-                    sequence: int = sequence_at(base_sequence, position)
-                    if type(owner) is RecordBuffer:
-                        segment: Segment = (start, count, offset, sequence, duplicate, None, DeliveryStatus.PERSISTED)
-                        owner.ended(segment)
-                        if listener is not None:
-                            listener(owner, segment)
-                    elif type(owner) is Part:
-                        owner.future.ended((owner, start, count, topic, partition, offset, sequence, duplicate, None))
-                    position += count
-            else:
-                assert isinstance(event, BatchFailed)
-                failure = (event.error, event.status)
-                for owner, start, count in batch.spans:
-                    sequence = sequence_at(base_sequence, position) if base_sequence >= 0 else -1
-                    if type(owner) is RecordBuffer:
-                        segment = (start, count, None, sequence, False, event.error, event.status)
-                        owner.ended(segment)
-                        if listener is not None:
-                            listener(owner, segment)
-                    elif type(owner) is Part:
-                        owner.future.ended((owner, start, count, topic, partition, None, sequence, False, failure))
-                    position += count
-
-    def _submit(self, batches: list[OutgoingBatch]) -> None:
-        """Hand one round's batches to the broker at once (``submit_requests``); their answers
-        come back through :meth:`_answered`, at once or later."""
-        session = self._session
-        requests: list[ProduceRequest] = []
-        sent: list[OutgoingBatch] = []
-        for batch in batches:
-            try:
-                requests.append(
-                    ProduceRequest.build(
-                        batch.topic,
-                        batch.partition,
-                        session.producer_id,
-                        session.producer_epoch,
-                        batch.base_sequence,
-                        batch.records,
-                        batch.previous_sequence,
-                        measured=(batch.size, batch.largest),
-                    )
-                )
-                sent.append(batch)
-            except ProducerError as exc:
-                self._answered(batch.batch_id, batch.attempt, None, exc)
-            except Exception as exc:  # a bug: logged, FATAL (never retried); the sender thread lives on
-                self._answered(batch.batch_id, batch.attempt, None, internal_error("building a request", exc, _LOG))
-        if not requests:
-            return
-        try:
-            answers = self._broker.submit_requests(requests)
-        except ProducerError as exc:
-            for batch in sent:
-                self._answered(batch.batch_id, batch.attempt, None, exc)
-            return
-        except Exception as exc:  # a bug: logged, FATAL (never retried); the sender thread lives on
-            error = internal_error("submitting a batch", exc, _LOG)
-            for batch in sent:
-                self._answered(batch.batch_id, batch.attempt, None, error)
-            return
-        for batch, answer in zip(sent, answers, strict=True):
-            answer.add_done_callback(self._answer_of(batch.batch_id, batch.attempt))
-
-    def _answer_of(self, batch_id: int, attempt: int) -> Callable[[Future[ProduceResult]], None]:
-        """The done-callback that feeds one transmission's answer back."""
-        return lambda answer: self._answered(batch_id, attempt, answer, None)
-
-    @staticmethod
-    def _backoff(attempt: int) -> float:
-        """Seconds before a retriable answer to attempt ``attempt`` is resent: 5 ms doubling
-        per attempt up to 1 s, plus up to 5 ms of jitter."""
-        return min(1.0, 0.005 * 2.0 ** min(attempt - 1, 16)) + random.uniform(0.0, 0.005)
-
-    def _answered(
-        self, batch_id: int, attempt: int, answer: Future[ProduceResult] | None, error: ProducerError | None
-    ) -> None:
-        result: ProduceResult | None = None
-        if answer is not None:
-            exc = answer.exception()
-            if exc is not None:
-                error = exc if isinstance(exc, ProducerError) else internal_error("producing a batch", exc, _LOG)
-            else:
-                result = answer.result()
-        now = time.monotonic()
-        # a backoff only for answers that will be resent after one
-        retried = (error is not None and error.retriable) or (
-            result is not None and result.outcome is Outcome.IN_FLIGHT
-        )
-        retry_at = now + self._backoff(attempt) if retried else now
-        with self._cond:
-            if error is not None:
-                self._seq.handle_error(batch_id, attempt, error, now, retry_at)
-            else:
-                assert result is not None
-                self._seq.handle_result(batch_id, attempt, result, now, retry_at)
-            self._note_failure()
-            self._wake_at = 0.0
-            self._cond.notify_all()
 
 
 __all__ = ["Deliveries", "DeliveryFuture", "DeliveryStatus", "Producer", "SendManyFuture", "default_partition"]

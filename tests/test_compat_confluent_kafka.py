@@ -11,7 +11,6 @@ import time
 import uuid
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -21,7 +20,9 @@ import idempotent
 from adapters import open_backend
 from adapters.memory import reset_store
 from idempotent import DeliveryFailed, DeliveryStatus, ProducerFencedError, Recovery
+from idempotent.compat import _kafka_config
 from idempotent.compat import confluent_kafka as compat
+from idempotent.compat._kafka_config import Config
 from idempotent.compat.confluent_kafka import KafkaError, KafkaException, MessageStatus
 from idempotent.errors import DeliveryTimeoutError, ProducerClosedError, SequenceDesyncError, UnknownProducerError
 from idempotent.testing.faults import FaultyBroker, LinkFaults
@@ -231,7 +232,8 @@ def test_fenced_producer_reports_fatal_error(url: str) -> None:
     old = _producer(url, error_cb=errors.append, **{"transactional.id": "orders"})
     old.produce("t", b"a")
     assert old.flush(10) == 0
-    new = _producer(url, **{"idempotent.producer.name": "orders"})  # fences the old instance
+    new = _producer(url, **{"idempotent.producer.name": "orders"})
+    new.init_transactions(10)  # waits until it connected, which fenced the old instance
     reports: list[tuple[Any, Any]] = []
     old.produce("t", b"b", on_delivery=lambda err, msg: reports.append((err, msg)))
     old.flush(10)
@@ -281,7 +283,7 @@ def test_lost_acknowledgements_give_duplicates_with_original_offsets() -> None:
 
 
 def test_options_map_onto_the_producer() -> None:
-    config = compat._Config(
+    config = Config(
         {
             "linger.ms": "7",
             "batch.size": 2048,
@@ -297,12 +299,29 @@ def test_options_map_onto_the_producer() -> None:
             "client.id": "app",
             "bootstrap.servers": "a:9092,b:9092",
             "transactional.id": "n",
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": "PLAIN",
+            "ssl.ca.location": "/ca.pem",
+            "compression.type": "lz4",
         }
     )
     assert (config.linger_ms, config.batch_size, config.max_batch_records) == (7, 2048, 50)
     assert (config.delivery_timeout_ms, config.request_timeout_ms, config.max_in_flight) == (9000, 1500, 2)
     assert (config.max_messages, config.max_bytes, config.producer_name) == (10, 4096, "n")
-    assert compat._Config({"message.timeout.ms": 0}).delivery_timeout_ms == 2**31 - 1  # 0 = infinite
+    assert Config({"message.timeout.ms": 0}).delivery_timeout_ms == 2**31 - 1  # 0 = infinite
+    # records go to the cluster bootstrap.servers names, with the application's connection settings
+    assert config.target == "kafka://a:9092,b:9092" and config.kafka
+    options = config.connect_options()
+    assert options["client_config"] == {
+        "client.id": "app",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "PLAIN",
+        "ssl.ca.location": "/ca.pem",
+    }
+    assert options["log_settings"] == {"compression.type": "lz4"}
+    assert Config({}).target is None  # no broker configured: records wait and time out, as with librdkafka
+    url = Config({"bootstrap.servers": "a:9092", "idempotent.broker.url": "sqlite:///x.db"})
+    assert url.target == "sqlite:///x.db" and not url.kafka and url.connect_options() == {}
 
 
 @pytest.mark.parametrize(
@@ -327,36 +346,36 @@ def test_refused_options_are_named(conf: dict[str, Any], named: str) -> None:
 
 def test_every_librdkafka_option_is_accepted_and_tuning_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     tuning = {
-        "socket.timeout.ms": 10,
         "debug": "all",
         "statistics.interval.ms": 0,
         "log.thread.name": True,
-        "acks": "0",
-        "retries": 0,
-        "compression.type": "lz4",
-        "security.protocol": "SASL_SSL",
-        "sasl.username": "u",
         "group.id": "consumer-only",
-        "transaction.timeout.ms": 1000,
         "throttle_cb": print,
-        "oauth_cb": print,
-        "logger": logging.getLogger("app"),
+        "queue.buffering.backpressure.threshold": 5,
     }
-    compat._IGNORED_LOGGED.clear()
+    used = {"socket.timeout.ms": 10, "security.protocol": "SASL_SSL", "sasl.username": "u", "oauth_cb": print}
+    weakening = {"acks": "0", "retries": 0}
+    _kafka_config._LOGGED.clear()
     with caplog.at_level(logging.DEBUG, "idempotent.compat.confluent_kafka"):
-        compat._Config(tuning)
-        compat._Config(tuning)
-    logged = [r.getMessage() for r in caplog.records if "without effect" in r.getMessage()]
+        Config({**tuning, **used, **weakening, "compression.type": "lz4", "logger": logging.getLogger("app")})
+        Config({**tuning, **used, **weakening})
+    without = [r for r in caplog.records if "without effect" in r.getMessage()]
+    assert all(r.levelno == logging.INFO for r in without)
+    logged = [r.getMessage() for r in without]
     assert len(logged) == len(tuning) - 1  # statistics.interval.ms is used; each other key logged once
     assert all(any(repr(key) in line for line in logged) for key in tuning if key != "statistics.interval.ms")
+    assert not any(repr(key) in line for line in logged for key in used)  # the connection settings are used
+    overridden = [r for r in caplog.records if "overridden" in r.getMessage()]
+    assert [r.levelno for r in overridden] == [logging.WARNING] * 2  # acks and retries, each once, with why
+    assert "acks=all" in overridden[0].getMessage() and "duplicate" in overridden[1].getMessage()
     # librdkafka's aliases set one property: the later one wins, as there
-    assert compat._Config({"message.timeout.ms": 5000, "delivery.timeout.ms": 7000}).delivery_timeout_ms == 7000
-    assert compat._Config({"delivery.timeout.ms": 7000, "message.timeout.ms": 5000}).delivery_timeout_ms == 5000
-    nested = compat._Config({"message.timeout.ms": 600000, "default.topic.config": {"message.timeout.ms": 1000}})
+    assert Config({"message.timeout.ms": 5000, "delivery.timeout.ms": 7000}).delivery_timeout_ms == 7000
+    assert Config({"delivery.timeout.ms": 7000, "message.timeout.ms": 5000}).delivery_timeout_ms == 5000
+    nested = Config({"message.timeout.ms": 600000, "default.topic.config": {"message.timeout.ms": 1000}})
     assert nested.delivery_timeout_ms == 1000
-    assert compat._Config({"max.in.flight": 100}).max_in_flight == 5  # never beyond the checker's window
+    assert Config({"max.in.flight": 100}).max_in_flight == 5  # never beyond the checker's window
     with pytest.raises(TypeError, match="callable"):
-        compat._Config({"error_cb": 1})
+        Config({"error_cb": 1})
     with pytest.raises(TypeError, match="expected configuration dict"):
         compat.Producer()
 
@@ -389,27 +408,28 @@ def test_partitioners_match_librdkafka(url: str) -> None:
     broker.close()
 
 
-def test_unsupported_calls_are_refused(url: str) -> None:
+def test_transactions_purge_and_the_other_calls(url: str) -> None:
     producer = _producer(url)
-    for call in (
-        producer.init_transactions,
-        producer.begin_transaction,
-        producer.commit_transaction,
-        producer.abort_transaction,
-        producer.send_offsets_to_transaction,
-        producer.purge,
-        producer.list_topics,
-    ):
+    for call in (producer.begin_transaction, producer.commit_transaction, producer.abort_transaction):
+        with pytest.raises(KafkaException) as raised:
+            call()
+        assert raised.value.args[0].code() == KafkaError._CONFLICT and raised.value.args[0].retriable()
+    producer.init_transactions(10)  # waits until connected (the producer's older instances fenced)
+    for call in (producer.begin_transaction, producer.commit_transaction, producer.abort_transaction):
         with pytest.raises(KafkaException) as raised:
             call()
         assert raised.value.args[0].code() == KafkaError._NOT_IMPLEMENTED
-    producer.set_sasl_credentials("user", "secret")  # accepted, no effect: credentials belong to the backend
+    with pytest.raises(KafkaException) as raised:
+        producer.send_offsets_to_transaction([], None)
+    assert raised.value.args[0].code() == KafkaError._NOT_IMPLEMENTED
+    with pytest.raises(KafkaException) as raised:
+        producer.list_topics()  # a Kafka cluster's metadata; records go to memory:// here
+    assert raised.value.args[0].code() == KafkaError._NOT_IMPLEMENTED
+    producer.set_sasl_credentials("user", "secret")  # accepted, no effect: the clients keep theirs
     with pytest.raises(TypeError):
         producer.set_sasl_credentials(None, "secret")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         producer.produce("t", b"a", opaque=1)  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match="header"):
-        producer.produce("t", b"a", headers={"h": None})
     with pytest.raises(TypeError, match="header"):
         producer.produce("t", b"a", headers=("a", "b"))  # type: ignore[arg-type]
     with pytest.raises(KafkaException) as raised:
@@ -419,7 +439,23 @@ def test_unsupported_calls_are_refused(url: str) -> None:
         producer.produce("bad topic!", b"a")
     assert raised.value.args[0].code() == KafkaError.TOPIC_EXCEPTION
     assert len(producer) == 0
+    seen: list[tuple[Any, Any]] = []
+    producer.produce("t", b"h", headers={"h": None, "s": "x"}, on_delivery=lambda err, msg: seen.append((err, msg)))
+    assert producer.flush(10) == 0 and seen[0][0] is None
+    assert seen[0][1].headers() == [("h", b""), ("s", b"x")]  # a None header value is stored empty
     producer.close()
+    # purge: what was not sent yet fails with _PURGE_QUEUE in its report
+    lingering = _producer(url, **{"linger.ms": 60_000})
+    lingering.init_transactions(10)
+    purged: list[Any] = []
+    lingering.produce("t", b"p", on_delivery=lambda err, msg: purged.append(err.code()))
+    lingering.purge(in_queue=False)  # nothing
+    lingering.poll(0.1)
+    assert purged == []
+    lingering.purge()
+    lingering.poll(1)
+    assert purged == [KafkaError._PURGE_QUEUE] and len(lingering) == 0
+    lingering.close()
 
 
 def test_closed_producer_raises_runtime_error_and_is_a_context_manager(url: str) -> None:
@@ -511,44 +547,38 @@ def test_message_is_constructible_as_upstreams() -> None:
         compat.Message.__new__(str)  # type: ignore[type-var]
 
 
-def test_produce_batch_goes_through_send_many_and_reports_each_message(url: str) -> None:
+def test_produce_batch_reports_each_message(url: str) -> None:
     producer = _producer(url, **{"queue.buffering.max.messages": 5, "message.max.bytes": 1000})
-    calls: list[int] = []
-    original = producer.producer.send_many
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(len(args[1]))
-        return original(*args, **kwargs)
-
-    producer.producer.send_many = counting  # type: ignore[method-assign]
+    producer.init_transactions(10)  # connected: an unknown partition is refused at once
     seen: list[tuple[Any, Any, Any]] = []
     messages: list[dict[str, Any]] = [
         {"value": b"a", "key": b"k"},
         {"value": "b", "callback": lambda err, msg: seen.append(("own", msg.value(), err))},
         {"value": b"x" * 2000},  # over message.max.bytes: left out
-        {"value": b"c", "partition": 5},  # no such partition: queued, fails in its report (as librdkafka)
+        {"value": b"c", "partition": 5},  # no such partition: left out
         {"value": b"d", "extra": "ignored"},
         {"value": b"e"},
-        {"value": b"f"},  # the queue holds 5: left out
+        {"value": b"f"},
+        {"value": b"g"},  # the queue holds 5: left out
     ]
     count = producer.produce_batch(
         "t", messages, on_delivery=lambda err, msg: seen.append(("batch", msg.value(), err and err.code()))
     )
-    assert count == 5 and calls == [4]  # one partition: one send_many call for the four storable messages
+    assert count == 5
     errors = {i: m["_error"].code() for i, m in enumerate(messages) if "_error" in m}
-    assert errors == {2: KafkaError.MSG_SIZE_TOO_LARGE, 6: KafkaError._QUEUE_FULL}
+    assert errors == {2: KafkaError.MSG_SIZE_TOO_LARGE, 3: KafkaError._UNKNOWN_PARTITION, 7: KafkaError._QUEUE_FULL}
     producer.flush()
     assert sorted(seen, key=repr) == sorted(
         [
             ("batch", b"a", None),
-            ("batch", b"c", KafkaError._UNKNOWN_PARTITION),
             ("batch", b"d", None),
             ("batch", b"e", None),
+            ("batch", b"f", None),
             ("own", b"b", None),
         ],
         key=repr,
     )
-    assert [r.value for r in producer.producer._broker.read("t", 0)] == [b"a", b"b", b"d", b"e"]
+    assert [r.value for r in producer.producer.broker.read("t", 0)] == [b"a", b"b", b"d", b"e", b"f"]
     with pytest.raises(TypeError, match="must be a list"):
         producer.produce_batch("t", "not a list")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="index 1 must be a dict"):
@@ -559,25 +589,36 @@ def test_produce_batch_goes_through_send_many_and_reports_each_message(url: str)
     producer.close()
 
 
-def test_default_broker_is_sqlite_in_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
+def test_without_a_broker_messages_wait_and_time_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No bootstrap.servers and no URL: as librdkafka, the producer is created at once, and
+    its messages time out with _MSG_TIMED_OUT (NOT_PERSISTED) in their reports."""
     monkeypatch.delenv(compat.ENV_BROKER_URL, raising=False)
-    first = compat.Producer({"bootstrap.servers": "kafka:9092"})
-    second = compat.Producer({"bootstrap.servers": "kafka:9092"})  # shares the process's broker
-    assert first.producer.broker is second.producer.broker
-    first.produce("t", b"a")
-    second.produce("t", b"b")
-    assert first.flush(10) == 0 and second.flush(10) == 0
-    assert first.producer.broker.url == compat.DEFAULT_BROKER_URL
-    first.close()
-    second.close()
-    assert (tmp_path / "idempotent.db").exists()
-    monkeypatch.setenv(compat.ENV_BROKER_URL, f"sqlite:///{tmp_path / 'other.db'}")
-    third = compat.Producer({})
-    third.produce("t", b"c")
-    third.flush(10)
-    assert [r.value for r in third.producer.broker.read("t", 0)] == [b"c"]
-    third.close()
+    producer = compat.Producer({"message.timeout.ms": 200})
+    seen: list[Any] = []
+    started = time.monotonic()
+    producer.produce("t", b"a", on_delivery=lambda err, msg: seen.append((err.code(), msg.status(), msg.value())))
+    assert len(producer) == 1
+    assert producer.flush(5) == 0
+    assert seen == [(KafkaError._MSG_TIMED_OUT, MessageStatus.NOT_PERSISTED, b"a")]
+    assert 0.15 < time.monotonic() - started < 4
+    with pytest.raises(KafkaException) as raised:
+        producer.list_topics(timeout=0.2)
+    assert raised.value.args[0].code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+    producer.close()
+
+
+def test_an_unreachable_cluster_is_reported_to_error_cb() -> None:
+    errors: list[KafkaError] = []
+    producer = compat.Producer(
+        {"bootstrap.servers": "127.0.0.1:1", "error_cb": errors.append, "message.timeout.ms": 300}
+    )
+    producer.produce("t", b"a")
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    assert errors and errors[0].code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN), errors
+    assert producer.flush(5) == 0  # the message timed out meanwhile
+    producer.close()
 
 
 def test_keyed_messages_use_crc32_partitioning(url: str) -> None:

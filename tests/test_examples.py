@@ -125,10 +125,11 @@ def _native(example: str, module: str, tmp_path: Path) -> Path:
 
 
 def test_drop_in_kafka(tmp_path: Path) -> None:
-    out = _run(ROOT / "examples" / "drop_in_kafka.py", cwd=tmp_path)
+    url = f"sqlite:///{tmp_path / 'orders.db'}"
+    out = _run(ROOT / "examples" / "drop_in_kafka.py", cwd=tmp_path, env={"IDEMPOTENT_BROKER_URL": url})
     assert "order 5 stored in orders [0] at offset 4" in out
     assert "5 orders delivered, 0 failed, 0 pending" in out
-    assert (tmp_path / "idempotent.db").exists()  # the embedded default, in the working directory
+    assert (tmp_path / "orders.db").exists()  # the URL the environment names, not bootstrap.servers
 
 
 def test_drop_in_pulsar(tmp_path: Path) -> None:
@@ -146,6 +147,15 @@ def test_drop_in_pulsar(tmp_path: Path) -> None:
 def test_drop_in_kafka_example_is_native_confluent_kafka_code(kafka_service: Any, tmp_path: Path) -> None:
     out = _run(_native("drop_in_kafka.py", "confluent_kafka", tmp_path), kafka_service.bootstrap, cwd=tmp_path)
     assert "5 orders delivered, 0 failed, 0 pending" in out
+
+
+@pytest.mark.kafka
+def test_drop_in_kafka_example_writes_into_the_kafka_bootstrap_servers_names(
+    kafka_service: Any, tmp_path: Path
+) -> None:
+    out = _run(ROOT / "examples" / "drop_in_kafka.py", kafka_service.bootstrap, cwd=tmp_path)
+    assert "5 orders delivered, 0 failed, 0 pending" in out
+    assert not (tmp_path / "idempotent.db").exists()  # no SQLite file: the records went into Kafka
 
 
 @pytest.mark.pulsar

@@ -1,0 +1,244 @@
+"""How the confluent-kafka drop-in connects: in the background, as librdkafka does.
+
+librdkafka's ``Producer()`` never waits for its cluster: it connects in the background,
+``produce()`` queues meanwhile, ``error_cb`` hears about the brokers it cannot reach, and
+messages that wait longer than ``message.timeout.ms`` fail with ``_MSG_TIMED_OUT``. The drop-in
+does the same: a connector thread asks the cluster for its metadata through a plain client
+(whose errors go to ``error_cb`` as librdkafka's own), then opens this project's producer and
+hands it the records queued meanwhile, in order. :class:`Connecting` is that part of the
+drop-in's :class:`~idempotent.compat._kafka_producer.Producer`.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import threading
+import time
+from typing import Any, NamedTuple
+
+from .._records import Headers
+from ..direct import direct_scheme
+from ..errors import ProducerError
+from ..producer import Producer as _Producer
+from ..sender import Route
+from . import _shared
+from ._kafka_config import Config
+from ._kafka_errors import KafkaError, KafkaException, MessageStatus, kafka_error_of
+from ._kafka_message import TIMESTAMP_CREATE_TIME, Message
+from ._kafka_reports import Report, Reports
+
+_NATIVE = "confluent_kafka"
+#: where the log lines of the client that probes the cluster go, unless the application gave a logger
+_LIBRDKAFKA_LOG = logging.getLogger("idempotent.compat.confluent_kafka.librdkafka")
+
+
+class _Early(NamedTuple):
+    """A record produced before the producer was connected."""
+
+    topic: str
+    value: bytes | None
+    key: bytes | None
+    partition: int
+    report: Report | None
+    timestamp: int
+    headers: Headers | None
+    sequence: int | None
+    size: int
+    created: float
+
+
+class _Clients:
+    """What a producer must release when it is closed or collected: its connector's stop
+    flag, this project's producer and the plain client that probes the cluster."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.inner: _Producer | None = None
+        self.probe: Any = None
+        #: the URL of the process's shared broker this producer holds a reference to
+        self.shared: str | None = None
+
+    def release(self) -> None:
+        self.stop.set()
+        inner, self.inner = self.inner, None
+        if inner is not None:
+            inner.close(0)
+        shared, self.shared = self.shared, None
+        if shared is not None:
+            _shared.release(shared)
+        probe, self.probe = self.probe, None
+        if probe is not None:
+            probe.flush(0)
+
+
+class Connecting:
+    """The connector of the drop-in producer (see the module docstring)."""
+
+    _config: Config
+    _reports: Reports
+    _cond: threading.Condition
+    _early: collections.deque[_Early]
+    _inner: _Producer | None
+    _clients: _Clients
+    _stop: threading.Event
+
+    def _route(self, inner: _Producer, topic: str) -> Route:
+        raise NotImplementedError
+
+    def _place(self, route: Route, partition: int, key: bytes | None) -> int:
+        raise NotImplementedError
+
+    def _connect_inner(self) -> _Producer:
+        """Open this project's producer on the configured target (blocking).
+
+        Raises:
+            ProducerError: it could not be opened (retriable ones are retried by the caller).
+        """
+        config = self._config
+        target: Any = config.broker
+        shared: str | None = None
+        if target is None:
+            assert config.target is not None
+            if direct_scheme(config.target):
+                target = config.target  # a producer of its own, writing into the cluster itself
+            else:  # one broker per URL in this process, as every producer on it must share
+                target = shared = config.target
+                target = _shared.acquire(config.target)
+        try:
+            inner = self._open_inner(target)
+        except BaseException:
+            if shared is not None:
+                _shared.release(shared)
+            raise
+        self._clients.shared = shared
+        inner._span_listener = functools.partial(self._reports.ended, inner)
+        return inner
+
+    def _open_inner(self, target: Any) -> _Producer:
+        config = self._config
+        return _Producer(
+            target,
+            config.producer_name,
+            max_in_flight=config.max_in_flight,
+            linger_ms=config.linger_ms,
+            batch_size=config.batch_size,
+            max_batch_records=config.max_batch_records,
+            request_timeout_ms=config.request_timeout_ms,
+            delivery_timeout_ms=config.delivery_timeout_ms,
+            max_buffered_records=config.max_messages,
+            max_buffered_bytes=config.max_bytes,
+            **config.connect_options(),
+        )
+
+    def _connect_loop(self) -> None:
+        """The connector thread: wait until the cluster answers (reporting what librdkafka
+        reports meanwhile), open the producer, hand the early records over."""
+        delay = 0.1
+        while not self._stop.is_set():
+            self._expire_early()
+            if self._config.kafka and not self._cluster_answers():
+                continue
+            try:
+                inner = self._connect_inner()
+            except ProducerError as exc:
+                error = kafka_error_of(exc, None, exc.retriable is False)
+                self._reports.error(error)
+                if not exc.retriable:
+                    self._fail_early(error)
+                    with self._cond:
+                        self._reports.fatal = self._reports.fatal or error
+                    return
+                self._stop.wait(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            if self._stop.is_set():
+                inner.close(0)
+                return
+            self._open(inner)
+            return
+
+    def _cluster_answers(self) -> bool:
+        """Ask the cluster for its metadata through a plain client, whose errors go to
+        ``error_cb`` as librdkafka's do; False (after about a second) while it does not answer."""
+        native = _shared.native(_NATIVE)
+        if native is None:
+            return True  # the backend reports what is wrong
+        if self._clients.probe is None:
+            settings = {**self._config.connection, "bootstrap.servers": self._config.bootstrap or ""}
+            settings["error_cb"] = self._probe_error
+            settings["logger"] = self._config.logger or _LIBRDKAFKA_LOG
+            self._clients.probe = native.Producer(settings)
+        try:
+            self._clients.probe.list_topics(timeout=1.0)
+        except native.KafkaException:
+            self._clients.probe.poll(0)
+            self._stop.wait(0.1)
+            return False
+        return True
+
+    def _probe_error(self, error: Any) -> None:
+        self._reports.error(KafkaError(error.code(), error.str(), error.fatal(), error.retriable()))
+
+    def _open(self, inner: _Producer) -> None:
+        """Hand the early records to ``inner`` in order, then let ``produce`` use it."""
+        while True:
+            with self._cond:
+                if not self._early:
+                    self._inner = self._clients.inner = inner
+                    self._cond.notify_all()
+                    return
+                early = self._early.popleft()
+            try:
+                route = self._route(inner, early.topic)
+                partition = self._place(route, early.partition, early.key)
+                inner._add(
+                    route,
+                    partition,
+                    early.value,
+                    early.key,
+                    early.report,
+                    early.timestamp or None,
+                    early.headers,
+                    early.sequence,
+                    early.size,
+                )
+            except (ProducerError, KafkaException) as exc:
+                error = exc.args[0] if isinstance(exc, KafkaException) else kafka_error_of(exc, None, False)
+                self._report_early(early, error, MessageStatus.NOT_PERSISTED)
+
+    def _expire_early(self) -> None:
+        """Fail early records older than ``message.timeout.ms`` with ``_MSG_TIMED_OUT``."""
+        limit = time.monotonic() - self._config.delivery_timeout_ms / 1000
+        expired: list[_Early] = []
+        with self._cond:
+            while self._early and self._early[0].created <= limit:
+                expired.append(self._early.popleft())
+        for early in expired:
+            self._report_early(early, KafkaError(KafkaError._MSG_TIMED_OUT), MessageStatus.NOT_PERSISTED)
+
+    def _fail_early(self, error: KafkaError) -> None:
+        with self._cond:
+            early, self._early = list(self._early), collections.deque()
+        for item in early:
+            self._report_early(item, error, MessageStatus.NOT_PERSISTED)
+
+    def _report_early(self, early: _Early, error: KafkaError, status: MessageStatus) -> None:
+        """Queue the failure report of a record that never reached the producer."""
+        message = Message(
+            early.topic,
+            early.partition,
+            -1,
+            early.key,
+            early.value,
+            None if early.headers is None else list(early.headers),
+            error,
+            (TIMESTAMP_CREATE_TIME, early.timestamp or int(time.time() * 1000)),
+            time.monotonic() - early.created,
+        )
+        message._status = status
+        self._reports.failed(early.report, message)
+
+
+__all__ = ["Connecting"]

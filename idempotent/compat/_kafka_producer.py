@@ -1,0 +1,741 @@
+"""The ``Producer`` of the confluent-kafka drop-in.
+
+It behaves as librdkafka's producer does toward its application, and stores every record
+exactly once through this project's producer:
+
+* **Construction never waits.** The producer connects in the background (a connector
+  thread): until the cluster answers, ``produce()`` queues records, ``error_cb`` hears what
+  librdkafka's own clients report (``_TRANSPORT``, ``_ALL_BROKERS_DOWN``...), and records
+  older than ``message.timeout.ms`` fail with ``_MSG_TIMED_OUT``.
+* **Where records go** is the configuration's (``_kafka_config.py``): the Kafka cluster of
+  ``bootstrap.servers`` by default, through a producer of its own (producer-scoped writes:
+  any number of processes write one topic at once), or any broker URL.
+* **One record, no objects.** Once connected, ``produce()`` checks its arguments, picks the
+  partition with the configured partitioner, and appends value, key, callback and time to the
+  producer's column buffer (``Producer._add``): no record, future or message object is made.
+* **Delivery reports** are served only by :meth:`Producer.poll` and :meth:`Producer.flush`,
+  in the calling thread, as librdkafka's are: the producer's sender hands each ended span of
+  records over (its span listener), and ``poll`` builds a :class:`DeliveredMessage` only for
+  records that have a callback. A record counts against ``queue.buffering.max.messages`` and
+  ``.kbytes`` until its report is served.
+
+Extensions: ``produce(..., sequence=N)`` (the application's own sequence for the record, so
+that a restarted named producer's resends are recognised as duplicates) and
+:meth:`Producer.last_sequence`, as PIP-6's ``getLastSequenceId()``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from .._records import Headers
+from ..errors import (
+    InvalidTopicError,
+    ProducerClosedError,
+    ProducerError,
+    QueueFullError,
+    UsageError,
+)
+from ..producer import Producer as _Producer
+from ..sender import Route
+from . import _shared
+from ._kafka_config import Config
+from ._kafka_connect import Connecting, _Clients, _Early
+from ._kafka_errors import KafkaError, KafkaException, kafka_error_of
+from ._kafka_reports import Report, Reports
+from ._partitioners import librdkafka_partition, librdkafka_sticky
+
+_LOG = logging.getLogger("idempotent.compat.confluent_kafka")
+_NATIVE = "confluent_kafka"
+_LIBRDKAFKA_LOG = logging.getLogger("idempotent.compat.confluent_kafka.librdkafka")
+
+
+def _closed_error() -> RuntimeError:
+    return RuntimeError("Producer has been closed")
+
+
+def _payload(what: str, value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"{what} must be bytes, str or None, not {type(value).__name__}")
+
+
+def _header_tuple(headers: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Headers:
+    """Headers as stored: ``(name, bytes)`` pairs; a None value is stored as empty bytes."""
+    if not isinstance(headers, Mapping | list):
+        raise TypeError(f"headers must be a dict or a list of (key, value) tuples, not {type(headers).__name__}")
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out = []
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError(f"headers: expected a (key, value) tuple, not {item!r}")
+        name, data = item
+        if not isinstance(name, str):
+            raise TypeError(f"header names must be str, not {type(name).__name__}")
+        if data is None:
+            data = b""
+        elif isinstance(data, str):
+            data = data.encode()
+        elif not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"header {name!r}: value must be bytes, str or None, not {type(data).__name__}")
+        out.append((name, bytes(data)))
+    return tuple(out)
+
+
+class Producer(Connecting):
+    """confluent-kafka's ``Producer``, storing every record exactly once (module docstring).
+
+    As upstream's, it is a context manager (``with Producer(conf) as p:`` closes it) and
+    always true; once closed (or when a subclass never called ``__init__``) every method
+    raises ``RuntimeError("Producer has been closed")``.
+
+    Args:
+        conf: the configuration dict (see ``_kafka_config.py`` and docs/migration.md).
+        **kwargs: configuration given as keyword arguments, as confluent-kafka allows.
+
+    Raises:
+        TypeError: no configuration at all, or a callback that is not callable.
+        KafkaException: ``_INVALID_ARG`` for an unknown key or an invalid value (named in
+            the message), or for ``enable.idempotence=false``.
+    """
+
+    _closed = True  # until __init__ has run: a subclass that skips it gets RuntimeError
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if len(args) > 1:
+            raise TypeError(f"Producer() takes one configuration dict, {len(args)} given")
+        if not args and not kwargs:
+            raise TypeError("expected configuration dict")
+        if args and not isinstance(args[0], Mapping):
+            raise TypeError(f"expected configuration dict, got {type(args[0]).__name__}")
+        merged = dict(args[0]) if args else {}
+        merged.update(kwargs)
+        config = Config(merged)
+        self._config = config
+        self._default_report = config.on_delivery
+        self._reports = Reports()
+        self._cond = self._reports.cond
+        self._early: collections.deque[_Early] = collections.deque()
+        self._inner: _Producer | None = None
+        self._routes: dict[str, Route] = {}
+        self._random = random.Random()
+        self._sticky: dict[str, tuple[int, float]] = {}
+        self._clients = _Clients()
+        self._stop = self._clients.stop
+        self._txn_ready = False
+        self._created = time.monotonic()
+        stats_on = config.stats_interval > 0 and config.stats_cb is not None
+        self._stats_due = self._created + config.stats_interval if stats_on else None
+        self._connector: threading.Thread | None = None
+        self._closed = False
+        if config.broker is not None:
+            self._open(self._connect_inner())
+        elif config.target is not None:
+            self._connector = threading.Thread(target=self._connect_loop, name="idempotent-connect", daemon=True)
+            self._connector.start()
+        self._finalizer = weakref.finalize(self, self._clients.release)
+
+    # -- produce -----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise _closed_error()
+
+    def _route(self, inner: _Producer, topic: str) -> Route:
+        route = self._routes.get(topic)
+        if route is None:
+            try:
+                route = inner._route(topic)
+            except InvalidTopicError as exc:
+                raise KafkaException(KafkaError(KafkaError.TOPIC_EXCEPTION, str(exc), cause=exc)) from exc
+            except ProducerError as exc:
+                raise KafkaException(kafka_error_of(exc, None, False)) from exc
+            self._routes[topic] = route
+        return route
+
+    def _place(self, route: Route, partition: int, key: bytes | None) -> int:
+        """The partition a record goes to: its own, or the configured partitioner's choice.
+
+        Raises:
+            KafkaException: ``_UNKNOWN_PARTITION``, a partition the topic does not have.
+        """
+        count = len(route.buffers)
+        if partition == -1:
+            return self._choose(route.topic, count, key)
+        if not 0 <= partition < count:
+            raise KafkaException(
+                KafkaError(KafkaError._UNKNOWN_PARTITION, f"topic {route.topic!r} has partitions 0..{count - 1}")
+            )
+        return partition
+
+    def _choose(self, topic: str, count: int, key: bytes | None) -> int:
+        """The partition the configured partitioner picks for ``key``, by librdkafka's rules;
+        where librdkafka picks at random, so does this: the topic's sticky partition for
+        ``sticky.partitioning.linger.ms`` or a random one per message."""
+        name = self._config.partitioner
+        chosen = librdkafka_partition(name, key, count)
+        if chosen is not None:
+            return chosen
+        if not librdkafka_sticky(name, key, self._config.sticky_linger):
+            return self._random.randrange(count)
+        now = time.monotonic()
+        sticky = self._sticky.get(topic)
+        if sticky is None or now >= sticky[1] or sticky[0] >= count:
+            sticky = self._sticky[topic] = (self._random.randrange(count), now + self._config.sticky_linger)
+        return sticky[0]
+
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: Report | None = None,
+        callback: Report | None = None,
+        timestamp: int = 0,
+        headers: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
+        *,
+        sequence: int | None = None,
+    ) -> None:
+        """Queue a message; its delivery report is served by a later :meth:`poll` or :meth:`flush`.
+
+        ``timestamp`` (milliseconds, 0: now) is stored as the record's own time. Extension:
+        ``sequence`` is the application's sequence for the record in its partition (0 ..
+        2**63-1, see ``idempotent.Producer.send``): a restarted named producer's resend of a
+        stored record is reported as persisted, with the original offset and
+        ``msg.duplicate()`` true, and stored once.
+
+        Raises:
+            BufferError: ``queue.buffering.max.messages`` or ``.kbytes`` reached; call
+                ``poll()`` and produce again.
+            KafkaException: ``MSG_SIZE_TOO_LARGE`` (over ``message.max.bytes``),
+                ``_UNKNOWN_PARTITION`` (no such partition), ``TOPIC_EXCEPTION`` (bad topic
+                name), ``_INVALID_ARG`` (a bad ``sequence``), ``_FATAL`` (the producer failed
+                earlier: fenced, ...).
+            RuntimeError: the producer is closed.
+            TypeError: a value, key, partition, timestamp or header of an unsupported type.
+        """
+        if self._closed:
+            raise _closed_error()
+        if type(topic) is not str:
+            raise TypeError(f"topic must be str, not {type(topic).__name__}")
+        if type(value) is not bytes:
+            value = _payload("value", value)
+        if key is not None and type(key) is not bytes:
+            key = _payload("key", key)
+        if type(partition) is not int or type(timestamp) is not int:
+            what = "partition" if type(partition) is not int else "timestamp"
+            raise TypeError(f"{what} must be int, not {type(partition if what == 'partition' else timestamp).__name__}")
+        report = on_delivery
+        if callback is not None:
+            if on_delivery is not None and on_delivery is not callback:
+                raise TypeError("give on_delivery or callback, not both")
+            report = callback
+        if report is None:
+            report = self._default_report
+        elif not callable(report):
+            raise TypeError("on_delivery must be callable")
+        header_tuple = None if headers is None else _header_tuple(headers)
+        size = (0 if value is None else len(value)) + (0 if key is None else len(key))
+        if size > self._config.max_message_bytes:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError.MSG_SIZE_TOO_LARGE,
+                    f"Message size {size} exceeds message.max.bytes={self._config.max_message_bytes}",
+                )
+            )
+        if self._reports.fatal is not None:
+            raise KafkaException(self._fatal_error())
+        inner = self._inner
+        if inner is None:
+            self._produce_early(topic, value, key, partition, report, timestamp, header_tuple, sequence, size)
+            return
+        route = self._routes.get(topic)
+        if route is None:
+            route = self._route(inner, topic)
+        try:
+            inner._add(
+                route,
+                self._place(route, partition, key),
+                value,
+                key,
+                report,
+                timestamp or None,
+                header_tuple,
+                sequence,
+                size,
+            )
+        except QueueFullError:
+            raise BufferError(KafkaError(KafkaError._QUEUE_FULL).str()) from None
+        except ProducerClosedError:
+            raise _closed_error() from None
+        except UsageError as exc:
+            raise KafkaException(kafka_error_of(exc, None, False)) from exc
+        except ProducerError as exc:
+            raise KafkaException(
+                KafkaError(KafkaError._FATAL, f"producer failed: {exc}", fatal=True, cause=exc)
+            ) from exc
+
+    def produce_batch(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        partition: int = -1,
+        on_delivery: Report | None = None,
+        callback: Report | None = None,
+    ) -> int:
+        """Queue many messages at once, as confluent-kafka's ``produce_batch``: each a dict
+        with ``value``, and optionally ``key``, ``partition``, ``headers`` and ``callback``
+        (or ``on_delivery``); other keys are ignored. Each is produced as :meth:`produce`
+        would, and gets its own delivery report.
+
+        A message that cannot be queued (full queue, unknown partition, over
+        ``message.max.bytes``) is left out and gets its :class:`KafkaError` as
+        ``message["_error"]``; the others are queued.
+
+        Returns:
+            How many messages were queued.
+
+        Raises:
+            TypeError: ``messages`` is not a list of dicts, or a value, key, partition or
+                header of the wrong type (nothing queued).
+            NotImplementedError: a message with a ``timestamp`` (nothing queued), as upstream.
+            KafkaException: ``_FATAL``, the producer failed earlier.
+            RuntimeError: the producer is closed.
+        """
+        self._check_open()
+        if not isinstance(topic, str):
+            raise TypeError(f"topic must be str, not {type(topic).__name__}")
+        if not isinstance(messages, list):
+            raise TypeError("messages must be a list of dicts")
+        if not isinstance(partition, int) or isinstance(partition, bool):
+            raise TypeError(f"partition must be int, not {type(partition).__name__}")
+        if on_delivery is not None and callback is not None and on_delivery is not callback:
+            raise TypeError("give on_delivery or callback, not both")
+        default = on_delivery or callback
+        checked = []
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict):
+                raise TypeError(f"Message at index {index} must be a dict, not {type(message).__name__}")
+            if message.get("timestamp"):
+                raise NotImplementedError("Message timestamps are not currently supported in produce_batch")
+            value, key = message.get("value"), message.get("key")
+            if value is not None and not isinstance(value, bytes | str):
+                raise TypeError(f"Message value at index {index} must be bytes or str")
+            if key is not None and not isinstance(key, bytes | str):
+                raise TypeError(f"Message key at index {index} must be bytes or str")
+            target = message.get("partition", partition)
+            if not isinstance(target, int) or isinstance(target, bool):
+                raise TypeError(f"Message partition at index {index} must be int")
+            report = message.get("callback") or message.get("on_delivery") or default
+            if report is not None and not callable(report):
+                raise TypeError(f"Message callback at index {index} must be callable")
+            headers = message.get("headers")
+            checked.append((message, value, key, target, report, None if headers is None else _header_tuple(headers)))
+        queued = 0
+        for message, value, key, target, report, headers in checked:
+            try:
+                self.produce(topic, value, key, target, report, headers=headers)
+            except BufferError:
+                message["_error"] = KafkaError(KafkaError._QUEUE_FULL)
+            except KafkaException as exc:
+                if exc.args[0].fatal():
+                    raise
+                message["_error"] = exc.args[0]
+            else:
+                queued += 1
+        return queued
+
+    def _produce_early(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int,
+        report: Report | None,
+        timestamp: int,
+        headers: Headers | None,
+        sequence: int | None,
+        size: int,
+    ) -> None:
+        """Queue a record while the producer connects (see the module docstring)."""
+        config = self._config
+        with self._cond:
+            inner = self._inner
+            if inner is None:
+                queued = len(self._early) + len(self._reports.ready)
+                queued_bytes = sum(early.size for early in self._early)
+                if queued >= config.max_messages or (queued and queued_bytes + size > config.max_bytes):
+                    raise BufferError(KafkaError(KafkaError._QUEUE_FULL).str())
+                self._early.append(
+                    _Early(topic, value, key, partition, report, timestamp, headers, sequence, size, time.monotonic())
+                )
+                return
+        # connected meanwhile: the regular path
+        self.produce(topic, value, key, partition, report, None, timestamp, headers, sequence=sequence)
+
+    def _fatal_error(self) -> KafkaError:
+        fatal = self._reports.fatal
+        assert fatal is not None
+        return KafkaError(KafkaError._FATAL, f"{fatal.name()}: {fatal.str()}", fatal=True, cause=fatal.cause)
+
+    # -- reports -----------------------------------------------------------------------------
+
+    def poll(self, timeout: float | None = -1) -> int:
+        """Serve delivery reports (and ``error_cb`` and ``stats_cb`` events), waiting up to
+        ``timeout`` seconds for the first one (None or negative: wait indefinitely).
+
+        Returns:
+            How many events were served.
+
+        Raises:
+            RuntimeError: the producer is closed.
+            Whatever a callback raises (the remaining reports stay queued).
+        """
+        self._check_open()
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        self._expire_early()
+        with self._cond:
+            while not self._reports.pending():
+                now = time.monotonic()
+                if self._stats_due is not None and now >= self._stats_due:
+                    break
+                remaining = None if deadline is None else deadline - now
+                if remaining is not None and remaining <= 0:
+                    return 0
+                if self._stats_due is not None:
+                    remaining = self._stats_due - now if remaining is None else min(remaining, self._stats_due - now)
+                # short waits, so that a signal (Ctrl-C) interrupts a long poll at once
+                self._cond.wait(0.2 if remaining is None else min(remaining, 0.2))
+                if self._early:
+                    break
+        return self._serve()
+
+    def _serve(self) -> int:
+        config = self._config
+        return self._stats() + self._reports.serve(config.error_cb, config.only_errors)
+
+    def _stats(self) -> int:
+        """Call ``stats_cb`` with librdkafka-shaped statistics when they are due."""
+        due = self._stats_due
+        stats_cb = self._config.stats_cb
+        now = time.monotonic()
+        if due is None or now < due:
+            return 0
+        self._stats_due = now + self._config.stats_interval
+        if stats_cb is None:
+            return 0
+        inner = self._inner
+        document = {
+            "name": f"{self._config.client_id}#producer-{id(self):x}",
+            "client_id": self._config.client_id,
+            "type": "producer",
+            "ts": int(now * 1_000_000),
+            "time": int(time.time()),
+            "age": int((now - self._created) * 1_000_000),
+            "msg_cnt": len(self),
+            "msg_size": 0 if inner is None else inner._outstanding_bytes,
+            "msg_max": self._config.max_messages,
+            "msg_size_max": self._config.max_bytes,
+            "brokers": {},
+            "topics": {},
+        }
+        stats_cb(json.dumps(document))
+        return 1
+
+    def flush(self, timeout: float | None = -1) -> int:
+        """Send everything queued, wait for every delivery and serve every report.
+
+        Returns:
+            How many messages are still waiting (0 unless ``timeout`` ran out).
+
+        Raises:
+            RuntimeError: the producer is closed.
+            Whatever a callback raises.
+        """
+        self._check_open()
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        inner = self._inner
+        if inner is not None:
+            inner._begin_flush()
+        try:
+            while True:
+                self._expire_early()
+                self._serve()
+                with self._cond:
+                    waiting = len(self)
+                    if waiting == 0:
+                        return 0
+                    if self._inner is not None and inner is None:
+                        inner = self._inner
+                        inner._begin_flush()
+                    if not self._reports.pending():
+                        remaining = None if deadline is None else deadline - time.monotonic()
+                        if remaining is not None and remaining <= 0:
+                            return waiting
+                        self._cond.wait(0.2 if remaining is None else min(remaining, 0.2))
+        finally:
+            if inner is not None:
+                inner._end_flush()
+
+    def __len__(self) -> int:
+        """Messages produced whose delivery report has not been served yet (0 once closed)."""
+        if self._closed:
+            return 0
+        inner = self._inner
+        return len(self._early) + len(self._reports.ready) + (0 if inner is None else inner._outstanding + inner._held)
+
+    def close(self, timeout: float | None = -1) -> bool:
+        """Flush (up to ``timeout``), then release the producer. Reports not served by then
+        are dropped; messages not yet delivered fail as purged. Closing again does nothing.
+
+        Returns:
+            True.
+
+        Raises:
+            Whatever a callback raises while flushing (the producer is closed anyway).
+        """
+        if self._closed:
+            return True
+        try:
+            self.flush(timeout)
+        finally:
+            self._closed = True
+            self._finalizer.detach()
+            self._inner = None
+            self._clients.release()
+        return True
+
+    # -- extensions and the rest of the API --------------------------------------------------
+
+    @property
+    def producer(self) -> _Producer:
+        """Extension: the underlying :class:`idempotent.Producer` (waits until connected).
+
+        Raises:
+            KafkaException: ``_TIMED_OUT``, not connected within ``message.timeout.ms``.
+        """
+        self._check_open()
+        return self._connected(self._config.delivery_timeout_ms / 1000)
+
+    def _connected(self, timeout: float) -> _Producer:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._inner is None:
+                if self._reports.fatal is not None:
+                    raise KafkaException(self._fatal_error())
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "not connected yet", retriable=True))
+                self._cond.wait(min(remaining, 0.2))
+            return self._inner
+
+    def last_sequence(self, topic: str, partition: int, timeout: float = 30.0) -> int:
+        """Extension: the highest sequence known stored on a partition by this producer (a
+        named producer learns it from what earlier instances stored), or -1; waits up to
+        ``timeout`` seconds for the connection.
+
+        Raises:
+            KafkaException: ``_TIMED_OUT`` (not connected), ``TOPIC_EXCEPTION`` (bad name).
+        """
+        self._check_open()
+        try:
+            return self._connected(timeout).last_sequence(topic, partition)
+        except InvalidTopicError as exc:
+            raise KafkaException(KafkaError(KafkaError.TOPIC_EXCEPTION, str(exc), cause=exc)) from exc
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._closed:
+            self.close()
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        """Fail the messages not sent yet with ``_PURGE_QUEUE`` (their reports are served by
+        the next ``poll``/``flush``), as librdkafka does. ``in_flight``: messages already
+        on their way are not recalled here; they end as they end. ``blocking`` has no effect.
+
+        Raises:
+            RuntimeError: the producer is closed.
+            TypeError: a flag that is not a bool.
+        """
+        self._check_open()
+        for name, flag in (("in_queue", in_queue), ("in_flight", in_flight), ("blocking", blocking)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool")
+        if not in_queue:
+            return
+        self._fail_early(KafkaError(KafkaError._PURGE_QUEUE))
+        inner = self._inner
+        if inner is not None:
+            inner._purge(ProducerClosedError("purged before it was sent"))
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        """The cluster's metadata, as confluent-kafka returns it (a Kafka target only).
+
+        Raises:
+            KafkaException: ``_TRANSPORT``/``_TIMED_OUT`` (no answer), ``_NOT_IMPLEMENTED``
+                (records go to another kind of broker).
+        """
+        self._check_open()
+        native = _shared.native(_NATIVE)
+        if native is None or not (self._config.kafka or (self._config.target is None and self._config.broker is None)):
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._NOT_IMPLEMENTED, "list_topics() is for a Kafka cluster; use the broker's topics()"
+                )
+            )
+        if self._clients.probe is None:
+            settings = {**self._config.connection, "bootstrap.servers": self._config.bootstrap or ""}
+            settings["error_cb"] = self._probe_error
+            settings["logger"] = self._config.logger or _LIBRDKAFKA_LOG
+            self._clients.probe = native.Producer(settings)
+        return self._clients.probe.list_topics(topic, timeout)
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """Accepted without effect: the producer's clients keep the credentials they were
+        opened with.
+
+        Raises:
+            TypeError: username or password is not a str.
+            RuntimeError: the producer is closed.
+        """
+        self._check_open()
+        if not isinstance(username, str) or not isinstance(password, str):
+            raise TypeError("set_sasl_credentials: username and password must be str")
+        _LOG.info("set_sasl_credentials() is accepted without effect: the clients keep their credentials")
+
+    # -- transactions ------------------------------------------------------------------------
+
+    def init_transactions(self, timeout: float = -1) -> None:
+        """Wait until the producer is connected (its older instances fenced), as librdkafka's
+        ``init_transactions`` does; records are stored exactly once without transactions.
+
+        Raises:
+            KafkaException: ``_TIMED_OUT`` (retriable) when not connected within ``timeout``.
+        """
+        self._check_open()
+        self._connected(timeout if timeout is not None and timeout >= 0 else 2**31)
+        self._txn_ready = True
+
+    def _transaction(self, name: str) -> KafkaException:
+        self._check_open()
+        if not self._txn_ready:
+            return KafkaException(
+                KafkaError(
+                    KafkaError._CONFLICT,  # type: ignore[attr-defined]
+                    f"{name}() needs init_transactions() to succeed first",
+                    retriable=True,
+                )
+            )
+        return KafkaException(
+            KafkaError(
+                KafkaError._NOT_IMPLEMENTED,
+                f"{name}() is not supported: transactions spanning produce() calls are not available; "
+                "every record is stored exactly once without them (transactional.id names the producer)",
+            )
+        )
+
+    def begin_transaction(self) -> None:
+        """Refused: ``_CONFLICT`` before ``init_transactions``, else ``_NOT_IMPLEMENTED``."""
+        raise self._transaction("begin_transaction")
+
+    def commit_transaction(self, timeout: float = -1) -> None:
+        """Refused: ``_CONFLICT`` before ``init_transactions``, else ``_NOT_IMPLEMENTED``."""
+        raise self._transaction("commit_transaction")
+
+    def abort_transaction(self, timeout: float = -1) -> None:
+        """Refused: ``_CONFLICT`` before ``init_transactions``, else ``_NOT_IMPLEMENTED``."""
+        raise self._transaction("abort_transaction")
+
+    def send_offsets_to_transaction(self, positions: Any, group_metadata: Any, timeout: float = -1) -> None:
+        """Refused: ``_CONFLICT`` before ``init_transactions``, else ``_NOT_IMPLEMENTED``."""
+        raise self._transaction("send_offsets_to_transaction")
+
+
+#: a confluent-kafka serializer: ``serializer(obj, ctx) -> bytes``
+Serializer = Callable[[Any, Any], Any]
+
+
+class SerializingProducer(Producer):
+    """confluent-kafka's ``SerializingProducer``, exactly-once: ``key.serializer`` and
+    ``value.serializer`` in the configuration (confluent-kafka's serializers, or any
+    ``callable(obj, ctx) -> bytes``) turn keys and values into bytes before
+    :meth:`Producer.produce`.
+
+    Raises:
+        TypeError, KafkaException: as :class:`Producer`.
+    """
+
+    def __init__(self, conf: Mapping[str, Any]) -> None:
+        if not isinstance(conf, Mapping):
+            raise TypeError(f"expected configuration dict, got {type(conf).__name__}")
+        rest = dict(conf)
+        self._key_serializer: Serializer | None = rest.pop("key.serializer", None)
+        self._value_serializer: Serializer | None = rest.pop("value.serializer", None)
+        super().__init__(rest)
+
+    def produce(  # type: ignore[override]
+        self,
+        topic: str,
+        key: Any = None,
+        value: Any = None,
+        partition: int = -1,
+        on_delivery: Report | None = None,
+        timestamp: int = 0,
+        headers: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
+    ) -> None:
+        """Serialize ``key`` and ``value``, then produce as :meth:`Producer.produce` does.
+
+        Raises:
+            KeySerializationError, ValueSerializationError: a serializer failed (confluent-kafka's
+                classes when it is installed, else :class:`KafkaException`); nothing queued.
+            As :meth:`Producer.produce` otherwise.
+        """
+        self._check_open()
+        serialization = _shared.native(_NATIVE + ".serialization")
+        native_errors = _shared.native(_NATIVE + ".error")
+        if self._key_serializer is not None:
+            ctx = (
+                None
+                if serialization is None
+                else serialization.SerializationContext(topic, serialization.MessageField.KEY, headers)
+            )
+            try:
+                key = self._key_serializer(key, ctx)
+            except Exception as exc:
+                if native_errors is None:
+                    raise KafkaException(KafkaError(KafkaError._KEY_SERIALIZATION, str(exc))) from exc  # type: ignore[attr-defined]
+                raise native_errors.KeySerializationError(exception=exc) from exc
+        if self._value_serializer is not None:
+            ctx = (
+                None
+                if serialization is None
+                else serialization.SerializationContext(topic, serialization.MessageField.VALUE, headers)
+            )
+            try:
+                value = self._value_serializer(value, ctx)
+            except Exception as exc:
+                if native_errors is None:
+                    raise KafkaException(KafkaError(KafkaError._VALUE_SERIALIZATION, str(exc))) from exc  # type: ignore[attr-defined]
+                raise native_errors.ValueSerializationError(exception=exc) from exc
+        super().produce(topic, value, key, partition, on_delivery=on_delivery, timestamp=timestamp, headers=headers)
+
+
+__all__ = ["Producer", "Report", "SerializingProducer"]
