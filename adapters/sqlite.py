@@ -308,16 +308,29 @@ class SQLiteBackend:
             return future
         writer = self._writer
         if writer is None or self._lockfile is None:
-            with self._lock:
-                if self._closed:  # closed meanwhile: take no lock file again
-                    future.set_exception(BackendUnavailableError(f"{self.url} is closed"))
-                    return future
-                self._write_lock()
-                writer = self._writer
-                if writer is None:
-                    writer = self._writer = _Writer(self)
+            try:
+                writer = self._start_writer()
+            except BackendUnavailableError as exc:  # closed meanwhile: take no lock file again
+                future.set_exception(exc)
+                return future
         writer.submit((topic, partition, batch, snapshot, future))
         return future
+
+    def _start_writer(self) -> _Writer:
+        """The file's writer thread, started on first use (taking the write lock).
+
+        Raises:
+            ConfigError: another process writes the file.
+            BackendUnavailableError: the backend is closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise BackendUnavailableError(f"{self.url} is closed")
+            self._write_lock()
+            writer = self._writer
+            if writer is None:
+                writer = self._writer = _Writer(self)
+            return writer
 
     def _commit(self, items: list[_Append]) -> list[int]:
         """Store a group of queued appends in one transaction; their base offsets, in order.
@@ -333,6 +346,11 @@ class SQLiteBackend:
                     rows: list[tuple[Any, ...]] = []
                     bounds: list[tuple[Any, ...]] = []
                     for topic, partition, batch, snapshot, _ in items:
+                        if batch is None:  # a snapshot on its own (write_snapshot), in its turn
+                            if snapshot is not None:
+                                self._put_snapshot(db, topic, partition, snapshot)
+                            offsets.append(-1)
+                            continue
                         key = (topic, partition)
                         base = ends[key] if key in ends else self._end(topic, partition)
                         records = batch.records
@@ -483,8 +501,24 @@ class SQLiteBackend:
         )
 
     def write_snapshot(self, topic: str, partition: int, snapshot: Snapshot) -> None:
-        with self._lock, _mapped(self.url), self._tx() as db:
-            self._put_snapshot(db, topic, partition, snapshot)
+        """Store a snapshot in its turn: through the writer thread, after every append handed
+        over before it (a snapshot such an append carries is older and must not replace this
+        one; see ``LogBackend.write_snapshot``). Returns once it is committed.
+
+        Raises:
+            BackendUnavailableError: not stored (the transaction failed, an earlier append of
+                the partition failed, or the backend is closed).
+            CorruptDataError: the file is damaged.
+            ConfigError: another process writes the file.
+        """
+        writer = self._writer
+        if writer is None or self._lockfile is None:
+            writer = self._start_writer()
+        future: Future[int] = Future()
+        writer.submit((topic, partition, None, snapshot, future))
+        if threading.current_thread() is writer.thread:
+            writer.store_now()  # called back from a completed append: the queue cannot wait for us
+        future.result()
 
     def allocate_producer_ids(self, count: int) -> int:
         with self._lock, _mapped(self.url), self._tx() as db:
@@ -649,8 +683,9 @@ class SQLiteBackend:
                     self._lockfile = None
 
 
-#: a queued append: topic, partition, batch, snapshot and the future of its base offset
-_Append = tuple[str, int, AppendBatch, Snapshot | None, Future[int]]
+#: a queued append: topic, partition, batch, snapshot and the future of its base offset; a
+#: snapshot written on its own (``write_snapshot``) is queued with no batch
+_Append = tuple[str, int, AppendBatch | None, Snapshot | None, Future[int]]
 
 
 class _Writer(GroupQueue[_Append]):
@@ -661,6 +696,10 @@ class _Writer(GroupQueue[_Append]):
     resolves only after its transaction committed. SQLite lets one transaction write a file
     at a time, so one writer per file (not per partition) is what lets a producer pipeline
     batches (``max_in_flight``) and lets the transactions grow with the load.
+
+    Snapshots written on their own (``write_snapshot``) are queued too, so every snapshot is
+    stored in the order it was handed over, never before an append handed over earlier (whose
+    snapshot would then replace it).
 
     When a transaction fails, its appends fail, and so does every later append of the
     partitions they belong to (queued or submitted after), until the partition is replayed,
@@ -673,8 +712,8 @@ class _Writer(GroupQueue[_Append]):
         self._backend = backend
         #: partitions with a failed append, refused until replayed
         self._failed: dict[tuple[str, int], ProducerError] = {}
-        self._thread = threading.Thread(target=self._run, name=f"idempotent-sqlite-{backend.path}", daemon=True)
-        self._thread.start()
+        self.thread = threading.Thread(target=self._run, name=f"idempotent-sqlite-{backend.path}", daemon=True)
+        self.thread.start()
 
     def submit(self, item: _Append) -> None:
         with self._cond:
@@ -698,25 +737,37 @@ class _Writer(GroupQueue[_Append]):
         with self._cond:
             self._closed = True
             self._cond.notify()
-        self._thread.join(timeout)
+        self.thread.join(timeout)
         with self._cond:
             left, self._queue = self._queue, []
         error = BackendUnavailableError(f"{self._backend.url} was closed before the append was stored")
         for item in left:
             item[4].set_exception(error)
 
+    def store_now(self) -> None:
+        """Store everything queued at once, on the writer thread itself (a ``write_snapshot``
+        called back from an append this thread completed)."""
+        with self._cond:
+            items, self._queue = self._queue, []
+        if items:
+            self._store(items)
+
     def _run(self) -> None:
         while (items := self._take_group()) is not None:
-            try:
-                offsets = self._backend._commit(items)
-            except ProducerError as exc:  # mapped by _mapped: unavailable, or a damaged file
-                self._fail(items, exc)
-                continue
-            except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
-                self._fail(items, internal_error(f"sqlite: appending to {self._backend.url}", exc, _LOG))
-                continue
-            for item, offset in zip(items, offsets, strict=True):
-                item[4].set_result(offset)
+            self._store(items)
+
+    def _store(self, items: list[_Append]) -> None:
+        """Store one group in one transaction, then complete its futures."""
+        try:
+            offsets = self._backend._commit(items)
+        except ProducerError as exc:  # mapped by _mapped: unavailable, or a damaged file
+            self._fail(items, exc)
+            return
+        except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
+            self._fail(items, internal_error(f"sqlite: appending to {self._backend.url}", exc, _LOG))
+            return
+        for item, offset in zip(items, offsets, strict=True):
+            item[4].set_result(offset)
 
     def _fail(self, items: list[_Append], error: ProducerError) -> None:
         # a bug or a damaged file stays FATAL for everything behind it too: never retriable
@@ -726,8 +777,9 @@ class _Writer(GroupQueue[_Append]):
             else BackendUnavailableError(f"{self._backend.url}: an earlier append of the partition failed: {error}")
         )
         with self._cond:
-            for topic, partition, *_ in items:
-                self._failed[(topic, partition)] = failed
+            for topic, partition, batch, *_ in items:
+                if batch is not None:  # a failed snapshot alone leaves its partition's log as it was
+                    self._failed[(topic, partition)] = failed
             behind = [item for item in self._queue if (item[0], item[1]) in self._failed]
             self._queue = [item for item in self._queue if (item[0], item[1]) not in self._failed]
         # the failed transaction's appends first (the broker marks their partitions failed),
