@@ -18,10 +18,11 @@ partition, in one transaction (group commit) and only then completes the appends
 so a producer can pipeline batches (``max_in_flight``). A transaction holds each batch's
 records, its batch boundary (producer id, epoch, base sequence, count: what recovery replays)
 and, when due, the checker snapshot.
-A record's row (``log``) holds only its partition's number, offset, key, value and headers:
-its producer, sequence and timestamp are read from its batch's row. Databases written before
-this layout keep their ``records`` table (ten columns per record) and are read and appended
-to in that layout.
+A record's row holds only its partition's number and offset (one row id), key, value and
+headers: its producer, sequence and timestamp are read from its batch's row. Databases
+written by earlier versions keep their layout (the ``log`` table, or the ten-column
+``records`` of the first versions) and are read and appended to in it; see
+``adapters/_sqlite_rows.py``.
 So an acknowledged batch survives ``kill -9`` together with everything needed to rebuild the
 checker. One process writes a database file at a time (an exclusive lock file, taken on the
 first write, enforces it); others may read it.
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import itertools
 import logging
 import os
 import sqlite3
@@ -46,9 +46,10 @@ from urllib.parse import parse_qs, urlsplit
 import msgpack
 
 from adapters._sqlite_check import CHECKS, PROBLEMS_QUOTED, check_database, corrupt_file, is_corruption
+from adapters._sqlite_rows import MAX_OFFSET, MAX_PARTITION_NUMBER, layout_of
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease, supersedes
-from idempotent._records import RecordColumns, Snapshot, StoredBatch, StoredRecord
+from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
 from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
@@ -68,9 +69,6 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (name TEXT PRIMARY KEY, partitions INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS partition_ids (
     id INTEGER PRIMARY KEY, topic TEXT NOT NULL, partition INTEGER NOT NULL, UNIQUE (topic, partition));
-CREATE TABLE IF NOT EXISTS log (
-    partition_id INTEGER NOT NULL, offset INTEGER NOT NULL, key BLOB, value BLOB, headers BLOB,
-    PRIMARY KEY (partition_id, offset)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, base_offset INTEGER NOT NULL,
     producer_id INTEGER NOT NULL, producer_epoch INTEGER NOT NULL, base_sequence INTEGER NOT NULL,
@@ -166,11 +164,6 @@ class SQLiteBackend:
             self._db = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False, isolation_level=None)
             self._enter_wal(timeout)
             self._db.execute(f"PRAGMA synchronous={options.get('synchronous', 'normal').upper()}")
-            #: a database of an earlier version: records keep their ten-column rows
-            self._legacy = (
-                self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='records'").fetchone()
-                is not None
-            )
             if mode != "off":
                 try:
                     problems = check_database(self._db, mode)
@@ -183,6 +176,10 @@ class SQLiteBackend:
                     more = f" and {len(problems) - PROBLEMS_QUOTED} more" if len(problems) > PROBLEMS_QUOTED else ""
                     raise corrupt_file(self.path, f"{mode} check: {shown}{more}")
             self._db.executescript(_SCHEMA)
+            #: the table of records (see adapters/_sqlite_rows.py); None: a database of the first
+            #: versions, whose records keep their ten-column rows
+            self._rows = layout_of(self._db)
+            self._legacy = self._rows is None
             self._topics = dict(self._db.execute("SELECT name, partitions FROM topics").fetchall())
         except (sqlite3.Error, CorruptDataError) as exc:
             with contextlib.suppress(Exception):
@@ -241,20 +238,17 @@ class SQLiteBackend:
         if end is None:
             if self._legacy:
                 row = self._db.execute("SELECT MAX(offset) FROM records WHERE topic=? AND partition=?", key).fetchone()
+                end = 0 if row[0] is None else row[0] + 1
             else:
+                assert self._rows is not None
                 part = self._partition_id(topic, partition)
-                row = (
-                    (None,)
-                    if part is None
-                    else self._db.execute("SELECT MAX(offset) FROM log WHERE partition_id=?", (part,)).fetchone()
-                )
-            end = 0 if row[0] is None else row[0] + 1
+                end = 0 if part is None else self._rows.end(self._db, part)
             if self._lockfile is not None:  # only the single writer may cache: readers must see growth
                 self._ends[key] = end
         return end
 
     def _partition_id(self, topic: str, partition: int, db: sqlite3.Connection | None = None) -> int | None:
-        """The number of a partition in the ``log`` table; with ``db`` (a write transaction)
+        """The number of a partition in the record rows; with ``db`` (a write transaction)
         one is assigned when the partition has none yet."""
         key = (topic, partition)
         part = self._partition_ids.get(key)
@@ -264,6 +258,8 @@ class SQLiteBackend:
                 if db is None:
                     return None
                 row = (db.execute("INSERT INTO partition_ids (topic, partition) VALUES (?, ?)", key).lastrowid,)
+                if row[0] is None or row[0] > MAX_PARTITION_NUMBER:  # rolled back with the transaction
+                    raise InvalidTopicError(f"{self.path!r} holds {MAX_PARTITION_NUMBER} partitions, the most it can")
             part = self._partition_ids[key] = row[0]
         return part
 
@@ -375,23 +371,12 @@ class SQLiteBackend:
                                 for i, r in enumerate(records)
                             )
                         else:
+                            assert self._rows is not None
                             part = self._partition_id(topic, partition, db)
-                            if type(records) is RecordColumns:  # no headers: straight from the columns
-                                keys = records.keys if records.keys is not None else itertools.repeat(None)
-                                rows.extend(
-                                    zip(
-                                        itertools.repeat(part),
-                                        itertools.count(base),
-                                        keys,
-                                        records.values,
-                                        itertools.repeat(None),
-                                    )
-                                )
-                            else:
-                                rows.extend(
-                                    (part, offset, r.key, r.value, msgpack.packb(r.headers) if r.headers else None)
-                                    for offset, r in enumerate(records, base)
-                                )
+                            assert part is not None
+                            if base + len(records) - 1 > MAX_OFFSET:
+                                raise InvalidTopicError(f"{topic}[{partition}] is full: {MAX_OFFSET + 1} records")
+                            rows.extend(self._rows.rows(part, base, records))
                         bounds.append((topic, partition, base, pid, epoch, base_seq, len(records), batch.timestamp))
                         if snapshot is not None:
                             self._put_snapshot(db, topic, partition, snapshot)
@@ -400,7 +385,8 @@ class SQLiteBackend:
                     if self._legacy:
                         db.executemany("INSERT INTO records VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
                     else:
-                        db.executemany("INSERT INTO log VALUES (?,?,?,?,?)", rows)
+                        assert self._rows is not None
+                        db.executemany(self._rows.insert, rows)
                     db.executemany("INSERT INTO batches VALUES (?,?,?,?,?,?,?,?)", bounds)
                 self._ends.update(ends)
         except BaseException:
@@ -426,11 +412,8 @@ class SQLiteBackend:
             part = self._partition_id(topic, partition)
             if part is None:
                 return []
-            slim = self._db.execute(
-                "SELECT offset, key, value, headers FROM log WHERE partition_id=? AND offset>=? "
-                "ORDER BY offset LIMIT ?",
-                (part, offset, max_records),
-            ).fetchall()
+            assert self._rows is not None
+            slim = self._rows.read(self._db, part, offset, max_records)
             if not slim:
                 return []
             # the batches holding those records: the one holding the first, and every later one

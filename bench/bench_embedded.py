@@ -5,8 +5,8 @@ the same durability (WAL, ``synchronous=NORMAL``, the ``sqlite://`` default), in
 Python process of its own:
 
 * ``executemany``: plain Python ``sqlite3``, ``executemany`` of the rows the SQLite adapter
-  stores for those records (its ``log`` table: partition number, offset, key, value,
-  headers) plus the one ``batches`` row per transaction, one transaction per 1000 rows. No
+  stores for those records (its ``entries`` table: one row id for partition and offset, key,
+  value, headers) plus the one ``batches`` row per transaction, one transaction per 1000 rows. No
   checker, no producer. The baseline of every ratio.
 * ``executemany_wide``: the same, into the ten-column ``records`` rows of databases written by
   earlier versions (the baseline of the numbers published before the log table).
@@ -69,10 +69,13 @@ def run_executemany(path: str, size: int, records: int, wide: bool) -> tuple[flo
             "PRIMARY KEY (topic, partition, offset)) WITHOUT ROWID"
         )
     else:
+        from adapters._sqlite_rows import ENTRIES_SCHEMA, OFFSET_BITS
         from adapters.sqlite import _SCHEMA
 
         db.executescript(_SCHEMA)
+        db.execute(ENTRIES_SCHEMA)
         db.execute("INSERT INTO partition_ids (topic, partition) VALUES ('t', 0)")
+        first = 1 << OFFSET_BITS
     payload = b"x" * size
     started, cpu = time.perf_counter(), cpu_seconds()
     for base in range(0, records, CHUNK):
@@ -83,9 +86,8 @@ def run_executemany(path: str, size: int, records: int, wide: bool) -> tuple[flo
             rows = [("t", 0, i, 1, 0, i, None, payload, None, now) for i in range(base, end)]
             db.executemany("INSERT INTO records VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
         else:
-            db.executemany(
-                "INSERT INTO log VALUES (?,?,?,?,?)", [(1, i, None, payload, None) for i in range(base, end)]
-            )
+            rows = [(first + i, None, payload, None) for i in range(base, end)]
+            db.executemany("INSERT INTO entries VALUES (?,?,?,?)", rows)
             db.execute("INSERT INTO batches VALUES (?,?,?,?,?,?,?,?)", ("t", 0, base, 1, 0, base, end - base, now))
         db.execute("COMMIT")
     elapsed, cpu = time.perf_counter() - started, cpu_seconds() - cpu
