@@ -46,7 +46,7 @@ from urllib.parse import parse_qs, urlsplit
 import msgpack
 
 from adapters._sqlite_check import CHECKS, PROBLEMS_QUOTED, check_database, corrupt_file, is_corruption
-from adapters._sqlite_rows import MAX_OFFSET, MAX_PARTITION_NUMBER, layout_of
+from adapters._sqlite_rows import MAX_OFFSET, MAX_PARTITION_NUMBER, insert_rows, layout_of
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
@@ -382,11 +382,10 @@ class SQLiteBackend:
                             self._put_snapshot(db, topic, partition, snapshot)
                         offsets.append(base)
                         ends[key] = base + len(records)
-                    if self._legacy:
-                        db.executemany("INSERT INTO records VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+                    if self._rows is None:
+                        insert_rows(db, "records", 10, rows)
                     else:
-                        assert self._rows is not None
-                        db.executemany(self._rows.insert, rows)
+                        insert_rows(db, self._rows.table, self._rows.width, rows)
                     db.executemany("INSERT INTO batches VALUES (?,?,?,?,?,?,?,?)", bounds)
                 self._ends.update(ends)
         except BaseException:
