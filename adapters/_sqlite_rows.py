@@ -20,9 +20,8 @@ both slim layouts.
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -46,8 +45,9 @@ Row = tuple[int, bytes | None, bytes | None, bytes | None]
 MAX_VARIABLES = 999
 
 
-def insert_rows(db: sqlite3.Connection, table: str, width: int, rows: list[tuple[Any, ...]]) -> None:
-    """Insert ``rows`` (of ``width`` values each) into ``table``, many rows per statement.
+def insert_rows(db: sqlite3.Connection, table: str, width: int, flat: list[Any]) -> None:
+    """Insert rows of ``width`` values each, given one after the other in ``flat``, into
+    ``table``, many rows per statement.
 
     One ``INSERT ... VALUES (...), (...), ...`` of up to :data:`MAX_VARIABLES` values stores
     a few hundred rows in one step of SQLite, which runs without the interpreter lock:
@@ -56,16 +56,16 @@ def insert_rows(db: sqlite3.Connection, table: str, width: int, rows: list[tuple
     per row alone, and 1.7 times the rows per second next to a thread running Python.
     """
     per = MAX_VARIABLES // width
-    full = len(rows) - len(rows) % per
+    step = per * width
+    full = len(flat) - len(flat) % step
     one = "(" + ",".join("?" * width) + ")"
     if full:
-        flat = list(itertools.chain.from_iterable(itertools.islice(rows, full)))
         statement = f"INSERT INTO {table} VALUES " + ",".join([one] * per)
-        step = per * width
-        for start in range(0, len(flat), step):
+        for start in range(0, full, step):
             db.execute(statement, flat[start : start + step])
-    if full < len(rows):
-        db.executemany(f"INSERT INTO {table} VALUES {one}", rows[full:])
+    if full < len(flat):
+        rest = iter(flat[full:])
+        db.executemany(f"INSERT INTO {table} VALUES {one}", zip(*[rest] * width, strict=True))
 
 
 class SlimRows:
@@ -87,20 +87,27 @@ class SlimRows:
         top = db.execute("SELECT MAX(offset) FROM log WHERE partition_id=?", (part,)).fetchone()[0]
         return 0 if top is None else int(top) + 1
 
-    def rows(self, part: int, base: int, records: Sequence[Record]) -> Iterable[tuple[Any, ...]]:
-        """The rows of a batch whose first record gets offset ``base`` (at most
-        :data:`MAX_OFFSET` with its last record: the caller checks)."""
-        if isinstance(records, RecordColumns):  # no headers: straight from the columns
-            keys: Iterable[bytes | None] = records.keys if records.keys is not None else itertools.repeat(None)
-            values: Iterable[bytes | None] = records.values
-            headers: Iterable[bytes | None] = itertools.repeat(None)
-        else:
-            keys = [r.key for r in records]
-            values = [r.value for r in records]
-            headers = [msgpack.packb(r.headers) if r.headers else None for r in records]
+    def add_rows(self, flat: list[Any], part: int, base: int, records: Sequence[Record]) -> None:
+        """Add the rows of a batch whose first record gets offset ``base`` (at most
+        :data:`MAX_OFFSET` with its last record: the caller checks) to ``flat``, value after
+        value (see :func:`insert_rows`)."""
+        count, width = len(records), self.width
+        rows: list[Any] = [None] * (count * width)
         if self.ranged:
-            return zip(itertools.count((part << OFFSET_BITS) + base), keys, values, headers)
-        return zip(itertools.repeat(part), itertools.count(base), keys, values, headers)
+            first = (part << OFFSET_BITS) + base
+            rows[0::width] = range(first, first + count)
+        else:
+            rows[0::width] = [part] * count
+            rows[1::width] = range(base, base + count)
+        if isinstance(records, RecordColumns):  # no headers: straight from the columns
+            if records.keys is not None:
+                rows[width - 3 :: width] = records.keys
+            rows[width - 2 :: width] = records.values
+        else:
+            rows[width - 3 :: width] = [r.key for r in records]
+            rows[width - 2 :: width] = [r.value for r in records]
+            rows[width - 1 :: width] = [msgpack.packb(r.headers) if r.headers else None for r in records]
+        flat.extend(rows)
 
     def read(self, db: sqlite3.Connection, part: int, offset: int, max_records: int) -> list[Row]:
         """Up to ``max_records`` stored records from ``offset`` on, in order."""

@@ -339,7 +339,7 @@ class SQLiteBackend:
         try:
             with self._lock, _mapped(self.url):
                 with self._tx() as db:
-                    rows: list[tuple[Any, ...]] = []
+                    rows: list[Any] = []  # value after value (see insert_rows)
                     bounds: list[tuple[Any, ...]] = []
                     for topic, partition, batch, snapshot, _ in items:
                         if batch is None:  # a snapshot on its own (write_snapshot), in its turn
@@ -356,7 +356,9 @@ class SQLiteBackend:
                         base_seq = header.base_sequence if header else -1
                         if self._legacy:
                             rows.extend(
-                                (
+                                value
+                                for i, r in enumerate(records)
+                                for value in (
                                     topic,
                                     partition,
                                     base + i,
@@ -368,7 +370,6 @@ class SQLiteBackend:
                                     msgpack.packb(r.headers) if r.headers else None,
                                     batch.timestamp,
                                 )
-                                for i, r in enumerate(records)
                             )
                         else:
                             assert self._rows is not None
@@ -376,7 +377,7 @@ class SQLiteBackend:
                             assert part is not None
                             if base + len(records) - 1 > MAX_OFFSET:
                                 raise InvalidTopicError(f"{topic}[{partition}] is full: {MAX_OFFSET + 1} records")
-                            rows.extend(self._rows.rows(part, base, records))
+                            self._rows.add_rows(rows, part, base, records)
                         bounds.append((topic, partition, base, pid, epoch, base_seq, len(records), batch.timestamp))
                         if snapshot is not None:
                             self._put_snapshot(db, topic, partition, snapshot)
