@@ -18,10 +18,11 @@ partition, in one transaction (group commit) and only then completes the appends
 so a producer can pipeline batches (``max_in_flight``). A transaction holds each batch's
 records, its batch boundary (producer id, epoch, base sequence, count: what recovery replays)
 and, when due, the checker snapshot.
-A record's row (``log``) holds only its partition's number, offset, key, value and headers:
-its producer, sequence and timestamp are read from its batch's row. Databases written before
-this layout keep their ``records`` table (ten columns per record) and are read and appended
-to in that layout.
+A record's row holds only its partition's number and offset (one row id), key, value and
+headers: its producer, sequence and timestamp are read from its batch's row. Databases
+written by earlier versions keep their layout (the ``log`` table, or the ten-column
+``records`` of the first versions) and are read and appended to in it; see
+``adapters/_sqlite_rows.py``.
 So an acknowledged batch survives ``kill -9`` together with everything needed to rebuild the
 checker. One process writes a database file at a time (an exclusive lock file, taken on the
 first write, enforces it); others may read it.
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import itertools
 import logging
 import os
 import sqlite3
@@ -46,9 +46,10 @@ from urllib.parse import parse_qs, urlsplit
 import msgpack
 
 from adapters._sqlite_check import CHECKS, PROBLEMS_QUOTED, check_database, corrupt_file, is_corruption
+from adapters._sqlite_rows import MAX_OFFSET, MAX_PARTITION_NUMBER, insert_rows, layout_of
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease, supersedes
-from idempotent._records import RecordColumns, Snapshot, StoredBatch, StoredRecord
+from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
 from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId, Sequence
@@ -68,9 +69,6 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (name TEXT PRIMARY KEY, partitions INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS partition_ids (
     id INTEGER PRIMARY KEY, topic TEXT NOT NULL, partition INTEGER NOT NULL, UNIQUE (topic, partition));
-CREATE TABLE IF NOT EXISTS log (
-    partition_id INTEGER NOT NULL, offset INTEGER NOT NULL, key BLOB, value BLOB, headers BLOB,
-    PRIMARY KEY (partition_id, offset)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, base_offset INTEGER NOT NULL,
     producer_id INTEGER NOT NULL, producer_epoch INTEGER NOT NULL, base_sequence INTEGER NOT NULL,
@@ -166,11 +164,6 @@ class SQLiteBackend:
             self._db = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False, isolation_level=None)
             self._enter_wal(timeout)
             self._db.execute(f"PRAGMA synchronous={options.get('synchronous', 'normal').upper()}")
-            #: a database of an earlier version: records keep their ten-column rows
-            self._legacy = (
-                self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='records'").fetchone()
-                is not None
-            )
             if mode != "off":
                 try:
                     problems = check_database(self._db, mode)
@@ -183,6 +176,10 @@ class SQLiteBackend:
                     more = f" and {len(problems) - PROBLEMS_QUOTED} more" if len(problems) > PROBLEMS_QUOTED else ""
                     raise corrupt_file(self.path, f"{mode} check: {shown}{more}")
             self._db.executescript(_SCHEMA)
+            #: the table of records (see adapters/_sqlite_rows.py); None: a database of the first
+            #: versions, whose records keep their ten-column rows
+            self._rows = layout_of(self._db)
+            self._legacy = self._rows is None
             self._topics = dict(self._db.execute("SELECT name, partitions FROM topics").fetchall())
         except (sqlite3.Error, CorruptDataError) as exc:
             with contextlib.suppress(Exception):
@@ -241,20 +238,17 @@ class SQLiteBackend:
         if end is None:
             if self._legacy:
                 row = self._db.execute("SELECT MAX(offset) FROM records WHERE topic=? AND partition=?", key).fetchone()
+                end = 0 if row[0] is None else row[0] + 1
             else:
+                assert self._rows is not None
                 part = self._partition_id(topic, partition)
-                row = (
-                    (None,)
-                    if part is None
-                    else self._db.execute("SELECT MAX(offset) FROM log WHERE partition_id=?", (part,)).fetchone()
-                )
-            end = 0 if row[0] is None else row[0] + 1
+                end = 0 if part is None else self._rows.end(self._db, part)
             if self._lockfile is not None:  # only the single writer may cache: readers must see growth
                 self._ends[key] = end
         return end
 
     def _partition_id(self, topic: str, partition: int, db: sqlite3.Connection | None = None) -> int | None:
-        """The number of a partition in the ``log`` table; with ``db`` (a write transaction)
+        """The number of a partition in the record rows; with ``db`` (a write transaction)
         one is assigned when the partition has none yet."""
         key = (topic, partition)
         part = self._partition_ids.get(key)
@@ -264,6 +258,8 @@ class SQLiteBackend:
                 if db is None:
                     return None
                 row = (db.execute("INSERT INTO partition_ids (topic, partition) VALUES (?, ?)", key).lastrowid,)
+                if row[0] is None or row[0] > MAX_PARTITION_NUMBER:  # rolled back with the transaction
+                    raise InvalidTopicError(f"{self.path!r} holds {MAX_PARTITION_NUMBER} partitions, the most it can")
             part = self._partition_ids[key] = row[0]
         return part
 
@@ -308,16 +304,29 @@ class SQLiteBackend:
             return future
         writer = self._writer
         if writer is None or self._lockfile is None:
-            with self._lock:
-                if self._closed:  # closed meanwhile: take no lock file again
-                    future.set_exception(BackendUnavailableError(f"{self.url} is closed"))
-                    return future
-                self._write_lock()
-                writer = self._writer
-                if writer is None:
-                    writer = self._writer = _Writer(self)
+            try:
+                writer = self._start_writer()
+            except BackendUnavailableError as exc:  # closed meanwhile: take no lock file again
+                future.set_exception(exc)
+                return future
         writer.submit((topic, partition, batch, snapshot, future))
         return future
+
+    def _start_writer(self) -> _Writer:
+        """The file's writer thread, started on first use (taking the write lock).
+
+        Raises:
+            ConfigError: another process writes the file.
+            BackendUnavailableError: the backend is closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise BackendUnavailableError(f"{self.url} is closed")
+            self._write_lock()
+            writer = self._writer
+            if writer is None:
+                writer = self._writer = _Writer(self)
+            return writer
 
     def _commit(self, items: list[_Append]) -> list[int]:
         """Store a group of queued appends in one transaction; their base offsets, in order.
@@ -330,9 +339,14 @@ class SQLiteBackend:
         try:
             with self._lock, _mapped(self.url):
                 with self._tx() as db:
-                    rows: list[tuple[Any, ...]] = []
+                    rows: list[Any] = []  # value after value (see insert_rows)
                     bounds: list[tuple[Any, ...]] = []
                     for topic, partition, batch, snapshot, _ in items:
+                        if batch is None:  # a snapshot on its own (write_snapshot), in its turn
+                            if snapshot is not None:
+                                self._put_snapshot(db, topic, partition, snapshot)
+                            offsets.append(-1)
+                            continue
                         key = (topic, partition)
                         base = ends[key] if key in ends else self._end(topic, partition)
                         records = batch.records
@@ -342,7 +356,9 @@ class SQLiteBackend:
                         base_seq = header.base_sequence if header else -1
                         if self._legacy:
                             rows.extend(
-                                (
+                                value
+                                for i, r in enumerate(records)
+                                for value in (
                                     topic,
                                     partition,
                                     base + i,
@@ -354,35 +370,23 @@ class SQLiteBackend:
                                     msgpack.packb(r.headers) if r.headers else None,
                                     batch.timestamp,
                                 )
-                                for i, r in enumerate(records)
                             )
                         else:
+                            assert self._rows is not None
                             part = self._partition_id(topic, partition, db)
-                            if type(records) is RecordColumns:  # no headers: straight from the columns
-                                keys = records.keys if records.keys is not None else itertools.repeat(None)
-                                rows.extend(
-                                    zip(
-                                        itertools.repeat(part),
-                                        itertools.count(base),
-                                        keys,
-                                        records.values,
-                                        itertools.repeat(None),
-                                    )
-                                )
-                            else:
-                                rows.extend(
-                                    (part, offset, r.key, r.value, msgpack.packb(r.headers) if r.headers else None)
-                                    for offset, r in enumerate(records, base)
-                                )
+                            assert part is not None
+                            if base + len(records) - 1 > MAX_OFFSET:
+                                raise InvalidTopicError(f"{topic}[{partition}] is full: {MAX_OFFSET + 1} records")
+                            self._rows.add_rows(rows, part, base, records)
                         bounds.append((topic, partition, base, pid, epoch, base_seq, len(records), batch.timestamp))
                         if snapshot is not None:
                             self._put_snapshot(db, topic, partition, snapshot)
                         offsets.append(base)
                         ends[key] = base + len(records)
-                    if self._legacy:
-                        db.executemany("INSERT INTO records VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+                    if self._rows is None:
+                        insert_rows(db, "records", 10, rows)
                     else:
-                        db.executemany("INSERT INTO log VALUES (?,?,?,?,?)", rows)
+                        insert_rows(db, self._rows.table, self._rows.width, rows)
                     db.executemany("INSERT INTO batches VALUES (?,?,?,?,?,?,?,?)", bounds)
                 self._ends.update(ends)
         except BaseException:
@@ -408,11 +412,8 @@ class SQLiteBackend:
             part = self._partition_id(topic, partition)
             if part is None:
                 return []
-            slim = self._db.execute(
-                "SELECT offset, key, value, headers FROM log WHERE partition_id=? AND offset>=? "
-                "ORDER BY offset LIMIT ?",
-                (part, offset, max_records),
-            ).fetchall()
+            assert self._rows is not None
+            slim = self._rows.read(self._db, part, offset, max_records)
             if not slim:
                 return []
             # the batches holding those records: the one holding the first, and every later one
@@ -483,8 +484,24 @@ class SQLiteBackend:
         )
 
     def write_snapshot(self, topic: str, partition: int, snapshot: Snapshot) -> None:
-        with self._lock, _mapped(self.url), self._tx() as db:
-            self._put_snapshot(db, topic, partition, snapshot)
+        """Store a snapshot in its turn: through the writer thread, after every append handed
+        over before it (a snapshot such an append carries is older and must not replace this
+        one; see ``LogBackend.write_snapshot``). Returns once it is committed.
+
+        Raises:
+            BackendUnavailableError: not stored (the transaction failed, an earlier append of
+                the partition failed, or the backend is closed).
+            CorruptDataError: the file is damaged.
+            ConfigError: another process writes the file.
+        """
+        writer = self._writer
+        if writer is None or self._lockfile is None:
+            writer = self._start_writer()
+        future: Future[int] = Future()
+        writer.submit((topic, partition, None, snapshot, future))
+        if threading.current_thread() is writer.thread:
+            writer.store_now()  # called back from a completed append: the queue cannot wait for us
+        future.result()
 
     def allocate_producer_ids(self, count: int) -> int:
         with self._lock, _mapped(self.url), self._tx() as db:
@@ -649,8 +666,9 @@ class SQLiteBackend:
                     self._lockfile = None
 
 
-#: a queued append: topic, partition, batch, snapshot and the future of its base offset
-_Append = tuple[str, int, AppendBatch, Snapshot | None, Future[int]]
+#: a queued append: topic, partition, batch, snapshot and the future of its base offset; a
+#: snapshot written on its own (``write_snapshot``) is queued with no batch
+_Append = tuple[str, int, AppendBatch | None, Snapshot | None, Future[int]]
 
 
 class _Writer(GroupQueue[_Append]):
@@ -661,6 +679,10 @@ class _Writer(GroupQueue[_Append]):
     resolves only after its transaction committed. SQLite lets one transaction write a file
     at a time, so one writer per file (not per partition) is what lets a producer pipeline
     batches (``max_in_flight``) and lets the transactions grow with the load.
+
+    Snapshots written on their own (``write_snapshot``) are queued too, so every snapshot is
+    stored in the order it was handed over, never before an append handed over earlier (whose
+    snapshot would then replace it).
 
     When a transaction fails, its appends fail, and so does every later append of the
     partitions they belong to (queued or submitted after), until the partition is replayed,
@@ -673,8 +695,8 @@ class _Writer(GroupQueue[_Append]):
         self._backend = backend
         #: partitions with a failed append, refused until replayed
         self._failed: dict[tuple[str, int], ProducerError] = {}
-        self._thread = threading.Thread(target=self._run, name=f"idempotent-sqlite-{backend.path}", daemon=True)
-        self._thread.start()
+        self.thread = threading.Thread(target=self._run, name=f"idempotent-sqlite-{backend.path}", daemon=True)
+        self.thread.start()
 
     def submit(self, item: _Append) -> None:
         with self._cond:
@@ -698,25 +720,37 @@ class _Writer(GroupQueue[_Append]):
         with self._cond:
             self._closed = True
             self._cond.notify()
-        self._thread.join(timeout)
+        self.thread.join(timeout)
         with self._cond:
             left, self._queue = self._queue, []
         error = BackendUnavailableError(f"{self._backend.url} was closed before the append was stored")
         for item in left:
             item[4].set_exception(error)
 
+    def store_now(self) -> None:
+        """Store everything queued at once, on the writer thread itself (a ``write_snapshot``
+        called back from an append this thread completed)."""
+        with self._cond:
+            items, self._queue = self._queue, []
+        if items:
+            self._store(items)
+
     def _run(self) -> None:
         while (items := self._take_group()) is not None:
-            try:
-                offsets = self._backend._commit(items)
-            except ProducerError as exc:  # mapped by _mapped: unavailable, or a damaged file
-                self._fail(items, exc)
-                continue
-            except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
-                self._fail(items, internal_error(f"sqlite: appending to {self._backend.url}", exc, _LOG))
-                continue
-            for item, offset in zip(items, offsets, strict=True):
-                item[4].set_result(offset)
+            self._store(items)
+
+    def _store(self, items: list[_Append]) -> None:
+        """Store one group in one transaction, then complete its futures."""
+        try:
+            offsets = self._backend._commit(items)
+        except ProducerError as exc:  # mapped by _mapped: unavailable, or a damaged file
+            self._fail(items, exc)
+            return
+        except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
+            self._fail(items, internal_error(f"sqlite: appending to {self._backend.url}", exc, _LOG))
+            return
+        for item, offset in zip(items, offsets, strict=True):
+            item[4].set_result(offset)
 
     def _fail(self, items: list[_Append], error: ProducerError) -> None:
         # a bug or a damaged file stays FATAL for everything behind it too: never retriable
@@ -726,8 +760,9 @@ class _Writer(GroupQueue[_Append]):
             else BackendUnavailableError(f"{self._backend.url}: an earlier append of the partition failed: {error}")
         )
         with self._cond:
-            for topic, partition, *_ in items:
-                self._failed[(topic, partition)] = failed
+            for topic, partition, batch, *_ in items:
+                if batch is not None:  # a failed snapshot alone leaves its partition's log as it was
+                    self._failed[(topic, partition)] = failed
             behind = [item for item in self._queue if (item[0], item[1]) in self._failed]
             self._queue = [item for item in self._queue if (item[0], item[1]) not in self._failed]
         # the failed transaction's appends first (the broker marks their partitions failed),

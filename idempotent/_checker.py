@@ -515,6 +515,8 @@ class PartitionChecker:
                 view = self._pushed_of(producer_id, key)
             last = last_sequence_of(header.base_sequence, header.record_count)
             if header.producer_epoch > view.epoch:
+                if not advances(header.base_sequence, view.sequence):
+                    view.sequence = NO_SEQUENCE  # it starts over (deduplication off): as _apply
                 view.epoch = header.producer_epoch
             if advances(last, view.sequence):
                 view.sequence = last
@@ -609,6 +611,14 @@ class PartitionChecker:
         """Apply a batch replayed from the log. Its sequences are not checked, as in Kafka's
         recovery, but its epoch and record count must be ones a producer can send.
 
+        A batch of a higher epoch than the producer's stored one whose first sequence is at or
+        before H(P) *starts the producer over*: its window and H(P) are replaced by the batch.
+        With deduplication on the checker accepts such a batch only when the partition held
+        no state for the producer (evicted or expired, then re-initialised: row 4b of
+        docs/semantics.md), so what a replay holds for it from before (a snapshot older than
+        the eviction, or a replay of the whole log) is obsolete; kept, it would answer the new
+        instance's next records DUPLICATE. Live commits follow the same rule.
+
         Raises:
             CorruptDataError: the epoch or record count is out of range (nothing applied).
         """
@@ -641,7 +651,11 @@ class PartitionChecker:
         *,
         pushed: bool,
     ) -> None:
-        epoch, last, high = self._table.store(
+        table = self._table
+        key = table.index.get(producer_id)
+        if key is not None and producer_epoch > epoch_of(key) and not advances(base_sequence, table.stored(key)):
+            table.remove(producer_id)  # it started over under a new epoch (see apply)
+        epoch, last, high = table.store(
             producer_id, producer_epoch, base_sequence, record_count, base_offset, timestamp, self.config.window
         )
         view = self._pushed_views.get(producer_id)

@@ -96,6 +96,7 @@ class LogBackend(Protocol):
 
         ``snapshot``, when given, is the checker state as of just before this batch; a
         backend that can store it atomically with the batch does so, others store it after.
+        Either way it takes its turn as a snapshot handed over now (see :meth:`write_snapshot`).
 
         Returns:
             A future of the batch's base offset. Futures of one partition complete in append
@@ -122,11 +123,26 @@ class LogBackend(Protocol):
         ...
 
     def latest_snapshot(self, topic: str, partition: int) -> Snapshot | None:
-        """The newest snapshot stored for the partition, or None."""
+        """The newest snapshot stored for the partition (the highest position; at one
+        position, the one handed over last: see :meth:`write_snapshot`), or None."""
         ...
 
     def write_snapshot(self, topic: str, partition: int, snapshot: Snapshot) -> None:
-        """Store a snapshot of the checker state."""
+        """Store a snapshot of the checker state; return once it is stored.
+
+        Snapshot order: a partition's snapshots take effect in the order they are handed
+        over, by this method or riding with :meth:`append`. A snapshot handed over here is
+        stored after every append of the partition handed over before it (or fails), and is
+        never replaced by a snapshot handed over earlier, even one at the same position that
+        an append still waiting to be stored carries: :meth:`latest_snapshot` returns, among
+        the snapshots at the highest position, the one handed over last. (The broker writes
+        evictions this way; were an older snapshot to win, a recovery would bring evicted
+        producers back.)
+
+        Raises:
+            BackendUnavailableError: not stored (for example an earlier append of the
+                partition failed); the previous snapshots are kept.
+        """
         ...
 
     def allocate_producer_ids(self, count: int) -> int:

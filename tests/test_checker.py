@@ -441,3 +441,50 @@ def test_activity_is_the_last_stored_timestamp_or_now_while_in_flight() -> None:
     c.push(make_header(2, 0, 1, 1), 7.0)
     assert c.activity(9.0) == {1: 5.0, 2: 9.0}
     assert {pid: s.last_timestamp for pid, s in c.producers().items()} == {1: 5.0, 2: 6.0}
+
+
+def _replayed(*batches: tuple[int, int, int, int]) -> PartitionChecker:
+    """A checker rebuilt from no snapshot and these (epoch, base_sequence, count, offset)
+    batches of producer P."""
+    checker, _ = PartitionChecker.recover(
+        None, [StoredBatch(o, ProducerId(P), Epoch(e), Sequence(s), n, 1.0) for e, s, n, o in batches]
+    )
+    return checker
+
+
+@pytest.mark.parametrize(("policy", "restart"), [(Policy.STRICT, 0), (Policy.MONOTONIC, 0), (Policy.MONOTONIC, 2)])
+def test_replay_starts_a_producer_over_when_a_higher_epoch_restarts_its_sequences(policy: Policy, restart: int) -> None:
+    """A producer evicted after storing 0..4, then re-initialised (epoch 1), starts again
+    where it has no state (0 under strict; anywhere under monotonic). A replay that still
+    holds the old state (a snapshot from before the eviction, or the whole log) must start it
+    over at that batch, as live operation did: not answer its next records DUPLICATE."""
+    replayed = _replayed((0, 0, 5, 0), (1, restart, 1, 7))
+    live = PartitionChecker()
+    stored(live, restart, 1, epoch=1, offset=7)
+    assert replayed.state() == live.state()
+    assert check(replayed, restart + 1, epoch=1, policy=policy) == (Outcome.ACCEPTED, None, None)
+    assert check(replayed, restart, epoch=1, policy=policy) == (Outcome.DUPLICATE, 7, None)
+
+
+def test_a_higher_epoch_that_continues_the_sequences_keeps_the_window() -> None:
+    """The named-producer rule: a new epoch continuing at H(P) + 1 (or across the wrap of the
+    ring) is a continuation, not a restart; resends of the old epoch's records stay
+    duplicates with their offsets."""
+    c = _replayed((0, 0, 5, 0), (1, 5, 1, 7))
+    assert check(c, 3, epoch=1) == (Outcome.DUPLICATE, 3, None)
+    assert check(c, 6, epoch=1) == (Outcome.ACCEPTED, None, None)
+    wrapped = _replayed((0, MAX_SEQUENCE - 4, 5, 0), (1, 0, 2, 5))
+    assert check(wrapped, MAX_SEQUENCE - 1, epoch=1) == (Outcome.DUPLICATE, 3, None)
+    assert check(wrapped, 2, epoch=1) == (Outcome.ACCEPTED, None, None)
+
+
+def test_a_restart_stored_with_deduplication_off_builds_the_state_a_replay_builds() -> None:
+    """With deduplication off a higher epoch may be stored at sequence 0 over existing state;
+    the live commit starts the producer over as the replay does, so switching deduplication
+    on again finds the same state either way."""
+    live = PartitionChecker()
+    stored(live, 0, 5, offset=0)
+    assert check(live, 0, 2, epoch=1, enabled=False)[0] is Outcome.ACCEPTED
+    stored(live, 0, 2, epoch=1, offset=5)
+    assert live.state() == _replayed((0, 0, 5, 0), (1, 0, 2, 5)).state()
+    assert check(live, 2, epoch=1) == (Outcome.ACCEPTED, None, None)

@@ -12,7 +12,6 @@ locally, for example ``IDEMPOTENT_LINK_SEEDS=20000 python -m pytest tests/test_l
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import os
@@ -283,34 +282,13 @@ def run_core_seed(seed: int) -> tuple[LossyLink, bool]:
     return link, fatal or small or expiring
 
 
-def snapshot_overwritten(link: LossyLink) -> bool:
-    """Whether a snapshot was replaced by an older one at the same position: an append that
-    carried a due snapshot was stored after an eviction's snapshot was written (see
-    test_simulated_broker.test_an_eviction_survives_an_older_snapshot_stored_after_it)."""
-    for snapshots in link.storage.snapshots.values():
-        for i, snapshot in enumerate(snapshots):
-            if any(s.position == snapshot.position and s.taken_at < snapshot.taken_at for s in snapshots[i + 1 :]):
-                return True
-    return False
-
-
 @pytest.mark.parametrize("chunk", CHUNKS)
 def test_exactly_once_through_the_core_over_many_seeds(chunk: int) -> None:
-    """``SEEDS`` seeds of :func:`run_core_seed` in chunks of 20.
-
-    One known defect is not hidden but reported: when its only symptom is that a recovery
-    would bring back a producer the running broker evicted, because an older snapshot
-    overwrote the eviction's, the chunk ends XFAIL naming the seeds (the deterministic
-    reproduction is a strict xfail in test_simulated_broker.py)."""
-    known: list[int] = []
+    """``SEEDS`` seeds of :func:`run_core_seed` in chunks of 20."""
     for seed in seeds_of(chunk):
         link, may_fail = run_core_seed(seed)
         problems = link.violations(allow_duplicated_refusals=True)
-        rebuilt = [p for p in problems if "a recovery would rebuild another state" in p]
-        if problems and rebuilt == problems and snapshot_overwritten(link):
-            known.append(seed)
-        else:
-            assert problems == [], f"seed {seed}: {problems[:5]}"
+        assert problems == [], f"seed {seed}: {problems[:5]}"
         check_exactly_once(link, fatal_expected=may_fail)
         stats = link.stats.broker
         CORE_TOTALS.update(link.stats.outcomes)
@@ -327,16 +305,13 @@ def test_exactly_once_through_the_core_over_many_seeds(chunk: int) -> None:
                 ),
             }
         )
-    if known:
-        pytest.xfail(f"seeds {known}: an eviction's snapshot was overwritten by an older one (known defect)")
 
 
 def test_the_core_seeds_exercised_every_path() -> None:
     """Guard against a scenario that silently stopped reaching a decision of the core."""
     if CORE_TOTALS["persisted"] == 0:
         for chunk in CHUNKS:
-            with contextlib.suppress(pytest.xfail.Exception):
-                test_exactly_once_through_the_core_over_many_seeds(chunk)
+            test_exactly_once_through_the_core_over_many_seeds(chunk)
     for key in (
         "policy_strict",
         "policy_monotonic",

@@ -158,17 +158,6 @@ def test_recovery_mismatches_report_a_log_that_lost_a_batch() -> None:
     assert problem.startswith("t[0]: a recovery would rebuild another state for producers [1000]")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "known defect: an expiry/eviction snapshot written while an append carrying a due "
-        "snapshot at the same position is under way is replaced by that older snapshot when "
-        "the append is stored (SQLite stores both with INSERT OR REPLACE by position), so a "
-        "recovery brings the evicted producer back; a re-initialised producer then loses "
-        "records answered DUPLICATE. When fixed, drop this mark and the excuse in "
-        "test_links.test_exactly_once_through_the_core_over_many_seeds."
-    ),
-)
 def test_an_eviction_survives_an_older_snapshot_stored_after_it() -> None:
     config = CheckerConfig(producer_expiry=1.0, snapshot_seconds=2.0)
     storage = SimulatedStorage()
@@ -186,5 +175,6 @@ def test_an_eviction_survives_an_older_snapshot_stored_after_it() -> None:
     assert produce(broker, "new0", header(b_again, 0), 7.0) == ProduceResult(Outcome.ACCEPTED, base_offset=7)
     broker.crash()
     restarted: SimulatedBroker[str] = SimulatedBroker(storage, config)
-    # the bug: answered DUPLICATE at offset 1 (one of b's records of epoch 0); new1 is lost
+    # (stored before the eviction's snapshot, a1's older one would have replaced it: new1
+    # answered DUPLICATE at offset 1, one of b's records of epoch 0, and lost)
     assert produce(restarted, "new1", header(b_again, 1), 8.0) == ProduceResult(Outcome.ACCEPTED, base_offset=8)

@@ -137,8 +137,10 @@ class SimulatedStorage:
     ) -> None:
         self.logs: dict[TopicPartition, list[LogEntry]] = {}
         self.batches: dict[TopicPartition, list[StoredBatch]] = {}
-        #: every snapshot written per partition, oldest first
-        self.snapshots: dict[TopicPartition, list[Snapshot]] = {}
+        #: every snapshot stored per partition, in the order stored, each with its turn: when it
+        #: was handed over (see :meth:`hand_over`)
+        self.snapshots: dict[TopicPartition, list[tuple[int, Snapshot]]] = {}
+        self._turns = 0
         self.producers: dict[int, ProducerRecord] = {}
         self.next_producer_id = first_producer_id
         self.policy = policy
@@ -160,13 +162,14 @@ class SimulatedStorage:
         snapshot: Snapshot | None = None,
         *,
         preloaded: bool = False,
+        turn: int | None = None,
     ) -> int:
-        """Store a batch (and the snapshot riding with it) at the end of the log; return its
-        base offset."""
+        """Store a batch (and the snapshot riding with it, handed over at ``turn``: now when
+        None) at the end of the log; return its base offset."""
         log = self.log(tp)
         base = len(log)
         if snapshot is not None:
-            self.write_snapshot(tp, snapshot)
+            self.write_snapshot(tp, snapshot, turn)
         for i, value in enumerate(values):
             sequence = sequence_at(header.base_sequence, i)
             log.append(LogEntry(base + i, header.producer_id, header.producer_epoch, sequence, value, preloaded))
@@ -179,18 +182,24 @@ class SimulatedStorage:
         """Batch boundaries of every batch at or after ``from_offset``."""
         return [b for b in self.batches.get(tp, ()) if b.base_offset >= from_offset]
 
-    def write_snapshot(self, tp: TopicPartition, snapshot: Snapshot) -> None:
-        """Store a snapshot of a partition."""
-        self.snapshots.setdefault(tp, []).append(snapshot)
+    def hand_over(self) -> int:
+        """The turn of a snapshot handed over now (one riding with an append is handed over
+        when the append is, and may be stored much later)."""
+        self._turns += 1
+        return self._turns
+
+    def write_snapshot(self, tp: TopicPartition, snapshot: Snapshot, turn: int | None = None) -> None:
+        """Store a snapshot of a partition, handed over at ``turn`` (now when None)."""
+        self.snapshots.setdefault(tp, []).append((self.hand_over() if turn is None else turn, snapshot))
 
     def latest_snapshot(self, tp: TopicPartition) -> Snapshot | None:
-        """The snapshot a recovery starts from: the last one written at the highest position
-        (as the backends keep it: a snapshot replaces the stored one unless that is newer)."""
-        newest: Snapshot | None = None
-        for snapshot in self.snapshots.get(tp, ()):
-            if newest is None or newest.position <= snapshot.position:
-                newest = snapshot
-        return newest
+        """The snapshot a recovery starts from: of those at the highest position, the one
+        handed over last, whenever it was stored (the snapshot-order rule of
+        ``LogBackend.write_snapshot``)."""
+        stored = self.snapshots.get(tp)
+        if not stored:
+            return None
+        return max(stored, key=lambda item: (item[1].position, item[0]))[1]
 
     def allocate_producer_ids(self, count: int) -> int:
         """Reserve ``count`` producer ids; return the first."""
@@ -226,6 +235,8 @@ class _Write(Generic[_Token]):
     timestamp: float
     append: Append
     ready_at: float
+    #: when the snapshot riding with it was handed over (SimulatedStorage.hand_over)
+    turn: int
 
 
 class SimulatedBroker(Generic[_Token]):
@@ -407,7 +418,7 @@ class SimulatedBroker(Generic[_Token]):
         queue = self._writes.setdefault(tp, deque())
         if queue:
             ready_at = max(ready_at, queue[-1].ready_at)
-        queue.append(_Write(token, header, values, now, append, ready_at))
+        queue.append(_Write(token, header, values, now, append, ready_at, self.storage.hand_over()))
         return None
 
     def next_write_at(self) -> float | None:
@@ -449,7 +460,9 @@ class SimulatedBroker(Generic[_Token]):
         return out
 
     def _store(self, tp: TopicPartition, write: _Write[_Token]) -> int:
-        return self.storage.append(tp, write.header, write.values, write.timestamp, write.append.snapshot)
+        return self.storage.append(
+            tp, write.header, write.values, write.timestamp, write.append.snapshot, turn=write.turn
+        )
 
     # -- snapshots, recovery, maintenance ---------------------------------------------------------
 
