@@ -56,11 +56,15 @@ from .. import __version__
 from .._gc import fewer_collections
 from ..errors import DeliveryFailed, ProducerError, UsageError
 from . import admin, broker, check, compare, mirror, produce, services, stats, tail, token
-from .common import CliError, Parser, err, exit_code, open_read_only
+from .common import CliError, Parser, command_logging, err, exit_code, open_read_only
 from .formatting import format_record
 
 #: The command modules, in the order ``idempotent --help`` lists them; each has ``add_parser``.
 COMMANDS: tuple[ModuleType, ...] = (produce, mirror, tail, stats, check, token, broker, admin, services, compare)
+VERBOSE_HELP = (
+    "show log lines on stderr: -v the project's INFO and the Kafka/Pulsar clients' warnings, "
+    "-vv more, -vvv everything (default: errors only)"
+)
 #: Commands that take their arguments unparsed (``idempotent NAME ARGS...`` calls ``run(ARGS)``).
 RAW_COMMANDS: dict[str, Callable[[list[str]], int]] = {"services": services.run}
 
@@ -73,9 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="URLs: sqlite:///relative.db, sqlite:////absolute.db, kafka://host:port, pulsar://host:port, memory://",
     )
     parser.add_argument("--version", action="version", version=f"idempotent {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help=VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMANDS:
         module.add_parser(commands)
+    for name, command in commands.choices.items():
+        if name not in RAW_COMMANDS:  # -v after the command too: idempotent tail URL T -v
+            command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     return parser
 
 
@@ -92,7 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return 2
         handler: Callable[[argparse.Namespace], int] = args.handler
-        with fewer_collections():  # the commands write and read in bulk: see idempotent._gc
+        verbosity = max(args.verbose, getattr(args, "default_verbosity", 0))
+        # the commands write and read in bulk: see idempotent._gc
+        with command_logging(verbosity), fewer_collections():
             return handler(args)
     except SystemExit as exc:  # argparse (--help, --version, errors) and delegated commands
         return exit_code(exc.code)

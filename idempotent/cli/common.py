@@ -9,15 +9,18 @@ a backend it only reads with :func:`open_read_only`.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, NoReturn, TypeAlias
 from urllib.parse import urlsplit
 
 from .._topics import canonical_topic
 from ..api import BrokerAPI
 from ..broker import validate_topic
+from ..clientlogs import CLIENTS_LOGGER
 from ..errors import InvalidTopicError
 
 if TYPE_CHECKING:
@@ -145,3 +148,47 @@ def partition_count(broker: BrokerAPI, topic: str) -> int:
         known = ", ".join(sorted(broker.topics())) or "none"
         raise CliError(f"unknown topic {topic!r} in {broker.url} (topics: {known})")
     return broker.partitions_for(topic, create=False)
+
+
+#: (the level of the project's and other Python loggers, the level of the native clients'
+#: loggers) shown for each ``-v`` count: quiet but for errors, then more and more.
+VERBOSITY_LEVELS = (
+    (logging.ERROR, logging.CRITICAL + 1),
+    (logging.INFO, logging.WARNING),
+    (logging.DEBUG, logging.INFO),
+    (logging.DEBUG, logging.DEBUG),
+)
+
+
+class _VerbosityFilter(logging.Filter):
+    """Lets a record through at the level its source gets (see :data:`VERBOSITY_LEVELS`)."""
+
+    def __init__(self, own: int, clients: int) -> None:
+        super().__init__()
+        self.own = own
+        self.clients = clients
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        client = record.name == CLIENTS_LOGGER or record.name.startswith(CLIENTS_LOGGER + ".")
+        return record.levelno >= (self.clients if client else self.own)
+
+
+@contextlib.contextmanager
+def command_logging(verbosity: int) -> Iterator[None]:
+    """Log records on stderr while a command runs, as much as ``verbosity`` (the count of
+    ``-v``) asks for: none but errors by default, and none of the native clients' lines
+    (librdkafka, the Pulsar C++ client; :mod:`idempotent.clientlogs`) below ``-v``. The
+    root logger's level and handlers are as before afterwards."""
+    own, clients = VERBOSITY_LEVELS[max(0, min(verbosity, len(VERBOSITY_LEVELS) - 1))]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    handler.addFilter(_VerbosityFilter(own, clients))
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(min(own, clients, level if level != logging.NOTSET else logging.WARNING))
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)

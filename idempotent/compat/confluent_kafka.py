@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .._outcomes import DeliveryStatus, RecordMetadata
 from .._records import Record
 from ..api import BrokerAPI
+from ..clientlogs import route_kafka_attribute
 from ..errors import (
     DeliveryFailed,
     DeliveryTimeoutError,
@@ -113,13 +114,15 @@ _NATIVE = "confluent_kafka"
 
 # ``import idempotent.compat.confluent_kafka.admin`` (and every other submodule) is the native one
 __path__: list[str] = []
-_shared.pass_through_submodules(__name__, _NATIVE)
+_shared.pass_through_submodules(__name__, _NATIVE, route_kafka_attribute)
 
 
 def __getattr__(name: str) -> Any:
     """The rest of confluent-kafka (``Consumer``, ``AdminClient``, ``TopicPartition``,
-    ``admin``, ``serialization``, ...), passed through from the installed module."""
-    return _shared.native_attribute(__name__, _NATIVE, name)
+    ``admin``, ``serialization``, ...), passed through from the installed module. Its client
+    classes log into Python logging unless given a ``logger`` (see
+    :func:`idempotent.clientlogs.route_kafka_attribute`)."""
+    return _shared.native_attribute(__name__, _NATIVE, name, route_kafka_attribute)
 
 
 def version() -> str:
