@@ -11,13 +11,17 @@ see :mod:`adapters._pulsar_url`), with options passed as keyword arguments to
 * ``admin_headers``: extra HTTP headers for admin calls (e.g. ``Authorization``);
 * ``client_options``: keyword arguments for :class:`pulsar.Client` (``authentication``,
   TLS paths and flags, which the admin calls over ``https`` use too,
-  ``operation_timeout_seconds``, ``logger``, ...);
+  ``operation_timeout_seconds``, ``logger``, ...); without a ``logger``, the C++ client's
+  lines go to the Python logger ``idempotent.clients.pulsar`` (:mod:`idempotent.clientlogs`);
 * ``service_url``: what the Pulsar client connects to, if not the URL itself (for example
   ``pulsar+ssl://host:6651``);
 * ``meta_topic`` (default ``persistent://public/default/__idempotent_meta``);
 * ``max_entry_bytes`` (default 5 MiB, Pulsar's ``maxMessageSize``): the largest entry
   this backend writes; a batch that does not fit fails with :class:`EntryTooLargeError`;
 * ``timeout`` (default 30 s): admin calls, producer creation, sends and reads;
+* ``connect_timeout`` (default 10 s): how long to try to reach the service and admin
+  addresses at all before failing with :class:`BackendUnavailableError` (see
+  :mod:`adapters._reach`); also the client's ``connection_timeout_ms``;
 * ``read_only`` (default False): never take a partition over (``replay`` and
   ``latest_snapshot`` then read without fencing the owner; appends are refused), for tools
   such as ``idempotent stats`` that must not disturb a running broker.
@@ -84,6 +88,7 @@ from adapters._meta import (
     unpack_snapshot,
 )
 from adapters._pulsar_url import admin_ssl_context, flag, parse_url
+from adapters._reach import DEFAULT_CONNECT_TIMEOUT, check_connect_timeout, parse_addresses, wait_reachable
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease
 from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
@@ -92,6 +97,7 @@ from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
 from idempotent._types import Sequence as SequenceNumber
 from idempotent.backend import AppendBatch
+from idempotent.clientlogs import pulsar_options
 from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -110,6 +116,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the pulsar backend needs pulsar-client: pip install 'idempotent[pulsar]'") from exc
 
 _LOG = logging.getLogger("idempotent.adapters.pulsar")
+#: the port of a service URL without one, by scheme (pulsar-client's defaults)
+_DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 80, "https": 443}
 META_TOPIC = "persistent://public/default/__idempotent_meta"
 SNAPSHOT_PREFIX = "__idempotent_snapshots."
 OWNER_PREFIX = "idempotent-owner-"
@@ -722,6 +730,7 @@ class PulsarBackend:
         max_entry_bytes: int | None = None,
         timeout: float | None = None,
         read_only: bool | None = None,
+        connect_timeout: float | None = None,
     ) -> None:
         parsed = parse_url(url)
         query = parsed.query
@@ -735,13 +744,28 @@ class PulsarBackend:
             read_only = flag(query.get("read_only", "false"))
         self.read_only = read_only
         meta_name = _split_topic(self.meta_topic)
+        self.connect_timeout = check_connect_timeout(
+            connect_timeout if connect_timeout is not None else query.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+        )
         options: dict[str, Any] = {
             "operation_timeout_seconds": max(1, round(self.timeout)),
-            "logger": pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            "connection_timeout_ms": max(1, round(self.connect_timeout * 1000)),
             **parsed.tls,
         }
-        options.update(client_options or {})
+        options = pulsar_options({**options, **(client_options or {})})  # C++ log lines into logging
         admin = admin_url or query.get("admin_url") or parsed.admin_url
+        # fail an address where nothing listens within connect_timeout (see adapters._reach):
+        # the client itself would retry until the operation timeout and then say only TimeOut
+        service = urllib.parse.urlsplit(service_url or parsed.service_url)
+        admin_parts = urllib.parse.urlsplit(admin)
+        wait_reachable(
+            "pulsar", parse_addresses(service.netloc, _DEFAULT_PORTS.get(service.scheme)), self.connect_timeout
+        )
+        wait_reachable(
+            f"pulsar admin {admin}",
+            parse_addresses(admin_parts.netloc, 443 if admin_parts.scheme == "https" else 80),
+            self.connect_timeout,
+        )
         self._admin = _Admin(admin, dict(admin_headers or {}), self.timeout, admin_ssl_context(admin, options))
         self._lock = threading.RLock()
         self._writers: dict[tuple[str, int], _PartitionWriter] = {}

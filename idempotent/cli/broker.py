@@ -7,7 +7,7 @@ import functools
 from typing import Any
 
 from ..broker import Broker, BrokerConfig
-from .common import CliError, Subcommands, err, float_type, int_type
+from .common import CliError, Subcommands, add_connect_timeout, connect_options, err, float_type, int_type
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -86,6 +86,7 @@ def add_parser(commands: Subcommands) -> None:
         default=week,
         help="delete a producer's record (name, id, epoch) after S seconds unused (default 604800, 7 days)",
     )
+    add_connect_timeout(broker)
     broker.set_defaults(handler=cmd_broker, default_verbosity=1)  # a server: its INFO lines are its output
 
 
@@ -131,7 +132,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         raise CliError("--backend must name a storage backend (sqlite://, kafka://, pulsar://, memory://)")
     from .. import connect
 
-    broker = connect(args.backend, broker_config(args))
+    broker = connect(args.backend, broker_config(args), **connect_options(args.backend, args.connect_timeout))
     assert isinstance(broker, Broker)
     try:
         security = broker_security(args, broker)
