@@ -762,6 +762,40 @@ class KafkaBackend:
             self._catch_up_meta()  # an origin recorded before ours wins (see adapters._meta)
             return self._meta.topics.get(topic, count)
 
+    def delete_topic(self, topic: str) -> None:
+        """Delete the Kafka topic, tombstone its snapshots and its topic record, and wait
+        until the cluster no longer lists it (so that it can be created again at once)."""
+        if self.read_only:
+            raise ConfigError(f"{self.url} was opened read-only: it does not delete {topic}")
+        name = kafka_topic_name(topic, self.prefix)
+        with self._lock, _map_errors(f"delete topic {topic}"):
+            self._catch_up_meta()
+            partitions = self._meta.topics.get(topic, 0)
+            for partition in range(partitions):
+                self.release(topic, partition)
+            for future in self._admin.delete_topics([name], request_timeout=self.timeout).values():
+                try:
+                    future.result(self.timeout)
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        raise
+            for partition in range(partitions):
+                key = f"{topic}\0{partition}".encode()
+                self._meta_producer.produce(self.prefix + SNAPSHOT_TOPIC, key=key, value=None, partition=0)
+                self._snapshots.pop((topic, partition), None)
+                self._written.pop((name, partition), None)
+                with self._heads_lock:
+                    self._heads.pop((name, partition), None)
+            self._put_meta(f"topic:{topic}", None)
+            self._meta.topics.pop(topic, None)
+            deadline = time.monotonic() + self.timeout
+            while name in self._list_topics():
+                if time.monotonic() > deadline:
+                    raise BackendUnavailableError(
+                        f"kafka: topic {name!r} was still listed {self.timeout:g} s after deleting it"
+                    )
+                time.sleep(0.1)
+
     def _writer(self, topic: str, partition: int) -> _PartitionWriter:
         if self.read_only:
             raise ConfigError(f"{self.url} was opened read-only: it does not write to {topic}[{partition}]")

@@ -342,7 +342,7 @@ class _Admin:
 
     def call(self, method: str, path: str, body: object = _NO_BODY, *, accept: Sequence[int] = ()) -> tuple[int, Any]:
         """``(status, decoded JSON or None)``; statuses in ``accept`` are returned, not raised."""
-        url = self.base_url + urllib.parse.quote(path, safe="/:=")
+        url = self.base_url + urllib.parse.quote(path, safe="/:=?&")
         data = None if body is _NO_BODY else json.dumps(body).encode()
         headers = dict(self.headers)
         if data is not None:
@@ -1045,6 +1045,24 @@ class PulsarBackend:
         if message_id.batch_index() < 0:
             return encode_offset(message_id.ledger_id(), message_id.entry_id() + 1, 0)
         return _offset_of(message_id) + 1
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete the partitioned Pulsar topic and its snapshot topics (forcefully: readers
+        are disconnected), and tombstone its topic record."""
+        if self.read_only:
+            raise ConfigError(f"{self.url} is opened read-only: cannot delete {topic}")
+        name = pulsar_topic_name(topic)
+        with self._lock, _map_errors(f"delete topic {topic}"):
+            self._catch_up_meta()
+            partitions = self._meta.topics.get(topic, 0)
+            for partition in range(partitions):
+                self.release(topic, partition)
+            self._admin.call("DELETE", f"{name.rest}/partitions?force=true", accept=(404,))
+            for partition in range(partitions):
+                snapshots = f"/admin/v2/persistent/{name.tenant}/{name.namespace}/{name.snapshot_local(partition)}"
+                self._admin.call("DELETE", f"{snapshots}?force=true", accept=(404,))
+            self._put_meta(f"topic:{topic}", None)
+            self._meta.topics.pop(topic, None)
 
     def _writer(self, topic: str, partition: int, *, renew: bool = False) -> _PartitionWriter:
         """The partition's writer, opened (taking ownership) if needed. ``renew`` replaces a

@@ -39,6 +39,9 @@ class ReadOnlyBackend:
     def create_topic(self, topic: str, partitions: int) -> int:
         self._refuse(f"create topic {topic!r}")
 
+    def delete_topic(self, topic: str) -> None:
+        self._refuse(f"delete topic {topic!r}")
+
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
         self._refuse(f"append to {topic}[{partition}]")
 

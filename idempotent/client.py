@@ -556,6 +556,10 @@ class RemoteBroker(ProduceShortcuts):
         """Create a topic. Raises InvalidTopicError (bad name, or it exists with another count)."""
         self.call("create_topic", {"name": name, "partitions": partitions})
 
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic. Raises InvalidTopicError (bad name, or no such topic)."""
+        self.call("delete_topic", {"name": name})
+
     def topics(self) -> dict[str, int]:
         """Every topic and its partition count."""
         result: dict[str, int] = self.call("topics", {})["topics"]
@@ -1013,6 +1017,9 @@ class ClusterBroker(ProduceShortcuts):
 
     def create_topic(self, name: str, partitions: int = 1) -> None:
         self._call(lambda b: b.create_topic(name, partitions))
+
+    def delete_topic(self, name: str) -> None:
+        self._call(lambda b: b.delete_topic(name))
 
     def topics(self) -> dict[str, int]:
         result: dict[str, int] = self._call(lambda b: b.topics())

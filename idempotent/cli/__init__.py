@@ -9,6 +9,10 @@ Subcommands::
     idempotent tail URL TOPIC [--partition P] [--offset O | --from-beginning] [--max N]
                               [--follow] [--format text|json]
     idempotent stats URL [TOPIC] [--json]
+    idempotent topics list URL [--json]
+    idempotent topics describe URL TOPIC [--json]
+    idempotent topics create URL TOPIC [--partitions N] [--config KEY=VALUE ...]
+    idempotent topics delete URL TOPIC --yes
     idempotent token (--secret-file F | --private-key F [--algorithm A]) --sub NAME [--role R ...]
                      [--ttl SECONDS] [--audience A] [--issuer I] [--roles-claim CLAIM]
     idempotent broker --backend URL [--listen HOST:PORT] [--tls-cert F --tls-key F] [--broker-id ID] [options]
@@ -55,12 +59,24 @@ from types import ModuleType
 from .. import __version__
 from .._gc import fewer_collections
 from ..errors import DeliveryFailed, ProducerError, UsageError
-from . import admin, broker, check, compare, mirror, produce, services, stats, tail, token
+from . import admin, broker, check, compare, mirror, produce, services, stats, tail, token, topics
 from .common import CliError, Parser, command_logging, err, exit_code, open_read_only
 from .formatting import format_record
 
 #: The command modules, in the order ``idempotent --help`` lists them; each has ``add_parser``.
-COMMANDS: tuple[ModuleType, ...] = (produce, mirror, tail, stats, check, token, broker, admin, services, compare)
+COMMANDS: tuple[ModuleType, ...] = (
+    produce,
+    mirror,
+    tail,
+    stats,
+    topics,
+    check,
+    token,
+    broker,
+    admin,
+    services,
+    compare,
+)
 VERBOSE_HELP = (
     "show log lines on stderr: -v the project's INFO and the Kafka/Pulsar clients' warnings, "
     "-vv more, -vvv everything (default: errors only)"
