@@ -97,7 +97,7 @@ from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
 from idempotent._types import Sequence as SequenceNumber
 from idempotent.backend import AppendBatch
-from idempotent.clientlogs import pulsar_options
+from idempotent.clientlogs import open_pulsar_client
 from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -752,7 +752,7 @@ class PulsarBackend:
             "connection_timeout_ms": max(1, round(self.connect_timeout * 1000)),
             **parsed.tls,
         }
-        options = pulsar_options({**options, **(client_options or {})})  # C++ log lines into logging
+        options.update(client_options or {})
         admin = admin_url or query.get("admin_url") or parsed.admin_url
         # fail an address where nothing listens within connect_timeout (see adapters._reach):
         # the client itself would retry until the operation timeout and then say only TimeOut
@@ -777,7 +777,8 @@ class PulsarBackend:
         self._meta_producer: Any = None
         self._meta_reader: Any = None
         with _map_errors("connect"):
-            self._client = pulsar.Client(service_url or parsed.service_url, **options)
+            # the C++ client's lines go to Python logging (idempotent.clientlogs) unless options name a logger
+            self._client = open_pulsar_client(pulsar.Client, service_url or parsed.service_url, **options)
             try:
                 if not read_only:
                     self.ensure_topic(meta_name)

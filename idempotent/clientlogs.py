@@ -13,20 +13,34 @@ user gave a logger of their own.
   DEBUG), as ``FACILITY [client] text``. They are handed over when the client is polled
   (``poll``, ``consume``, ``flush``); a client never polled drops them.
 * ``idempotent.clients.pulsar`` (:data:`PULSAR_LOGGER`): the Pulsar C++ client's lines, at
-  their level.
+  their level (WARN is WARNING), as ``File:line | text``. The client writes those at or above
+  the level this logger has when the client is opened.
+
+The Pulsar client's lines take a detour through a file (:class:`_PulsarRelay` says why):
+open clients with :func:`open_pulsar_client` (or :func:`routed_pulsar_class`); they reach the
+logger a fraction of a second after they are written, and at exit the clients still open are
+closed first.
 
 ``idempotent.clients`` carries a :class:`logging.NullHandler`, so a program that configures
 no logging prints none of these (Python's last-resort handler would print warnings to
 stderr); one that configures logging (``logging.basicConfig``, or the command line's ``-v``)
-sees them like any other library's. Each client's lines go to these loggers from the thread
-that polls it (librdkafka) or from the client's own threads (Pulsar).
+sees them like any other library's. librdkafka's lines are logged from the thread that polls
+the client, the Pulsar client's from one relay thread.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import logging
-from collections.abc import Mapping
+import os
+import re
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: The parent of the client loggers; a NullHandler keeps them off stderr when nothing is configured.
@@ -72,23 +86,134 @@ def kafka_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def pulsar_logger() -> logging.Logger:
-    """The Python logger to give ``pulsar.Client(logger=...)``: :data:`PULSAR_LOGGER`.
-
-    pulsar-client then hands every line of the C++ client to it, debug lines included (it
-    lets the Python logger filter them), at some CPU cost per line; measured in the Pulsar
-    adapter, within the noise of a bulk produce (see ``docs/operations.md``).
-    """
+    """The Python logger the Pulsar C++ client's lines go to: :data:`PULSAR_LOGGER`."""
     return logging.getLogger(PULSAR_LOGGER)
 
 
-def pulsar_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``pulsar.Client`` keyword arguments with ``logger`` set to
-    :func:`pulsar_logger`, unless a logger (a ``logging.Logger``, ``ConsoleLogger`` or
-    ``FileLogger``) is given."""
-    routed = dict(options)
-    if routed.get("logger") is None:
-        routed["logger"] = pulsar_logger()
-    return routed
+#: the C++ client's level names, as its console and file loggers write them
+_PULSAR_LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING, "ERROR": logging.ERROR}
+#: ``2024-01-01 12:00:00.000 INFO  [140...] ClientConnection:485 | text``
+_PULSAR_LINE = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARN|ERROR)\s+\[\d+\] (.*)$")
+#: seconds between two reads of the clients' log files
+RELAY_INTERVAL = 0.2
+
+
+class _PulsarRelay:
+    """Carries the Pulsar C++ client's lines into :data:`PULSAR_LOGGER`.
+
+    pulsar-client can hand its lines to a Python logger itself, but then its C++ threads take
+    the GIL for every line, debug ones included (it lets the Python logger filter them: 5 calls
+    per message sent, measured), and a line logged while the interpreter shuts down kills its
+    thread inside the C++ client ("terminate called without an active exception", measured:
+    2 of 12 runs of ``idempotent tail pulsar://...`` aborted at exit). So each client writes
+    with pulsar-client's ``FileLogger`` (plain C++, filtered at the level the Python logger
+    has when the client is opened) into a file of its own, unlinked once open, and one daemon
+    thread reads the files every :data:`RELAY_INTERVAL` seconds and logs each complete line.
+    At exit the clients still open are closed and the files read a last time.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: list[tuple[Any, list[str]]] = []  # (file opened for reading, partial line)
+        self._thread: threading.Thread | None = None
+        self._clients: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def logger_for_new_client(self) -> tuple[Any, str | None]:
+        """A ``logger`` for ``pulsar.Client`` and the path to :meth:`opened` after it; the
+        Python logger itself (and no path) when no file can be made."""
+        import pulsar
+
+        level = pulsar_logger().getEffectiveLevel()
+        native = (
+            pulsar.LoggerLevel.Debug
+            if level <= logging.DEBUG
+            else pulsar.LoggerLevel.Info
+            if level <= logging.INFO
+            else pulsar.LoggerLevel.Warn
+            if level <= logging.WARNING
+            else pulsar.LoggerLevel.Error
+        )
+        try:
+            descriptor, path = tempfile.mkstemp(prefix="idempotent-pulsar-", suffix=".log")
+        except OSError:
+            return pulsar_logger(), None
+        reader = os.fdopen(descriptor, "r", encoding="utf-8", errors="replace")
+        with self._lock:
+            self._files.append((reader, [""]))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="idempotent-pulsar-logs", daemon=True)
+                self._thread.start()
+        return pulsar.FileLogger(native, path), path
+
+    def opened(self, client: Any, path: str | None) -> None:
+        """The client opened its log file: unlink the name (both ends stay open), and
+        remember the client, to close it at exit."""
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        with self._lock:
+            self._clients.add(client)
+
+    def drain(self) -> None:
+        """Log the complete lines written since the last call."""
+        with self._lock:
+            files = list(self._files)
+        for reader, partial in files:
+            text = reader.read()
+            if not text:
+                continue
+            lines = (partial[0] + text).split("\n")
+            partial[0] = lines.pop()
+            for line in lines:
+                if line:
+                    self._emit(line)
+
+    @staticmethod
+    def _emit(line: str) -> None:
+        match = _PULSAR_LINE.match(line)
+        if match is None:
+            pulsar_logger().info("%s", line)
+        else:
+            pulsar_logger().log(_PULSAR_LEVELS[match.group(1)], "%s", match.group(2))
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(RELAY_INTERVAL)
+            with contextlib.suppress(Exception):  # never let a log line end the relay
+                self.drain()
+
+    def close_all(self) -> None:
+        """At exit: close the clients still open, then log what they wrote."""
+        with self._lock:
+            clients = list(self._clients)
+            self._clients.clear()
+        for client in clients:
+            with contextlib.suppress(Exception):
+                client.close()
+        with contextlib.suppress(Exception):
+            self.drain()
+
+
+_RELAY = _PulsarRelay()
+atexit.register(_RELAY.close_all)
+
+
+def drain_pulsar_logs() -> None:
+    """Log the Pulsar clients' lines written so far now, rather than at the relay's next
+    read (the command line calls it before it stops showing log lines)."""
+    _RELAY.drain()
+
+
+def open_pulsar_client(factory: Callable[..., Any], service_url: str, **options: Any) -> Any:
+    """``factory(service_url, **options)`` (``pulsar.Client`` or a subclass), its lines
+    relayed into :data:`PULSAR_LOGGER` unless ``options`` name a ``logger``, and closed at
+    exit if still open (see :class:`_PulsarRelay`)."""
+    path = None
+    if options.get("logger") is None:
+        options["logger"], path = _RELAY.logger_for_new_client()
+    client = factory(service_url, **options)
+    _RELAY.opened(client, path)
+    return client
 
 
 @functools.cache
@@ -147,16 +272,18 @@ def route_kafka_attribute(value: Any) -> Any:
 @functools.cache
 def routed_pulsar_class(native: Any) -> type:
     """A subclass of a pulsar-client client class (``pulsar.Client``,
-    ``pulsar.asyncio.Client``) whose constructor adds ``logger=`` :func:`pulsar_logger`
-    unless one is given."""
+    ``pulsar.asyncio.Client``) whose constructor relays the client's lines into
+    :data:`PULSAR_LOGGER` unless given a ``logger`` (see :func:`open_pulsar_client`)."""
 
     class Routed(native):  # type: ignore[misc]
         __doc__ = native.__doc__
 
         def __init__(self, service_url: Any, *args: Any, **kwargs: Any) -> None:
+            path = None
             if kwargs.get("logger") is None:
-                kwargs["logger"] = pulsar_logger()
+                kwargs["logger"], path = _RELAY.logger_for_new_client()
             super().__init__(service_url, *args, **kwargs)
+            _RELAY.opened(self, path)
 
     routed: type = Routed
     routed.__name__ = native.__name__
@@ -180,9 +307,10 @@ __all__ = [
     "LIBRDKAFKA_LOGGER",
     "PULSAR_LOGGER",
     "LibrdkafkaLog",
+    "drain_pulsar_logs",
     "kafka_config",
+    "open_pulsar_client",
     "pulsar_logger",
-    "pulsar_options",
     "route_kafka_attribute",
     "route_pulsar_attribute",
     "routed_kafka_class",

@@ -22,7 +22,7 @@ from adapters import NETWORK_SCHEMES
 from .._topics import canonical_topic
 from ..api import BrokerAPI
 from ..broker import validate_topic
-from ..clientlogs import CLIENTS_LOGGER
+from ..clientlogs import CLIENTS_LOGGER, drain_pulsar_logs
 from ..errors import InvalidTopicError
 
 if TYPE_CHECKING:
@@ -227,5 +227,6 @@ def command_logging(verbosity: int) -> Iterator[None]:
     try:
         yield
     finally:
+        drain_pulsar_logs()  # lines the Pulsar clients wrote until now, while they still show
         root.removeHandler(handler)
         root.setLevel(level)

@@ -58,7 +58,7 @@ from .. import reader as _reader
 from .._outcomes import DeliveryStatus, RecordMetadata
 from .._topics import canonical_topic
 from ..api import BrokerAPI
-from ..clientlogs import pulsar_options, route_pulsar_attribute
+from ..clientlogs import open_pulsar_client, route_pulsar_attribute
 from ..errors import (
     BackendUnavailableError,
     ConfigError,
@@ -825,7 +825,7 @@ class Client:
         with self._lock:
             if self._native is None:
                 # without a logger of the user's, the C++ client's lines go to Python logging
-                self._native = module.Client(url.split("?", 1)[0], **pulsar_options(self._native_options))
+                self._native = open_pulsar_client(module.Client, url.split("?", 1)[0], **self._native_options)
             return self._native
 
     def subscribe(self, topic: Any, subscription_name: Any, *args: Any, **kwargs: Any) -> Any:
