@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -171,3 +172,64 @@ def test_an_unreachable_broker_fails_within_the_connect_timeout_given(scheme: st
         assert f"cannot connect to {'idem://' if scheme == 'idem' else ''}127.0.0.1:{port}" in line, line
         assert "connect timeout of 1.5 s" in line and "Connection refused" in line, line
         assert elapsed < 1.5 + 5, (argv, elapsed)
+
+
+# -- the docs name commands and options as they are --------------------------------------------
+
+_DOCS = ("README.md", "docs/operations.md", "docs/backends.md", "docs/migration.md", "docs/mirror.md")
+
+
+def _documented_command_lines() -> list[tuple[str, list[str]]]:
+    """``idempotent ...`` command lines written in the docs: inline code spans and lines of
+    code blocks, as (where, tokens after ``idempotent``)."""
+    import shlex
+
+    root = Path(__file__).parent.parent
+    found = []
+    for name in _DOCS:
+        text = (root / name).read_text()
+        spans = re.findall(r"`(idempotent [^`\n]+)`", text)
+        for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+            spans += re.findall(r"^(?:\$ )?(idempotent [^\n`]+)$", block, re.MULTILINE)
+        for span in spans:
+            cleaned = re.sub(r"\.\.\.|[\[\]()|]", " ", span.split("#")[0].split("&&")[0])
+            try:
+                tokens = shlex.split(cleaned)
+            except ValueError:
+                tokens = cleaned.split()
+            found.append((f"{name}: {span}", tokens[1:]))
+    return found
+
+
+def test_the_docs_name_every_command_verb_and_option_as_it_is() -> None:
+    import argparse
+
+    from idempotent import cli
+
+    parser = cli.build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    checked = 0
+    for where, tokens in _documented_command_lines():
+        if not tokens or tokens[0].startswith("-"):
+            continue
+        command = tokens[0]
+        if command in ("broker", "mirror", "services", "compare", "token") and command in commands.choices:
+            continue  # own argument styles; their options are checked by their own modules' tests
+        assert command in commands.choices, f"{where}: no command {command!r}"
+        sub = commands.choices[command]
+        verbs = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        parsers = [sub]
+        if verbs:
+            words = [t for t in tokens[1:] if re.fullmatch(r"[a-z][a-z-]*", t) and t not in ("or",)]
+            named = [w for w in words if w in verbs[0].choices]  # "list|describe|..." names several
+            first_word = next(iter(words), None)
+            assert first_word is None or first_word in named, f"{where}: {command} has no verb {first_word!r}"
+            parsers = [verbs[0].choices[v] for v in named] if named else list(verbs[0].choices.values())
+            parsers.append(sub)
+        options = {o for p in parsers for a in p._actions for o in a.option_strings}
+        for token in tokens[1:]:
+            if token.startswith("--"):
+                option = token.split("=", 1)[0]
+                assert option in options, f"{where}: {command} has no option {option}"
+        checked += 1
+    assert checked >= 20
