@@ -6,8 +6,8 @@ Subcommands::
     idempotent mirror --from SOURCE --to DEST_URL (--topic T [--to-topic T2] | --topics LIST [--to-prefix P])
                       --job NAME [--follow [--refresh-topics SECONDS]]
     idempotent mirror status --job NAME --to DEST_URL [--from SOURCE] [--to-topic T2 ...] [--json]
-    idempotent tail URL TOPIC [--partition P] [--offset O | --from-beginning] [--max N]
-                              [--follow] [--format text|json]
+    idempotent tail URL TOPIC [--partition P] [--from WHERE | --offset O | --from-beginning]
+                              [--count N] [--follow] [--format text|json|FORMAT | --json] [-K SEP]
     idempotent stats URL [TOPIC] [--json]
     idempotent topics list URL [--json]
     idempotent topics describe URL TOPIC [--json]
@@ -27,6 +27,9 @@ Subcommands::
     idempotent compare --long [options above]
     idempotent --version
 
+Every parsed command takes ``-v`` (log lines on stderr, see :func:`.common.command_logging`);
+those that open a Kafka, Pulsar or broker server URL take ``--connect-timeout SECONDS``.
+
 Each command is one module of this package (``produce.py``, ``tail.py`` ...). **To add a
 command**, write a module with ``add_parser(commands: Subcommands) -> None`` that calls
 ``commands.add_parser(NAME, ...)``, adds its arguments and sets
@@ -37,7 +40,8 @@ share lives in :mod:`.common` (:class:`~.common.CliError`, argument types, read-
 reporting). A command that parses its own arguments is also listed in :data:`RAW_COMMANDS`.
 
 Every command takes every broker URL (``sqlite:///``, ``memory://``, ``kafka://``,
-``pulsar://``, ``idem://``, ``idems://``) and every spelling of a topic
+``pulsar://``, ``idem://``, ``idems://``; ``tail`` and ``mirror`` also ``kafka+native://`` and
+``pulsar+native://``) and every spelling of a topic
 (:mod:`idempotent._topics`). ``tail`` and ``stats`` never write to the log: on a backend URL
 they open the backend read-only (no topic is created, no snapshot or producer record is
 stored), so they may run next to a writer; on a broker server URL they ask the server. So do
@@ -90,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="idempotent",
         description="Exactly-once publishing over SQLite, Kafka or Pulsar logs.",
-        epilog="URLs: sqlite:///relative.db, sqlite:////absolute.db, kafka://host:port, pulsar://host:port, memory://",
+        epilog="URLs: sqlite:///relative.db, sqlite:////absolute.db, kafka://host:port, pulsar://host:port, "
+        "memory://, idem://host:port, idems://host:port; tail and mirror also read kafka+native://host:port "
+        "and pulsar+native://host:port?admin_url=...",
     )
     parser.add_argument("--version", action="version", version=f"idempotent {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help=VERBOSE_HELP)
