@@ -371,3 +371,34 @@ def test_producer_records_idle_past_the_retention_are_deleted(backend: str, tmp_
         assert [r.producer_name for r in broker.backend.load_producers()] == ["spark/job-1/1"]
     finally:
         broker.close()
+
+
+@pytest.mark.parametrize("scheme", ["memory", "sqlite"])
+def test_delete_topic_removes_records_state_and_topic_settings(scheme: str, tmp_path: Path) -> None:
+    url = "memory://" if scheme == "memory" else f"sqlite:///{tmp_path / 'log.db'}"
+    broker = idempotent.connect(url, BrokerConfig(maintenance_interval=0))
+    try:
+        broker.create_topic("gone", 2)
+        broker.create_topic("kept", 1)
+        broker.set_policy("monotonic", topic="gone")
+        session = broker.init_producer("p")
+        assert broker.produce("gone", 1, session.producer_id, session.producer_epoch, 0, [b"a", b"b"]).base_offset == 0
+        broker.produce("kept", 0, session.producer_id, session.producer_epoch, 0, [b"k"])
+        broker.delete_topic("gone")
+        assert broker.topics() == {"kept": 1}
+        with pytest.raises(idempotent.InvalidTopicError, match="unknown topic 'gone'"):
+            broker.delete_topic("gone")
+        broker.create_topic("gone", 3)
+        assert broker.end_offset("gone", 1) == 0 and broker.read("gone", 1) == []
+        assert broker.policy_for("gone").value == "strict"  # the topic's setting went with it
+        again = broker.init_producer("p")
+        assert dict(again.last_sequences) == {("kept", 0): 0}  # nothing known of the old topic
+        result = broker.produce("gone", 1, again.producer_id, again.producer_epoch, 0, [b"new"])
+        assert (result.outcome, result.base_offset) == (idempotent.Outcome.ACCEPTED, 0)
+        assert [r.value for r in broker.read("kept", 0)] == [b"k"]
+    finally:
+        broker.close()
+    if scheme == "sqlite":  # and so it is stored
+        with idempotent.connect(url) as reopened:
+            assert reopened.topics() == {"kept": 1, "gone": 3}
+            assert [r.value for r in reopened.read("gone", 1)] == [b"new"]
