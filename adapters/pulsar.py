@@ -97,7 +97,7 @@ from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
 from idempotent._types import Sequence as SequenceNumber
 from idempotent.backend import AppendBatch
-from idempotent.clientlogs import open_pulsar_client
+from idempotent.clientlogs import drain_pulsar_logs, open_pulsar_client
 from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -1293,6 +1293,7 @@ class PulsarBackend:
             if handle is not None:
                 with contextlib.suppress(Exception):
                     handle.close()
+        drain_pulsar_logs()  # the client's lines so far, now rather than at the relay's next read
 
 
 __all__ = [

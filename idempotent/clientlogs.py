@@ -114,16 +114,17 @@ class _PulsarRelay:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._files: list[tuple[Any, list[str]]] = []  # (file opened for reading, partial line)
+        #: (file opened for reading, [partial line], the logger its lines go to)
+        self._files: list[tuple[Any, list[str], logging.Logger]] = []
         self._thread: threading.Thread | None = None
         self._clients: weakref.WeakSet[Any] = weakref.WeakSet()
 
-    def logger_for_new_client(self) -> tuple[Any, str | None]:
-        """A ``logger`` for ``pulsar.Client`` and the path to :meth:`opened` after it; the
-        Python logger itself (and no path) when no file can be made."""
+    def logger_for_new_client(self, target: logging.Logger) -> tuple[Any, str | None]:
+        """A ``logger`` for ``pulsar.Client`` whose lines go to ``target``, and the path to
+        :meth:`opened` after it; ``target`` itself (and no path) when no file can be made."""
         import pulsar
 
-        level = pulsar_logger().getEffectiveLevel()
+        level = target.getEffectiveLevel()
         native = (
             pulsar.LoggerLevel.Debug
             if level <= logging.DEBUG
@@ -136,10 +137,10 @@ class _PulsarRelay:
         try:
             descriptor, path = tempfile.mkstemp(prefix="idempotent-pulsar-", suffix=".log")
         except OSError:
-            return pulsar_logger(), None
+            return target, None
         reader = os.fdopen(descriptor, "r", encoding="utf-8", errors="replace")
         with self._lock:
-            self._files.append((reader, [""]))
+            self._files.append((reader, [""], target))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="idempotent-pulsar-logs", daemon=True)
                 self._thread.start()
@@ -158,7 +159,7 @@ class _PulsarRelay:
         """Log the complete lines written since the last call."""
         with self._lock:
             files = list(self._files)
-        for reader, partial in files:
+        for reader, partial, target in files:
             text = reader.read()
             if not text:
                 continue
@@ -166,15 +167,15 @@ class _PulsarRelay:
             partial[0] = lines.pop()
             for line in lines:
                 if line:
-                    self._emit(line)
+                    self._emit(target, line)
 
     @staticmethod
-    def _emit(line: str) -> None:
+    def _emit(target: logging.Logger, line: str) -> None:
         match = _PULSAR_LINE.match(line)
         if match is None:
-            pulsar_logger().info("%s", line)
+            target.info("%s", line)
         else:
-            pulsar_logger().log(_PULSAR_LEVELS[match.group(1)], "%s", match.group(2))
+            target.log(_PULSAR_LEVELS[match.group(1)], "%s", match.group(2))
 
     def _run(self) -> None:
         while True:
@@ -204,13 +205,15 @@ def drain_pulsar_logs() -> None:
     _RELAY.drain()
 
 
-def open_pulsar_client(factory: Callable[..., Any], service_url: str, **options: Any) -> Any:
+def open_pulsar_client(
+    factory: Callable[..., Any], service_url: str, *, log_to: logging.Logger | None = None, **options: Any
+) -> Any:
     """``factory(service_url, **options)`` (``pulsar.Client`` or a subclass), its lines
-    relayed into :data:`PULSAR_LOGGER` unless ``options`` name a ``logger``, and closed at
-    exit if still open (see :class:`_PulsarRelay`)."""
+    relayed into ``log_to`` (default :data:`PULSAR_LOGGER`) unless ``options`` name a
+    ``logger``, and closed at exit if still open (see :class:`_PulsarRelay`)."""
     path = None
     if options.get("logger") is None:
-        options["logger"], path = _RELAY.logger_for_new_client()
+        options["logger"], path = _RELAY.logger_for_new_client(log_to or pulsar_logger())
     client = factory(service_url, **options)
     _RELAY.opened(client, path)
     return client
@@ -281,7 +284,7 @@ def routed_pulsar_class(native: Any) -> type:
         def __init__(self, service_url: Any, *args: Any, **kwargs: Any) -> None:
             path = None
             if kwargs.get("logger") is None:
-                kwargs["logger"], path = _RELAY.logger_for_new_client()
+                kwargs["logger"], path = _RELAY.logger_for_new_client(pulsar_logger())
             super().__init__(service_url, *args, **kwargs)
             _RELAY.opened(self, path)
 

@@ -197,6 +197,11 @@ VERBOSITY_LEVELS = (
 )
 
 
+#: The loggers of the native clients' own lines: the project's router (idempotent.clientlogs)
+#: and the mirror sources' loggers.
+CLIENT_LOGGERS = (CLIENTS_LOGGER, "idempotent.mirror.librdkafka", "idempotent.mirror.pulsar")
+
+
 class _VerbosityFilter(logging.Filter):
     """Lets a record through at the level its source gets (see :data:`VERBOSITY_LEVELS`)."""
 
@@ -206,7 +211,7 @@ class _VerbosityFilter(logging.Filter):
         self.clients = clients
 
     def filter(self, record: logging.LogRecord) -> bool:
-        client = record.name == CLIENTS_LOGGER or record.name.startswith(CLIENTS_LOGGER + ".")
+        client = any(record.name == name or record.name.startswith(name + ".") for name in CLIENT_LOGGERS)
         return record.levelno >= (self.clients if client else self.own)
 
 

@@ -395,7 +395,7 @@ class _NativeSource:
     def __init__(self, url: str, topic: str, connect_timeout: float) -> None:
         from adapters._reach import parse_addresses, wait_reachable
 
-        from ..mirror.source import open_source
+        from ..mirror.schemes import open_source
 
         parts = urlsplit(url)
         scheme = parts.scheme.partition("+")[0]
