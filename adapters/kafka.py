@@ -1,8 +1,8 @@
 """Apache Kafka log backend (confluent-kafka).
 
 ``kafka://host:port[,host:port...]`` with options passed as keyword arguments to
-:func:`idempotent.connect` (or :class:`KafkaBackend`); ``timeout``, ``prefix`` and
-``replication_factor`` may also be given as URL query parameters
+:func:`idempotent.connect` (or :class:`KafkaBackend`); ``timeout``, ``prefix``,
+``replication_factor`` and ``connect_timeout`` may also be given as URL query parameters
 (``kafka://host:9092?timeout=10``), for tools that only get a URL such as ``idempotent
 broker --backend``; keywords win:
 
@@ -380,20 +380,21 @@ class KafkaBackend:
         prefix: str | None = None,
         timeout: float | None = None,
         read_only: bool = False,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        connect_timeout: float | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "kafka" or not parts.netloc:
             raise ConfigError(f"expected kafka://host:port[,host:port], got {url!r}")
-        # fail an address where nothing listens within connect_timeout (see adapters._reach)
-        bootstrap = str((client_config or {}).get("bootstrap.servers", parts.netloc))
-        wait_reachable("kafka", parse_addresses(bootstrap), check_connect_timeout(connect_timeout))
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        unknown = sorted(set(query) - {"timeout", "prefix", "replication_factor"})
+        unknown = sorted(set(query) - {"timeout", "prefix", "replication_factor", "connect_timeout"})
         if unknown:
             raise ConfigError(
-                f"unknown option {unknown[0]!r} in {url!r}; the URL takes timeout, prefix and replication_factor"
+                f"unknown option {unknown[0]!r} in {url!r}; the URL takes timeout, prefix, replication_factor "
+                "and connect_timeout"
             )
+        self.connect_timeout = check_connect_timeout(
+            connect_timeout if connect_timeout is not None else query.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+        )
         self.url = url
         self.read_only = read_only
         self.prefix = prefix if prefix is not None else query.get("prefix", "")
@@ -409,6 +410,8 @@ class KafkaBackend:
         self.topic_config = dict(topic_config or {})
         self.client_config: dict[str, Any] = {"bootstrap.servers": parts.netloc, "logger": LIBRDKAFKA_LOG}
         self.client_config.update(client_config or {})
+        # fail an address where nothing listens within connect_timeout (see adapters._reach)
+        wait_reachable("kafka", parse_addresses(str(self.client_config["bootstrap.servers"])), self.connect_timeout)
         self._lock = threading.RLock()
         self._writers: dict[tuple[str, int], _PartitionWriter] = {}
         self._meta: MetaLog[int] = MetaLog()
