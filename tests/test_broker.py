@@ -6,6 +6,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -402,3 +403,26 @@ def test_delete_topic_removes_records_state_and_topic_settings(scheme: str, tmp_
         with idempotent.connect(url) as reopened:
             assert reopened.topics() == {"kept": 1, "gone": 3}
             assert [r.value for r in reopened.read("gone", 1)] == [b"new"]
+
+
+@pytest.mark.kafka
+def test_a_producers_own_kafka_broker_deletes_topics_too(kafka_service: Any) -> None:
+    import uuid
+
+    from idempotent.direct import DirectBroker
+
+    topic = f"direct-gone-{uuid.uuid4().hex[:6]}"
+    broker = DirectBroker(kafka_service.url)
+    try:
+        broker.create_topic(topic, 2)
+        broker.set_policy("monotonic", topic=topic)
+        assert topic in broker.topics()
+        broker.delete_topic(topic)
+        assert topic not in broker.topics()
+        assert f"policy:topic:{topic}" not in broker.backend.load_settings()  # its setting went with it
+        with pytest.raises(idempotent.InvalidTopicError, match="unknown topic"):
+            broker.delete_topic(topic)
+        broker.create_topic(topic, 3)  # the old partition count is gone with it
+        assert broker.topics()[topic] == 3
+    finally:
+        broker.close()

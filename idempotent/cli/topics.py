@@ -21,8 +21,9 @@ from urllib.parse import urlsplit
 
 from .. import connect
 from .._checker import Policy
+from .._values import PartitionStats
 from ..api import BrokerAPI
-from ..broker import BrokerConfig, PartitionStats
+from ..broker import BrokerConfig
 from .common import (
     SERVER_SCHEMES,
     CliError,
