@@ -56,8 +56,16 @@ def test_passed_through_kafka_clients_print_nothing_of_librdkafkas() -> None:
         from idempotent.compat.confluent_kafka.admin import AdminClient
         if sys.argv[2] == "configured":
             logging.basicConfig(level=logging.INFO, format="logged %(name)s %(message)s")
+        seen = []
+        class Seen(logging.Handler):
+            def emit(self, record):
+                seen.append(record.getMessage())
+        logging.getLogger("idempotent.clients.librdkafka").addHandler(Seen())
         consumer = confluent_kafka.Consumer({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}", "group.id": "g"})
-        consumer.poll(1.5)
+        for _ in range(40):  # until librdkafka has failed to connect and said so
+            consumer.poll(0.5)
+            if any("Connection refused" in line for line in seen):
+                break
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}"})
         admin.poll(0.5)
         print("done")  # both left open: they end with the process
