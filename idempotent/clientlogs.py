@@ -114,8 +114,8 @@ class _PulsarRelay:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        #: (file opened for reading, [partial line], the logger its lines go to)
-        self._files: list[tuple[Any, list[str], logging.Logger]] = []
+        #: (file opened for reading, [partial line], the logger its lines go to, its path)
+        self._files: list[tuple[Any, list[str], logging.Logger, str]] = []
         self._thread: threading.Thread | None = None
         self._clients: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -140,7 +140,7 @@ class _PulsarRelay:
             return target, None
         reader = os.fdopen(descriptor, "r", encoding="utf-8", errors="replace")
         with self._lock:
-            self._files.append((reader, [""], target))
+            self._files.append((reader, [""], target, path))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="idempotent-pulsar-logs", daemon=True)
                 self._thread.start()
@@ -155,11 +155,23 @@ class _PulsarRelay:
         with self._lock:
             self._clients.add(client)
 
+    def failed(self, path: str | None) -> None:
+        """The client could not be opened: remove its log file (what it wrote is logged)."""
+        if path is None:
+            return
+        self.drain()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        with self._lock:
+            for entry in [e for e in self._files if e[3] == path]:
+                self._files.remove(entry)
+                entry[0].close()
+
     def drain(self) -> None:
         """Log the complete lines written since the last call."""
         with self._lock:
             files = list(self._files)
-        for reader, partial, target in files:
+        for reader, partial, target, _ in files:
             text = reader.read()
             if not text:
                 continue
@@ -214,7 +226,11 @@ def open_pulsar_client(
     path = None
     if options.get("logger") is None:
         options["logger"], path = _RELAY.logger_for_new_client(log_to or pulsar_logger())
-    client = factory(service_url, **options)
+    try:
+        client = factory(service_url, **options)
+    except BaseException:
+        _RELAY.failed(path)
+        raise
     _RELAY.opened(client, path)
     return client
 
@@ -285,7 +301,11 @@ def routed_pulsar_class(native: Any) -> type:
             path = None
             if kwargs.get("logger") is None:
                 kwargs["logger"], path = _RELAY.logger_for_new_client(pulsar_logger())
-            super().__init__(service_url, *args, **kwargs)
+            try:
+                super().__init__(service_url, *args, **kwargs)
+            except BaseException:
+                _RELAY.failed(path)
+                raise
             _RELAY.opened(self, path)
 
     routed: type = Routed

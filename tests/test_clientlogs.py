@@ -155,3 +155,44 @@ def test_routed_classes_keep_a_logger_the_user_gave() -> None:
     assert routed({"logger": mine}).config == {"logger": mine}  # type: ignore[attr-defined]
     assert routed({"a": 1}, logger=mine).config == {"a": 1}  # type: ignore[attr-defined]
     assert clientlogs.kafka_config({"logger": mine})["logger"] is mine
+
+
+def test_the_pulsar_relay_leaves_no_file_behind(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each client's log file is unlinked once the client has opened it, and removed when the
+    client cannot be made; its lines reach the logger given."""
+    import glob
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    target = logging.getLogger("test.relay")
+    target.setLevel(logging.INFO)
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    target.addHandler(Keep())
+    opened: list[Any] = []
+
+    class FakeClient:
+        def close(self) -> None:
+            pass
+
+    def client(url: str, *, logger: Any, **options: Any) -> Any:
+        with open(logger.log_file, "a") as handle:  # what pulsar-client's FileLogger does
+            handle.write("2024-01-01 12:00:00.000 WARN  [1] ClientImpl:1 | first line\n")
+        opened.append(logger)
+        return FakeClient()
+
+    clientlogs.open_pulsar_client(client, "pulsar://h:1", log_to=target)
+    assert glob.glob(str(tmp_path / "idempotent-pulsar-*")) == []  # unlinked, still open for both ends
+    clientlogs.drain_pulsar_logs()
+    assert [(r.levelname, r.getMessage()) for r in records] == [("WARNING", "ClientImpl:1 | first line")]
+
+    def broken(url: str, **options: Any) -> Any:
+        raise RuntimeError("cannot")
+
+    with pytest.raises(RuntimeError):
+        clientlogs.open_pulsar_client(broken, "pulsar://h:1", log_to=target)
+    assert glob.glob(str(tmp_path / "idempotent-pulsar-*")) == []
