@@ -39,7 +39,7 @@ TLS_PATHS = ("tls_trust_certs_file_path", "tls_certificate_file_path", "tls_priv
 TLS_FLAGS = ("tls_allow_insecure_connection", "tls_validate_hostname")
 #: the backend's options a URL may carry as query parameters (keywords win)
 QUERY_OPTIONS = frozenset(
-    {"admin_url", "timeout", "meta_topic", "max_entry_bytes", "read_only", *TLS_PATHS, *TLS_FLAGS}
+    {"admin_url", "timeout", "connect_timeout", "meta_topic", "max_entry_bytes", "read_only", *TLS_PATHS, *TLS_FLAGS}
 )
 
 

@@ -109,6 +109,14 @@ class SlimRows:
             rows[width - 1 :: width] = [msgpack.packb(r.headers) if r.headers else None for r in records]
         flat.extend(rows)
 
+    def delete(self, db: sqlite3.Connection, part: int) -> None:
+        """Remove every record of a partition."""
+        if self.ranged:
+            first = part << OFFSET_BITS
+            db.execute("DELETE FROM entries WHERE id BETWEEN ? AND ?", (first, first + MAX_OFFSET))
+        else:
+            db.execute("DELETE FROM log WHERE partition_id=?", (part,))
+
     def read(self, db: sqlite3.Connection, part: int, offset: int, max_records: int) -> list[Row]:
         """Up to ``max_records`` stored records from ``offset`` on, in order."""
         if self.ranged:

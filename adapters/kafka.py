@@ -1,8 +1,8 @@
 """Apache Kafka log backend (confluent-kafka).
 
 ``kafka://host:port[,host:port...]`` with options passed as keyword arguments to
-:func:`idempotent.connect` (or :class:`KafkaBackend`); ``timeout``, ``prefix`` and
-``replication_factor`` may also be given as URL query parameters
+:func:`idempotent.connect` (or :class:`KafkaBackend`); ``timeout``, ``prefix``,
+``replication_factor`` and ``connect_timeout`` may also be given as URL query parameters
 (``kafka://host:9092?timeout=10``), for tools that only get a URL such as ``idempotent
 broker --backend``; keywords win:
 
@@ -13,6 +13,8 @@ broker --backend``; keywords win:
 * ``timeout`` (default 30 s): for admin calls, flushes and transaction commits (a commit that
   takes longer is *in doubt*: settled before the partition is written or read again, see
   :mod:`adapters._kafka_txn`);
+* ``connect_timeout`` (default 10 s): how long to try to reach a bootstrap address at all
+  before failing with :class:`BackendUnavailableError` (see :mod:`adapters._reach`);
 * ``read_only`` (default False): never take a partition over (for ``tail`` and ``stats``
   next to a running broker); reads see committed data only.
 
@@ -68,12 +70,14 @@ from adapters._meta import (
     pack_snapshot,
     unpack_snapshot,
 )
+from adapters._reach import DEFAULT_CONNECT_TIMEOUT, check_connect_timeout, parse_addresses, wait_reachable
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease
 from idempotent._records import Record, RecordColumns, Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
 from idempotent._types import MAX_BATCH_RECORDS, NO_PRODUCER_ID, Epoch, ProducerId, Sequence
 from idempotent.backend import AppendBatch
+from idempotent.clientlogs import LIBRDKAFKA_LOG
 from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -97,7 +101,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the kafka backend needs confluent-kafka: pip install 'idempotent[kafka]'") from exc
 
 _LOG = logging.getLogger("idempotent.adapters.kafka")
-_LIBRDKAFKA_LOG = logging.getLogger("idempotent.adapters.kafka.librdkafka")
 META_TOPIC = "__idempotent_meta"
 SNAPSHOT_TOPIC = "__idempotent_snapshots"
 #: The headers this adapter adds to a batch's first record (and that records of the earlier
@@ -113,26 +116,6 @@ _BULK = 5000
 #: a read that starts inside a batch looks this many messages back for its head first, then
 #: four times as many each time, up to the largest batch
 _HEAD_WINDOW = 1024
-
-
-class _LibrdkafkaLog:
-    """Where librdkafka's own log lines go (the clients' ``logger``): the Python logger
-    ``idempotent.adapters.kafka.librdkafka``, at the level librdkafka gave them, except the
-    retries that are an expected part of taking a partition over.
-
-    While ``init_transactions`` fences a previous owner that died inside a transaction, the
-    coordinator aborts that transaction and answers "concurrent transactions"; librdkafka
-    logs ``GETPID ... retrying`` as a warning and asks again every 500 ms. That is the normal
-    course of a takeover, so it is logged at INFO; a takeover that never completes still
-    fails ``init_transactions`` (mapped in :func:`_map_errors`).
-    """
-
-    def log(self, level: int, msg: str, *args: object) -> None:
-        """Called by confluent-kafka as ``log(level, "%s [%s] %s", facility, client, text)``
-        from the thread that serves the client's queue (poll, flush, consume)."""
-        if level > logging.INFO and args and args[0] == "GETPID" and str(args[-1]).endswith("retrying"):
-            level = logging.INFO
-        _LIBRDKAFKA_LOG.log(level, msg, *args)
 
 
 def kafka_topic_name(topic: str, prefix: str = "") -> str:
@@ -402,16 +385,21 @@ class KafkaBackend:
         prefix: str | None = None,
         timeout: float | None = None,
         read_only: bool = False,
+        connect_timeout: float | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "kafka" or not parts.netloc:
             raise ConfigError(f"expected kafka://host:port[,host:port], got {url!r}")
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        unknown = sorted(set(query) - {"timeout", "prefix", "replication_factor"})
+        unknown = sorted(set(query) - {"timeout", "prefix", "replication_factor", "connect_timeout"})
         if unknown:
             raise ConfigError(
-                f"unknown option {unknown[0]!r} in {url!r}; the URL takes timeout, prefix and replication_factor"
+                f"unknown option {unknown[0]!r} in {url!r}; the URL takes timeout, prefix, replication_factor "
+                "and connect_timeout"
             )
+        self.connect_timeout = check_connect_timeout(
+            connect_timeout if connect_timeout is not None else query.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+        )
         self.url = url
         self.read_only = read_only
         self.prefix = prefix if prefix is not None else query.get("prefix", "")
@@ -425,8 +413,10 @@ class KafkaBackend:
         if not self.timeout > 0 or self.replication_factor < 1:
             raise ConfigError(f"timeout must be positive and replication_factor at least 1, in {url!r}")
         self.topic_config = dict(topic_config or {})
-        self.client_config: dict[str, Any] = {"bootstrap.servers": parts.netloc, "logger": _LibrdkafkaLog()}
+        self.client_config: dict[str, Any] = {"bootstrap.servers": parts.netloc, "logger": LIBRDKAFKA_LOG}
         self.client_config.update(client_config or {})
+        # fail an address where nothing listens within connect_timeout (see adapters._reach)
+        wait_reachable("kafka", parse_addresses(str(self.client_config["bootstrap.servers"])), self.connect_timeout)
         self._lock = threading.RLock()
         self._writers: dict[tuple[str, int], _PartitionWriter] = {}
         self._meta: MetaLog[int] = MetaLog()
@@ -779,6 +769,40 @@ class KafkaBackend:
             self._meta.topics[topic] = count
             self._catch_up_meta()  # an origin recorded before ours wins (see adapters._meta)
             return self._meta.topics.get(topic, count)
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete the Kafka topic, tombstone its snapshots and its topic record, and wait
+        until the cluster no longer lists it (so that it can be created again at once)."""
+        if self.read_only:
+            raise ConfigError(f"{self.url} was opened read-only: it does not delete {topic}")
+        name = kafka_topic_name(topic, self.prefix)
+        with self._lock, _map_errors(f"delete topic {topic}"):
+            self._catch_up_meta()
+            partitions = self._meta.topics.get(topic, 0)
+            for partition in range(partitions):
+                self.release(topic, partition)
+            for future in self._admin.delete_topics([name], request_timeout=self.timeout).values():
+                try:
+                    future.result(self.timeout)
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        raise
+            for partition in range(partitions):
+                key = f"{topic}\0{partition}".encode()
+                self._meta_producer.produce(self.prefix + SNAPSHOT_TOPIC, key=key, value=None, partition=0)
+                self._snapshots.pop((topic, partition), None)
+                self._written.pop((name, partition), None)
+                with self._heads_lock:
+                    self._heads.pop((name, partition), None)
+            self._put_meta(f"topic:{topic}", None)
+            self._meta.topics.pop(topic, None)
+            deadline = time.monotonic() + self.timeout
+            while name in self._list_topics():
+                if time.monotonic() > deadline:
+                    raise BackendUnavailableError(
+                        f"kafka: topic {name!r} was still listed {self.timeout:g} s after deleting it"
+                    )
+                time.sleep(0.1)
 
     def _writer(self, topic: str, partition: int) -> _PartitionWriter:
         if self.read_only:

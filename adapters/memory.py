@@ -107,6 +107,14 @@ class MemoryBackend:
         with store.lock:
             return store.topics.setdefault(topic, partitions)
 
+    def delete_topic(self, topic: str) -> None:
+        store = self._up()
+        with store.lock:
+            store.topics.pop(topic, None)
+            for table in (store.logs, store.batches, store.snapshots, store.leases):
+                for key in [k for k in table if k[0] == topic]:
+                    del table[key]
+
     def _log(self, store: _Store, topic: str, partition: int) -> list[StoredRecord]:
         if not 0 <= partition < store.topics.get(topic, 0):
             raise InvalidTopicError(f"no partition {topic}[{partition}]")

@@ -11,13 +11,17 @@ see :mod:`adapters._pulsar_url`), with options passed as keyword arguments to
 * ``admin_headers``: extra HTTP headers for admin calls (e.g. ``Authorization``);
 * ``client_options``: keyword arguments for :class:`pulsar.Client` (``authentication``,
   TLS paths and flags, which the admin calls over ``https`` use too,
-  ``operation_timeout_seconds``, ``logger``, ...);
+  ``operation_timeout_seconds``, ``logger``, ...); without a ``logger``, the C++ client's
+  lines go to the Python logger ``idempotent.clients.pulsar`` (:mod:`idempotent.clientlogs`);
 * ``service_url``: what the Pulsar client connects to, if not the URL itself (for example
   ``pulsar+ssl://host:6651``);
 * ``meta_topic`` (default ``persistent://public/default/__idempotent_meta``);
 * ``max_entry_bytes`` (default 5 MiB, Pulsar's ``maxMessageSize``): the largest entry
   this backend writes; a batch that does not fit fails with :class:`EntryTooLargeError`;
 * ``timeout`` (default 30 s): admin calls, producer creation, sends and reads;
+* ``connect_timeout`` (default 10 s): how long to try to reach the service and admin
+  addresses at all before failing with :class:`BackendUnavailableError` (see
+  :mod:`adapters._reach`); also the client's ``connection_timeout_ms``;
 * ``read_only`` (default False): never take a partition over (``replay`` and
   ``latest_snapshot`` then read without fencing the owner; appends are refused), for tools
   such as ``idempotent stats`` that must not disturb a running broker.
@@ -84,6 +88,7 @@ from adapters._meta import (
     unpack_snapshot,
 )
 from adapters._pulsar_url import admin_ssl_context, flag, parse_url
+from adapters._reach import DEFAULT_CONNECT_TIMEOUT, check_connect_timeout, parse_addresses, wait_reachable
 from adapters._writer import GroupQueue
 from idempotent._ownership import Lease
 from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
@@ -92,6 +97,7 @@ from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
 from idempotent._types import Sequence as SequenceNumber
 from idempotent.backend import AppendBatch
+from idempotent.clientlogs import drain_pulsar_logs, open_pulsar_client
 from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -110,6 +116,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the pulsar backend needs pulsar-client: pip install 'idempotent[pulsar]'") from exc
 
 _LOG = logging.getLogger("idempotent.adapters.pulsar")
+#: the port of a service URL without one, by scheme (pulsar-client's defaults)
+_DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 80, "https": 443}
 META_TOPIC = "persistent://public/default/__idempotent_meta"
 SNAPSHOT_PREFIX = "__idempotent_snapshots."
 OWNER_PREFIX = "idempotent-owner-"
@@ -334,7 +342,7 @@ class _Admin:
 
     def call(self, method: str, path: str, body: object = _NO_BODY, *, accept: Sequence[int] = ()) -> tuple[int, Any]:
         """``(status, decoded JSON or None)``; statuses in ``accept`` are returned, not raised."""
-        url = self.base_url + urllib.parse.quote(path, safe="/:=")
+        url = self.base_url + urllib.parse.quote(path, safe="/:=?&")
         data = None if body is _NO_BODY else json.dumps(body).encode()
         headers = dict(self.headers)
         if data is not None:
@@ -722,6 +730,7 @@ class PulsarBackend:
         max_entry_bytes: int | None = None,
         timeout: float | None = None,
         read_only: bool | None = None,
+        connect_timeout: float | None = None,
     ) -> None:
         parsed = parse_url(url)
         query = parsed.query
@@ -735,13 +744,28 @@ class PulsarBackend:
             read_only = flag(query.get("read_only", "false"))
         self.read_only = read_only
         meta_name = _split_topic(self.meta_topic)
+        self.connect_timeout = check_connect_timeout(
+            connect_timeout if connect_timeout is not None else query.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+        )
         options: dict[str, Any] = {
             "operation_timeout_seconds": max(1, round(self.timeout)),
-            "logger": pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            "connection_timeout_ms": max(1, round(self.connect_timeout * 1000)),
             **parsed.tls,
         }
         options.update(client_options or {})
         admin = admin_url or query.get("admin_url") or parsed.admin_url
+        # fail an address where nothing listens within connect_timeout (see adapters._reach):
+        # the client itself would retry until the operation timeout and then say only TimeOut
+        service = urllib.parse.urlsplit(service_url or parsed.service_url)
+        admin_parts = urllib.parse.urlsplit(admin)
+        wait_reachable(
+            "pulsar", parse_addresses(service.netloc, _DEFAULT_PORTS.get(service.scheme)), self.connect_timeout
+        )
+        wait_reachable(
+            f"pulsar admin {admin}",
+            parse_addresses(admin_parts.netloc, 443 if admin_parts.scheme == "https" else 80),
+            self.connect_timeout,
+        )
         self._admin = _Admin(admin, dict(admin_headers or {}), self.timeout, admin_ssl_context(admin, options))
         self._lock = threading.RLock()
         self._writers: dict[tuple[str, int], _PartitionWriter] = {}
@@ -753,7 +777,8 @@ class PulsarBackend:
         self._meta_producer: Any = None
         self._meta_reader: Any = None
         with _map_errors("connect"):
-            self._client = pulsar.Client(service_url or parsed.service_url, **options)
+            # the C++ client's lines go to Python logging (idempotent.clientlogs) unless options name a logger
+            self._client = open_pulsar_client(pulsar.Client, service_url or parsed.service_url, **options)
             try:
                 if not read_only:
                     self.ensure_topic(meta_name)
@@ -1022,6 +1047,24 @@ class PulsarBackend:
             return encode_offset(message_id.ledger_id(), message_id.entry_id() + 1, 0)
         return _offset_of(message_id) + 1
 
+    def delete_topic(self, topic: str) -> None:
+        """Delete the partitioned Pulsar topic and its snapshot topics (forcefully: readers
+        are disconnected), and tombstone its topic record."""
+        if self.read_only:
+            raise ConfigError(f"{self.url} is opened read-only: cannot delete {topic}")
+        name = pulsar_topic_name(topic)
+        with self._lock, _map_errors(f"delete topic {topic}"):
+            self._catch_up_meta()
+            partitions = self._meta.topics.get(topic, 0)
+            for partition in range(partitions):
+                self.release(topic, partition)
+            self._admin.call("DELETE", f"{name.rest}/partitions?force=true", accept=(404,))
+            for partition in range(partitions):
+                snapshots = f"/admin/v2/persistent/{name.tenant}/{name.namespace}/{name.snapshot_local(partition)}"
+                self._admin.call("DELETE", f"{snapshots}?force=true", accept=(404,))
+            self._put_meta(f"topic:{topic}", None)
+            self._meta.topics.pop(topic, None)
+
     def _writer(self, topic: str, partition: int, *, renew: bool = False) -> _PartitionWriter:
         """The partition's writer, opened (taking ownership) if needed. ``renew`` replaces a
         writer that failed; appends never do, so that nothing submitted after a failure is
@@ -1250,6 +1293,7 @@ class PulsarBackend:
             if handle is not None:
                 with contextlib.suppress(Exception):
                     handle.close()
+        drain_pulsar_logs()  # the client's lines so far, now rather than at the relay's next read
 
 
 __all__ = [

@@ -39,6 +39,9 @@ class ReadOnlyBackend:
     def create_topic(self, topic: str, partitions: int) -> int:
         self._refuse(f"create topic {topic!r}")
 
+    def delete_topic(self, topic: str) -> None:
+        self._refuse(f"delete topic {topic!r}")
+
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
         self._refuse(f"append to {topic}[{partition}]")
 
@@ -99,11 +102,12 @@ class ReadOnlyBackend:
         self.inner.close()
 
 
-def open_read_only_broker(url: str) -> Broker:
+def open_read_only_broker(url: str, **options: object) -> Broker:
     """An in-process broker over the backend ``url`` names that never writes to it.
 
     The backend is wrapped in :class:`ReadOnlyBackend`; Kafka and Pulsar are also opened with
     ``read_only=True``, so no partition is taken over from a writer, and no topic is created.
+    ``options`` go to the adapter (``connect_timeout`` ...).
 
     Raises:
         ConfigError: bad URL, or a ``sqlite://`` URL of a file that does not exist.
@@ -123,7 +127,8 @@ def open_read_only_broker(url: str) -> Broker:
         if not os.path.exists(path):
             raise ConfigError(f"no database file {path!r} (from {url})")
     served = ("kafka", "pulsar", "pulsar+ssl", "http", "https")  # Kafka's and Pulsar's URLs
-    options: dict[str, object] = {"read_only": True} if scheme in served else {}
+    if scheme in served:
+        options = {**options, "read_only": True}
     backend = ReadOnlyBackend(open_backend(url, **options))
     try:
         return Broker(backend, BrokerConfig(auto_create_topics=False, maintenance_interval=0))

@@ -289,6 +289,22 @@ class SQLiteBackend:
         self._topics[topic] = int(count)
         return int(count)
 
+    def delete_topic(self, topic: str) -> None:
+        with self._lock, _mapped(self.url), self._tx() as db:
+            parts = [row[0] for row in db.execute("SELECT id FROM partition_ids WHERE topic=?", (topic,))]
+            if self._rows is None:  # the ten-column rows of the first versions
+                db.execute("DELETE FROM records WHERE topic=?", (topic,))
+            else:
+                for part in parts:
+                    self._rows.delete(db, part)
+            for table in ("partition_ids", "batches", "snapshots", "leases"):
+                db.execute(f"DELETE FROM {table} WHERE topic=?", (topic,))
+            db.execute("DELETE FROM topics WHERE name=?", (topic,))
+        self._topics.pop(topic, None)
+        for cache in (self._ends, self._partition_ids):
+            for key in [k for k in cache if k[0] == topic]:
+                del cache[key]
+
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
         """Queue the batch for the file's writer thread; see :class:`_Writer`.
 

@@ -330,6 +330,7 @@ SCHEMAS: Final[dict[str, dict[str, tuple[Check, Any]]]] = {
         "timeout": (_timeout, 30.0),
     },
     "create_topic": {"name": (_TOPIC, REQUIRED), "partitions": (_int(1, MAX_PARTITIONS), 1)},
+    "delete_topic": {"name": (_TOPIC, REQUIRED)},
     "topics": {},
     "partitions_for": {"topic": (_TOPIC, REQUIRED), "create": (_bool, True)},
     "stats": {"topic": (_opt(_str), None)},
@@ -362,9 +363,11 @@ _ERRORS: Final[dict[str, type[ProducerError]]] = {
 }
 
 #: Operations that change broker state (an authorizer may want to treat them apart).
-WRITE_OPS: Final = frozenset({"init_producer", "produce", "create_topic", "set_deduplication", "set_policy"})
+WRITE_OPS: Final = frozenset(
+    {"init_producer", "produce", "create_topic", "delete_topic", "set_deduplication", "set_policy"}
+)
 #: Operations that need the admin role in a deployment with authorization.
-ADMIN_OPS: Final = frozenset({"create_topic", "set_deduplication", "set_policy"})
+ADMIN_OPS: Final = frozenset({"create_topic", "delete_topic", "set_deduplication", "set_policy"})
 
 
 def validate_args(op: str, args: Any) -> dict[str, Any]:

@@ -35,6 +35,11 @@ class BrokerAPI(Protocol):
         """Create a topic. Raises InvalidTopicError (bad name, or it exists with another count)."""
         ...
 
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic with its records and checker state. Raises InvalidTopicError (bad
+        name, or no such topic)."""
+        ...
+
     def topics(self) -> dict[str, int]:
         """Every topic and its partition count."""
         ...

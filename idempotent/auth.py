@@ -418,6 +418,7 @@ DEFAULT_RULES: Mapping[str, Access] = MappingProxyType(
         "submit_produce": Access.PRODUCER_ID,
         "last_sequence": Access.PRODUCER_ID,
         "create_topic": Access.ADMIN,
+        "delete_topic": Access.ADMIN,
         "stats": Access.ADMIN,
         "set_deduplication": Access.ADMIN,
         "set_policy": Access.ADMIN,

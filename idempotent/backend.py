@@ -91,6 +91,12 @@ class LogBackend(Protocol):
         """
         ...
 
+    def delete_topic(self, topic: str) -> None:
+        """Delete a topic: its records, batch boundaries, checker snapshots and its topic
+        record; stop writing to its partitions. Unknown topics are ignored (the caller
+        checks). Producer records and settings are the caller's to keep or remove."""
+        ...
+
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
         """Store a batch after everything appended to the partition before it.
 

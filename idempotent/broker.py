@@ -253,6 +253,37 @@ class Broker(ProduceShortcuts):
         if existing != partitions:
             raise InvalidTopicError(f"topic {name!r} exists with {existing} partitions, not {partitions}")
 
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic: its records, checker state and snapshots, and its topic-level
+        deduplication and policy settings. Producers keep their ids and epochs; a topic
+        created again under the name starts empty, with no sequences known.
+
+        Delete through the broker that serves the topic: another process serving it keeps
+        what it had read.
+
+        Raises:
+            InvalidTopicError: bad name, or no such topic (nothing changed).
+            BackendUnavailableError: the backend failed; the topic may be partly deleted
+                (delete it again).
+        """
+        self._check_open()
+        name = validate_topic(name)
+        with self._lock:
+            if name not in self._topics:
+                self._topics.update(self.backend.list_topics())  # another process may have created it
+            if name not in self._topics:
+                raise InvalidTopicError(f"unknown topic {name!r}")
+            for tp in [tp for tp in self._partitions if tp.topic == name]:
+                del self._partitions[tp]
+            for kind in ("dedup", "policy"):
+                key = f"{kind}:topic:{name}"
+                if key in self._settings:
+                    self.backend.save_setting(key, None)
+                    self._settings.pop(key, None)
+                    self._settings_changes += 1
+            self.backend.delete_topic(name)
+            del self._topics[name]
+
     def topics(self) -> dict[str, int]:
         """Every topic and its partition count."""
         with self._lock:

@@ -69,6 +69,8 @@ _Decode = Callable[[dict[str, Any]], Any]
 _REPEATABLE = frozenset(wire.SCHEMAS) - {"hello", "init_producer", "produce"}
 
 _LOG = logging.getLogger("idempotent.client")
+#: how the message of a connection that could not be made at all begins
+_UNREACHABLE = "cannot connect to"
 
 
 def _same(value: dict[str, Any]) -> dict[str, Any]:
@@ -414,14 +416,25 @@ class RemoteBroker(ProduceShortcuts):
             link = self._link
             if link is not None and link.alive:
                 return link
-            for attempt in tenacity.Retrying(
-                retry=tenacity.retry_if_exception_type(BrokerConnectionError),
-                wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=1.0, jitter=0.05),
-                stop=tenacity.stop_after_delay(self.connect_timeout),
-                reraise=True,
-            ):
-                with attempt:
-                    self._link = self._open()
+            try:
+                for attempt in tenacity.Retrying(
+                    retry=tenacity.retry_if_exception_type(BrokerConnectionError),
+                    wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=1.0, jitter=0.05),
+                    stop=tenacity.stop_after_delay(self.connect_timeout),
+                    reraise=True,
+                ):
+                    with attempt:
+                        self._link = self._open()
+            except BrokerConnectionError as exc:
+                prefix = f"{_UNREACHABLE} {self._url}: "
+                if not exc.message.startswith(prefix):
+                    raise
+                raise BrokerConnectionError(
+                    f"{_UNREACHABLE} {self._url} within the connect timeout of {self.connect_timeout:g} s "
+                    f"({exc.message[len(prefix) :]}); "
+                    "check that the broker server runs there (idempotent broker --listen HOST:PORT) and the "
+                    "URL is right, or allow longer with connect_timeout (--connect-timeout on the command line)"
+                ) from None
             assert self._link is not None
             return self._link
 
@@ -429,7 +442,7 @@ class RemoteBroker(ProduceShortcuts):
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
         except OSError as exc:
-            raise BrokerConnectionError(f"cannot connect to {self._url}: {exc}") from None
+            raise BrokerConnectionError(f"{_UNREACHABLE} {self._url}: {exc.strerror or exc}") from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._ssl is not None:
@@ -542,6 +555,10 @@ class RemoteBroker(ProduceShortcuts):
     def create_topic(self, name: str, partitions: int = 1) -> None:
         """Create a topic. Raises InvalidTopicError (bad name, or it exists with another count)."""
         self.call("create_topic", {"name": name, "partitions": partitions})
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic. Raises InvalidTopicError (bad name, or no such topic)."""
+        self.call("delete_topic", {"name": name})
 
     def topics(self) -> dict[str, int]:
         """Every topic and its partition count."""
@@ -1000,6 +1017,9 @@ class ClusterBroker(ProduceShortcuts):
 
     def create_topic(self, name: str, partitions: int = 1) -> None:
         self._call(lambda b: b.create_topic(name, partitions))
+
+    def delete_topic(self, name: str) -> None:
+        self._call(lambda b: b.delete_topic(name))
 
     def topics(self) -> dict[str, int]:
         result: dict[str, int] = self._call(lambda b: b.topics())

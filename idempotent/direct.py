@@ -185,6 +185,28 @@ class DirectBroker(ProduceShortcuts):
         if count != partitions:
             raise InvalidTopicError(f"topic {name!r} exists with {count} partitions, not {partitions}")
 
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic with its records and its topic-level settings, as
+        :meth:`idempotent.broker.Broker.delete_topic` does; this producer forgets its state there.
+
+        Raises:
+            InvalidTopicError: bad name, or no such topic (nothing changed).
+            BackendUnavailableError: the log failed; the topic may be partly deleted.
+        """
+        name = canonical_topic(name)
+        if name not in self.backend.list_topics():
+            raise InvalidTopicError(f"unknown topic {name!r}")
+        with self._lock:
+            for kind in (DEDUP, POLICY):
+                key = setting_key(kind, name, None)
+                if key in self._settings:
+                    self.backend.save_setting(key, None)
+                    self._settings.pop(key, None)
+            self.backend.delete_topic(name)
+            self._topics.pop(name, None)
+            for tp in [tp for tp in self._checkers if tp.topic == name]:
+                del self._checkers[tp]
+
     def topics(self) -> dict[str, int]:
         """Every topic and its partition count."""
         return dict(self.backend.list_topics())

@@ -257,6 +257,7 @@ class _StateCollector(Collector):
         yield InfoMetricFamily("idempotent_broker", "The broker's version and backend type.")
         yield GaugeMetricFamily("idempotent_topic_deduplication_enabled", "", labels=["topic", "policy"])
         yield GaugeMetricFamily("idempotent_partitions_loaded", "")
+        yield GaugeMetricFamily("idempotent_partitions_owned", "")
         for name, text in _PARTITION_GAUGES:
             yield GaugeMetricFamily(name, text, labels=["topic", "partition"])
 
@@ -282,6 +283,12 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "idempotent_partitions_loaded", "Partitions whose checker is in memory.", value=float(len(stats))
         )
+        if broker.config.broker_id is not None:  # partitions are owned only by brokers that share a backend
+            yield GaugeMetricFamily(
+                "idempotent_partitions_owned",
+                "Partitions whose lease this broker holds (it changes as partitions move between brokers).",
+                value=float(len(broker.owned())),
+            )
         families = {
             name: GaugeMetricFamily(name, text, labels=["topic", "partition"]) for name, text in _PARTITION_GAUGES
         }

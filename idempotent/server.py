@@ -744,6 +744,9 @@ class BrokerServer:
         if op == "create_topic":
             broker.create_topic(a["name"], a["partitions"])
             return {}
+        if op == "delete_topic":
+            broker.delete_topic(a["name"])
+            return {}
         if op == "topics":
             return {"topics": broker.topics()}
         if op == "partitions_for":

@@ -299,18 +299,23 @@ def test_takeover_of_a_writer_that_died_inside_a_transaction(
     # the coordinator aborted the open transaction and said "concurrent transactions" until it
     # had: librdkafka's "GETPID ... retrying" is the normal course of a takeover, not a warning
     takeover = [r for r in caplog.records if r.getMessage().startswith("GETPID")]
-    assert all(r.name == "idempotent.adapters.kafka.librdkafka" for r in takeover)
+    assert all(r.name == "idempotent.clients.librdkafka" for r in takeover)
     assert not [r.getMessage() for r in takeover if r.levelno > logging.INFO]
 
 
-def test_librdkafka_log_lines_of_the_admin_client_reach_python_logging(caplog: pytest.LogCaptureFixture) -> None:
+def test_librdkafka_log_lines_of_the_admin_client_reach_python_logging(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from adapters.kafka import KafkaBackend
     from idempotent.errors import BackendUnavailableError
 
-    caplog.set_level("DEBUG", logger="idempotent.adapters.kafka.librdkafka")
+    # past the adapter's own reachability check (test_unreachable_kafka_fails_within_the_connect_timeout),
+    # so that librdkafka itself tries and logs
+    monkeypatch.setattr("adapters.kafka.wait_reachable", lambda *args: None)
+    caplog.set_level("DEBUG", logger="idempotent.clients.librdkafka")
     with pytest.raises(BackendUnavailableError):
         KafkaBackend("kafka://127.0.0.1:1", timeout=1.0)  # nothing listens there
-    lines = [r for r in caplog.records if r.name == "idempotent.adapters.kafka.librdkafka"]
+    lines = [r for r in caplog.records if r.name == "idempotent.clients.librdkafka"]
     assert any("Connection refused" in r.getMessage() and r.levelno >= logging.WARNING for r in lines)
 
 

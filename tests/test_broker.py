@@ -6,6 +6,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -369,5 +370,59 @@ def test_producer_records_idle_past_the_retention_are_deleted(backend: str, tmp_
         assert fresh.producer_id not in {s.producer_id for s in jobs.values()} and fresh.producer_epoch == 0
         assert fresh.last_sequences[("t", 1)] == -1
         assert [r.producer_name for r in broker.backend.load_producers()] == ["spark/job-1/1"]
+    finally:
+        broker.close()
+
+
+@pytest.mark.parametrize("scheme", ["memory", "sqlite"])
+def test_delete_topic_removes_records_state_and_topic_settings(scheme: str, tmp_path: Path) -> None:
+    url = "memory://" if scheme == "memory" else f"sqlite:///{tmp_path / 'log.db'}"
+    broker = idempotent.connect(url, BrokerConfig(maintenance_interval=0))
+    try:
+        broker.create_topic("gone", 2)
+        broker.create_topic("kept", 1)
+        broker.set_policy("monotonic", topic="gone")
+        session = broker.init_producer("p")
+        assert broker.produce("gone", 1, session.producer_id, session.producer_epoch, 0, [b"a", b"b"]).base_offset == 0
+        broker.produce("kept", 0, session.producer_id, session.producer_epoch, 0, [b"k"])
+        broker.delete_topic("gone")
+        assert broker.topics() == {"kept": 1}
+        with pytest.raises(idempotent.InvalidTopicError, match="unknown topic 'gone'"):
+            broker.delete_topic("gone")
+        broker.create_topic("gone", 3)
+        assert broker.end_offset("gone", 1) == 0 and broker.read("gone", 1) == []
+        assert broker.policy_for("gone").value == "strict"  # the topic's setting went with it
+        again = broker.init_producer("p")
+        assert dict(again.last_sequences) == {("kept", 0): 0}  # nothing known of the old topic
+        result = broker.produce("gone", 1, again.producer_id, again.producer_epoch, 0, [b"new"])
+        assert (result.outcome, result.base_offset) == (idempotent.Outcome.ACCEPTED, 0)
+        assert [r.value for r in broker.read("kept", 0)] == [b"k"]
+    finally:
+        broker.close()
+    if scheme == "sqlite":  # and so it is stored
+        with idempotent.connect(url) as reopened:
+            assert reopened.topics() == {"kept": 1, "gone": 3}
+            assert [r.value for r in reopened.read("gone", 1)] == [b"new"]
+
+
+@pytest.mark.kafka
+def test_a_producers_own_kafka_broker_deletes_topics_too(kafka_service: Any) -> None:
+    import uuid
+
+    from idempotent.direct import DirectBroker
+
+    topic = f"direct-gone-{uuid.uuid4().hex[:6]}"
+    broker = DirectBroker(kafka_service.url)
+    try:
+        broker.create_topic(topic, 2)
+        broker.set_policy("monotonic", topic=topic)
+        assert topic in broker.topics()
+        broker.delete_topic(topic)
+        assert topic not in broker.topics()
+        assert f"policy:topic:{topic}" not in broker.backend.load_settings()  # its setting went with it
+        with pytest.raises(idempotent.InvalidTopicError, match="unknown topic"):
+            broker.delete_topic(topic)
+        broker.create_topic(topic, 3)  # the old partition count is gone with it
+        assert broker.topics()[topic] == 3
     finally:
         broker.close()

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +30,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     [
         (["produce", "sqlite:///{db}", "t", "--file", "{tmp}/missing.txt"], "no such file"),
         (["produce", "sqlite:///{db}", "t", "--file", "-"], "not supported"),
-        (["produce", "ftp://host/x", "t", "--generate", "5"], "unknown backend URL scheme 'ftp'"),
+        (["produce", "ftp://host/x", "t", "--generate", "5"], "unknown URL scheme 'ftp'"),
         (["produce", "sqlite:///{tmp}/no/dir.db", "t", "--generate", "5"], "does not exist"),
         (["produce", "sqlite:///{db}", "t", "--generate", "lots"], "'lots' is not an integer"),
         (["produce", "sqlite:///{db}", "t", "--generate", "-1"], "at least 0"),
@@ -38,7 +43,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         (["tail", "sqlite:///{db}", "t", "--partition", "7"], "partitions 0..0"),
         (["tail", "sqlite:///{db}", "t", "--offset", "1", "--from-beginning"], "not allowed with"),
         (["stats", "sqlite:///{db}", "unknown"], "unknown topic 'unknown'"),
-        (["stats", "kafka"], "unknown backend URL scheme"),
+        (["stats", "kafka"], "no URL scheme in 'kafka': use sqlite:///"),
         (["frobnicate"], "invalid choice"),
     ],
 )
@@ -110,3 +115,121 @@ def test_a_sqlite_url_without_three_slashes_is_refused(
     with pytest.raises(idempotent.ConfigError, match="not a SQLite URL"):
         idempotent.connect(spelling)
     assert list(tmp_path.iterdir()) == []  # nothing was created, neither x.db nor /x.db's lock
+
+
+# -- errors that say what to do ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["stats"], ["tail", "{url}", "t"], ["produce", "{url}", "t", "--generate", "1"]])
+def test_an_unknown_scheme_lists_every_url_the_cli_takes(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [a.format(url="ftp://host/x") for a in command]
+    code, out, err = run(capsys, *argv, *([] if len(argv) > 1 else ["ftp://host/x"]))
+    assert (code, out) == (2, "")
+    (line,) = err.strip().splitlines()
+    assert "unknown URL scheme 'ftp' in 'ftp://host/x': use " in line
+    for form in ("sqlite:///", "memory://", "kafka://", "pulsar://", "idem://", "idems://"):
+        assert form in line, form
+    for form in ("kafka+native://", "pulsar+native://"):  # what mirror and tail read besides
+        assert form in line, form
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 where nothing listens (bound once, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _run_cli(*argv: str, timeout: float = 120) -> tuple[int, str, str, float]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "idempotent", *argv], capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr, time.monotonic() - started
+
+
+def test_an_unreachable_pulsar_fails_within_the_default_connect_timeout_and_says_so() -> None:
+    url = f"pulsar://127.0.0.1:{_closed_port()}?admin_url=http://127.0.0.1:{_closed_port()}"
+    code, out, err, elapsed = _run_cli("stats", url)
+    assert (code, out) == (1, "")
+    (line,) = err.strip().splitlines()  # one line, and no line of the Pulsar client's own
+    assert line.startswith("error: pulsar: cannot connect to 127.0.0.1:")
+    assert "within the connect timeout of 10 s (Connection refused)" in line and "--connect-timeout" in line
+    assert elapsed < 10 + 5  # 10 s of retries, the rest is starting Python
+
+
+@pytest.mark.parametrize("scheme", ["kafka", "pulsar", "idem"])
+def test_an_unreachable_broker_fails_within_the_connect_timeout_given(scheme: str) -> None:
+    port = _closed_port()
+    url = f"{scheme}://127.0.0.1:{port}"
+    if scheme == "pulsar":
+        url += f"?admin_url=http://127.0.0.1:{_closed_port()}"
+    for argv in (["stats", url], ["produce", url, "t", "--generate", "1"], ["admin", "--url", url, "stats", "t"]):
+        code, out, err, elapsed = _run_cli(*argv, "--connect-timeout", "1.5")
+        assert (code, out) == (1, ""), (argv, err)
+        (line,) = err.strip().splitlines()
+        assert line.startswith("error: "), line
+        assert f"cannot connect to {'idem://' if scheme == 'idem' else ''}127.0.0.1:{port}" in line, line
+        assert "connect timeout of 1.5 s" in line and "Connection refused" in line, line
+        assert elapsed < 1.5 + 5, (argv, elapsed)
+
+
+# -- the docs name commands and options as they are --------------------------------------------
+
+_DOCS = ("README.md", "docs/operations.md", "docs/backends.md", "docs/migration.md", "docs/mirror.md")
+
+
+def _documented_command_lines() -> list[tuple[str, list[str]]]:
+    """``idempotent ...`` command lines written in the docs: inline code spans and lines of
+    code blocks, as (where, tokens after ``idempotent``)."""
+    import shlex
+
+    root = Path(__file__).parent.parent
+    found = []
+    for name in _DOCS:
+        text = (root / name).read_text()
+        spans = re.findall(r"`(idempotent [^`\n]+)`", text)
+        for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+            spans += re.findall(r"^(?:\$ )?(idempotent [^\n`]+)$", block, re.MULTILINE)
+        for span in spans:
+            cleaned = re.sub(r"\.\.\.|[\[\]()|]", " ", span.split("#")[0].split("&&")[0])
+            try:
+                tokens = shlex.split(cleaned)
+            except ValueError:
+                tokens = cleaned.split()
+            found.append((f"{name}: {span}", tokens[1:]))
+    return found
+
+
+def test_the_docs_name_every_command_verb_and_option_as_it_is() -> None:
+    import argparse
+
+    from idempotent import cli
+
+    parser = cli.build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    checked = 0
+    for where, tokens in _documented_command_lines():
+        if not tokens or tokens[0].startswith("-"):
+            continue
+        command = tokens[0]
+        if command in ("broker", "mirror", "services", "compare", "token") and command in commands.choices:
+            continue  # own argument styles; their options are checked by their own modules' tests
+        assert command in commands.choices, f"{where}: no command {command!r}"
+        sub = commands.choices[command]
+        verbs = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        parsers = [sub]
+        if verbs:
+            words = [t for t in tokens[1:] if re.fullmatch(r"[a-z][a-z-]*", t) and t not in ("or",)]
+            named = [w for w in words if w in verbs[0].choices]  # "list|describe|..." names several
+            first_word = next(iter(words), None)
+            assert first_word is None or first_word in named, f"{where}: {command} has no verb {first_word!r}"
+            parsers = [verbs[0].choices[v] for v in named] if named else list(verbs[0].choices.values())
+            parsers.append(sub)
+        options = {o for p in parsers for a in p._actions for o in a.option_strings}
+        for token in tokens[1:]:
+            if token.startswith("--"):
+                option = token.split("=", 1)[0]
+                assert option in options, f"{where}: {command} has no option {option}"
+        checked += 1
+    assert checked >= 20

@@ -485,16 +485,68 @@ def test_the_rest_of_confluent_kafka_passes_through() -> None:
 
     from idempotent.compat.confluent_kafka import admin, serialization
 
-    assert compat.Consumer is confluent_kafka.Consumer
+    # the client classes are the native ones, with the project's logger unless given one
+    # (test_passed_through_clients_log_into_python_logging)
+    assert issubclass(compat.Consumer, confluent_kafka.Consumer) and compat.Consumer.__name__ == "Consumer"
+    assert compat.Consumer is compat.Consumer
+    assert issubclass(compat.DeserializingConsumer, confluent_kafka.DeserializingConsumer)
+    assert issubclass(admin.AdminClient, confluent_kafka.admin.AdminClient) and admin.AdminClient is admin.AdminClient
     assert compat.TopicPartition is confluent_kafka.TopicPartition
-    assert compat.DeserializingConsumer is confluent_kafka.DeserializingConsumer
-    assert admin.AdminClient is confluent_kafka.admin.AdminClient
     assert serialization.StringSerializer is confluent_kafka.serialization.StringSerializer
     assert compat.KafkaException is confluent_kafka.KafkaException  # one class: catches the Consumer's errors too
     error = ConsumeError(KafkaError(KafkaError._PARTITION_EOF))
     assert (error.code, error.name) == (KafkaError._PARTITION_EOF, "_PARTITION_EOF")
     with pytest.raises(AttributeError, match="NoSuchThing"):
         compat.NoSuchThing  # noqa: B018
+
+
+def test_passed_through_clients_log_into_python_logging(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    from idempotent.compat.confluent_kafka.admin import AdminClient
+
+    caplog.set_level("DEBUG", logger="idempotent.clients.librdkafka")
+    closed = _closed_port()
+
+    def refused(client: str) -> bool:
+        return any(
+            "Connection refused" in r.getMessage() and client in r.getMessage()
+            for r in caplog.records
+            if r.name == "idempotent.clients.librdkafka"
+        )
+
+    consumer = compat.Consumer({"bootstrap.servers": f"127.0.0.1:{closed}", "group.id": "g"})
+    deadline = time.monotonic() + 20
+    while not refused("consumer") and time.monotonic() < deadline:
+        consumer.poll(0.5)  # librdkafka fails to connect, and says so
+    consumer.close()
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{closed}"})
+    while not refused("producer") and time.monotonic() < deadline:  # the admin client is a producer
+        admin.poll(0.5)
+    del admin
+    assert refused("consumer") and refused("producer")
+    assert "|FAIL|" not in capfd.readouterr().err  # nothing printed by librdkafka itself
+
+    own: list[str] = []
+
+    class Mine:
+        def log(self, level: int, msg: str, *args: object) -> None:
+            own.append(msg % args)
+
+    caplog.clear()
+    consumer = compat.Consumer({"bootstrap.servers": f"127.0.0.1:{closed}", "group.id": "g", "logger": Mine()})
+    consumer.poll(1.0)
+    consumer.close()
+    assert any("Connection refused" in m for m in own)  # the user's logger is kept
+    assert not [r for r in caplog.records if r.name == "idempotent.clients.librdkafka"]
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def test_kafka_error_carries_librdkafkas_table_and_can_be_raised() -> None:

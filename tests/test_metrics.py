@@ -251,3 +251,55 @@ def test_metrics_server_refuses_a_busy_port_and_leaves_nothing_running() -> None
             start_metrics_server(broker, "127.0.0.1", busy.getsockname()[1])
     assert broker._observers == ()
     broker.close()
+
+
+# -- the Grafana dashboard (docs/grafana/idempotent-broker.json) --------------------------------
+
+
+def test_every_metric_the_grafana_dashboard_queries_is_exported() -> None:
+    """Names read from a real registry after traffic (accepted, duplicate, refused, a failed
+    append and its recovery, snapshots, a producer init, partition ownership), never from a
+    list written by hand."""
+    import json
+    import re
+
+    from prometheus_client import generate_latest
+
+    dashboard = json.loads((Path(__file__).parent.parent / "docs" / "grafana" / "idempotent-broker.json").read_text())
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\b(idempotent_[a-z_]+)", target["expr"])
+    }
+    queried |= set(re.findall(r"\b(idempotent_[a-z_]+)", json.dumps(dashboard["templating"])))
+    assert len(queried) >= 20
+
+    broker = idempotent.connect(
+        "memory://",
+        BrokerConfig(
+            broker_id="b1", maintenance_interval=0, checker=CheckerConfig(snapshot_entries=2, max_producers=1)
+        ),
+    )
+    metrics = BrokerMetrics(broker)
+    try:
+        broker.create_topic("t", 2)
+        session = broker.init_producer()
+        for base in range(0, 12, 3):
+            broker.produce("t", 0, session.producer_id, session.producer_epoch, base, [b"a", b"b", b"c"])
+        broker.produce("t", 0, session.producer_id, session.producer_epoch, 0, [b"a"])  # DUPLICATE
+        with pytest.raises(idempotent.InvalidBatchError):
+            broker.produce("t", 0, session.producer_id, session.producer_epoch, -5, [b"a"])
+        other = broker.init_producer()  # a second producer on t[0]: the first is evicted
+        broker.produce("t", 0, other.producer_id, other.producer_epoch, 0, [b"z"])
+        broker.backend.faults.lose_ack = 1  # type: ignore[attr-defined]
+        with pytest.raises(idempotent.BackendUnavailableError):  # the ack is lost: the partition recovers
+            broker.produce("t", 0, other.producer_id, other.producer_epoch, 1, [b"y"])
+        broker.produce("t", 0, other.producer_id, other.producer_epoch, 1, [b"y"])  # DUPLICATE, after recovery
+        text = generate_latest(metrics.registry).decode()
+    finally:
+        metrics.close()
+        broker.close()
+    exported = set(re.findall(r"^(idempotent_[a-z_]+)", text, re.MULTILINE))
+    missing = sorted(queried - exported)
+    assert not missing, f"the dashboard queries metrics the broker does not export: {missing}"

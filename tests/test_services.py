@@ -371,6 +371,7 @@ def test_the_api_and_the_helpers_callers_use_stay_where_they_were() -> None:
         "SERVICES",
         "ServiceInfo",
         "cache_dir",
+        "clean",
         "down",
         "install",
         "kill9",

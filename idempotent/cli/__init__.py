@@ -6,9 +6,13 @@ Subcommands::
     idempotent mirror --from SOURCE --to DEST_URL (--topic T [--to-topic T2] | --topics LIST [--to-prefix P])
                       --job NAME [--follow [--refresh-topics SECONDS]]
     idempotent mirror status --job NAME --to DEST_URL [--from SOURCE] [--to-topic T2 ...] [--json]
-    idempotent tail URL TOPIC [--partition P] [--offset O | --from-beginning] [--max N]
-                              [--follow] [--format text|json]
+    idempotent tail URL TOPIC [--partition P] [--from WHERE | --offset O | --from-beginning]
+                              [--count N] [--follow] [--format text|json|FORMAT | --json] [-K SEP]
     idempotent stats URL [TOPIC] [--json]
+    idempotent topics list URL [--json]
+    idempotent topics describe URL TOPIC [--json]
+    idempotent topics create URL TOPIC [--partitions N] [--config KEY=VALUE ...]
+    idempotent topics delete URL TOPIC --yes
     idempotent token (--secret-file F | --private-key F [--algorithm A]) --sub NAME [--role R ...]
                      [--ttl SECONDS] [--audience A] [--issuer I] [--roles-claim CLAIM]
     idempotent broker --backend URL [--listen HOST:PORT] [--tls-cert F --tls-key F] [--broker-id ID] [options]
@@ -23,6 +27,9 @@ Subcommands::
     idempotent compare --long [options above]
     idempotent --version
 
+Every parsed command takes ``-v`` (log lines on stderr, see :func:`.common.command_logging`);
+those that open a Kafka, Pulsar or broker server URL take ``--connect-timeout SECONDS``.
+
 Each command is one module of this package (``produce.py``, ``tail.py`` ...). **To add a
 command**, write a module with ``add_parser(commands: Subcommands) -> None`` that calls
 ``commands.add_parser(NAME, ...)``, adds its arguments and sets
@@ -33,7 +40,8 @@ share lives in :mod:`.common` (:class:`~.common.CliError`, argument types, read-
 reporting). A command that parses its own arguments is also listed in :data:`RAW_COMMANDS`.
 
 Every command takes every broker URL (``sqlite:///``, ``memory://``, ``kafka://``,
-``pulsar://``, ``idem://``, ``idems://``) and every spelling of a topic
+``pulsar://``, ``idem://``, ``idems://``; ``tail`` and ``mirror`` also ``kafka+native://`` and
+``pulsar+native://``) and every spelling of a topic
 (:mod:`idempotent._topics`). ``tail`` and ``stats`` never write to the log: on a backend URL
 they open the backend read-only (no topic is created, no snapshot or producer record is
 stored), so they may run next to a writer; on a broker server URL they ask the server. So do
@@ -55,12 +63,28 @@ from types import ModuleType
 from .. import __version__
 from .._gc import fewer_collections
 from ..errors import DeliveryFailed, ProducerError, UsageError
-from . import admin, broker, check, compare, mirror, produce, services, stats, tail, token
-from .common import CliError, Parser, err, exit_code, open_read_only
+from . import admin, broker, check, compare, mirror, produce, services, stats, tail, token, topics
+from .common import CliError, Parser, command_logging, err, exit_code, open_read_only
 from .formatting import format_record
 
 #: The command modules, in the order ``idempotent --help`` lists them; each has ``add_parser``.
-COMMANDS: tuple[ModuleType, ...] = (produce, mirror, tail, stats, check, token, broker, admin, services, compare)
+COMMANDS: tuple[ModuleType, ...] = (
+    produce,
+    mirror,
+    tail,
+    stats,
+    topics,
+    check,
+    token,
+    broker,
+    admin,
+    services,
+    compare,
+)
+VERBOSE_HELP = (
+    "show log lines on stderr: -v the project's INFO and the Kafka/Pulsar clients' warnings, "
+    "-vv more, -vvv everything (default: errors only)"
+)
 #: Commands that take their arguments unparsed (``idempotent NAME ARGS...`` calls ``run(ARGS)``).
 RAW_COMMANDS: dict[str, Callable[[list[str]], int]] = {"services": services.run}
 
@@ -70,12 +94,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="idempotent",
         description="Exactly-once publishing over SQLite, Kafka or Pulsar logs.",
-        epilog="URLs: sqlite:///relative.db, sqlite:////absolute.db, kafka://host:port, pulsar://host:port, memory://",
+        epilog="URLs: sqlite:///relative.db, sqlite:////absolute.db, kafka://host:port, pulsar://host:port, "
+        "memory://, idem://host:port, idems://host:port; tail and mirror also read kafka+native://host:port "
+        "and pulsar+native://host:port?admin_url=...",
     )
     parser.add_argument("--version", action="version", version=f"idempotent {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help=VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMANDS:
         module.add_parser(commands)
+    for name, command in commands.choices.items():
+        if name not in RAW_COMMANDS:  # -v after the command too: idempotent tail URL T -v
+            command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     return parser
 
 
@@ -92,7 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return 2
         handler: Callable[[argparse.Namespace], int] = args.handler
-        with fewer_collections():  # the commands write and read in bulk: see idempotent._gc
+        verbosity = max(args.verbose, getattr(args, "default_verbosity", 0))
+        # the commands write and read in bulk: see idempotent._gc
+        with command_logging(verbosity), fewer_collections():
             return handler(args)
     except SystemExit as exc:  # argparse (--help, --version, errors) and delegated commands
         return exit_code(exc.code)

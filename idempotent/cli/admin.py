@@ -27,6 +27,8 @@ from .common import (
     URL_ENV,
     CliError,
     Subcommands,
+    add_connect_timeout,
+    connect_options,
     int_type,
     open_read_only,
     partition_count,
@@ -107,6 +109,7 @@ def add_parser(commands: Subcommands) -> None:
     def common(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--url", metavar="URL", default=argparse.SUPPRESS, help=f"the broker (default: ${URL_ENV})")
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        add_connect_timeout(parser)
 
     dedup = verbs.add_parser(
         "set-deduplication",
@@ -190,7 +193,7 @@ def _require_database(url: str) -> None:
             raise CliError(f"no database file {path!r} (from {url})")
 
 
-def open_admin(url: str, *, write: bool) -> BrokerAPI:
+def open_admin(url: str, *, write: bool, connect_timeout: float | None = None) -> BrokerAPI:
     """The broker handle of an admin command.
 
     A broker server is connected to. A backend URL is opened in this process: read-only
@@ -203,12 +206,13 @@ def open_admin(url: str, *, write: bool) -> BrokerAPI:
     """
     from .. import connect
 
+    options = connect_options(url, connect_timeout)
     if urlsplit(url).scheme in SERVER_SCHEMES:
-        return connect(url)
+        return connect(url, **options)
     if not write:
-        return open_read_only(url)
+        return open_read_only(url, connect_timeout)
     _require_database(url)
-    return connect(url, BrokerConfig(auto_create_topics=False, maintenance_interval=0))
+    return connect(url, BrokerConfig(auto_create_topics=False, maintenance_interval=0), **options)
 
 
 def cmd_admin_set_deduplication(args: argparse.Namespace) -> int:
@@ -221,7 +225,7 @@ def cmd_admin_set_deduplication(args: argparse.Namespace) -> int:
         raise CliError("nothing to change: give --enable, --disable or --clear, and/or --policy")
     target = parse_admin_target(args.target)
     url = admin_url(args)
-    broker = open_admin(url, write=True)
+    broker = open_admin(url, write=True, connect_timeout=args.connect_timeout)
     try:
         if target.kind == "topic" and not args.allow_unknown and target.name not in broker.topics():
             known = ", ".join(sorted(broker.topics())) or "none"
@@ -250,7 +254,7 @@ def cmd_admin_set_deduplication(args: argparse.Namespace) -> int:
 def cmd_admin_stats(args: argparse.Namespace) -> int:
     """``idempotent admin stats``: a topic's deduplication status and checker state."""
     validate_topic(args.topic)
-    broker = open_admin(admin_url(args), write=False)
+    broker = open_admin(admin_url(args), write=False, connect_timeout=args.connect_timeout)
     try:
         count = partition_count(broker, args.topic)
         stats = broker.stats(args.topic)
@@ -301,7 +305,7 @@ def producer_rows(stats: Sequence[PartitionStats], partition: int | None = None)
 def cmd_admin_describe_producers(args: argparse.Namespace) -> int:
     """``idempotent admin describe-producers``: the producers each partition tracks."""
     validate_topic(args.topic)
-    broker = open_admin(admin_url(args), write=False)
+    broker = open_admin(admin_url(args), write=False, connect_timeout=args.connect_timeout)
     try:
         count = partition_count(broker, args.topic)
         if args.partition is not None and args.partition >= count:

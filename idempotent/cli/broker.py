@@ -7,7 +7,7 @@ import functools
 from typing import Any
 
 from ..broker import Broker, BrokerConfig
-from .common import CliError, Subcommands, err, float_type, int_type
+from .common import CliError, Subcommands, add_connect_timeout, connect_options, err, float_type, int_type
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -86,7 +86,8 @@ def add_parser(commands: Subcommands) -> None:
         default=week,
         help="delete a producer's record (name, id, epoch) after S seconds unused (default 604800, 7 days)",
     )
-    broker.set_defaults(handler=cmd_broker)
+    add_connect_timeout(broker)
+    broker.set_defaults(handler=cmd_broker, default_verbosity=1)  # a server: its INFO lines are its output
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
@@ -117,8 +118,6 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
 
 def cmd_broker(args: argparse.Namespace) -> int:
     """``idempotent broker``: serve a backend over the network until SIGTERM/SIGINT."""
-    import logging
-
     from ..server import BrokerServer, ServerConfig, parse_listen, server_ssl_context
 
     host, port = parse_listen(args.listen)
@@ -129,12 +128,11 @@ def cmd_broker(args: argparse.Namespace) -> int:
         raise CliError("the --auth-* options need --auth-jwt-secret-file or --auth-jwt-public-key")
     context = server_ssl_context(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     config = ServerConfig(max_frame=args.max_frame, max_in_flight=args.max_in_flight, idle_timeout=args.idle_timeout)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.backend.startswith(("idem://", "idems://")):
         raise CliError("--backend must name a storage backend (sqlite://, kafka://, pulsar://, memory://)")
     from .. import connect
 
-    broker = connect(args.backend, broker_config(args))
+    broker = connect(args.backend, broker_config(args), **connect_options(args.backend, args.connect_timeout))
     assert isinstance(broker, Broker)
     try:
         security = broker_security(args, broker)

@@ -9,15 +9,20 @@ a backend it only reads with :func:`open_read_only`.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
-from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, NoReturn, TypeAlias
+from collections.abc import Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeAlias
 from urllib.parse import urlsplit
+
+from adapters import NETWORK_SCHEMES
 
 from .._topics import canonical_topic
 from ..api import BrokerAPI
 from ..broker import validate_topic
+from ..clientlogs import CLIENTS_LOGGER, drain_pulsar_logs
 from ..errors import InvalidTopicError
 
 if TYPE_CHECKING:
@@ -29,6 +34,10 @@ else:
 URL_ENV = "IDEMPOTENT_URL"
 #: Schemes of a broker server: ``stats`` and ``describe-producers`` ask it, nothing is opened here.
 SERVER_SCHEMES = ("idem", "idems")
+#: Schemes reached over the network, which ``--connect-timeout`` applies to.
+CONNECTING_SCHEMES = (*NETWORK_SCHEMES, "idem", "idems")
+#: Seconds a command tries to reach a Kafka, Pulsar or broker server address by default.
+DEFAULT_CONNECT_TIMEOUT = 10.0
 
 
 class CliError(Exception):
@@ -60,6 +69,26 @@ def int_type(minimum: int, what: str) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def add_connect_timeout(parser: argparse.ArgumentParser) -> None:
+    """Give a command that opens a broker URL the ``--connect-timeout`` option."""
+    parser.add_argument(
+        "--connect-timeout",
+        metavar="SECONDS",
+        type=positive_float_type,
+        default=DEFAULT_CONNECT_TIMEOUT,
+        help="how long to try to reach a Kafka, Pulsar or broker server address before failing "
+        f"(default {DEFAULT_CONNECT_TIMEOUT:g})",
+    )
+
+
+def positive_float_type(text: str) -> float:
+    """An argparse ``type=`` for a finite number > 0."""
+    value = float_type(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
 
 
 def float_type(text: str) -> float:
@@ -105,32 +134,43 @@ def isatty(stream: IO[str]) -> bool:
         return False
 
 
-def open_read_only(url: str) -> BrokerAPI:
+def connect_options(url: str, connect_timeout: float | None) -> dict[str, Any]:
+    """The keyword options that give ``connect`` (or a backend) of ``url`` the command's
+    ``--connect-timeout``: for Kafka, Pulsar and broker servers; none for SQLite or memory."""
+    if connect_timeout is None or urlsplit(url).scheme not in CONNECTING_SCHEMES:
+        return {}
+    return {"connect_timeout": connect_timeout}
+
+
+def open_read_only(url: str, connect_timeout: float | None = None) -> BrokerAPI:
     """Open ``url`` to read from it, writing nothing (no topic creation, no snapshots).
 
     A broker server (``idem://``, ``idems://``, also several hosts) is connected to: reads
     through it write nothing. A backend URL is opened in this process, its backend wrapped
     in :class:`adapters.read_only.ReadOnlyBackend`; Kafka and Pulsar are also opened with
-    ``read_only=True``, so no partition is taken over from a writer.
+    ``read_only=True``, so no partition is taken over from a writer. ``connect_timeout``:
+    seconds to try to reach a Kafka, Pulsar or broker server address (their default if None).
 
     Raises:
         CliError: a ``sqlite://`` URL names a file that does not exist.
         ConfigError: bad URL.
-        BackendUnavailableError: the broker server or backend cannot be reached.
+        BackendUnavailableError, BrokerConnectionError: the backend or broker server cannot
+            be reached (within ``connect_timeout``, which the message names).
     """
     from adapters.read_only import open_read_only_broker
 
+    options = connect_options(url, connect_timeout)
     if urlsplit(url).scheme in SERVER_SCHEMES:
         from .. import connect
 
-        return connect(url)
+        return connect(url, **options)
     if urlsplit(url).scheme == "sqlite":
         from adapters.sqlite import parse_sqlite_url
 
         path, _ = parse_sqlite_url(url)
         if not os.path.exists(path):
             raise CliError(f"no database file {path!r} (from {url})")
-    return open_read_only_broker(url)
+    return open_read_only_broker(url, **options)
 
 
 def partition_count(broker: BrokerAPI, topic: str) -> int:
@@ -145,3 +185,53 @@ def partition_count(broker: BrokerAPI, topic: str) -> int:
         known = ", ".join(sorted(broker.topics())) or "none"
         raise CliError(f"unknown topic {topic!r} in {broker.url} (topics: {known})")
     return broker.partitions_for(topic, create=False)
+
+
+#: (the level of the project's and other Python loggers, the level of the native clients'
+#: loggers) shown for each ``-v`` count: quiet but for errors, then more and more.
+VERBOSITY_LEVELS = (
+    (logging.ERROR, logging.CRITICAL + 1),
+    (logging.INFO, logging.WARNING),
+    (logging.DEBUG, logging.INFO),
+    (logging.DEBUG, logging.DEBUG),
+)
+
+
+#: The loggers of the native clients' own lines: the project's router (idempotent.clientlogs)
+#: and the mirror sources' loggers.
+CLIENT_LOGGERS = (CLIENTS_LOGGER, "idempotent.mirror.librdkafka", "idempotent.mirror.pulsar")
+
+
+class _VerbosityFilter(logging.Filter):
+    """Lets a record through at the level its source gets (see :data:`VERBOSITY_LEVELS`)."""
+
+    def __init__(self, own: int, clients: int) -> None:
+        super().__init__()
+        self.own = own
+        self.clients = clients
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        client = any(record.name == name or record.name.startswith(name + ".") for name in CLIENT_LOGGERS)
+        return record.levelno >= (self.clients if client else self.own)
+
+
+@contextlib.contextmanager
+def command_logging(verbosity: int) -> Iterator[None]:
+    """Log records on stderr while a command runs, as much as ``verbosity`` (the count of
+    ``-v``) asks for: none but errors by default, and none of the native clients' lines
+    (librdkafka, the Pulsar C++ client; :mod:`idempotent.clientlogs`) below ``-v``. The
+    root logger's level and handlers are as before afterwards."""
+    own, clients = VERBOSITY_LEVELS[max(0, min(verbosity, len(VERBOSITY_LEVELS) - 1))]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    handler.addFilter(_VerbosityFilter(own, clients))
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(min(own, clients, level if level != logging.NOTSET else logging.WARNING))
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        drain_pulsar_logs()  # lines the Pulsar clients wrote until now, while they still show
+        root.removeHandler(handler)
+        root.setLevel(level)

@@ -26,7 +26,7 @@ from ..api import BrokerAPI
 from ..broker import validate_topic
 from ..errors import DeliveryFailed, ProducerError, UsageError
 from ..producer import Producer, SendManyFuture
-from .common import CliError, Subcommands, float_type, int_type, topic_type
+from .common import CliError, Subcommands, add_connect_timeout, connect_options, float_type, int_type, topic_type
 from .progress import Progress, add_progress_arguments
 
 #: Records sent but not yet checked before the oldest are checked; bounds memory for inputs
@@ -88,6 +88,7 @@ def add_parser(commands: Subcommands) -> None:
     )
     add_progress_arguments(produce)
     produce.add_argument("--quiet", action="store_true", help="print nothing but errors (no progress, no summary)")
+    add_connect_timeout(produce)
     produce.set_defaults(handler=cmd_produce)
 
 
@@ -264,7 +265,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     topic: str = args.topic
     from .. import connect
 
-    broker = connect(args.url)
+    broker = connect(args.url, **connect_options(args.url, args.connect_timeout))
     producer: Producer | None = None
     sent = duplicates = acknowledged = 0
     clean = sending = False

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import Subcommands, open_read_only, partition_count, topic_type
+from .common import Subcommands, add_connect_timeout, open_read_only, partition_count, topic_type
 from .formatting import format_stats, stats_dict
 
 
@@ -22,12 +22,13 @@ def add_parser(commands: Subcommands) -> None:
     stats.add_argument("url", metavar="URL")
     stats.add_argument("topic", metavar="TOPIC", nargs="?", type=topic_type)
     stats.add_argument("--json", action="store_true", help="print a JSON list")
+    add_connect_timeout(stats)
     stats.set_defaults(handler=cmd_stats)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """``idempotent stats``: the checker state of every partition (of one topic)."""
-    broker = open_read_only(args.url)
+    broker = open_read_only(args.url, args.connect_timeout)
     try:
         if args.topic is not None:
             partition_count(broker, args.topic)

@@ -78,6 +78,10 @@ class LinkInjector(ProduceShortcuts):
         self._check()
         self.inner.create_topic(name, partitions)
 
+    def delete_topic(self, name: str) -> None:
+        self._check()
+        self.inner.delete_topic(name)
+
     def topics(self) -> dict[str, int]:
         self._check()
         return self.inner.topics()

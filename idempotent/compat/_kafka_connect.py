@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import collections
 import functools
-import logging
 import threading
 import time
 from typing import Any, NamedTuple
 
 from .._records import Headers
+from ..clientlogs import LIBRDKAFKA_LOG
 from ..direct import direct_scheme
 from ..errors import ProducerError
 from ..producer import Producer as _Producer
@@ -30,8 +30,6 @@ from ._kafka_message import TIMESTAMP_CREATE_TIME, Message
 from ._kafka_reports import Report, Reports
 
 _NATIVE = "confluent_kafka"
-#: where the log lines of the client that probes the cluster go, unless the application gave a logger
-_LIBRDKAFKA_LOG = logging.getLogger("idempotent.compat.confluent_kafka.librdkafka")
 
 
 class _Early(NamedTuple):
@@ -168,7 +166,7 @@ class Connecting:
         if self._clients.probe is None:
             settings = {**self._config.connection, "bootstrap.servers": self._config.bootstrap or ""}
             settings["error_cb"] = self._probe_error
-            settings["logger"] = self._config.logger or _LIBRDKAFKA_LOG
+            settings["logger"] = self._config.logger or LIBRDKAFKA_LOG
             self._clients.probe = native.Producer(settings)
         try:
             self._clients.probe.list_topics(timeout=1.0)

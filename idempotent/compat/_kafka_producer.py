@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .._records import Headers
+from ..clientlogs import LIBRDKAFKA_LOG
 from ..errors import (
     InvalidTopicError,
     ProducerClosedError,
@@ -55,7 +56,6 @@ from ._partitioners import librdkafka_partition, librdkafka_sticky
 
 _LOG = logging.getLogger("idempotent.compat.confluent_kafka")
 _NATIVE = "confluent_kafka"
-_LIBRDKAFKA_LOG = logging.getLogger("idempotent.compat.confluent_kafka.librdkafka")
 
 
 def _closed_error() -> RuntimeError:
@@ -604,7 +604,7 @@ class Producer(Connecting):
         if self._clients.probe is None:
             settings = {**self._config.connection, "bootstrap.servers": self._config.bootstrap or ""}
             settings["error_cb"] = self._probe_error
-            settings["logger"] = self._config.logger or _LIBRDKAFKA_LOG
+            settings["logger"] = self._config.logger or LIBRDKAFKA_LOG
             self._clients.probe = native.Producer(settings)
         return self._clients.probe.list_topics(topic, timeout)
 

@@ -18,7 +18,7 @@ import importlib.machinery
 import sys
 import threading
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..api import BrokerAPI
@@ -94,15 +94,40 @@ class _Alias(importlib.abc.Loader):
         return None
 
 
+class _RoutedModule(types.ModuleType):
+    """A drop-in's submodule that reads every name from the native submodule through
+    ``route`` (which gives client classes the project's logger, see
+    :mod:`idempotent.clientlogs`)."""
+
+    def __init__(self, name: str, native_module: types.ModuleType, route: Callable[[Any], Any]) -> None:
+        super().__init__(name, native_module.__doc__)
+        self._native_module = native_module
+        self._route = route
+        for attribute in ("__all__", "__file__"):
+            if hasattr(native_module, attribute):
+                setattr(self, attribute, getattr(native_module, attribute))
+        if hasattr(native_module, "__path__"):  # a package: its submodules pass through too
+            self.__path__: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._route(getattr(self._native_module, name))
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(dir(self._native_module)))
+
+
 class _Passthrough(importlib.abc.MetaPathFinder):
     """Resolves ``<drop-in>.<sub>`` (``idempotent.compat.confluent_kafka.admin``) to the
     native ``<native>.<sub>`` (``confluent_kafka.admin``), so that an application's
     ``from confluent_kafka.admin import AdminClient`` keeps working once its import line
     names the drop-in."""
 
-    def __init__(self, drop_in: str, native_name: str) -> None:
+    def __init__(self, drop_in: str, native_name: str, route: Callable[[Any], Any] | None = None) -> None:
         self._prefix = drop_in + "."
         self._native = native_name
+        self._route = route
 
     def find_spec(
         self, fullname: str, path: object = None, target: types.ModuleType | None = None
@@ -113,20 +138,25 @@ class _Passthrough(importlib.abc.MetaPathFinder):
             module = importlib.import_module(self._native + "." + fullname[len(self._prefix) :])
         except ImportError:
             return None
+        if self._route is not None:
+            module = _RoutedModule(fullname, module, self._route)
         return importlib.machinery.ModuleSpec(fullname, _Alias(module))
 
 
-def pass_through_submodules(drop_in: str, native_name: str) -> None:
-    """Let ``import <drop_in>.<sub>`` import ``<native_name>.<sub>`` (once per drop-in)."""
+def pass_through_submodules(drop_in: str, native_name: str, route: Callable[[Any], Any] | None = None) -> None:
+    """Let ``import <drop_in>.<sub>`` import ``<native_name>.<sub>`` (once per drop-in); with
+    ``route``, every name of such a submodule is read through it (see :class:`_RoutedModule`)."""
     with _LOCK:
         for finder in sys.meta_path:
             if isinstance(finder, _Passthrough) and finder._prefix == drop_in + ".":
                 return
-        sys.meta_path.append(_Passthrough(drop_in, native_name))
+        sys.meta_path.append(_Passthrough(drop_in, native_name, route))
 
 
-def native_attribute(drop_in: str, native_name: str, name: str) -> Any:
-    """``name`` from the installed native module, for a drop-in module's ``__getattr__``.
+def native_attribute(drop_in: str, native_name: str, name: str, route: Callable[[Any], Any] | None = None) -> Any:
+    """``name`` from the installed native module, for a drop-in module's ``__getattr__``;
+    through ``route`` when given (the drop-ins give client classes the project's logger,
+    see :mod:`idempotent.clientlogs`).
 
     Raises:
         AttributeError: the native module is not installed or has no such name (the
@@ -141,8 +171,9 @@ def native_attribute(drop_in: str, native_name: str, name: str) -> Any:
             f"of the module is passed through from {native_name} when it is installed (it is not)"
         )
     try:
-        return getattr(module, name)
+        value = getattr(module, name)
     except AttributeError:
         raise AttributeError(
             f"module {native_name!r} (passed through by {drop_in}) has no attribute {name!r}"
         ) from None
+    return value if route is None else route(value)

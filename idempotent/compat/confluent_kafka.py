@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..clientlogs import route_kafka_attribute
 from . import _shared
 from ._kafka_config import ENV_BROKER_URL
 from ._kafka_errors import KafkaError, KafkaException, MessageStatus, kafka_error_for
@@ -84,13 +85,15 @@ _NATIVE = "confluent_kafka"
 
 # ``import idempotent.compat.confluent_kafka.admin`` (and every other submodule) is the native one
 __path__: list[str] = []
-_shared.pass_through_submodules(__name__, _NATIVE)
+_shared.pass_through_submodules(__name__, _NATIVE, route_kafka_attribute)
 
 
 def __getattr__(name: str) -> Any:
     """The rest of confluent-kafka (``Consumer``, ``AdminClient``, ``TopicPartition``,
-    ``admin``, ``serialization``, ...), passed through from the installed module."""
-    return _shared.native_attribute(__name__, _NATIVE, name)
+    ``admin``, ``serialization``, ...), passed through from the installed module. Its client
+    classes log into Python logging unless given a ``logger`` (see
+    :func:`idempotent.clientlogs.route_kafka_attribute`)."""
+    return _shared.native_attribute(__name__, _NATIVE, name, route_kafka_attribute)
 
 
 def version() -> str:

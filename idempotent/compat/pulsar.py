@@ -58,6 +58,7 @@ from .. import reader as _reader
 from .._outcomes import DeliveryStatus, RecordMetadata
 from .._topics import canonical_topic
 from ..api import BrokerAPI
+from ..clientlogs import open_pulsar_client, route_pulsar_attribute
 from ..errors import (
     BackendUnavailableError,
     ConfigError,
@@ -89,7 +90,7 @@ _MAX_SEQUENCE_ID = 2**63 - 1
 
 # ``import idempotent.compat.pulsar.schema`` (and every other submodule) is the native one
 __path__: list[str] = []
-_shared.pass_through_submodules(__name__, _NATIVE)
+_shared.pass_through_submodules(__name__, _NATIVE, route_pulsar_attribute)
 
 _NO_TIMEOUT_MS = float(2**31 - 1)
 
@@ -823,7 +824,8 @@ class Client:
             raise OperationNotSupported(f"Client.{what}() needs pulsar-client: pip install idempotent[pulsar]")
         with self._lock:
             if self._native is None:
-                self._native = module.Client(url.split("?", 1)[0], **self._native_options)
+                # without a logger of the user's, the C++ client's lines go to Python logging
+                self._native = open_pulsar_client(module.Client, url.split("?", 1)[0], **self._native_options)
             return self._native
 
     def subscribe(self, topic: Any, subscription_name: Any, *args: Any, **kwargs: Any) -> Any:
@@ -1494,4 +1496,4 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """The rest of pulsar-client (schemas, ``ConsumerType``, ``AuthenticationToken``,
     ``ConsoleLogger``, ...), passed through from the installed module."""
-    return _shared.native_attribute(__name__, _NATIVE, name)
+    return _shared.native_attribute(__name__, _NATIVE, name, route_pulsar_attribute)

@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
+from ..clientlogs import drain_pulsar_logs, open_pulsar_client
 from ..errors import BackendUnavailableError, ConfigError, InvalidTopicError, ProducerError
 from .source import Polled, SourceRecord
 
@@ -137,7 +138,10 @@ class PulsarNativeSource:
         self.admin_url = options.get("admin_url", f"http://{parts.hostname}:8080").rstrip("/")
         self._partitioned: dict[str, int] = {}
         with _map_errors("connect"):
-            self._client = pulsar.Client(self.service_url, operation_timeout_seconds=int(_TIMEOUT), logger=PULSAR_LOG)
+            # relayed through a file, not pulsar-client's Python logger (idempotent.clientlogs)
+            self._client = open_pulsar_client(
+                pulsar.Client, self.service_url, log_to=PULSAR_LOG, operation_timeout_seconds=int(_TIMEOUT)
+            )
 
     @property
     def url(self) -> str:
@@ -249,6 +253,7 @@ class PulsarNativeSource:
     def close(self) -> None:
         with contextlib.suppress(pulsar.PulsarException):
             self._client.close()
+        drain_pulsar_logs()  # the client's lines so far, now rather than at the relay's next read
 
 
 class PulsarPartitionReader:

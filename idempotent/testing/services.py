@@ -23,7 +23,7 @@ life cycle of a broker and the command line.
 
 Command line (also wired as ``idempotent services ...``)::
 
-    python -m idempotent.testing.services up|down|status|install|restart|kill9 kafka|pulsar|all
+    python -m idempotent.testing.services up|down|status|install|restart|kill9|clean kafka|pulsar|all
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -83,6 +84,7 @@ __all__ = [
     "SERVICES",
     "ServiceInfo",
     "cache_dir",
+    "clean",
     "down",
     "install",
     "kill9",
@@ -340,6 +342,31 @@ def restart(name: str, timeout: float = 180.0) -> ServiceInfo:
         return _start(spec, ports=ports, workdir=workdir, fresh=False, timeout=timeout)
 
 
+def clean(name: str) -> list[pathlib.Path]:
+    """Remove the data of this cache's broker ``name`` (its default workdir, under
+    ``/dev/shm/idempotent-<uid>-<hash of cache_dir()>``), and that directory once it is
+    empty; never another cache's or user's. Returns what was removed.
+
+    Raises:
+        RuntimeError: the broker is running (stop it first with ``down``).
+        ValueError: unknown name.
+    """
+    spec = _spec(name)
+    with _locked(_run_dir() / f"{name}.lock"):
+        if _running_pid(spec, _read_state(name)) is not None:
+            raise RuntimeError(f"{name} is running: stop it first (idempotent services down {name})")
+        workdir = _default_workdir(name)
+        removed = []
+        if workdir.exists():
+            shutil.rmtree(workdir)
+            removed.append(workdir)
+        parent = workdir.parent
+        if parent.name.startswith("idempotent-") and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            removed.append(parent)
+        return removed
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -347,7 +374,9 @@ def restart(name: str, timeout: float = 180.0) -> ServiceInfo:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``services up|down|status|install|restart|kill9 kafka|pulsar|all``.
+    """``services up|down|status|install|restart|kill9|clean kafka|pulsar|all``.
+
+    ``clean`` removes this cache's broker data (see :func:`clean`), refused while it runs.
 
     ``up`` prints each broker's URL on stdout (one line per service, for
     ``URL=$(... up kafka)``); ``status`` prints ``NAME URL (pid N)`` or
@@ -357,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="idempotent services", description="Run real single-node brokers on 127.0.0.1."
     )
-    parser.add_argument("command", choices=("up", "down", "status", "install", "restart", "kill9"))
+    parser.add_argument("command", choices=("up", "down", "status", "install", "restart", "kill9", "clean"))
     parser.add_argument("service", choices=(*SERVICES, "all"))
     parser.add_argument("--port", type=int, default=None, help="client port (up; one service)")
     parser.add_argument(
@@ -381,6 +410,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif args.command == "down":
                 stopped = down(name, timeout=args.timeout or 60.0)
                 print(f"{name} {'stopped' if stopped else 'was not running'}")
+            elif args.command == "clean":
+                removed = clean(name)
+                print(f"{name}: removed {', '.join(map(str, removed))}" if removed else f"{name}: no data to remove")
             elif args.command == "kill9":
                 kill9(name)
                 print(f"{name} killed")
