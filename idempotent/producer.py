@@ -167,8 +167,11 @@ class Producer(SenderLoop):
         self._max_buffered = max_buffered_records
         #: the largest key + value + headers a record may have (Record.size counts 16 more)
         self._max_payload = sys.maxsize if self._max_record_bytes is None else self._max_record_bytes - 16
-        #: guards the buffers, the routes and the sequencer; the sender waits on ``_cond``
-        self._lock = threading.Lock()
+        #: guards the buffers, the routes and the sequencer; the sender waits on ``_cond``.
+        #: An RLock: a Condition on it takes it back even when a signal handler raises in
+        #: ``wait`` (Ctrl-C in ``flush``); on a Lock the interrupted re-acquire would leave
+        #: the caller's ``with`` to release a lock another thread holds.
+        self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._routes: dict[str, Route] = {}
         #: (route, partition) of the buffers that got their first record since the sender

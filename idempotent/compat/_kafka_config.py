@@ -182,6 +182,12 @@ class Config:
         numbers = dict(_LIBRDKAFKA_DEFAULTS)
         for raw_key, value in _flatten(conf):
             key = _ALIASES.get(raw_key, raw_key)
+            if value is None:  # as librdkafka's NULL: the property goes back to its default
+                if key in numbers:
+                    numbers[key] = _LIBRDKAFKA_DEFAULTS[key]
+                elif key == "bootstrap.servers":
+                    self.bootstrap = None
+                continue
             if key in numbers:
                 low, high = _LIMITS.get(key, (1, 2**31 - 1))
                 numbers[key] = _as_int(raw_key, value, low, high)
@@ -284,6 +290,15 @@ class Config:
         if self.broker is not None or self.bootstrap is None:
             return None
         return f"kafka://{self.bootstrap}"
+
+    @property
+    def cluster(self) -> str:
+        """The Kafka cluster records go to, as librdkafka's ``bootstrap.servers`` (the hosts
+        of a ``kafka://`` URL); empty when they go elsewhere."""
+        target = self.target
+        if target is None or not target.startswith("kafka://"):
+            return ""
+        return target[len("kafka://") :].split("?", 1)[0].split("/", 1)[0]
 
     @property
     def kafka(self) -> bool:

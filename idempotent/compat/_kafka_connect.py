@@ -141,7 +141,9 @@ class Connecting:
             try:
                 inner = self._connect_inner()
             except ProducerError as exc:
-                error = kafka_error_of(exc, None, exc.retriable is False)
+                error = kafka_error_of(exc, None, None)
+                if not exc.retriable:  # the producer cannot start: fatal, whatever the error's kind
+                    error = KafkaError(error.code(), error.str(), fatal=True, retriable=False, cause=exc)
                 self._reports.error(error)
                 if not exc.retriable:
                     self._fail_early(error)
@@ -163,18 +165,29 @@ class Connecting:
         native = _shared.native(_NATIVE)
         if native is None:
             return True  # the backend reports what is wrong
-        if self._clients.probe is None:
-            settings = {**self._config.connection, "bootstrap.servers": self._config.bootstrap or ""}
-            settings["error_cb"] = self._probe_error
-            settings["logger"] = self._config.logger or LIBRDKAFKA_LOG
-            self._clients.probe = native.Producer(settings)
+        probe = self._probe(native)
         try:
-            self._clients.probe.list_topics(timeout=1.0)
+            probe.list_topics(timeout=1.0)
         except native.KafkaException:
-            self._clients.probe.poll(0)
+            probe.poll(0)
             self._stop.wait(0.1)
             return False
         return True
+
+    def _probe(self, native: Any) -> Any:
+        """The plain client that asks the cluster for metadata, made on first use; it stays
+        usable by the caller even if the producer is closed meanwhile."""
+        with self._cond:
+            probe = self._clients.probe
+            if probe is None:
+                settings = {
+                    **self._config.connection,
+                    "bootstrap.servers": self._config.cluster or self._config.bootstrap or "",
+                }
+                settings["error_cb"] = self._probe_error
+                settings["logger"] = self._config.logger or LIBRDKAFKA_LOG
+                probe = self._clients.probe = native.Producer(settings)
+            return probe
 
     def _probe_error(self, error: Any) -> None:
         self._reports.error(KafkaError(error.code(), error.str(), error.fatal(), error.retriable()))

@@ -37,7 +37,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .._records import Headers
-from ..clientlogs import LIBRDKAFKA_LOG
 from ..errors import (
     InvalidTopicError,
     ProducerClosedError,
@@ -343,7 +342,9 @@ class Producer(Connecting):
             if report is not None and not callable(report):
                 raise TypeError(f"Message callback at index {index} must be callable")
             headers = message.get("headers")
-            checked.append((message, value, key, target, report, None if headers is None else _header_tuple(headers)))
+            if headers is not None:
+                _header_tuple(headers)  # refused before any message of the batch is queued
+            checked.append((message, value, key, target, report, headers))
         queued = 0
         for message, value, key, target, report, headers in checked:
             try:
@@ -601,12 +602,7 @@ class Producer(Connecting):
                     KafkaError._NOT_IMPLEMENTED, "list_topics() is for a Kafka cluster; use the broker's topics()"
                 )
             )
-        if self._clients.probe is None:
-            settings = {**self._config.connection, "bootstrap.servers": self._config.bootstrap or ""}
-            settings["error_cb"] = self._probe_error
-            settings["logger"] = self._config.logger or LIBRDKAFKA_LOG
-            self._clients.probe = native.Producer(settings)
-        return self._clients.probe.list_topics(topic, timeout)
+        return self._probe(native).list_topics(topic, timeout)
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
         """Accepted without effect: the producer's clients keep the credentials they were

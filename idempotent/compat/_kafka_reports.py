@@ -59,11 +59,12 @@ class Reports:
     """Reports and errors waiting for ``poll``/``flush`` (see the module docstring).
 
     ``cond`` (on ``lock``) is the drop-in producer's one lock: it also guards the records
-    queued while it connects.
+    queued while it connects. An RLock, so that a Ctrl-C in ``poll``/``flush`` leaves it held
+    by its owner (see ``idempotent.producer.Producer._lock``).
     """
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.spans: collections.deque[_Span] = collections.deque()
         self.ready: collections.deque[tuple[Report | None, KafkaError, Message]] = collections.deque()
