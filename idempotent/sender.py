@@ -68,7 +68,7 @@ SpanListener = Callable[[RecordBuffer, Segment], None]
 class SenderLoop:
     """The producer's sender thread and the hooks around it (see the module docstring)."""
 
-    _lock: threading.Lock
+    _lock: threading.RLock
     _cond: threading.Condition
     _seq: ProducerSequencer
     _broker: BrokerAPI

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,3 +84,41 @@ def kafka_service() -> Iterator[object]:
 def pulsar_service() -> Iterator[object]:
     """A real Pulsar standalone broker, started by the project itself."""
     yield from _session_service("pulsar")
+
+
+def ctrl_c_while_retaking(cond: threading.Condition) -> list[BaseException]:
+    """Ctrl-C (SIGINT) reaches the main thread while its ``cond.wait()`` has timed out and
+    waits to take the lock back from another thread. Returns what that other thread raised
+    when it released the lock: nothing, unless the interrupted wait gave the lock up and the
+    main thread's ``with`` released the lock the other thread held."""
+    import os
+    import signal
+    import time
+
+    assert threading.current_thread() is threading.main_thread()
+    entered, errors = threading.Event(), []
+
+    def holder() -> None:
+        entered.wait()
+        try:
+            with cond:  # taken while the main thread waits, held past its timeout and the signal
+                time.sleep(0.6)
+        except BaseException as exc:
+            errors.append(exc)
+
+    other = threading.Thread(target=holder)
+    other.start()
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    interrupted = False
+    try:
+        with cond:
+            entered.set()
+            cond.wait(0.1)
+            time.sleep(1.0)  # the signal arrived during the wait's re-acquire, if not before
+    except KeyboardInterrupt:
+        interrupted = True
+    other.join()
+    timer.join()
+    assert interrupted
+    return errors

@@ -535,7 +535,9 @@ def test_passed_through_clients_log_into_python_logging(
 
     caplog.clear()
     consumer = compat.Consumer({"bootstrap.servers": f"127.0.0.1:{closed}", "group.id": "g", "logger": Mine()})
-    consumer.poll(1.0)
+    deadline = time.monotonic() + 20
+    while not any("Connection refused" in m for m in own) and time.monotonic() < deadline:
+        consumer.poll(0.5)
     consumer.close()
     assert any("Connection refused" in m for m in own)  # the user's logger is kept
     assert not [r for r in caplog.records if r.name == "idempotent.clients.librdkafka"]
@@ -826,3 +828,52 @@ def test_stats_cb_gets_librdkafka_shaped_statistics_from_poll(url: str) -> None:
     started = time.monotonic()
     assert quiet.poll(0.2) == 0 and time.monotonic() - started >= 0.19
     quiet.close()
+
+
+def test_a_second_process_on_one_sqlite_file_fails_at_once_naming_the_server(tmp_path: Any) -> None:
+    """One process writes an embedded SQLite file; a second one's messages fail at once
+    (not after message.timeout.ms) with an error that says what to run instead."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from idempotent.compat import confluent_kafka\n"
+            "p = confluent_kafka.Producer({'idempotent.broker.url': sys.argv[1]})\n"
+            "p.produce('t', b'first'); assert p.flush(30) == 0\n"
+            "print('ready', flush=True); time.sleep(60)\n",
+            url,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        errors: list[KafkaError] = []
+        producer = compat.Producer({"idempotent.broker.url": url, "error_cb": errors.append})
+        reports: list[Any] = []
+        began = time.monotonic()
+        producer.produce("t", b"second", on_delivery=lambda err, msg: reports.append(err))
+        producer.flush(30)
+        assert time.monotonic() - began < 10
+        assert len(reports) == 1 and reports[0] is not None
+        assert errors and errors[0].fatal()
+        assert "being written by another process" in errors[0].str() and "idempotent broker" in errors[0].str()
+        producer.close()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_ctrl_c_in_poll_leaves_the_lock_with_its_owner(url: str) -> None:
+    from .conftest import ctrl_c_while_retaking
+
+    producer = _producer(url)
+    assert ctrl_c_while_retaking(producer._cond) == []
+    producer.produce("t", b"after")
+    assert producer.flush(10) == 0
+    producer.close()

@@ -601,3 +601,13 @@ def test_a_batch_lost_by_the_backend_is_not_overtaken_under_monotonic() -> None:
     assert [(m.offset, m.duplicate) for m in result] == [(i + 1, False) for i in range(200)]  # type: ignore[union-attr]
     assert [r.value for r in broker.read("ids", 0, 0, 1000)] == [b"first", *values]
     broker.close()
+
+
+def test_ctrl_c_in_flush_leaves_the_lock_with_its_owner() -> None:
+    """A Ctrl-C that lands while ``flush()``'s wait takes the producer's lock back must not
+    make the caller release the lock the sender (or another caller) holds."""
+    from .conftest import ctrl_c_while_retaking
+
+    with Producer("memory://") as producer:
+        assert ctrl_c_while_retaking(producer._cond) == []
+        assert producer.send("t", b"after").result(10).offset == 0  # and the producer works on
