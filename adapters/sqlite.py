@@ -223,7 +223,9 @@ class SQLiteBackend:
             handle.close()
             raise ConfigError(
                 f"{self.path!r} is being written by another process (lock {self.path}.lock); "
-                "run one broker per database file"
+                "one process writes a database file: for several, run a broker server on it "
+                f"(idempotent broker --backend sqlite:///{self.path} --listen HOST:PORT) and give "
+                "every process its idem://HOST:PORT URL"
             ) from None
         self._lockfile = handle
         self._took_over = True
