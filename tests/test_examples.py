@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +33,9 @@ def test_quickstart(tmp_path: Path) -> None:
     assert "epoch 1" in out
 
 
-def _example(name: str, *args: str) -> subprocess.Popen[str]:
-    """Start an example with this checkout's package first on the path."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+def _example(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start an example with this checkout's package first on the path (and ``env`` added)."""
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen(
         [sys.executable, str(ROOT / "examples" / name), *args], stdout=subprocess.PIPE, text=True, env=env
     )
@@ -141,6 +143,34 @@ def test_drop_in_pulsar(tmp_path: Path) -> None:
     assert "stored a second time" not in out
     again = _run(ROOT / "examples" / "drop_in_pulsar.py", url, cwd=tmp_path)
     assert "resuming at position 5" in again and "last sequence id 4" in again
+
+
+def _importer_killed_and_run_again(tmp_path: Path, url: str, bootstrap: str, topic: str) -> None:
+    """The restartable importer, killed with -9 mid-file and run again from the start: the
+    topic holds every line once, and what the killed run stored came back as duplicates."""
+    lines = [f"k{i % 7} line {i}" for i in range(3000)]
+    source = tmp_path / "input.txt"
+    source.write_text("\n".join(lines) + "\n")
+    env = {"IDEMPOTENT_BROKER_URL": url if url.startswith("sqlite") else ""}
+    args = [str(source), bootstrap, "--topic", topic]
+    _kill_after(_example("drop_in_kafka_restart.py", *args, "--rate", "3000", env=env), "acknowledged", 2)
+    out = _finish(_example("drop_in_kafka_restart.py", *args, env=env))
+    ended = re.findall(r"stored (\d+) new lines, (\d+) duplicates, 0 failed, 0 pending", out)
+    new, duplicates = (int(n) for n in ended[0])
+    assert new + duplicates == len(lines) and duplicates >= 1000, out
+    with idempotent.Reader(url, topic) as reader:
+        stored = Counter(m.value for m in reader)
+    assert stored == Counter(line.encode() for line in lines)
+
+
+def test_drop_in_kafka_restart(tmp_path: Path) -> None:
+    _importer_killed_and_run_again(tmp_path, f"sqlite:///{tmp_path / 'import.db'}", "localhost:9092", "imported")
+
+
+@pytest.mark.kafka
+def test_drop_in_kafka_restart_into_kafka(kafka_service: Any, tmp_path: Path) -> None:
+    topic = f"imported-{uuid.uuid4().hex[:8]}"
+    _importer_killed_and_run_again(tmp_path, kafka_service.url, kafka_service.bootstrap, topic)
 
 
 @pytest.mark.kafka
