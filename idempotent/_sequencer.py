@@ -11,7 +11,9 @@ batch gets its ``base_sequence`` when it is first sent (*drain time*) and keeps 
 every retry, so a resend is always recognisable by the broker.
 
 Per partition at most ``max_in_flight`` stamped batches are in flight, kept in sequence
-order. Each is either AWAITING an answer or waiting to be RESENT. The answers:
+order. Each is either AWAITING an answer or waiting to be RESENT. A batch changes state only
+through the one table of :mod:`idempotent._transitions` (OPEN, QUEUED, AWAITING, RESEND,
+DONE); a move it lacks raises :class:`~idempotent.errors.IllegalStateTransition`. The answers:
 
 ==========================  ===============================================================
 ACCEPTED / DUPLICATE        the batch is done (persisted, with its offset when known)
@@ -77,7 +79,6 @@ sends what :meth:`batches_to_send` returns, feeds answers back and sleeps until
 from __future__ import annotations
 
 import bisect
-import enum
 import itertools
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -96,6 +97,7 @@ from ._sequence import (
     next_sequence,
     order_depends_on_policy,
 )
+from ._transitions import BatchState, BatchTrigger, transition
 from ._types import DEFAULT_MAX_IN_FLIGHT, MAX_APPLICATION_SEQUENCE, NO_SEQUENCE, TopicPartition
 from .errors import (
     ConfigError,
@@ -109,6 +111,11 @@ from .errors import (
     UnknownProducerError,
     UsageError,
 )
+
+#: the triggers of :mod:`idempotent._transitions`, bound once: on this per-batch path a global
+#: is several times cheaper to read than an enum member
+_SEAL, _SEND, _RETRY = BatchTrigger.SEAL, BatchTrigger.SEND, BatchTrigger.RETRY
+_REFUSE, _DELIVER, _FAIL = BatchTrigger.REFUSE, BatchTrigger.DELIVER, BatchTrigger.FAIL
 
 
 def _check_sequence(sequence: object) -> None:
@@ -136,16 +143,6 @@ def sequences_for(count: int, sequence: int | SequenceOf[int] | None) -> Sequenc
     for s in sequence:
         _check_sequence(s)
     return sequence
-
-
-class BatchState(enum.Enum):
-    """Life cycle of an outgoing batch."""
-
-    OPEN = "open"
-    QUEUED = "queued"
-    AWAITING = "awaiting"
-    RESEND = "resend"
-    DONE = "done"
 
 
 class Spans:
@@ -562,9 +559,9 @@ class ProducerSequencer:
             Spans(),
             batch.created_at,
             base_sequence=next_sequence(cut),
-            state=BatchState.QUEUED,
             explicit=True,
         )
+        tail.state = transition(tail.state, _SEAL)  # split off a sealed batch
         tail.spans = batch.spans.split(keep)
         tail_sizes = record_sizes(tail.records)
         tail.size, tail.largest = sum(tail_sizes), max(tail_sizes)
@@ -586,7 +583,7 @@ class ProducerSequencer:
     @staticmethod
     def _seal(ps: _Partition) -> None:
         if ps.open is not None:
-            ps.open.state = BatchState.QUEUED
+            ps.open.state = transition(ps.open.state, _SEAL)
             ps.queued.append(ps.open)
             ps.open = None
 
@@ -664,8 +661,8 @@ class ProducerSequencer:
         )
 
     def _transmit(self, batch: OutgoingBatch, now: float) -> OutgoingBatch:
+        batch.state = transition(batch.state, _SEND)
         batch.attempt += 1
-        batch.state = BatchState.AWAITING
         batch.sent_at = now
         batch.acked_at_send = self._acked.get(batch.topic_partition, NO_SEQUENCE)
         batch.previous_at_send = batch.previous_sequence
@@ -731,7 +728,7 @@ class ProducerSequencer:
             elif previous == NO_SEQUENCE or not at_or_before(last, previous):
                 self._acked[tp] = last
             failure = self._place(ps, batch, outcome) if undecided else None
-            self._finish(batch)
+            self._finish(batch, _DELIVER)
             self._events.append(BatchDelivered(batch, result.base_offset, outcome is Outcome.DUPLICATE))
             if failure is not None:
                 self._fail_all(failure)
@@ -748,11 +745,11 @@ class ProducerSequencer:
                 and not at_or_before(expected, batch.acked_at_send)
             )
             if expected in earlier or stale:
-                batch.state, batch.not_before = BatchState.RESEND, now
+                batch.state, batch.not_before = transition(batch.state, _RETRY), now
             elif expected is not None and expected == ps.given_back and self._renumber(ps, batch, expected):
                 pass  # refused behind a batch that was refused for good: numbered again
             elif self._predecessor_pending(ps, batch, expected):
-                batch.state, batch.not_before = BatchState.RESEND, now
+                batch.state, batch.not_before = transition(batch.state, _RETRY), now
             else:
                 self._fail_all(
                     SequenceDesyncError(
@@ -762,9 +759,10 @@ class ProducerSequencer:
                     )
                 )
         elif outcome is Outcome.IN_FLIGHT:
-            batch.state, batch.not_before, batch.doubtful = BatchState.RESEND, retry_at, True
+            batch.state, batch.not_before = transition(batch.state, _RETRY), retry_at
+            batch.doubtful = True
         elif outcome is Outcome.FENCED:
-            batch.state = BatchState.RESEND  # answered: this attempt was refused
+            batch.state = transition(batch.state, _REFUSE)  # answered: this attempt was refused
             self._fail_all(
                 ProducerFencedError(
                     f"producer {self.producer_id} epoch {self.producer_epoch} "
@@ -774,7 +772,7 @@ class ProducerSequencer:
                 )
             )
         else:
-            batch.state = BatchState.RESEND  # answered: this attempt was refused
+            batch.state = transition(batch.state, _REFUSE)  # answered: this attempt was refused
             self._fail_all(
                 UnknownProducerError(
                     f"broker has no state for producer {self.producer_id} on {batch.topic_partition}; "
@@ -838,11 +836,12 @@ class ProducerSequencer:
         if batch is None:
             return
         if error.recovery is Recovery.RETRY:
-            batch.state, batch.not_before, batch.doubtful = BatchState.RESEND, retry_at, True
+            batch.state, batch.not_before = transition(batch.state, _RETRY), retry_at
+            batch.doubtful = True
         elif isinstance(error, InvalidBatchError):
             self._refuse(batch, error)
         else:
-            batch.state = BatchState.RESEND  # answered: this attempt was refused
+            batch.state = transition(batch.state, _REFUSE)  # answered: this attempt was refused
             self._fail_all(error)
 
     def _refuse(self, batch: OutgoingBatch, error: ProducerError) -> None:
@@ -855,7 +854,7 @@ class ProducerSequencer:
         ps = self._partitions[batch.topic_partition]
         later = ps.inflight[ps.inflight.index(batch) + 1 :]
         doubtful = batch.doubtful
-        self._finish(batch)
+        self._finish(batch, _FAIL)
         status = DeliveryStatus.POSSIBLY_PERSISTED if doubtful else DeliveryStatus.NOT_PERSISTED
         self._events.append(BatchFailed(batch, error, status))
         if batch.previous_sequence is not None or doubtful:
@@ -881,7 +880,7 @@ class ProducerSequencer:
         this, number them again from ``start`` and resend them. False (the producer fails)
         when one of them cannot be numbered again: it carries the application's sequences, or
         an attempt of it went unanswered (it may still be stored)."""
-        batch.state, batch.not_before = BatchState.RESEND, 0.0
+        batch.state, batch.not_before = transition(batch.state, _RETRY), 0.0
         tail = [b for b in ps.inflight if at_or_before(start, b.base_sequence)]
         if any(b.explicit or b.doubtful for b in tail):
             return False
@@ -912,7 +911,8 @@ class ProducerSequencer:
                     )
                     return
                 if b.state is BatchState.AWAITING and b.sent_at + self.request_timeout <= now:
-                    b.state, b.not_before, b.doubtful = BatchState.RESEND, now, True
+                    b.state, b.not_before = transition(b.state, _RETRY), now
+                    b.doubtful = True
             expired = [b for b in ps.queued if b.created_at + self.delivery_timeout <= now]
             if ps.open is not None and ps.open.created_at + self.delivery_timeout <= now:
                 expired.append(ps.open)
@@ -920,7 +920,7 @@ class ProducerSequencer:
             for b in expired:
                 if b in ps.queued:
                     ps.queued.remove(b)
-                self._finish(b)
+                self._finish(b, _FAIL)
                 self._events.append(
                     BatchFailed(
                         b,
@@ -936,8 +936,9 @@ class ProducerSequencer:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _finish(self, batch: OutgoingBatch) -> None:
-        batch.state = BatchState.DONE
+    def _finish(self, batch: OutgoingBatch, trigger: BatchTrigger) -> None:
+        """End a batch (``trigger``: DELIVER or FAIL) and forget it."""
+        batch.state = transition(batch.state, trigger)
         self._batches.pop(batch.batch_id, None)
         ps = self._partitions.get(batch.topic_partition)
         if ps is not None:
@@ -958,5 +959,5 @@ class ProducerSequencer:
                 # still awaited, timed out, failed in transport, or IN_FLIGHT) may be stored.
                 unknown = b.doubtful or b.state is BatchState.AWAITING
                 status = DeliveryStatus.POSSIBLY_PERSISTED if unknown else DeliveryStatus.NOT_PERSISTED
-                self._finish(b)
+                self._finish(b, _FAIL)
                 self._events.append(BatchFailed(b, error, status))
