@@ -59,22 +59,11 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 
 from adapters._heads import BatchHead, HeadIndex
-from adapters._meta import (
-    MetaLog,
-    TopicOrigin,
-    lease_key,
-    origin_key,
-    pack_lease,
-    pack_origin,
-    pack_producer,
-    pack_snapshot,
-    unpack_snapshot,
-)
+from adapters._meta import TopicOrigin, pack_snapshot, unpack_snapshot
+from adapters._metadata import CompactedMetadataStore, MetadataDelegate
 from adapters._reach import DEFAULT_CONNECT_TIMEOUT, check_connect_timeout, parse_addresses, wait_reachable
 from adapters._writer import GroupQueue
-from idempotent._ownership import Lease
 from idempotent._records import Record, RecordColumns, Snapshot, StoredBatch, StoredRecord
-from idempotent._registry import ProducerRecord, merge_record
 from idempotent._types import MAX_BATCH_RECORDS, NO_PRODUCER_ID, Epoch, ProducerId, Sequence
 from idempotent.backend import AppendBatch
 from idempotent.clientlogs import LIBRDKAFKA_LOG
@@ -370,8 +359,9 @@ class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Fut
             future.set_exception(error)
 
 
-class KafkaBackend:
-    """A log in Apache Kafka; see the module docstring."""
+class KafkaBackend(MetadataDelegate):
+    """A log in Apache Kafka; see the module docstring. Its metadata half is a
+    :class:`~adapters._metadata.CompactedMetadataStore` over ``__idempotent_meta``."""
 
     durable = True
 
@@ -419,9 +409,10 @@ class KafkaBackend:
         wait_reachable("kafka", parse_addresses(str(self.client_config["bootstrap.servers"])), self.connect_timeout)
         self._lock = threading.RLock()
         self._writers: dict[tuple[str, int], _PartitionWriter] = {}
-        self._meta: MetaLog[int] = MetaLog()
+        self.metadata: CompactedMetadataStore[int] = CompactedMetadataStore(
+            "kafka", self._put_metas, self._meta_records, self._lock, timeout=self.timeout, writable=not read_only
+        )
         self._snapshots: dict[tuple[str, int], Snapshot] = {}
-        self._meta_position = 0
         self._snapshot_position = 0
         self._reader_topics: set[str] = set()
         #: (Kafka topic, partition) -> the offset after the last record this backend's writer
@@ -437,7 +428,7 @@ class KafkaBackend:
             self._meta_producer = self._new_meta_producer()
             self._reader = self._consumer()
             self._ensure_internal_topics()
-            self._catch_up_meta()
+            self.metadata.catch_up()
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -613,24 +604,20 @@ class KafkaBackend:
 
     # -- metadata (compacted __idempotent_meta) ---------------------------------------------
 
-    def _catch_up_meta(self) -> None:
+    def _meta_records(self, after: int | None) -> Iterator[tuple[str, bytes | None, int]]:
+        """The keyed records of the metadata topic after offset ``after`` (the metadata
+        store's reads; see :mod:`adapters._metadata`)."""
         meta = self.prefix + META_TOPIC
-        end = self._end_of(meta, 0)
-        if self._meta_position >= end:
-            return
-        for message in self._read_range(meta, 0, self._meta_position, None):
-            self._meta_position = message.offset() + 1
-            key = (message.key() or b"").decode()
-            try:
-                self._meta.apply(key, message.value(), message.offset())
-            except (ValueError, TypeError) as exc:
-                _LOG.warning("ignoring unreadable meta record %r at %d: %r", key, message.offset(), exc)
+        start = 0 if after is None else after + 1
+        with _map_errors("read the metadata"):
+            if start >= self._end_of(meta, 0):
+                return
+            for message in self._read_range(meta, 0, start, None):
+                yield (message.key() or b"").decode(), message.value(), message.offset()
 
-    def _put_meta(self, key: str, value: bytes | None) -> int:
-        return self._put_metas([(key, value)])[0]
-
-    def _put_metas(self, items: list[tuple[str, bytes | None]]) -> list[int]:
-        """Store keyed meta messages (one flush for all); their offsets, in order."""
+    def _put_metas(self, items: Seq[tuple[str, bytes | None]]) -> list[int]:
+        """Store keyed meta messages (one flush for all); their offsets, in order (the
+        metadata store's writes; see :mod:`adapters._metadata`)."""
         errors: list[Any] = []
         offsets: dict[int, int] = {}
 
@@ -679,11 +666,6 @@ class KafkaBackend:
 
     # -- LogBackend ------------------------------------------------------------------------
 
-    def list_topics(self) -> dict[str, int]:
-        with self._lock, _map_errors("list topics"):
-            self._catch_up_meta()
-            return dict(self._meta.topics)
-
     def _native_count(self, name: str) -> int | None:
         """The partition count of the Kafka topic ``name`` as Kafka's metadata has it now,
         or None when there is no such topic. (The admin client never auto-creates it.)"""
@@ -699,7 +681,8 @@ class KafkaBackend:
 
     def _clash(self, topic: str, name: str) -> str | None:
         """Another recorded topic stored in the same Kafka topic as ``topic``, if any."""
-        return next((t for t in self._meta.topics if t != topic and kafka_topic_name(t, self.prefix) == name), None)
+        recorded = self.metadata.recorded_topics()
+        return next((t for t in recorded if t != topic and kafka_topic_name(t, self.prefix) == name), None)
 
     def _current(self, topic: str, recorded: int, native: int | None) -> int:
         """The count of a recorded topic: Kafka's when partitions were added since (noted in
@@ -707,31 +690,29 @@ class KafkaBackend:
         if native is None or native <= recorded:
             return recorded
         _LOG.info("topic %r has %d partitions now (recorded: %d)", topic, native, recorded)
-        if not self.read_only:
-            self._put_meta(f"topic:{topic}", str(native).encode())
-        self._meta.topics[topic] = native
+        self.metadata.note_count(topic, native)
         return native
 
     def describe_topic(self, topic: str) -> int | None:
         name = kafka_topic_name(topic, self.prefix)
         with self._lock, _map_errors(f"describe topic {topic}"):
-            self._catch_up_meta()
+            self.metadata.catch_up()
             if self._clash(topic, name) is not None:
                 return None
             native = self._native_count(name)
-            recorded = self._meta.topics.get(topic)
+            recorded = self.metadata.partition_count(topic)
             return native if recorded is None else self._current(topic, recorded, native)
 
     def create_topic(self, topic: str, partitions: int) -> int:
         """Create the topic, or adopt the Kafka topic of its name (see LogBackend)."""
         name = kafka_topic_name(topic, self.prefix)
         with self._lock, _map_errors(f"create topic {topic}"):
-            self._catch_up_meta()
+            self.metadata.catch_up()
             clash = self._clash(topic, name)
             if clash is not None:
                 raise InvalidTopicError(f"topic {topic!r} would share the Kafka topic {name!r} with {clash!r}")
             native = self._native_count(name)
-            recorded = self._meta.topics.get(topic)
+            recorded = self.metadata.partition_count(topic)
             if recorded is not None:
                 return self._current(topic, recorded, native)
             if native is None:
@@ -760,15 +741,7 @@ class KafkaBackend:
                 ends = tuple(self._end_of(name, p) for p in range(native))
                 origin, count = TopicOrigin(adopted=True, starts=ends), native
                 _LOG.info("adopting the Kafka topic %r with %d partitions (ends %s)", name, native, ends)
-            self._put_metas(
-                [
-                    (origin_key(topic, uuid.uuid4().hex), pack_origin(origin)),
-                    (f"topic:{topic}", str(count).encode()),
-                ]
-            )
-            self._meta.topics[topic] = count
-            self._catch_up_meta()  # an origin recorded before ours wins (see adapters._meta)
-            return self._meta.topics.get(topic, count)
+            return self.metadata.record_topic(topic, count, origin)  # an origin recorded first wins
 
     def delete_topic(self, topic: str) -> None:
         """Delete the Kafka topic, tombstone its snapshots and its topic record, and wait
@@ -777,8 +750,8 @@ class KafkaBackend:
             raise ConfigError(f"{self.url} was opened read-only: it does not delete {topic}")
         name = kafka_topic_name(topic, self.prefix)
         with self._lock, _map_errors(f"delete topic {topic}"):
-            self._catch_up_meta()
-            partitions = self._meta.topics.get(topic, 0)
+            self.metadata.catch_up()
+            partitions = self.metadata.partition_count(topic) or 0
             for partition in range(partitions):
                 self.release(topic, partition)
             for future in self._admin.delete_topics([name], request_timeout=self.timeout).values():
@@ -794,8 +767,7 @@ class KafkaBackend:
                 self._written.pop((name, partition), None)
                 with self._heads_lock:
                     self._heads.pop((name, partition), None)
-            self._put_meta(f"topic:{topic}", None)
-            self._meta.topics.pop(topic, None)
+            self.metadata.forget_topic(topic)
             deadline = time.monotonic() + self.timeout
             while name in self._list_topics():
                 if time.monotonic() > deadline:
@@ -823,13 +795,13 @@ class KafkaBackend:
             self._writer(topic, partition).settle()
 
     def _check(self, topic: str, partition: int) -> None:
-        if not 0 <= partition < self._meta.topics.get(topic, 0):
+        if not 0 <= partition < (self.metadata.partition_count(topic) or 0):
             with self._lock, _map_errors("list topics"):
-                self._catch_up_meta()
-                recorded = self._meta.topics.get(topic)
+                self.metadata.catch_up()
+                recorded = self.metadata.partition_count(topic)
                 if recorded is not None and partition >= recorded:  # added since it was recorded?
                     self._current(topic, recorded, self._native_count(kafka_topic_name(topic, self.prefix)))
-            if not 0 <= partition < self._meta.topics.get(topic, 0):
+            if not 0 <= partition < (self.metadata.partition_count(topic) or 0):
                 raise InvalidTopicError(f"no partition {topic}[{partition}] in {self.url}")
 
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
@@ -896,7 +868,7 @@ class KafkaBackend:
 
     def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
         self._check(topic, partition)
-        origin = self._meta.origins.get(topic)
+        origin = self.metadata.origin(topic)
         if origin is not None:  # an adopted topic's records before its adoption are not ours
             from_offset = max(from_offset, origin.start(partition))
         self._own(topic, partition)
@@ -969,67 +941,6 @@ class KafkaBackend:
         except TimeoutError:
             raise BackendUnavailableError(f"kafka: writing the snapshot of {topic}[{partition}] timed out") from None
 
-    # -- producers and settings ------------------------------------------------------------
-
-    def allocate_producer_ids(self, count: int) -> int:
-        request = uuid.uuid4().hex
-        offset = self._put_meta(f"idblock:{request}", str(count).encode())
-        with self._lock, _map_errors("allocate producer ids"):
-            while self._meta_position <= offset:
-                self._catch_up_meta()
-            return self._meta.block_start(offset)
-
-    def load_producers(self) -> list[ProducerRecord]:
-        with self._lock, _map_errors("load producers"):
-            self._catch_up_meta()
-            return list(self._meta.producers.values())
-
-    def save_producer(self, record: ProducerRecord) -> None:
-        value = pack_producer(record)
-        if record.producer_name is not None:
-            for pid, old in list(self._meta.producers.items()):
-                if old.producer_name == record.producer_name and pid != record.producer_id:
-                    self._put_meta(f"producer:{pid}", None)
-                    self._meta.producers.pop(pid, None)
-        self._put_meta(f"producer:{record.producer_id}", value)
-        # folded as the metadata log folds it: a stale copy does not undo a newer record
-        self._meta.producers[record.producer_id] = merge_record(self._meta.producers.get(record.producer_id), record)
-
-    def delete_producers(self, producer_ids: Seq[int]) -> None:
-        if producer_ids:  # tombstones, in one flush: compaction drops the keys
-            self._put_metas([(f"producer:{producer_id}", None) for producer_id in producer_ids])
-        for producer_id in producer_ids:
-            self._meta.producers.pop(producer_id, None)
-
-    def load_settings(self) -> dict[str, str]:
-        with self._lock, _map_errors("load settings"):
-            self._catch_up_meta()
-            return dict(self._meta.settings)
-
-    def save_setting(self, key: str, value: str | None) -> None:
-        self._put_meta(f"setting:{key}", None if value is None else value.encode())
-        if value is None:
-            self._meta.settings.pop(key, None)
-        else:
-            self._meta.settings[key] = value
-
-    # -- partition ownership -------------------------------------------------------------
-
-    def load_leases(self) -> list[Lease]:
-        with self._lock, _map_errors("load leases"):
-            self._catch_up_meta()
-            return list(self._meta.leases.values())
-
-    def propose_leases(self, proposals: Seq[Lease]) -> list[Lease | None]:
-        if not proposals:
-            return []
-        with self._lock:
-            offsets = self._put_metas([(lease_key(p.topic, p.partition), pack_lease(p)) for p in proposals])
-            with _map_errors("read leases back"):
-                while self._meta_position <= max(offsets):
-                    self._catch_up_meta()
-            return [self._meta.leases.get((p.topic, p.partition)) for p in proposals]
-
     @property
     def max_record_bytes(self) -> int | None:
         """Every record is one Kafka message: it must fit the client's ``message.max.bytes``
@@ -1039,9 +950,6 @@ class KafkaBackend:
     @property
     def max_batch_bytes(self) -> int | None:
         return None  # a batch is many messages in one transaction
-
-    def claim_writer(self) -> bool:
-        return False  # writers are per partition (see LogBackend.claim_writer)
 
     def release(self, topic: str, partition: int) -> None:
         with self._lock:

@@ -58,7 +58,6 @@ Every pulsar-client and admin REST error is translated in :func:`_map_errors`.
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import json
 import logging
@@ -68,7 +67,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, NamedTuple
@@ -76,23 +74,12 @@ from typing import Any, NamedTuple
 import attrs
 import msgpack
 
-from adapters._meta import (
-    MetaLog,
-    TopicOrigin,
-    lease_key,
-    origin_key,
-    pack_lease,
-    pack_origin,
-    pack_producer,
-    pack_snapshot,
-    unpack_snapshot,
-)
+from adapters._meta import TopicOrigin, pack_snapshot, unpack_snapshot
+from adapters._metadata import CompactedMetadataStore, MetadataDelegate
 from adapters._pulsar_url import admin_ssl_context, flag, parse_url
 from adapters._reach import DEFAULT_CONNECT_TIMEOUT, check_connect_timeout, parse_addresses, wait_reachable
 from adapters._writer import GroupQueue
-from idempotent._ownership import Lease
 from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
-from idempotent._registry import ProducerRecord, merge_record
 from idempotent._sequence import sequence_at
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
 from idempotent._types import Sequence as SequenceNumber
@@ -713,8 +700,9 @@ class _PartitionWriter(GroupQueue[_Item]):
 # -- the backend ---------------------------------------------------------------------------
 
 
-class PulsarBackend:
-    """A log in Apache Pulsar; see the module docstring."""
+class PulsarBackend(MetadataDelegate):
+    """A log in Apache Pulsar; see the module docstring. Its metadata half is a
+    :class:`~adapters._metadata.CompactedMetadataStore` over the meta topic."""
 
     durable = True
 
@@ -769,8 +757,9 @@ class PulsarBackend:
         self._admin = _Admin(admin, dict(admin_headers or {}), self.timeout, admin_ssl_context(admin, options))
         self._lock = threading.RLock()
         self._writers: dict[tuple[str, int], _PartitionWriter] = {}
-        self._meta: MetaLog[tuple[int, int]] = MetaLog()
-        self._meta_position = (-1, -1)
+        self.metadata: CompactedMetadataStore[tuple[int, int]] = CompactedMetadataStore(
+            "pulsar", self._put_metas, self._meta_records, self._lock, timeout=self.timeout, writable=not read_only
+        )
         self._namespaces: set[tuple[str, str]] = set()
         self._clusters: list[str] | None = None
         self._client: Any = None
@@ -788,7 +777,7 @@ class PulsarBackend:
                 self._meta_reader = self._client.create_reader(
                     self.meta_topic, pulsar.MessageId.earliest, is_read_compacted=True
                 )
-                self._catch_up_meta()
+                self.metadata.catch_up()
             except BaseException:
                 self._client.close()
                 raise
@@ -919,40 +908,40 @@ class PulsarBackend:
 
     # -- metadata (the meta topic) ----------------------------------------------------------------
 
-    def _catch_up_meta(self) -> None:
+    def _meta_records(self, after: tuple[int, int] | None) -> Iterator[tuple[str, bytes | None, tuple[int, int]]]:
+        """The keyed records of the meta topic after ``after`` (the metadata store's reads,
+        see :mod:`adapters._metadata`): the meta reader keeps its place, which is ``after``."""
         reader = self._meta_reader
         timeout_ms = int(self.timeout * 1000)
-        while reader.has_message_available():
-            message = reader.read_next(timeout_ms)
-            message_id = message.message_id()
-            position = (message_id.ledger_id(), message_id.entry_id())
-            self._meta_position = max(self._meta_position, position)
-            key = message.partition_key()
-            value = None if message.has_null_value() else message.data()
-            try:
-                self._meta.apply(key, value, position)
-            except (ValueError, TypeError, binascii.Error) as exc:
-                _LOG.warning("ignoring unreadable meta record %r at %s: %r", key, position, exc)
+        with _map_errors("read the metadata"):
+            while reader.has_message_available():
+                message = reader.read_next(timeout_ms)
+                message_id = message.message_id()
+                position = (message_id.ledger_id(), message_id.entry_id())
+                if after is not None and position <= after:
+                    continue  # (never: the reader is only asked for what follows)
+                value = None if message.has_null_value() else message.data()
+                yield message.partition_key(), value, position
 
-    def _put_meta(self, key: str, value: bytes | None) -> tuple[int, int]:
-        if self._meta_producer is None:
-            raise ConfigError(f"{self.url} is opened read-only: cannot store {key}")
-        with self._lock, _map_errors(f"store {key}"):
-            message_id = self._meta_producer.send(value, partition_key=key)
-        return int(message_id.ledger_id()), int(message_id.entry_id())
+    def _put_metas(self, items: Sequence[tuple[str, bytes | None]]) -> list[tuple[int, int]]:
+        """Store keyed records in the meta topic, one after the other; their positions (the
+        metadata store's writes, see :mod:`adapters._metadata`)."""
+        positions: list[tuple[int, int]] = []
+        for key, value in items:
+            if self._meta_producer is None:
+                raise ConfigError(f"{self.url} is opened read-only: cannot store {key}")
+            with self._lock, _map_errors(f"store {key}"):
+                message_id = self._meta_producer.send(value, partition_key=key)
+            positions.append((int(message_id.ledger_id()), int(message_id.entry_id())))
+        return positions
 
     # -- LogBackend ------------------------------------------------------------------------------
-
-    def list_topics(self) -> dict[str, int]:
-        with self._lock, _map_errors("list topics"):
-            self._catch_up_meta()
-            return dict(self._meta.topics)
 
     def data_topic(self, topic: str, partition: int) -> str:
         """The Pulsar topic holding one partition of a project topic: ``...-partition-p`` of
         a partitioned topic, the topic itself for an adopted non-partitioned one."""
         name = pulsar_topic_name(topic)
-        origin = self._meta.origins.get(topic)
+        origin = self.metadata.origin(topic)
         return name.topic if origin is not None and not origin.partitioned else name.partition(partition)
 
     def _native(self, name: PulsarName) -> tuple[int, bool] | None:
@@ -971,7 +960,7 @@ class PulsarBackend:
 
     def _clash(self, topic: str, name: PulsarName) -> str | None:
         """Another recorded topic stored in the same Pulsar topic as ``topic``, if any."""
-        return next((t for t in self._meta.topics if t != topic and pulsar_topic_name(t) == name), None)
+        return next((t for t in self.metadata.recorded_topics() if t != topic and pulsar_topic_name(t) == name), None)
 
     def _current(self, topic: str, recorded: int, native: tuple[int, bool] | None) -> int:
         """The count of a recorded topic: Pulsar's when partitions were added since (noted in
@@ -979,19 +968,17 @@ class PulsarBackend:
         if native is None or native[0] <= recorded:
             return recorded
         _LOG.info("topic %r has %d partitions now (recorded: %d)", topic, native[0], recorded)
-        if self._meta_producer is not None:
-            self._put_meta(f"topic:{topic}", str(native[0]).encode())
-        self._meta.topics[topic] = native[0]
+        self.metadata.note_count(topic, native[0])
         return native[0]
 
     def describe_topic(self, topic: str) -> int | None:
         name = pulsar_topic_name(topic)
         with self._lock, _map_errors(f"describe topic {topic}"):
-            self._catch_up_meta()
+            self.metadata.catch_up()
             if self._clash(topic, name) is not None:
                 return None
             native = self._native(name)
-            recorded = self._meta.topics.get(topic)
+            recorded = self.metadata.partition_count(topic)
             if recorded is None:
                 return None if native is None else native[0]
             return self._current(topic, recorded, native)
@@ -1001,13 +988,13 @@ class PulsarBackend:
         not (see LogBackend)."""
         name = pulsar_topic_name(topic)
         with self._lock, _map_errors(f"create topic {topic}"):
-            self._catch_up_meta()
+            self.metadata.catch_up()
             clash = self._clash(topic, name)
             if clash is not None:
                 raise InvalidTopicError(f"topic {topic!r} would share the Pulsar topic {name.topic} with {clash!r}")
             self._ensure_namespace(name.tenant, name.namespace)
             native = self._native(name)
-            recorded = self._meta.topics.get(topic)
+            recorded = self.metadata.partition_count(topic)
             if recorded is not None:
                 return self._current(topic, recorded, native)
             if native is None:
@@ -1028,11 +1015,7 @@ class PulsarBackend:
             # 405: topic policies are off; then the namespace or broker must enable it (checked
             # before the first write)
             self._admin.call("POST", f"{name.rest}/deduplicationEnabled", True, accept=(405,))
-            self._put_meta(origin_key(topic, uuid.uuid4().hex), pack_origin(origin))
-            self._put_meta(f"topic:{topic}", str(count).encode())
-            self._meta.topics[topic] = count
-            self._catch_up_meta()  # an origin recorded before ours wins (see adapters._meta)
-            return self._meta.topics.get(topic, count)
+            return self.metadata.record_topic(topic, count, origin)  # an origin recorded first wins
 
     def _end(self, data_topic: str) -> int:
         """Where the next message of a Pulsar topic will be, or later (0 when it is empty):
@@ -1054,16 +1037,15 @@ class PulsarBackend:
             raise ConfigError(f"{self.url} is opened read-only: cannot delete {topic}")
         name = pulsar_topic_name(topic)
         with self._lock, _map_errors(f"delete topic {topic}"):
-            self._catch_up_meta()
-            partitions = self._meta.topics.get(topic, 0)
+            self.metadata.catch_up()
+            partitions = self.metadata.partition_count(topic) or 0
             for partition in range(partitions):
                 self.release(topic, partition)
             self._admin.call("DELETE", f"{name.rest}/partitions?force=true", accept=(404,))
             for partition in range(partitions):
                 snapshots = f"/admin/v2/persistent/{name.tenant}/{name.namespace}/{name.snapshot_local(partition)}"
                 self._admin.call("DELETE", f"{snapshots}?force=true", accept=(404,))
-            self._put_meta(f"topic:{topic}", None)
-            self._meta.topics.pop(topic, None)
+            self.metadata.forget_topic(topic)
 
     def _writer(self, topic: str, partition: int, *, renew: bool = False) -> _PartitionWriter:
         """The partition's writer, opened (taking ownership) if needed. ``renew`` replaces a
@@ -1085,13 +1067,13 @@ class PulsarBackend:
             return writer
 
     def _check(self, topic: str, partition: int) -> None:
-        if not 0 <= partition < self._meta.topics.get(topic, 0):
+        if not 0 <= partition < (self.metadata.partition_count(topic) or 0):
             with self._lock, _map_errors("list topics"):
-                self._catch_up_meta()
-                recorded = self._meta.topics.get(topic)
+                self.metadata.catch_up()
+                recorded = self.metadata.partition_count(topic)
                 if recorded is not None and partition >= recorded:  # added since it was recorded?
                     self._current(topic, recorded, self._native(pulsar_topic_name(topic)))
-            if not 0 <= partition < self._meta.topics.get(topic, 0):
+            if not 0 <= partition < (self.metadata.partition_count(topic) or 0):
                 raise InvalidTopicError(f"no partition {topic}[{partition}] in {self.url}")
 
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
@@ -1109,7 +1091,7 @@ class PulsarBackend:
         if not self.read_only:
             self._writer(topic, partition, renew=True)  # take ownership first: fences a stale owner
         data_topic = self.data_topic(topic, partition)
-        origin = self._meta.origins.get(topic)
+        origin = self.metadata.origin(topic)
         if origin is not None:  # an adopted topic's records before its adoption are not ours
             from_offset = max(from_offset, origin.start(partition))
         batches: list[StoredBatch] = []
@@ -1190,81 +1172,6 @@ class PulsarBackend:
         except TimeoutError:
             raise BackendUnavailableError(f"pulsar: writing the snapshot of {topic}[{partition}] timed out") from None
 
-    # -- producers and settings ----------------------------------------------------------------
-
-    def allocate_producer_ids(self, count: int) -> int:
-        position = self._put_meta(f"idblock:{uuid.uuid4().hex}", str(count).encode())
-        deadline = time.monotonic() + self.timeout
-        with self._lock, _map_errors("allocate producer ids"):
-            while self._meta_position < position:
-                self._catch_up_meta()
-                if self._meta_position < position:
-                    if time.monotonic() > deadline:
-                        raise BackendUnavailableError("pulsar: the id block did not show up in the meta topic")
-                    time.sleep(0.01)
-            return self._meta.block_start(position)
-
-    def load_producers(self) -> list[ProducerRecord]:
-        with self._lock, _map_errors("load producers"):
-            self._catch_up_meta()
-            return list(self._meta.producers.values())
-
-    def save_producer(self, record: ProducerRecord) -> None:
-        with self._lock:
-            if record.producer_name is not None:
-                for pid, old in list(self._meta.producers.items()):
-                    if old.producer_name == record.producer_name and pid != record.producer_id:
-                        self._put_meta(f"producer:{pid}", None)
-                        self._meta.producers.pop(pid, None)
-            self._put_meta(f"producer:{record.producer_id}", pack_producer(record))
-            # folded as the metadata log folds it: a stale copy does not undo a newer record
-            self._meta.producers[record.producer_id] = merge_record(
-                self._meta.producers.get(record.producer_id), record
-            )
-
-    def delete_producers(self, producer_ids: Sequence[int]) -> None:
-        with self._lock:
-            for producer_id in producer_ids:
-                self._put_meta(f"producer:{producer_id}", None)  # a tombstone, as for renamed ids
-                self._meta.producers.pop(producer_id, None)
-
-    def load_settings(self) -> dict[str, str]:
-        with self._lock, _map_errors("load settings"):
-            self._catch_up_meta()
-            return dict(self._meta.settings)
-
-    def save_setting(self, key: str, value: str | None) -> None:
-        with self._lock:
-            self._put_meta(f"setting:{key}", None if value is None else value.encode())
-            if value is None:
-                self._meta.settings.pop(key, None)
-            else:
-                self._meta.settings[key] = value
-
-    # -- partition ownership -------------------------------------------------------------------
-
-    def load_leases(self) -> list[Lease]:
-        with self._lock, _map_errors("load leases"):
-            self._catch_up_meta()
-            return list(self._meta.leases.values())
-
-    def propose_leases(self, proposals: Sequence[Lease]) -> list[Lease | None]:
-        if not proposals:
-            return []
-        with self._lock:
-            last = max(self._put_meta(lease_key(p.topic, p.partition), pack_lease(p)) for p in proposals)
-            deadline = time.monotonic() + self.timeout
-            with _map_errors("read leases back"):
-                while self._meta_position < last:
-                    self._catch_up_meta()
-                    if self._meta_position < last:
-                        if time.monotonic() > deadline:
-                            raise BackendUnavailableError(
-                                "pulsar: the lease proposals did not show up in the meta topic"
-                            )
-                        time.sleep(0.01)
-            return [self._meta.leases.get((p.topic, p.partition)) for p in proposals]
-
     @property
     def max_record_bytes(self) -> int | None:
         return None  # only the entry limit (max_batch_bytes)
@@ -1274,9 +1181,6 @@ class PulsarBackend:
         """One batch must fit into one entry (``max_entry_bytes``), with room for the framing
         and the ``idem.*`` properties of its records."""
         return self.max_entry_bytes - _ENTRY_MARGIN
-
-    def claim_writer(self) -> bool:
-        return False  # writers are per partition (see LogBackend.claim_writer)
 
     def release(self, topic: str, partition: int) -> None:
         with self._lock:
