@@ -99,6 +99,8 @@ _OWN_HEADERS = frozenset({"idem.pid", "idem.epoch", "idem.seq", "idem.count"})
 _MESSAGE_MAX_BYTES = 1_000_000
 #: room for a record's Kafka framing and ``idem.*`` headers beyond what Record.size counts
 _RECORD_MARGIN = 1024
+#: what reading the end of a topic just created may answer until its leader serves it
+_NO_LEADER_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 #: a read that starts inside a batch looks this many messages back for its head first, then
 #: four times as many each time, up to the largest batch
 _HEAD_WINDOW = 1024
@@ -219,6 +221,27 @@ class KafkaBackend(MetadataDelegate):
                     if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                         raise _translate(exc.args[0], f"create {name}") from exc
         self._wait_for_topics(wanted)
+        self._wait_for_leaders(wanted)  # (also when another process created them just now)
+
+    def _wait_for_leaders(self, names: list[str]) -> None:
+        """Wait until the end of each of ``names`` (one partition each) can be read. A topic
+        just created is in the cluster's metadata before its leader serves it: reading its
+        end answers NOT_LEADER_FOR_PARTITION (or LEADER_NOT_AVAILABLE) for a moment.
+
+        Raises:
+            KafkaException: another error, or still no leader after the timeout.
+        """
+        deadline = time.monotonic() + self.timeout
+        for name in names:
+            while True:
+                try:
+                    self._end_of(name, 0)
+                    break
+                except KafkaException as exc:
+                    code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
+                    if code not in _NO_LEADER_YET or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
 
     def _list_topics(self) -> dict[str, Any]:
         """The cluster's topics, from the admin client; then hands its queued log lines (an
