@@ -29,7 +29,7 @@ import attrs
 
 from ._checker import CheckerConfig, PartitionChecker, Policy
 from ._outcomes import ProduceResult
-from ._ownership import RENEW_FRACTION, Action, Lease, OwnershipTable
+from ._ownership import RENEW_FRACTION, Lease
 from ._partition import Append, Fail, PartitionCore, RefreshProducers, Reply, WriteSnapshot
 from ._records import StoredRecord
 from ._registry import Admission, ProducerRecord, ProducerRegistry, validate_name
@@ -54,6 +54,7 @@ from .errors import (
     UnknownProducerError,
     internal_error,
 )
+from .leases import PartitionLeases
 from .observer import BrokerObserver, notify
 
 #: decisions one produce request may go through (admission refresh, evictions) before the
@@ -199,14 +200,12 @@ class Broker(ProduceShortcuts):
         #: a bug a background loop hit (see _background): every later request raises it
         self._failure: InternalError | None = None
         self._writer_lock = threading.Lock()
-        self._ownership: OwnershipTable | None = None
-        self._lease_lock = threading.Lock()
+        #: the leases of this broker, when it shares its backend with others (a broker_id)
+        self._ownership: PartitionLeases | None = None
         if self.config.broker_id is not None:
-            self._ownership = OwnershipTable(
-                self.config.broker_id, self.config.advertised_address, self.config.lease_duration
+            self._ownership = PartitionLeases(
+                backend, self.config.broker_id, self.config.advertised_address, self.config.lease_duration
             )
-            with self._lease_lock:
-                self._ownership.observe(backend.load_leases(), time.monotonic())
             self._leaser = threading.Thread(target=self._lease_loop, name="idempotent-leases", daemon=True)
             self._leaser.start()
 
@@ -940,14 +939,7 @@ class Broker(ProduceShortcuts):
             BackendUnavailableError: the records could not be read.
         """
         tp = self._partition(topic, partition, create=False).tp
-        table = self._ownership
-        if table is None:
-            return None
-        with self._lease_lock:
-            if refresh:
-                table.observe(self.backend.load_leases(), time.monotonic())
-            lease = table.lease(tp)
-        return None if lease is None or lease.released else lease
+        return None if self._ownership is None else self._ownership.owner_of(tp, refresh=refresh)
 
     def owners(self, topic: str) -> list[Lease | None]:
         """:meth:`owner_of` for every partition of ``topic``, from one read of the records.
@@ -958,83 +950,37 @@ class Broker(ProduceShortcuts):
         """
         topic = validate_topic(topic)
         count = self.partitions_for(topic, create=False)
-        table = self._ownership
-        if table is None:
+        if self._ownership is None:
             return [None] * count
-        with self._lease_lock:
-            table.observe(self.backend.load_leases(), time.monotonic())
-            leases = [table.lease(TopicPartition(topic, p)) for p in range(count)]
-        return [None if lease is None or lease.released else lease for lease in leases]
+        return self._ownership.owners([TopicPartition(topic, p) for p in range(count)])
 
     def advertise(self, address: str) -> None:
         """Set the address written into the leases this broker claims or renews from now on
         (a server learns its port only once it listens)."""
-        table = self._ownership
-        if table is not None:
-            with self._lease_lock:
-                table.address = address
+        if self._ownership is not None:
+            self._ownership.advertise(address)
 
     def owned(self) -> list[TopicPartition]:
         """The partitions whose lease this broker holds now (empty without a ``broker_id``)."""
-        table = self._ownership
-        if table is None:
-            return []
-        now = time.monotonic()
-        with self._lease_lock:
-            return [tp for tp in table.held() if table.holds(tp, now)]
+        return [] if self._ownership is None else self._ownership.owned()
 
     def _serving(self, part: _Partition) -> bool:
         """Whether this broker may touch the partition's log now (write, snapshot, recover)."""
-        table = self._ownership
-        if table is None:
-            return True
-        with self._lease_lock:
-            return table.holds(part.tp, time.monotonic())
+        return self._ownership is None or self._ownership.holds(part.tp)
 
     def _own(self, part: _Partition) -> None:
-        """Make sure this broker holds the partition's lease, claiming it when it is free,
-        released or expired. A claim drops the partition's state: it is rebuilt from the
-        newest snapshot and the log, and opening the partition again fences the previous
-        writer. Needs part.lock.
+        """Make sure this broker holds the partition's lease (:meth:`PartitionLeases.own`).
+        A claim drops the partition's state: it is rebuilt from the newest snapshot and the
+        log, and opening the partition again fences the previous writer. Needs part.lock.
 
         Raises:
             NotOwnerError: another broker holds a live lease (or won the claim).
             BackendUnavailableError: the records could not be read or stored.
         """
-        table = self._ownership
-        if table is None:
-            return
-        tp = part.tp
-        with self._lease_lock:
-            now = time.monotonic()
-            if table.holds(tp, now):
-                return
-            table.observe(self.backend.load_leases(), now)
-            action = table.decide(tp, now)
-            if action is Action.REDIRECT:
-                raise self._not_owner(tp, table.lease(tp))
-            wall = time.time()
-            proposal = table.renewal(tp, wall) if action is Action.HOLD else None
-            proposal = proposal or table.claim(tp, wall)
-            stored = self.backend.propose_leases([proposal])[0]
-            if not table.settle(proposal, stored, now):
-                raise self._not_owner(tp, stored)
-        if action is Action.ACQUIRE:
+        if self._ownership is not None and self._ownership.own(part.tp):
             # whatever this broker knew about the partition may be stale: start over
-            self.backend.release(tp.topic, tp.partition)
+            self.backend.release(part.tp.topic, part.tp.partition)
             part.core.forget()
-
-    def _not_owner(self, tp: TopicPartition, lease: Lease | None) -> NotOwnerError:
-        if lease is None:
-            return NotOwnerError(f"{tp.topic}[{tp.partition}] has no owner yet; retry", tp.topic, tp.partition)
-        where = f" at {lease.address}" if lease.address else ""
-        return NotOwnerError(
-            f"{tp.topic}[{tp.partition}] is owned by broker {lease.broker_id!r}{where}",
-            tp.topic,
-            tp.partition,
-            lease.address,
-            lease.broker_id,
-        )
 
     def renew_leases(self) -> None:
         """Read every ownership record and renew the leases this broker holds that are due
@@ -1044,37 +990,11 @@ class Broker(ProduceShortcuts):
         Raises:
             BackendUnavailableError: the backend failed; leases not renewed in time lapse.
         """
-        table = self._ownership
-        if table is None:
+        if self._ownership is None:
             return
-        # backend I/O outside the lock: produce requests check their lease under it
-        now = time.monotonic()
-        leases = self.backend.load_leases()
-        with self._lease_lock:
-            table.observe(leases, now)
-            due = table.renewals_due(now, time.time())
-        if due:
-            stored = self.backend.propose_leases(due)
-            with self._lease_lock:
-                for proposal, record in zip(due, stored, strict=True):
-                    table.settle(proposal, record, now)
+        self._ownership.renew()  # backend I/O outside its lock: produce requests check leases under it
         self._refresh_producers()
         self.refresh_settings()  # keeps a change made here while the load was under way
-
-    def _release_leases(self) -> None:
-        table = self._ownership
-        if table is None:
-            return
-        with self._lease_lock:
-            releases = table.releases(time.time())
-            if not releases:
-                return
-            try:
-                stored = self.backend.propose_leases(releases)
-            except ProducerError:  # the leases lapse on their own
-                return
-            for proposal, record in zip(releases, stored, strict=True):
-                table.settle(proposal, record, time.monotonic())
 
     def _lease_loop(self) -> None:
         while not self._stop.wait(self.config.lease_duration * RENEW_FRACTION / 2):
@@ -1277,7 +1197,8 @@ class Broker(ProduceShortcuts):
                 part.cond.wait_for(lambda p=part: p.core.outstanding == 0, 5.0)  # type: ignore[misc]
                 if self._serving(part) and (action := part.core.final_snapshot(now)) is not None:
                     self._write_snapshot(part, action)
-        self._release_leases()
+        if self._ownership is not None:
+            self._ownership.release_all()
         self._closed = True
         self._completions.put(None)
         self.backend.close()
