@@ -34,12 +34,13 @@ from ._partition import Append, Fail, PartitionCore, RefreshProducers, Reply, Wr
 from ._records import StoredRecord
 from ._registry import Admission, ProducerRecord, ProducerRegistry, validate_name
 from ._request import ProduceRequest
-from ._settings import DEDUP, POLICY, dedup_value, deduplication_in_force, policy_in_force, policy_value, setting_key
+from ._settings import DEDUP, POLICY, dedup_value, policy_value
 from ._topics import canonical_topic
 from ._types import TopicPartition
 from ._values import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
 from .api import ProduceShortcuts
 from .backend import AppendBatch, LogBackend
+from .broker_settings import BrokerSettings
 from .errors import (
     ConfigError,
     CorruptDataError,
@@ -176,8 +177,7 @@ class Broker(ProduceShortcuts):
         self._closed = False
         self._lock = threading.RLock()
         self._registry = ProducerRegistry(backend.load_producers())
-        self._settings = dict(backend.load_settings())
-        self._settings_changes = 0
+        self._settings = BrokerSettings(backend, self._lock, self.config.deduplication, self.config.policy)
         self._topics = dict(backend.list_topics())
         #: topic -> time.monotonic() when its partition count was last read from the backend
         self._topics_checked = dict.fromkeys(self._topics, time.monotonic())
@@ -429,14 +429,7 @@ class Broker(ProduceShortcuts):
 
     def _set(self, kind: str, value: str | None, topic: str | None, namespace: str | None) -> None:
         self._check_open()
-        key = setting_key(kind, topic, namespace)
-        with self._lock:
-            self.backend.save_setting(key, value)
-            self._settings_changes += 1
-            if value is None:
-                self._settings.pop(key, None)
-            else:
-                self._settings[key] = value
+        self._settings.set(kind, value, topic, namespace)
 
     def refresh_settings(self) -> bool:
         """Reload the deduplication and policy settings from the backend, so that changes
@@ -447,16 +440,7 @@ class Broker(ProduceShortcuts):
         Returns:
             False when the backend could not be read; the settings in force are kept.
         """
-        with self._lock:
-            changes = self._settings_changes
-        try:
-            loaded = dict(self.backend.load_settings())  # not under the lock: it may be a network call
-        except ProducerError:
-            return False
-        with self._lock:
-            if changes == self._settings_changes:  # else a change made here meanwhile is newer: keep it
-                self._settings = loaded
-        return True
+        return self._settings.refresh()
 
     def deduplication_enabled(self, topic: str) -> bool:
         """Whether the checker rejects duplicates and gaps on ``topic``.
@@ -475,10 +459,10 @@ class Broker(ProduceShortcuts):
         return self._policy(validate_topic(topic))
 
     def _deduplication(self, topic: str) -> bool:
-        return deduplication_in_force(self._settings, topic, self.config.deduplication)
+        return self._settings.deduplication(topic)
 
     def _policy(self, topic: str) -> Policy:
-        return policy_in_force(self._settings, topic, self.config.policy)
+        return self._settings.policy(topic)
 
     # -- producers -------------------------------------------------------------------------
 
@@ -880,9 +864,9 @@ class Broker(ProduceShortcuts):
                 settings = dict(self.backend.load_settings())
                 topics = dict(self.backend.list_topics())
                 with self._lock:
-                    self._registry, self._settings, self._topics = registry, settings, topics
+                    self._registry, self._topics = registry, topics
                     self._topics_checked = dict.fromkeys(topics, time.monotonic())
-                    self._settings_changes += 1
+                    self._settings.replace(settings)
                     parts = list(self._partitions.values())
                 for part in parts:  # (part.lock is taken before self._lock elsewhere)
                     with part.lock:
