@@ -57,14 +57,11 @@ from .errors import (
 )
 from .leases import PartitionLeases
 from .observer import BrokerObserver, notify
+from .topic_directory import TopicDirectory
 
 #: decisions one produce request may go through (admission refresh, evictions) before the
 #: partition is reported recovering: bounds the retries while snapshots cannot be stored
 _MAX_OFFERS = 4
-
-#: a request for a partition beyond a topic's known count reads the count again, at most
-#: this often per topic
-_MISS_REFRESH_SECONDS = 1.0
 
 _LOG = logging.getLogger("idempotent.broker")
 
@@ -178,16 +175,18 @@ class Broker(ProduceShortcuts):
         self._lock = threading.RLock()
         self._registry = ProducerRegistry(backend.load_producers())
         self._settings = BrokerSettings(backend, self._lock, self.config.deduplication, self.config.policy)
-        self._topics = dict(backend.list_topics())
-        #: topic -> time.monotonic() when its partition count was last read from the backend
-        self._topics_checked = dict.fromkeys(self._topics, time.monotonic())
-        #: topics whose count is being read again in the background (see _refresh_later)
-        self._refreshing: set[str] = set()
-        self._refresh_queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-        self._refresher: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._topics = TopicDirectory(
+            backend,
+            self._lock,
+            self._stop,
+            auto_create=self.config.auto_create_topics,
+            default_partitions=self.config.default_partitions,
+            refresh_interval=self.config.topic_refresh_interval,
+            join_timeout=self.config.append_timeout,
+        )
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._observers: tuple[BrokerObserver, ...] = ()
-        self._stop = threading.Event()
         self._completions: queue.SimpleQueue[_Completion | None] = queue.SimpleQueue()
         self._completer = threading.Thread(target=self._complete_loop, name="idempotent-completions", daemon=True)
         self._completer.start()
@@ -240,17 +239,7 @@ class Broker(ProduceShortcuts):
             BackendUnavailableError: the backend failed; nothing is known to have changed.
         """
         self._check_open()
-        name = validate_topic(name)
-        if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= MAX_PARTITIONS:
-            raise InvalidTopicError(f"partitions must be an int in 1..{MAX_PARTITIONS}, got {partitions!r}")
-        with self._lock:
-            existing = self._topics.get(name)
-            if existing is None:
-                existing = self._known(name, self.backend.create_topic(name, partitions))
-        if existing != partitions:
-            existing = self._refresh(name, existing)  # it may have grown since it was read
-        if existing != partitions:
-            raise InvalidTopicError(f"topic {name!r} exists with {existing} partitions, not {partitions}")
+        self._topics.create(validate_topic(name), partitions)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic: its records, checker state and snapshots, and its topic-level
@@ -285,8 +274,7 @@ class Broker(ProduceShortcuts):
 
     def topics(self) -> dict[str, int]:
         """Every topic and its partition count."""
-        with self._lock:
-            return dict(self._topics)
+        return self._topics.topics()
 
     def partitions_for(self, topic: str, *, create: bool = True) -> int:
         """The partition count of ``topic``.
@@ -299,104 +287,19 @@ class Broker(ProduceShortcuts):
         ``docs/backends.md``); a missing one is created with ``default_partitions`` if
         ``create`` and ``auto_create_topics`` allow. A known topic's count is read again in
         the background once it is ``topic_refresh_interval`` seconds old (the count known is
-        returned meanwhile), so partitions added later are learnt.
+        returned meanwhile), so partitions added later are learnt (see
+        :mod:`idempotent.topic_directory`).
 
         Raises:
             InvalidTopicError: bad name, or no such topic (with ``create`` False or
                 auto-creation off).
             BackendUnavailableError: the backend failed looking up a topic new to this broker.
         """
-        topic = validate_topic(topic)
-        with self._lock:
-            count = self._topics.get(topic)
-            checked = self._topics_checked.get(topic, 0.0)
-        if count is None:
-            return self._look_up(topic, create)
-        if time.monotonic() - checked >= self.config.topic_refresh_interval:
-            self._refresh_later(topic)
-        return count
-
-    def _refresh_later(self, topic: str) -> None:
-        """Have a known topic's partition count read again in the background: the caller (a
-        producer's ``send``, through its periodic ``partitions_for``) keeps the count it has,
-        which can only grow, and never waits for a slow or unreachable backend."""
-        with self._lock:
-            if topic in self._refreshing or self._stop.is_set():
-                return
-            self._refreshing.add(topic)
-            if self._refresher is None:
-                self._refresher = threading.Thread(
-                    target=self._refresh_loop, name="idempotent-topic-refresh", daemon=True
-                )
-                self._refresher.start()
-        self._refresh_queue.put(topic)
-
-    def _refresh_loop(self) -> None:
-        while (topic := self._refresh_queue.get()) is not None and not self._stop.is_set():
-            try:
-                self._refresh(topic, self._topics.get(topic, 0))
-            except ProducerError as exc:  # keep serving the count known; asked again later
-                _LOG.warning("could not read the partition count of %r again: %s", topic, exc)
-                with self._lock:
-                    self._topics_checked[topic] = time.monotonic()
-            finally:
-                with self._lock:
-                    self._refreshing.discard(topic)
-
-    def _look_up(self, topic: str, create: bool) -> int:
-        """The partition count of a topic new to this broker, from the backend.
-
-        With ``create`` the topic is created (``auto_create_topics``) or, when it exists,
-        adopted: recorded with its real count. Without it only the topic records are read:
-        a topic no broker recorded is unknown to reads and tools.
-
-        Raises:
-            InvalidTopicError: no such topic, and it may not be created here.
-        """
-        if create:
-            if not self.config.auto_create_topics:
-                count = self.backend.describe_topic(topic)
-                if count is None:
-                    raise InvalidTopicError(f"unknown topic {topic!r} (auto_create_topics is off)")
-            else:
-                count = self.config.default_partitions
-            with self._lock:  # (the broker lock is held around backend.create_topic)
-                known = self._topics.get(topic)
-                return known if known is not None else self._known(topic, self.backend.create_topic(topic, count))
-        stored = self.backend.list_topics()
-        with self._lock:
-            for name, count in stored.items():
-                if name not in self._topics:
-                    self._known(name, count)
-            if topic in self._topics:
-                return self._topics[topic]
-        raise InvalidTopicError(f"unknown topic {topic!r}")
-
-    def _known(self, topic: str, count: int) -> int:
-        """Note ``count`` as ``topic``'s partition count, read from the backend just now."""
-        with self._lock:
-            if count >= self._topics.get(topic, 0):
-                self._topics[topic] = count
-            self._topics_checked[topic] = time.monotonic()
-            return self._topics[topic]
-
-    def _refresh(self, topic: str, known: int) -> int:
-        """Read a known topic's partition count from the backend again (it never shrinks).
-
-        Raises:
-            BackendUnavailableError: the backend failed.
-        """
-        count = self.backend.describe_topic(topic)
-        return self._known(topic, known if count is None else count)
+        return self._topics.partitions_for(validate_topic(topic), create=create)
 
     def _partition(self, topic: str, partition: int, *, create: bool = True) -> _Partition:
         topic = validate_topic(topic)
-        count = self.partitions_for(topic, create=create)
-        if isinstance(partition, int) and not isinstance(partition, bool) and partition >= count:
-            with self._lock:
-                checked = self._topics_checked.get(topic)
-            if checked is not None and time.monotonic() - checked >= _MISS_REFRESH_SECONDS:
-                count = self._refresh(topic, count)  # partitions may have been added since
+        count = self._topics.count_covering(topic, partition, create=create)  # partitions may have been added
         if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < count:
             raise InvalidTopicError(f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")
         tp = TopicPartition(topic, partition)
@@ -864,8 +767,8 @@ class Broker(ProduceShortcuts):
                 settings = dict(self.backend.load_settings())
                 topics = dict(self.backend.list_topics())
                 with self._lock:
-                    self._registry, self._topics = registry, topics
-                    self._topics_checked = dict.fromkeys(topics, time.monotonic())
+                    self._registry = registry
+                    self._topics.replace(topics)
                     self._settings.replace(settings)
                     parts = list(self._partitions.values())
                 for part in parts:  # (part.lock is taken before self._lock elsewhere)
@@ -1198,11 +1101,7 @@ class Broker(ProduceShortcuts):
 
     def _stop_refresher(self) -> None:
         """End the background reads of partition counts before the backend closes."""
-        with self._lock:
-            refresher = self._refresher
-        if refresher is not None:
-            self._refresh_queue.put(None)
-            refresher.join(self.config.append_timeout)
+        self._topics.stop()
 
     def __enter__(self) -> Broker:
         return self
