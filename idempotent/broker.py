@@ -57,6 +57,7 @@ from .errors import (
 )
 from .leases import PartitionLeases
 from .observer import BrokerObserver, notify
+from .producer_records import ProducerRecords
 from .topic_directory import TopicDirectory
 
 #: decisions one produce request may go through (admission refresh, evictions) before the
@@ -173,7 +174,7 @@ class Broker(ProduceShortcuts):
         self.config = config or BrokerConfig()
         self._closed = False
         self._lock = threading.RLock()
-        self._registry = ProducerRegistry(backend.load_producers())
+        self._producers = ProducerRecords(backend, self._lock, self.config.id_block_size)
         self._settings = BrokerSettings(backend, self._lock, self.config.deduplication, self.config.policy)
         self._stop = threading.Event()
         self._topics = TopicDirectory(
@@ -413,22 +414,7 @@ class Broker(ProduceShortcuts):
         if producer_name is not None:
             validate_name(producer_name)
         self._claim_writer()
-        with self._lock:
-            previous = self._registry.by_name(producer_name) if producer_name is not None else None
-            keep = previous.principal if previous is not None else None
-            principal = claim(previous) if claim is not None else keep
-            if self._registry.will_need_id(producer_name) and self._registry.needs_id_block():
-                start = self.backend.allocate_producer_ids(self.config.id_block_size)
-                self._registry.add_id_block(start, self.config.id_block_size)
-            record = self._registry.init(producer_name, principal, time.time())
-            try:
-                self.backend.save_producer(record)
-            except BaseException:
-                self._registry = ProducerRegistry(
-                    [r for r in self._registry.records() if r.producer_id != record.producer_id]
-                    + ([previous] if previous is not None else [])
-                )
-                raise
+        record, previous = self._producers.initialise(producer_name, claim, time.time())
         last: dict[TopicPartition, int] = {}
         elsewhere: list[tuple[str, int]] = []
         if producer_name is not None and (previous is None or previous.producer_id == record.producer_id):
@@ -521,12 +507,10 @@ class Broker(ProduceShortcuts):
         Raises:
             BackendUnavailableError: the reload could not read the backend.
         """
-        with self._lock:
-            record = self._registry.lookup(producer_id)
+        record = self._producers.lookup(producer_id)
         if record is None and refresh and self._ownership is not None:
             self._refresh_producers()
-            with self._lock:
-                record = self._registry.lookup(producer_id)
+            record = self._producers.lookup(producer_id)
         return record
 
     # -- produce ---------------------------------------------------------------------------
@@ -721,31 +705,18 @@ class Broker(ProduceShortcuts):
             notify(self._observers, "producers_evicted", tp.topic, tp.partition, len(evicted))
         return True
 
+    @property
+    def _registry(self) -> ProducerRegistry:
+        """The producer registry (read without a lock on the produce path)."""
+        return self._producers.registry
+
     def _note_partition(self, producer_id: int, tp: TopicPartition) -> None:
         """Store that a named producer writes to ``tp`` before its first batch there is
         appended, so that ``init_producer`` finds every partition holding its sequences."""
-        with self._lock:
-            record = self._registry.lookup(producer_id)
-            changed = self._registry.add_partition(producer_id, tp.topic, tp.partition)
-            if changed is None:
-                return
-            try:
-                self.backend.save_producer(changed)
-            except BaseException:
-                if record is not None:
-                    self._registry = ProducerRegistry(
-                        [r for r in self._registry.records() if r.producer_id != producer_id] + [record]
-                    )
-                raise
+        self._producers.note_partition(producer_id, tp)
 
     def _evicted(self, producer_ids: Sequence[int]) -> None:
-        if not producer_ids:
-            return
-        with self._lock:
-            for pid in producer_ids:
-                record = self._registry.mark_state_lost(pid)
-                if record is not None:
-                    self.backend.save_producer(record)
+        self._producers.mark_evicted(producer_ids)
 
     def _claim_writer(self) -> None:
         """Become the backend's writer before deciding on a write. When the backend says this
@@ -763,11 +734,11 @@ class Broker(ProduceShortcuts):
             if self._writer:
                 return
             if self.backend.claim_writer():
-                registry = ProducerRegistry(self.backend.load_producers())
+                records = self.backend.load_producers()
                 settings = dict(self.backend.load_settings())
                 topics = dict(self.backend.list_topics())
                 with self._lock:
-                    self._registry = registry
+                    self._producers.replace(records)
                     self._topics.replace(topics)
                     self._settings.replace(settings)
                     parts = list(self._partitions.values())
@@ -890,9 +861,7 @@ class Broker(ProduceShortcuts):
 
     def _refresh_producers(self) -> None:
         """Adopt producer records that other brokers stored (new producers, higher epochs)."""
-        records = self.backend.load_producers()
-        with self._lock:
-            self._registry.merge(records)
+        self._producers.refresh()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -1029,17 +998,10 @@ class Broker(ProduceShortcuts):
             return
         if self._ownership is not None:
             self._refresh_producers()  # last uses other brokers noted
-        with self._lock:
-            sweep = self._registry.sweep(now, self.config.producer_record_retention, activity)
-            for record in sweep.touched:
-                self.backend.save_producer(record)
-            self._registry.merge(sweep.touched)
-            if sweep.expired:
-                self.backend.delete_producers(sweep.expired)
-                self._registry.drop(sweep.expired)
-        if sweep.expired:
-            retention = self.config.producer_record_retention
-            _LOG.info("deleted %d producer records idle for over %.0f s", len(sweep.expired), retention)
+        retention = self.config.producer_record_retention
+        deleted = self._producers.expire(now, retention, activity)
+        if deleted:
+            _LOG.info("deleted %d producer records idle for over %.0f s", deleted, retention)
 
     def _maintain_loop(self) -> None:
         while not self._stop.wait(self.config.maintenance_interval):
