@@ -17,7 +17,6 @@ the outstanding appends have drained; until then requests get a retriable
 
 from __future__ import annotations
 
-import functools
 import logging
 import queue
 import threading
@@ -25,25 +24,24 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 
-import attrs
-
-from ._checker import CheckerConfig, PartitionChecker, Policy
+from ._checker import PartitionChecker, Policy
 from ._outcomes import ProduceResult
 from ._ownership import RENEW_FRACTION, Lease
-from ._partition import Append, Fail, PartitionCore, RefreshProducers, Reply, WriteSnapshot
+from ._partition import Append, Fail, RefreshProducers, Reply, WriteSnapshot
 from ._records import StoredRecord
 from ._registry import Admission, ProducerRecord, ProducerRegistry, validate_name
 from ._request import ProduceRequest
 from ._settings import DEDUP, POLICY, dedup_value, policy_value
+from ._stats import partition_stats
 from ._topics import canonical_topic
 from ._types import TopicPartition
-from ._values import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
+from ._values import LastSequences, PartitionStats, ProducerSession
 from .api import ProduceShortcuts
 from .backend import AppendBatch, LogBackend
+from .broker_config import BrokerConfig as BrokerConfig
 from .broker_settings import BrokerSettings
 from .errors import (
     ConfigError,
-    CorruptDataError,
     InternalError,
     InvalidBatchError,
     InvalidTopicError,
@@ -51,94 +49,21 @@ from .errors import (
     PartitionRecoveringError,
     ProducerClosedError,
     ProducerError,
-    RequestTimeoutError,
     UnknownProducerError,
     internal_error,
 )
 from .leases import PartitionLeases
 from .observer import BrokerObserver, notify
+from .partition_shell import PartitionShell
 from .producer_records import ProducerRecords
 from .topic_directory import TopicDirectory
+from .topic_directory import validate_topic as validate_topic
 
 #: decisions one produce request may go through (admission refresh, evictions) before the
 #: partition is reported recovering: bounds the retries while snapshots cannot be stored
 _MAX_OFFERS = 4
 
 _LOG = logging.getLogger("idempotent.broker")
-
-
-def validate_topic(topic: str) -> str:
-    """The stored name of ``topic`` (any spelling :func:`idempotent._topics.canonical_topic`
-    accepts, such as ``persistent://public/default/orders`` for ``orders``).
-
-    Raises:
-        InvalidTopicError: not a valid spelling of a topic name.
-    """
-    return canonical_topic(topic)
-
-
-@attrs.frozen
-class BrokerConfig:
-    """Broker-wide options.
-
-    Attributes:
-        checker: window, producer bounds and snapshot cadence of every partition.
-        default_partitions: partition count of topics created on first produce.
-        auto_create_topics: create unknown topics on first produce (else InvalidTopicError).
-        deduplication: broker-wide default; topics and namespaces can override it.
-        policy: broker-wide default sequence policy; topics and namespaces can override it.
-        id_block_size: producer ids reserved from the backend at a time.
-        append_timeout: seconds ``produce`` waits for the backend to acknowledge.
-        maintenance_interval: seconds between expiry/snapshot sweeps (0 disables the thread).
-        max_record_bytes: largest key + value + headers of one record.
-        max_batch_bytes: largest total size of one batch.
-        broker_id: set it to run several brokers over one backend (see ``docs/clustering.md``):
-            each partition is then served by the one broker holding its lease. None (the
-            default) serves every partition, with no ownership records.
-        advertised_address: where clients reach this broker (``host:port``); stored in the
-            leases it holds and returned in :class:`~idempotent.errors.NotOwnerError`.
-        lease_duration: seconds a lease lasts without renewal; renewed every third of it.
-            Another broker takes a partition over after seeing no renewal for this long.
-        topic_refresh_interval: seconds a topic's partition count is trusted before
-            :meth:`Broker.partitions_for` has it read from the backend again, in the
-            background (partitions added to a Kafka or Pulsar topic are learnt this way; a
-            request for a partition beyond the known count has it read at once, at most once a
-            second per topic). 0 reads it again at every lookup.
-        producer_record_retention: seconds after which the record (name, id, epoch) of a
-            producer neither initialised nor seen writing is deleted by :meth:`Broker.maintain`
-            (Kafka's ``transactional.id.expiration.ms``, 7 days). A later ``init`` of the name
-            gets a fresh id with no state on any partition (docs/semantics.md).
-    """
-
-    checker: CheckerConfig = attrs.field(factory=CheckerConfig)
-    default_partitions: int = 1
-    auto_create_topics: bool = True
-    deduplication: bool = True
-    policy: Policy = Policy.STRICT
-    id_block_size: int = 1000
-    append_timeout: float = 30.0
-    maintenance_interval: float = 10.0
-    max_record_bytes: int = 8 * 1024 * 1024
-    max_batch_bytes: int = 64 * 1024 * 1024
-    broker_id: str | None = None
-    advertised_address: str = ""
-    lease_duration: float = 10.0
-    producer_record_retention: float = 7 * 24 * 3600.0
-    topic_refresh_interval: float = 10.0
-
-    def __attrs_post_init__(self) -> None:
-        if not self.producer_record_retention > 0:
-            raise ConfigError("producer_record_retention must be positive")
-        if self.broker_id is not None and (not isinstance(self.broker_id, str) or not self.broker_id):
-            raise ConfigError("broker_id must be a non-empty string (or None for a single broker)")
-        if not self.lease_duration > 0:
-            raise ConfigError("lease_duration must be positive")
-        if not 1 <= self.default_partitions <= MAX_PARTITIONS:
-            raise ConfigError(f"default_partitions must be 1..{MAX_PARTITIONS}")
-        if self.id_block_size < 1:
-            raise ConfigError("id_block_size must be positive")
-        if not self.topic_refresh_interval >= 0:
-            raise ConfigError("topic_refresh_interval must be 0 or more seconds")
 
 
 class _Completion:
@@ -153,14 +78,8 @@ class _Completion:
         self.part, self.append, self.started, self.appended, self.out = part, append, started, appended, out
 
 
-class _Partition:
-    """A partition's lock, and its core (``_partition.PartitionCore``), which decides."""
-
-    def __init__(self, tp: TopicPartition, config: CheckerConfig) -> None:
-        self.tp = tp
-        self.lock = threading.RLock()
-        self.cond = threading.Condition(self.lock)
-        self.core = PartitionCore(tp, config)
+#: a partition of the broker: its lock and its core, and its recovery (partition_shell.py)
+_Partition = PartitionShell
 
 
 class Broker(ProduceShortcuts):
@@ -307,7 +226,9 @@ class Broker(ProduceShortcuts):
         with self._lock:
             part = self._partitions.get(tp)
             if part is None:
-                part = self._partitions[tp] = _Partition(tp, self.config.checker)
+                part = self._partitions[tp] = _Partition(
+                    tp, self.config.checker, self.backend, self._current_observers, self._evicted
+                )
             return part
 
     # -- settings --------------------------------------------------------------------------
@@ -429,13 +350,7 @@ class Broker(ProduceShortcuts):
                         except NotOwnerError:
                             elsewhere.append(part.tp)
                             continue
-                    self._ready(part)
-                    drained = functools.partial(self._drained, part, record.producer_id)
-                    ok = part.cond.wait_for(drained, max(0.0, deadline - time.monotonic()))
-                    if not ok:
-                        raise RequestTimeoutError(f"in-flight batches of {producer_name!r} on {part.tp} did not drain")
-                    checker = self._ready(part)
-                    seq = checker.last_sequence(record.producer_id)
+                    seq = part.last_sequence(record.producer_id, deadline - time.monotonic(), repr(producer_name))
                     if seq >= 0:
                         last[part.tp] = seq
         max_record_bytes, max_batch_bytes = self.limits()
@@ -488,14 +403,7 @@ class Broker(ProduceShortcuts):
                 raise UnknownProducerError(
                     f"no producer {producer_id} at epoch {producer_epoch} in {self.url}", producer_id
                 )
-            self._ready(part)
-            if not part.cond.wait_for(functools.partial(self._drained, part, producer_id), timeout):
-                raise RequestTimeoutError(f"in-flight batches of producer {producer_id} on {part.tp} did not drain")
-            return self._ready(part).last_sequence(producer_id)
-
-    @staticmethod
-    def _drained(part: _Partition, producer_id: int) -> bool:
-        return part.core.drained(producer_id)
+            return part.last_sequence(producer_id, timeout, f"producer {producer_id}")
 
     def producer_record(self, producer_id: int, *, refresh: bool = False) -> ProducerRecord | None:
         """The registry record of a producer id, or None.
@@ -685,25 +593,12 @@ class Broker(ProduceShortcuts):
         out.set_exception(error)
 
     def _write_snapshot(self, part: _Partition, action: WriteSnapshot) -> bool:
-        """Carry out a :class:`WriteSnapshot` of the core. Needs part.lock.
+        """Carry out a :class:`WriteSnapshot` of the core (:meth:`PartitionShell.write_snapshot`).
+        Needs part.lock."""
+        return part.write_snapshot(action)
 
-        Evicted producers are flagged in the registry only once the snapshot is stored; if it
-        cannot be, the core drops the checker, to be rebuilt from the log, which brings them
-        back: an eviction is never half done.
-        """
-        tp = part.tp
-        try:
-            self.backend.write_snapshot(tp.topic, tp.partition, action.snapshot)
-        except ProducerError:
-            part.core.snapshot_written(action, False)
-            notify(self._observers, "snapshot_written", tp.topic, tp.partition, False)
-            return False
-        evicted = part.core.snapshot_written(action, True)
-        notify(self._observers, "snapshot_written", tp.topic, tp.partition, True)
-        if evicted:
-            self._evicted(evicted)
-            notify(self._observers, "producers_evicted", tp.topic, tp.partition, len(evicted))
-        return True
+    def _current_observers(self) -> tuple[BrokerObserver, ...]:
+        return self._observers
 
     @property
     def _registry(self) -> ProducerRegistry:
@@ -748,7 +643,7 @@ class Broker(ProduceShortcuts):
             self._writer = True
 
     def _ready(self, part: _Partition) -> PartitionChecker:
-        """Return the partition's checker, recovering it first if the core asks for it.
+        """The partition's checker, recovered first if needed (:meth:`PartitionShell.ready`).
         Needs part.lock.
 
         Raises:
@@ -756,31 +651,7 @@ class Broker(ProduceShortcuts):
                 the evictions of the recovery could not be stored.
             BackendUnavailableError: the snapshot or the log could not be read.
         """
-        core = part.core
-        if core.ensure_ready() is None:
-            assert core.checker is not None
-            return core.checker
-        started = time.monotonic()
-        topic, partition = part.tp
-        now = time.time()
-        snapshot = self.backend.latest_snapshot(topic, partition)
-        try:
-            checker, replayed = PartitionChecker.recover(
-                snapshot,
-                self.backend.replay(topic, partition, snapshot.position if snapshot is not None else 0),
-                self.config.checker,
-                now=now,
-            )
-        except CorruptDataError:  # a corrupt snapshot: the log alone still has every batch boundary
-            checker, replayed = PartitionChecker.recover(
-                None, self.backend.replay(topic, partition, 0), self.config.checker, now=now
-            )
-        seconds = time.monotonic() - started
-        swept = core.recovered(checker, replayed, seconds, now)
-        notify(self._observers, "partition_recovered", topic, partition, seconds, replayed)
-        if swept is not None and not self._write_snapshot(part, swept):
-            raise PartitionRecoveringError(f"{part.tp}: could not store the snapshot after evictions; retry")
-        return checker
+        return part.ready()
 
     # -- ownership (several brokers over one backend) -----------------------------------------
 
@@ -928,35 +799,22 @@ class Broker(ProduceShortcuts):
                             if core.checker is None:
                                 raise
                             checker = core.checker
-                    producers = tuple(
-                        ProducerStats(
-                            pid,
-                            s.producer_epoch,
-                            (r.producer_name if (r := self._registry.lookup(pid)) else None),
-                            s.last_sequence,
-                            s.last_offset,
-                            s.last_timestamp,
-                        )
-                        for pid, s in sorted(checker.producers().items())
-                    )
                     out.append(
-                        PartitionStats(
-                            name,
-                            p,
-                            "recovering" if core.failed else "ready",
-                            self.deduplication_enabled(name),
-                            self.policy_for(name).value,
-                            checker.position,
-                            checker.pending,
-                            checker.last_snapshot_position,
-                            (now - checker.last_snapshot_at) if checker.last_snapshot_position >= 0 else None,
-                            checker.entries_since_snapshot,
-                            core.recovery_seconds,
-                            core.replayed,
-                            producers,
+                        partition_stats(
+                            part.tp,
+                            core,
+                            checker,
+                            deduplication=self.deduplication_enabled(name),
+                            policy=self.policy_for(name),
+                            name_of=self._producer_name,
+                            now=now,
                         )
                     )
         return out
+
+    def _producer_name(self, producer_id: int) -> str | None:
+        record = self._registry.lookup(producer_id)
+        return None if record is None else record.producer_name
 
     def checker_state(self, topic: str, partition: int) -> dict[int, tuple[object, ...]]:
         """The persisted checker state of one partition as plain values (for tests and tools)."""

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from ._topics import canonical_topic
 from ._values import MAX_PARTITIONS
 from .backend import LogBackend
 from .errors import InvalidTopicError, ProducerError
@@ -222,3 +223,13 @@ class TopicDirectory:
         """
         count = self._backend.describe_topic(topic)
         return self._known(topic, known if count is None else count)
+
+
+def validate_topic(topic: str) -> str:
+    """The stored name of ``topic`` (any spelling :func:`idempotent._topics.canonical_topic`
+    accepts, such as ``persistent://public/default/orders`` for ``orders``).
+
+    Raises:
+        InvalidTopicError: not a valid spelling of a topic name.
+    """
+    return canonical_topic(topic)
