@@ -54,7 +54,7 @@ from .errors import (
 )
 from .leases import PartitionLeases
 from .observer import BrokerObserver, notify
-from .partition_shell import PartitionShell
+from .partition_shell import PartitionMap, PartitionShell
 from .producer_records import ProducerRecords
 from .topic_directory import TopicDirectory
 from .topic_directory import validate_topic as validate_topic
@@ -105,8 +105,12 @@ class Broker(ProduceShortcuts):
             refresh_interval=self.config.topic_refresh_interval,
             join_timeout=self.config.append_timeout,
         )
-        self._partitions: dict[TopicPartition, _Partition] = {}
         self._observers: tuple[BrokerObserver, ...] = ()
+        self._partition_map = PartitionMap(
+            self._lock, self.config.checker, backend, self._current_observers, self._evicted
+        )
+        #: the open partitions (the map's dict: read without a lock, entries never removed)
+        self._partitions = self._partition_map.parts
         self._completions: queue.SimpleQueue[_Completion | None] = queue.SimpleQueue()
         self._completer = threading.Thread(target=self._complete_loop, name="idempotent-completions", daemon=True)
         self._completer.start()
@@ -222,14 +226,7 @@ class Broker(ProduceShortcuts):
         count = self._topics.count_covering(topic, partition, create=create)  # partitions may have been added
         if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < count:
             raise InvalidTopicError(f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")
-        tp = TopicPartition(topic, partition)
-        with self._lock:
-            part = self._partitions.get(tp)
-            if part is None:
-                part = self._partitions[tp] = _Partition(
-                    tp, self.config.checker, self.backend, self._current_observers, self._evicted
-                )
-            return part
+        return self._partition_map.open(TopicPartition(topic, partition))
 
     # -- settings --------------------------------------------------------------------------
 
@@ -636,10 +633,7 @@ class Broker(ProduceShortcuts):
                     self._producers.replace(records)
                     self._topics.replace(topics)
                     self._settings.replace(settings)
-                    parts = list(self._partitions.values())
-                for part in parts:  # (part.lock is taken before self._lock elsewhere)
-                    with part.lock:
-                        part.core.forget()  # rebuilt by _ready at its next use
+                self._partition_map.forget_all()  # (outside self._lock: partition locks come first)
             self._writer = True
 
     def _ready(self, part: _Partition) -> PartitionChecker:
@@ -787,22 +781,13 @@ class Broker(ProduceShortcuts):
                 if not self._serving(part):
                     continue  # another broker owns it (several brokers): ask that one
                 with part.lock:
-                    core = part.core
-                    if not recover:
-                        if core.checker is None:
-                            continue
-                        checker = core.checker
-                    else:
-                        try:
-                            checker = self._ready(part)
-                        except PartitionRecoveringError:
-                            if core.checker is None:
-                                raise
-                            checker = core.checker
+                    checker = part.checker(recover=recover)
+                    if checker is None:
+                        continue
                     out.append(
                         partition_stats(
                             part.tp,
-                            core,
+                            part.core,
                             checker,
                             deduplication=self.deduplication_enabled(name),
                             policy=self.policy_for(name),
@@ -833,20 +818,7 @@ class Broker(ProduceShortcuts):
         """
         now = time.time() if now is None else now
         self.refresh_settings()
-        with self._lock:
-            parts = list(self._partitions.values())
-        activity: dict[int, float] = {}
-        for part in parts:
-            with part.lock:
-                checker = part.core.checker
-                if checker is None or not part.core.ready or not self._serving(part):
-                    continue
-                action = part.core.maintain(now)
-                if action is not None:
-                    self._write_snapshot(part, action)
-                for producer_id, seen in checker.activity(now).items():
-                    activity[producer_id] = max(activity.get(producer_id, 0.0), seen)
-        self._expire_records(now, activity)
+        self._expire_records(now, self._partition_map.maintain(now, self._serving))
 
     def _expire_records(self, now: float, activity: Mapping[int, float]) -> None:
         """Carry out :meth:`ProducerRegistry.sweep`: store the touched records, delete the
@@ -896,14 +868,7 @@ class Broker(ProduceShortcuts):
             return
         self._stop.set()
         self._stop_refresher()
-        with self._lock:
-            parts = list(self._partitions.values())
-        now = time.time()
-        for part in parts:
-            with part.lock:
-                part.cond.wait_for(lambda p=part: p.core.outstanding == 0, 5.0)  # type: ignore[misc]
-                if self._serving(part) and (action := part.core.final_snapshot(now)) is not None:
-                    self._write_snapshot(part, action)
+        self._partition_map.close(time.time(), self._serving)
         if self._ownership is not None:
             self._ownership.release_all()
         self._closed = True

@@ -122,3 +122,91 @@ class PartitionShell:
         if not self.cond.wait_for(lambda: self.core.drained(producer_id), max(0.0, timeout)):
             raise RequestTimeoutError(f"in-flight batches of {who} on {self.tp} did not drain")
         return self.ready().last_sequence(producer_id)
+
+    def checker(self, *, recover: bool) -> PartitionChecker | None:
+        """The checker to report on: with ``recover``, :meth:`ready`'s (or, while a failed
+        partition cannot be rebuilt yet, the one it had); else the one in memory, None when
+        the partition was never loaded or was dropped.
+
+        Raises:
+            PartitionRecoveringError: with ``recover``, a partition never loaded cannot be
+                recovered yet.
+            BackendUnavailableError: with ``recover``, recovering it failed.
+        """
+        if not recover:
+            return self.core.checker
+        try:
+            return self.ready()
+        except PartitionRecoveringError:
+            if self.core.checker is None:
+                raise
+            return self.core.checker
+
+
+class PartitionMap:
+    """The partitions a broker has opened, created on first use and never removed, and the
+    sweeps over all of them (maintenance, close, a new writer's start-over).
+
+    ``parts`` may be read without a lock (a dict read; entries are never removed); it is
+    changed under the broker's lock, given in. Partition locks are taken one at a time, never
+    under the broker's lock.
+    """
+
+    def __init__(
+        self,
+        lock: threading.RLock,
+        config: CheckerConfig,
+        log: PartitionLog,
+        observers: Callable[[], tuple[BrokerObserver, ...]],
+        evicted: Callable[[Sequence[int]], None],
+    ) -> None:
+        self.parts: dict[TopicPartition, PartitionShell] = {}
+        self._lock = lock
+        self._config = config
+        self._log = log
+        self._observers = observers
+        self._evicted = evicted
+
+    def open(self, tp: TopicPartition) -> PartitionShell:
+        """The shell of ``tp`` (an existing partition), created on first use."""
+        with self._lock:
+            part = self.parts.get(tp)
+            if part is None:
+                part = self.parts[tp] = PartitionShell(tp, self._config, self._log, self._observers, self._evicted)
+            return part
+
+    def loaded(self) -> list[PartitionShell]:
+        """Every partition opened so far."""
+        with self._lock:
+            return list(self.parts.values())
+
+    def maintain(self, now: float, serving: Callable[[PartitionShell], bool]) -> dict[int, float]:
+        """Expire idle producers and write due snapshots on every ready partition this broker
+        serves (:meth:`PartitionCore.maintain`); returns each producer's latest write seen."""
+        activity: dict[int, float] = {}
+        for part in self.loaded():
+            with part.lock:
+                checker = part.core.checker
+                if checker is None or not part.core.ready or not serving(part):
+                    continue
+                action = part.core.maintain(now)
+                if action is not None:
+                    part.write_snapshot(action)
+                for producer_id, seen in checker.activity(now).items():
+                    activity[producer_id] = max(activity.get(producer_id, 0.0), seen)
+        return activity
+
+    def close(self, now: float, serving: Callable[[PartitionShell], bool], wait: float = 5.0) -> None:
+        """Wait up to ``wait`` seconds per partition for its outstanding appends, then write a
+        snapshot of every partition served with new entries and nothing in flight."""
+        for part in self.loaded():
+            with part.lock:
+                part.cond.wait_for(lambda p=part: p.core.outstanding == 0, wait)  # type: ignore[misc]
+                if serving(part) and (action := part.core.final_snapshot(now)) is not None:
+                    part.write_snapshot(action)
+
+    def forget_all(self) -> None:
+        """Drop every partition's state: each is rebuilt from the backend at its next use."""
+        for part in self.loaded():
+            with part.lock:
+                part.core.forget()
