@@ -201,18 +201,11 @@ class Broker(ProduceShortcuts):
         return self._topics.topics()
 
     def partitions_for(self, topic: str, *, create: bool = True) -> int:
-        """The partition count of ``topic``.
-
-        A topic this broker does not know is looked up in the backend before anything is
-        created: the topic records are read again (another broker or process may have
-        created it) and, with ``create``, on Kafka and Pulsar their own metadata too (a topic
-        made by their tools or by plain clients). An existing topic is used with the
-        partition count it really has, and adopted into the topic records (see
-        ``docs/backends.md``); a missing one is created with ``default_partitions`` if
-        ``create`` and ``auto_create_topics`` allow. A known topic's count is read again in
-        the background once it is ``topic_refresh_interval`` seconds old (the count known is
-        returned meanwhile), so partitions added later are learnt (see
-        :mod:`idempotent.topic_directory`).
+        """The partition count of ``topic``. A topic new to this broker is looked up in the
+        backend before anything is created, and used with the count it really has (adopted
+        into the topic records); a missing one is created with ``default_partitions`` if
+        ``create`` and ``auto_create_topics`` allow. A known count is read again in the
+        background after ``topic_refresh_interval`` seconds (:mod:`idempotent.topic_directory`).
 
         Raises:
             InvalidTopicError: bad name, or no such topic (with ``create`` False or
@@ -770,16 +763,10 @@ class Broker(ProduceShortcuts):
         now = time.time()
         for name in names:
             for p in range(self.partitions_for(name, create=False)):
-                if recover:
-                    part = self._partition(name, p, create=False)
-                else:
-                    with self._lock:
-                        loaded = self._partitions.get(TopicPartition(name, p))
-                    if loaded is None:
-                        continue
-                    part = loaded
-                if not self._serving(part):
-                    continue  # another broker owns it (several brokers): ask that one
+                tp = TopicPartition(name, p)  # without ``recover``, only the partitions opened
+                part = self._partition(name, p, create=False) if recover else self._partitions.get(tp)
+                if part is None or not self._serving(part):
+                    continue  # (or another broker owns it: ask that one)
                 with part.lock:
                     checker = part.checker(recover=recover)
                     if checker is None:
