@@ -81,24 +81,30 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from collections.abc import Sequence as SequenceOf
 
 import attrs
 
+from ._batches import BatchDelivered as BatchDelivered
+from ._batches import BatchFailed as BatchFailed
+from ._batches import Event as Event
+from ._batches import OutgoingBatch as OutgoingBatch
+from ._batches import Spans as Spans
+from ._batches import check_sequence
+from ._batches import sequences_for as sequences_for
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult
 from ._records import Record, RecordColumns, record_sizes
 from ._sequence import (
     at_or_before,
     crosses_ring_end,
     distance,
-    is_valid_sequence,
     last_sequence_of,
     next_sequence,
     order_depends_on_policy,
 )
 from ._transitions import BatchState, BatchTrigger, transition
-from ._types import DEFAULT_MAX_IN_FLIGHT, MAX_APPLICATION_SEQUENCE, NO_SEQUENCE, TopicPartition
+from ._types import DEFAULT_MAX_IN_FLIGHT, NO_SEQUENCE, TopicPartition
 from .errors import (
     ConfigError,
     DeliveryTimeoutError,
@@ -109,157 +115,12 @@ from .errors import (
     Recovery,
     SequenceDesyncError,
     UnknownProducerError,
-    UsageError,
 )
 
 #: the triggers of :mod:`idempotent._transitions`, bound once: on this per-batch path a global
 #: is several times cheaper to read than an enum member
 _SEAL, _SEND, _RETRY = BatchTrigger.SEAL, BatchTrigger.SEND, BatchTrigger.RETRY
 _REFUSE, _DELIVER, _FAIL = BatchTrigger.REFUSE, BatchTrigger.DELIVER, BatchTrigger.FAIL
-
-
-def _check_sequence(sequence: object) -> None:
-    if not isinstance(sequence, int) or isinstance(sequence, bool) or not is_valid_sequence(sequence):
-        raise UsageError(f"sequence must be an int in 0..{MAX_APPLICATION_SEQUENCE}, got {sequence!r}")
-
-
-def sequences_for(count: int, sequence: int | SequenceOf[int] | None) -> SequenceOf[int] | None:
-    """Validate the ``sequence`` argument of :meth:`ProducerSequencer.add_many` for ``count``
-    records and return one sequence per record, or None. Application sequences never wrap.
-
-    Raises:
-        UsageError: an invalid sequence, or not ``count`` of them.
-    """
-    if sequence is None:
-        return None
-    if not isinstance(sequence, SequenceOf) or isinstance(sequence, str | bytes):
-        _check_sequence(sequence)  # an int, or the error for something that is no sequence
-        assert isinstance(sequence, int)
-        if count:
-            _check_sequence(sequence + count - 1)
-        return range(sequence, sequence + count)
-    if len(sequence) != count:
-        raise UsageError(f"{len(sequence)} sequences for {count} records")
-    for s in sequence:
-        _check_sequence(s)
-    return sequence
-
-
-class Spans:
-    """Whose records a batch holds, in order, as *spans* ``(owner, start, count)``: ``count``
-    consecutive records that belong to ``owner`` (a value the shell passed to
-    :meth:`ProducerSequencer.add_many`), starting at position ``start`` of the records it
-    passed. Records are tracked per span, not per record; the three parallel lists hold no
-    object per record beyond the owner itself.
-    """
-
-    __slots__ = ("counts", "owners", "starts")
-
-    def __init__(self) -> None:
-        self.owners: list[object] = []
-        self.starts: list[int] = []
-        self.counts: list[int] = []
-
-    def add(self, owner: object, start: int, count: int) -> None:
-        """Append ``count`` records of ``owner`` from its position ``start`` on."""
-        owners = self.owners
-        if owners and owners[-1] is owner and self.starts[-1] + self.counts[-1] == start:
-            self.counts[-1] += count
-            return
-        owners.append(owner)
-        self.starts.append(start)
-        self.counts.append(count)
-
-    def __iter__(self) -> Iterator[tuple[object, int, int]]:
-        return zip(self.owners, self.starts, self.counts, strict=True)
-
-    def __len__(self) -> int:
-        return len(self.owners)
-
-    def split(self, keep: int) -> Spans:
-        """Keep the first ``keep`` records; return the spans of the others."""
-        tail = Spans()
-        for i, count in enumerate(self.counts):
-            if keep >= count:
-                keep -= count
-                continue
-            owner, start = self.owners[i], self.starts[i]
-            cut = i + 1 if keep else i
-            if keep:
-                self.counts[i] = keep
-            tail.owners = [owner, *self.owners[i + 1 :]]
-            tail.starts = [start + keep, *self.starts[i + 1 :]]
-            tail.counts = [count - keep, *self.counts[i + 1 :]]
-            del self.owners[cut:], self.starts[cut:], self.counts[cut:]
-            break
-        return tail
-
-
-@attrs.define(eq=False)
-class OutgoingBatch:
-    """A batch as the shell sends it; ``attempt`` identifies the current transmission.
-
-    ``spans`` says whose records the batch holds, in order.
-    """
-
-    batch_id: int
-    topic: str
-    partition: int
-    #: a list, or the columns of a RecordColumns call while only such calls fill the batch
-    records: list[Record] | RecordColumns
-    spans: Spans
-    created_at: float
-    size: int = 0
-    #: the size of the largest record (``size`` and ``largest`` as :attr:`Record.size` counts)
-    largest: int = 0
-    base_sequence: int = NO_SEQUENCE
-    #: the last sequence of the batch sent just before on the partition (-1: none; None:
-    #: unknown, after a refused batch that may be stored), set at drain time: the broker's
-    #: ``monotonic`` policy refuses the batch while that one is not its latest.
-    previous_sequence: int | None = None
-    #: ``previous_sequence`` as the latest attempt carried it.
-    previous_at_send: int | None = None
-    attempt: int = 0
-    state: BatchState = BatchState.OPEN
-    not_before: float = 0.0
-    sent_at: float = 0.0
-    #: the partition's last acknowledged sequence when the latest attempt was sent.
-    acked_at_send: int = NO_SEQUENCE
-    #: True when the application chose the sequences (``base_sequence`` set at add time).
-    explicit: bool = False
-    #: True once an attempt ended without a definite answer (request timeout, transport error,
-    #: IN_FLIGHT): a copy may be stored, so a later refusal cannot say NOT_PERSISTED.
-    doubtful: bool = False
-
-    @property
-    def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
-
-    @property
-    def handles(self) -> list[object]:
-        """The owner of each record, in order (the handle :meth:`ProducerSequencer.add` returned)."""
-        return [owner for owner, _, count in self.spans for _ in range(count)]
-
-
-@attrs.frozen
-class BatchDelivered:
-    """Every record of ``batch`` is persisted; record i is at ``base_offset + i`` when known."""
-
-    batch: OutgoingBatch
-    base_offset: int | None
-    duplicate: bool
-
-
-@attrs.frozen
-class BatchFailed:
-    """Every record of ``batch`` ended unpersisted or possibly persisted."""
-
-    batch: OutgoingBatch
-    error: ProducerError
-    status: DeliveryStatus
-
-
-Event = BatchDelivered | BatchFailed
 
 
 @attrs.define(eq=False)
@@ -394,7 +255,7 @@ class ProducerSequencer:
         if self.failure is not None:
             raise self.failure
         if sequence is not None:
-            _check_sequence(sequence)
+            check_sequence(sequence)
         tp = TopicPartition(topic, partition)
         ps = self._partitions.get(tp)
         if ps is None:
