@@ -616,36 +616,6 @@ class BackendConformance(StorageConformance):
         finally:
             b2.close()
 
-    def test_snapshots_take_effect_in_the_order_handed_over(self, harness: Harness) -> None:
-        """The snapshot-order rule of ``LogBackend.write_snapshot``: a snapshot written while
-        appends are still waiting to be stored, the last of them carrying an older snapshot at
-        the same position (as an eviction's snapshot written during a pipelined append), is
-        the one a recovery starts from, whenever the older one is stored."""
-        from .._checker import PartitionChecker
-        from .._records import Snapshot
-        from ..backend import AppendBatch
-
-        broker = harness.open(small_config())
-        topic = self._topic(broker)
-        backend = broker.backend
-        data = PartitionChecker().snapshot(0.0).data
-        older, newer = Snapshot(1000, 1, 1000.0, data), Snapshot(1000, 2, 2000.0, data)
-        now = time.time()
-        appended = [backend.append(topic, 0, AppendBatch(None, [Record(b"x")], now), None) for _ in range(20)]
-        appended.append(backend.append(topic, 0, AppendBatch(None, [Record(b"y")], now), older))
-        try:
-            backend.write_snapshot(topic, 0, newer)
-            for future in appended:
-                future.result(60)
-            assert backend.latest_snapshot(topic, 0) == newer
-        finally:
-            broker.close()
-        reopened = harness.open(small_config())
-        try:
-            assert reopened.backend.latest_snapshot(topic, 0) == newer
-        finally:
-            reopened.close()
-
     # -- recovery --------------------------------------------------------------------------
 
     def _fill(self, broker: Broker, topic: str, producers: int = 3, batches: int = 7) -> None:

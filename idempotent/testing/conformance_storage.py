@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from .._checker import PartitionChecker
 from .._outcomes import Outcome
 from .._ownership import Lease
 from .._records import BatchHeader, Record, Snapshot
@@ -92,6 +93,33 @@ class StorageConformance:
             assert log.latest_snapshot(topic, 1) is None  # per partition
         finally:
             broker.close()
+
+    def test_snapshots_take_effect_in_the_order_handed_over(self, harness: Harness) -> None:
+        """The snapshot-order rule of ``LogBackend.write_snapshot``: a snapshot written while
+        appends are still waiting to be stored, the last of them carrying an older snapshot at
+        the same position (as an eviction's snapshot written during a pipelined append), is
+        the one a recovery starts from, whenever the older one is stored."""
+        broker = harness.open(small_config())
+        topic = topic_name()
+        broker.create_topic(topic, 1)
+        backend = broker.backend
+        data = PartitionChecker().snapshot(0.0).data
+        older, newer = Snapshot(1000, 1, 1000.0, data), Snapshot(1000, 2, 2000.0, data)
+        now = time.time()
+        appended = [backend.append(topic, 0, AppendBatch(None, [Record(b"x")], now), None) for _ in range(20)]
+        appended.append(backend.append(topic, 0, AppendBatch(None, [Record(b"y")], now), older))
+        try:
+            backend.write_snapshot(topic, 0, newer)
+            for future in appended:
+                future.result(60)
+            assert backend.latest_snapshot(topic, 0) == newer
+        finally:
+            broker.close()
+        reopened = harness.open(small_config())
+        try:
+            assert reopened.backend.latest_snapshot(topic, 0) == newer
+        finally:
+            reopened.close()
 
     def test_topics_are_created_described_and_recorded(self, harness: Harness) -> None:
         one, other = harness.open(small_config()), harness.open(small_config())
