@@ -181,20 +181,12 @@ class Broker(ProduceShortcuts):
         self._check_open()
         name = validate_topic(name)
         with self._lock:
-            if name not in self._topics:
-                self._topics.update(self.backend.list_topics())  # another process may have created it
-            if name not in self._topics:
+            if not self._topics.known(name):  # (another process may have created it)
                 raise InvalidTopicError(f"unknown topic {name!r}")
-            for tp in [tp for tp in self._partitions if tp.topic == name]:
-                del self._partitions[tp]
-            for kind in ("dedup", "policy"):
-                key = f"{kind}:topic:{name}"
-                if key in self._settings:
-                    self.backend.save_setting(key, None)
-                    self._settings.pop(key, None)
-                    self._settings_changes += 1
+            self._partition_map.drop_topic(name)
+            self._settings.clear_topic(name)
             self.backend.delete_topic(name)
-            del self._topics[name]
+            self._topics.forget(name)
 
     def topics(self) -> dict[str, int]:
         """Every topic and its partition count."""

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping
 
 from ._checker import Policy
-from ._settings import deduplication_in_force, policy_in_force, setting_key
+from ._settings import DEDUP, POLICY, deduplication_in_force, policy_in_force, setting_key
 from .backend import MetadataStore
 from .errors import ProducerError
 
@@ -60,6 +60,21 @@ class BrokerSettings:
                 self._settings.pop(key, None)
             else:
                 self._settings[key] = value
+
+    def clear_topic(self, topic: str) -> None:
+        """Remove the topic-level settings of ``topic`` (a stored name), in the backend first (a
+        deleted topic's switches must not apply to a topic created again under its name).
+
+        Raises:
+            BackendUnavailableError: one could not be removed; those removed before stay removed.
+        """
+        with self._lock:
+            for kind in (DEDUP, POLICY):
+                key = setting_key(kind, topic, None)
+                if key in self._settings:
+                    self._store.save_setting(key, None)
+                    self._settings.pop(key, None)
+                    self._changes += 1
 
     def refresh(self) -> bool:
         """Reload the settings from the backend (outside the lock: it may be a network call).

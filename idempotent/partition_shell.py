@@ -147,8 +147,8 @@ class PartitionMap:
     """The partitions a broker has opened, created on first use and never removed, and the
     sweeps over all of them (maintenance, close, a new writer's start-over).
 
-    ``parts`` may be read without a lock (a dict read; entries are never removed); it is
-    changed under the broker's lock, given in. Partition locks are taken one at a time, never
+    ``parts`` may be read without a lock (a dict read; entries are removed only when their
+    topic is deleted); it is changed under the broker's lock, given in. Partition locks are taken one at a time, never
     under the broker's lock.
     """
 
@@ -174,6 +174,13 @@ class PartitionMap:
             if part is None:
                 part = self.parts[tp] = PartitionShell(tp, self._config, self._log, self._observers, self._evicted)
             return part
+
+    def drop_topic(self, topic: str) -> None:
+        """Forget the partitions of a deleted topic (created again, its partitions start
+        afresh)."""
+        with self._lock:
+            for tp in [tp for tp in self.parts if tp.topic == topic]:
+                del self.parts[tp]
 
     def loaded(self) -> list[PartitionShell]:
         """Every partition opened so far."""

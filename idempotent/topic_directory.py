@@ -136,6 +136,26 @@ class TopicDirectory:
                 count = self._refresh(topic, count)
         return count
 
+    def known(self, name: str) -> bool:
+        """Whether ``name`` is a topic, reading the topic records again when this broker does
+        not know it (another process may have created it).
+
+        Raises:
+            BackendUnavailableError: the records could not be read.
+        """
+        with self._lock:
+            if name not in self._topics:
+                for topic, count in self._backend.list_topics().items():
+                    self._topics.setdefault(topic, count)
+                    self._checked.setdefault(topic, time.monotonic())
+            return name in self._topics
+
+    def forget(self, name: str) -> None:
+        """Forget a deleted topic (created again, it is looked up afresh)."""
+        with self._lock:
+            self._topics.pop(name, None)
+            self._checked.pop(name, None)
+
     def replace(self, topics: Mapping[str, int]) -> None:
         """Use ``topics``, read from the backend just now (the broker became its writer)."""
         with self._lock:
