@@ -1,5 +1,7 @@
 """Kafka's errors in the project's tree: the one translation of confluent-kafka's errors, at
-the adapter edge (:mod:`adapters.kafka` and :mod:`adapters._kafka_txn` use it).
+the adapter edge (:mod:`adapters.kafka`, its writer and :mod:`adapters._kafka_txn`, the
+producer log of :mod:`adapters.kafka_direct`, and the mirror's Kafka source
+:mod:`idempotent.mirror.kafka` use it).
 
 A ``KafkaError`` carries a code and three flags librdkafka sets where it raises it:
 ``fatal()`` (the client instance can do nothing more), ``txn_requires_abort()`` (the current
@@ -32,16 +34,17 @@ _LOG = logging.getLogger("idempotent.adapters.kafka")
 
 
 @contextlib.contextmanager
-def map_errors(what: str) -> Iterator[None]:
+def map_errors(what: str, *, topic_may_be_new: bool = True) -> Iterator[None]:
     """Translate confluent-kafka errors into the project's tree, once, at the adapter edge
-    (see :func:`translate`). ``BufferError`` (librdkafka's local queue is full) is transient;
-    any other exception is a bug: logged, FATAL."""
+    (see :func:`translate`, which ``topic_may_be_new`` is passed to). ``BufferError``
+    (librdkafka's local queue is full) is transient; any other exception is a bug: logged,
+    FATAL."""
     try:
         yield
     except ProducerError:
         raise
     except KafkaException as exc:
-        raise translate(exc.args[0] if exc.args else None, what) from exc
+        raise translate(exc.args[0] if exc.args else None, what, topic_may_be_new=topic_may_be_new) from exc
     except BufferError as exc:
         raise BackendUnavailableError(f"kafka: {what}: local queue full: {exc}") from exc
     except (RuntimeError, ValueError, TypeError) as exc:
@@ -159,8 +162,13 @@ CLIENT_STATE_CODES = frozenset(
 )
 
 
-def translate(error: Any, what: str) -> ProducerError:
+def translate(error: Any, what: str, *, topic_may_be_new: bool = True) -> ProducerError:
     """The project error for a ``KafkaError`` (or whatever a ``KafkaException`` carried).
+
+    ``topic_may_be_new``: Kafka's UNKNOWN_TOPIC_OR_PART is transient for topics this project
+    creates (a new topic's metadata is still propagating); False where topics are read as
+    they are (the mirror's Kafka source), where it means the topic does not exist:
+    :class:`InvalidTopicError`.
 
     In this order: fenced by a newer owner -> :class:`OwnershipLostError`; too large ->
     :class:`EntryTooLargeError`; refused credentials or rights, or a bad setting ->
@@ -185,7 +193,7 @@ def translate(error: Any, what: str) -> ProducerError:
         return ConfigError(f"{text} (the cluster refused the broker's credentials or rights; check client_config)")
     if code in CONFIG_CODES:
         return ConfigError(text)
-    if code in TOPIC_CODES:
+    if code in TOPIC_CODES or (code == KafkaError.UNKNOWN_TOPIC_OR_PART and not topic_may_be_new):
         return InvalidTopicError(text)
     if code in CLIENT_STATE_CODES:
         return internal_error(f"kafka: {what} (a call the client's state does not allow)", KafkaException(error), _LOG)

@@ -39,13 +39,14 @@ How the model maps onto Kafka (see ``docs/backends.md``):
 * Readers use ``isolation.level=read_committed``: aborted writes of a fenced owner are never
   read or replayed.
 
-Every confluent-kafka error is translated in :func:`_map_errors`.
+Every confluent-kafka error is translated in one place, :mod:`adapters._kafka_errors` (the
+mirror's Kafka source uses it too). The partition writer is :mod:`adapters._kafka_writer`;
+the metadata half is the store shared with Pulsar (:mod:`adapters._metadata`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import threading
 import time
@@ -59,22 +60,11 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 
 from adapters._heads import BatchHead, HeadIndex
-from adapters._meta import (
-    MetaLog,
-    TopicOrigin,
-    lease_key,
-    origin_key,
-    pack_lease,
-    pack_origin,
-    pack_producer,
-    pack_snapshot,
-    unpack_snapshot,
-)
+from adapters._kafka_writer import PartitionWriter
+from adapters._meta import TopicOrigin, pack_snapshot, unpack_snapshot
+from adapters._metadata import CompactedMetadataStore, MetadataDelegate
 from adapters._reach import DEFAULT_CONNECT_TIMEOUT, check_connect_timeout, parse_addresses, wait_reachable
-from adapters._writer import GroupQueue
-from idempotent._ownership import Lease
-from idempotent._records import Record, RecordColumns, Snapshot, StoredBatch, StoredRecord
-from idempotent._registry import ProducerRecord, merge_record
+from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._types import MAX_BATCH_RECORDS, NO_PRODUCER_ID, Epoch, ProducerId, Sequence
 from idempotent.backend import AppendBatch
 from idempotent.clientlogs import LIBRDKAFKA_LOG
@@ -84,7 +74,6 @@ from idempotent.errors import (
     InvalidTopicError,
     OwnershipLostError,
     ProducerError,
-    internal_error,
 )
 
 try:
@@ -96,7 +85,6 @@ try:
     from adapters._kafka_errors import CLIENT_STATE_CODES
     from adapters._kafka_errors import map_errors as _map_errors
     from adapters._kafka_errors import translate as _translate
-    from adapters._kafka_txn import TransactionalProducer
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the kafka backend needs confluent-kafka: pip install 'idempotent[kafka]'") from exc
 
@@ -111,8 +99,8 @@ _OWN_HEADERS = frozenset({"idem.pid", "idem.epoch", "idem.seq", "idem.count"})
 _MESSAGE_MAX_BYTES = 1_000_000
 #: room for a record's Kafka framing and ``idem.*`` headers beyond what Record.size counts
 _RECORD_MARGIN = 1024
-#: records per ``produce_batch`` call of a partition writer
-_BULK = 5000
+#: what reading the end of a topic just created may answer until its leader serves it
+_NO_LEADER_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 #: a read that starts inside a batch looks this many messages back for its head first, then
 #: four times as many each time, up to the largest batch
 _HEAD_WINDOW = 1024
@@ -128,250 +116,9 @@ def _decimal(headers: dict[str, bytes], name: str, default: int = -1) -> int:
     return default if value is None else int(value)
 
 
-class _PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Future[int]]]):
-    """The transactional producer that owns one partition (a :class:`TransactionalProducer`,
-    which resolves failed commits), with a group-commit thread."""
-
-    def __init__(self, backend: KafkaBackend, topic: str, partition: int) -> None:
-        super().__init__()
-        self.backend = backend
-        self.topic = topic
-        self.partition = partition
-        self.kafka_topic = kafka_topic_name(topic, backend.prefix)
-        # Kafka's coordinator aborts (and fences) a transaction still open after this; a
-        # client_config may choose another
-        config: dict[str, Any] = {"transaction.timeout.ms": 60_000, **backend.client_config}
-        config.update(
-            {
-                "transactional.id": f"{backend.prefix}idempotent-{self.kafka_topic}-{partition}",
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 0,
-                # a group commit may queue many batches before commit_transaction flushes them
-                "queue.buffering.max.messages": 1_000_000,
-                "queue.buffering.max.kbytes": 1_048_576,
-            }
-        )
-        self._txn = TransactionalProducer(config, backend.timeout, f"{topic}[{partition}]")
-        self._thread = threading.Thread(target=self._run, name=f"idempotent-kafka-{topic}-{partition}", daemon=True)
-        self._thread.start()
-
-    def submit(self, batch: AppendBatch | None, snapshot: Snapshot | None) -> Future[int]:
-        future: Future[int] = Future()
-        with self._cond:
-            if self.lost is not None:
-                future.set_exception(self.lost)
-            elif self._closed:
-                future.set_exception(BackendUnavailableError("kafka backend is closed"))
-            else:
-                self._queue.append((batch, snapshot, future))
-                self._cond.notify()
-        return future
-
-    @property
-    def lost(self) -> ProducerError | None:
-        """Set once a newer owner fenced this partition's producer: every later use raises it."""
-        return self._txn.fenced
-
-    def settle(self) -> None:
-        """Make every earlier transaction's outcome final and readable before the partition
-        is read for a rebuild (see :meth:`TransactionalProducer.settle`).
-
-        Raises:
-            OwnershipLostError: fenced by a newer owner.
-            BackendUnavailableError: a commit is still in doubt or the producer could not be
-                replaced yet; retry later.
-        """
-        self._txn.settle()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        self._thread.join(self.backend.timeout)
-        self._txn.close()
-
-    def _run(self) -> None:
-        while (items := self._take_group()) is not None:
-            try:
-                offsets = self._commit(items)
-            except ProducerError as exc:
-                self._fail(items, exc)
-                continue
-            except KafkaException as exc:  # mapped here, at the edge
-                self._fail(
-                    items, _translate(exc.args[0] if exc.args else exc, f"append to {self.topic}[{self.partition}]")
-                )
-                continue
-            except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
-                self._fail(items, internal_error(f"kafka: committing to {self.topic}[{self.partition}]", exc, _LOG))
-                continue
-            self._note_committed(items, offsets)
-            for (_, _, future), offset in zip(items, offsets, strict=True):
-                future.set_result(offset)
-
-    def _note_committed(
-        self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], offsets: list[int]
-    ) -> None:
-        """Tell the backend what a committed transaction wrote: reads wait for its end (its
-        commit markers follow the commit's acknowledgement), and its batch heads are known."""
-        end = max(
-            (offset + len(batch.records) for (batch, _, _), offset in zip(items, offsets, strict=True) if batch),
-            default=-1,
-        )
-        if end >= 0:
-            self.backend.note_written(self.kafka_topic, self.partition, end)
-        self.backend.note_heads(
-            self.kafka_topic,
-            self.partition,
-            [
-                BatchHead(
-                    offset,
-                    len(batch.records),
-                    batch.header.producer_id if batch.header else NO_PRODUCER_ID,
-                    batch.header.producer_epoch if batch.header else -1,
-                    batch.header.base_sequence if batch.header else -1,
-                    int(batch.timestamp * 1000) / 1000,
-                )
-                for (batch, _, _), offset in zip(items, offsets, strict=True)
-                if batch is not None and offset >= 0
-            ],
-        )
-
-    def _commit(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]]) -> list[int]:
-        """Store a group in one transaction; the first offset of each item's batch (-1 for a
-        snapshot alone). A commit in doubt raises; if it turns out committed later, the
-        group is noted as written then (``on_late_commit``), so reads wait for it."""
-        first_offsets: list[list[int]] = [[] for _ in items]
-        errors: list[KafkaError] = []
-
-        def delivered(slot: list[int]) -> Callable[[Any, Any], None]:
-            def callback(err: Any, msg: Any) -> None:
-                if err is not None:
-                    errors.append(err)
-                else:
-                    slot.append(msg.offset())
-
-            return callback
-
-        def offsets() -> list[int]:
-            return [min(slot) if slot else -1 for slot in first_offsets]
-
-        def late() -> None:
-            self._note_committed(items, offsets())
-
-        with _map_errors(f"append to {self.topic}[{self.partition}]"), self._txn.transaction(late) as producer:
-            for index, (batch, snapshot, _) in enumerate(items):
-                if snapshot is not None:
-                    self.backend.produce_snapshot(producer, self.topic, self.partition, snapshot)
-                if batch is None:
-                    continue
-                self._produce(producer, batch, delivered(first_offsets[index]))
-        if errors:
-            raise _translate(errors[0], f"deliver to {self.topic}[{self.partition}]")
-        return offsets()
-
-    def _produce(self, producer: Any, batch: AppendBatch, delivered: Callable[[Any, Any], None]) -> None:
-        """Hand a batch's records to the open transaction, in order.
-
-        The first record carries the batch's identity headers (``idem.pid``, ``idem.epoch``,
-        ``idem.seq``, ``idem.count``; only ``idem.count`` for a batch without a producer,
-        deduplication off) and the only delivery callback: the batch's offsets are
-        consecutive, and a failure of any record fails ``commit_transaction``. The others
-        carry only their own headers; runs of records without any go to Kafka with one
-        ``produce_batch`` call per :data:`_BULK` records (see :mod:`adapters._heads`).
-
-        Raises:
-            BackendUnavailableError: librdkafka refused part of a bulk call other than at its
-                end (nothing of the transaction may be committed then).
-        """
-        records = batch.records
-        header = batch.header
-        first = records[0]
-        timestamp = int(batch.timestamp * 1000)
-        if header is None:  # no producer: the head says only how many records follow it
-            identity = [("idem.count", b"%d" % len(records))]
-        else:
-            identity = [
-                ("idem.pid", b"%d" % header.producer_id),
-                ("idem.epoch", b"%d" % header.producer_epoch),
-                ("idem.seq", b"%d" % header.base_sequence),
-                ("idem.count", b"%d" % len(records)),
-            ]
-        self._produce_one(
-            producer,
-            first,
-            [*first.headers, *identity] if first.headers else identity,
-            timestamp if first.timestamp is None else first.timestamp,
-            delivered,
-        )
-        for start in range(1, len(records), _BULK):
-            chunk = records[start : start + _BULK]
-            if type(chunk) is RecordColumns and not chunk.timed:
-                keys = chunk.keys if chunk.keys is not None else itertools.repeat(None)
-                self._produce_bulk(producer, [{"value": v, "key": k} for v, k in zip(chunk.values, keys, strict=False)])
-            elif any(record.headers or record.timestamp is not None for record in chunk):
-                for record in chunk:  # a time or headers of its own: one by one (the bulk call takes neither)
-                    own = timestamp if record.timestamp is None else record.timestamp
-                    self._produce_one(producer, record, list(record.headers) or None, own, None)
-            else:
-                self._produce_bulk(producer, [{"value": record.value, "key": record.key} for record in chunk])
-            producer.poll(0)  # serve queued delivery reports and log lines
-
-    def _produce_one(
-        self, producer: Any, record: Record, headers: list[tuple[str, bytes]] | None, timestamp: int, delivered: Any
-    ) -> None:
-        """``produce`` one record; waits while librdkafka's local queue is full."""
-        while True:
-            try:
-                producer.produce(
-                    self.kafka_topic,
-                    value=record.value,
-                    key=record.key,
-                    partition=self.partition,
-                    headers=headers,
-                    timestamp=timestamp,
-                    on_delivery=delivered,
-                )
-                return
-            except BufferError:  # the client's local queue is full: let it drain, then go on
-                producer.poll(0.05)
-
-    def _produce_bulk(self, producer: Any, messages: list[dict[str, Any]]) -> None:
-        """``produce_batch`` messages (value and key: no headers, and no timestamp, which
-        the bulk call cannot set: they are read back with their head's). librdkafka queues
-        a prefix of them when its local queue fills up; the rest are sent again once it has
-        drained."""
-        while messages:
-            queued = producer.produce_batch(self.kafka_topic, messages, partition=self.partition)
-            if queued == len(messages):
-                return
-            errors = [message.get("_error") for message in messages[queued:]]
-            if any(message.get("_error") is not None for message in messages[:queued]) or not all(
-                isinstance(error, KafkaError) and error.code() == KafkaError._QUEUE_FULL for error in errors
-            ):  # not just a full queue at the end: the records may be out of order
-                refused = sum(message.get("_error") is not None for message in messages)
-                raise BackendUnavailableError(
-                    f"kafka: the client refused {refused} of {len(messages)} records for "
-                    f"{self.topic}[{self.partition}]: {next((e for e in errors if e is not None), None)}"
-                )
-            messages = [{k: v for k, v in message.items() if k != "_error"} for message in messages[queued:]]
-            producer.poll(0.05)
-
-    def _fail(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], error: ProducerError) -> None:
-        # Fail the failed transaction's appends first: their callbacks mark the partition
-        # failed in the broker. Then fail everything queued behind them (the ordering
-        # contract of LogBackend.append): nothing after a failed append may be stored.
-        for _, _, future in items:
-            future.set_exception(error)
-        with self._cond:
-            queued, self._queue = self._queue, []
-        for _, _, future in queued:
-            future.set_exception(error)
-
-
-class KafkaBackend:
-    """A log in Apache Kafka; see the module docstring."""
+class KafkaBackend(MetadataDelegate):
+    """A log in Apache Kafka; see the module docstring. Its metadata half is a
+    :class:`~adapters._metadata.CompactedMetadataStore` over ``__idempotent_meta``."""
 
     durable = True
 
@@ -418,10 +165,11 @@ class KafkaBackend:
         # fail an address where nothing listens within connect_timeout (see adapters._reach)
         wait_reachable("kafka", parse_addresses(str(self.client_config["bootstrap.servers"])), self.connect_timeout)
         self._lock = threading.RLock()
-        self._writers: dict[tuple[str, int], _PartitionWriter] = {}
-        self._meta: MetaLog[int] = MetaLog()
+        self._writers: dict[tuple[str, int], PartitionWriter] = {}
+        self.metadata: CompactedMetadataStore[int] = CompactedMetadataStore(
+            "kafka", self._put_metas, self._meta_records, self._lock, timeout=self.timeout, writable=not read_only
+        )
         self._snapshots: dict[tuple[str, int], Snapshot] = {}
-        self._meta_position = 0
         self._snapshot_position = 0
         self._reader_topics: set[str] = set()
         #: (Kafka topic, partition) -> the offset after the last record this backend's writer
@@ -437,7 +185,7 @@ class KafkaBackend:
             self._meta_producer = self._new_meta_producer()
             self._reader = self._consumer()
             self._ensure_internal_topics()
-            self._catch_up_meta()
+            self.metadata.catch_up()
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -473,6 +221,27 @@ class KafkaBackend:
                     if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                         raise _translate(exc.args[0], f"create {name}") from exc
         self._wait_for_topics(wanted)
+        self._wait_for_leaders(wanted)  # (also when another process created them just now)
+
+    def _wait_for_leaders(self, names: list[str]) -> None:
+        """Wait until the end of each of ``names`` (one partition each) can be read. A topic
+        just created is in the cluster's metadata before its leader serves it: reading its
+        end answers NOT_LEADER_FOR_PARTITION (or LEADER_NOT_AVAILABLE) for a moment.
+
+        Raises:
+            KafkaException: another error, or still no leader after the timeout.
+        """
+        deadline = time.monotonic() + self.timeout
+        for name in names:
+            while True:
+                try:
+                    self._end_of(name, 0)
+                    break
+                except KafkaException as exc:
+                    code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
+                    if code not in _NO_LEADER_YET or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
 
     def _list_topics(self) -> dict[str, Any]:
         """The cluster's topics, from the admin client; then hands its queued log lines (an
@@ -613,24 +382,20 @@ class KafkaBackend:
 
     # -- metadata (compacted __idempotent_meta) ---------------------------------------------
 
-    def _catch_up_meta(self) -> None:
+    def _meta_records(self, after: int | None) -> Iterator[tuple[str, bytes | None, int]]:
+        """The keyed records of the metadata topic after offset ``after`` (the metadata
+        store's reads; see :mod:`adapters._metadata`)."""
         meta = self.prefix + META_TOPIC
-        end = self._end_of(meta, 0)
-        if self._meta_position >= end:
-            return
-        for message in self._read_range(meta, 0, self._meta_position, None):
-            self._meta_position = message.offset() + 1
-            key = (message.key() or b"").decode()
-            try:
-                self._meta.apply(key, message.value(), message.offset())
-            except (ValueError, TypeError) as exc:
-                _LOG.warning("ignoring unreadable meta record %r at %d: %r", key, message.offset(), exc)
+        start = 0 if after is None else after + 1
+        with _map_errors("read the metadata"):
+            if start >= self._end_of(meta, 0):
+                return
+            for message in self._read_range(meta, 0, start, None):
+                yield (message.key() or b"").decode(), message.value(), message.offset()
 
-    def _put_meta(self, key: str, value: bytes | None) -> int:
-        return self._put_metas([(key, value)])[0]
-
-    def _put_metas(self, items: list[tuple[str, bytes | None]]) -> list[int]:
-        """Store keyed meta messages (one flush for all); their offsets, in order."""
+    def _put_metas(self, items: Seq[tuple[str, bytes | None]]) -> list[int]:
+        """Store keyed meta messages (one flush for all); their offsets, in order (the
+        metadata store's writes; see :mod:`adapters._metadata`)."""
         errors: list[Any] = []
         offsets: dict[int, int] = {}
 
@@ -679,11 +444,6 @@ class KafkaBackend:
 
     # -- LogBackend ------------------------------------------------------------------------
 
-    def list_topics(self) -> dict[str, int]:
-        with self._lock, _map_errors("list topics"):
-            self._catch_up_meta()
-            return dict(self._meta.topics)
-
     def _native_count(self, name: str) -> int | None:
         """The partition count of the Kafka topic ``name`` as Kafka's metadata has it now,
         or None when there is no such topic. (The admin client never auto-creates it.)"""
@@ -699,7 +459,8 @@ class KafkaBackend:
 
     def _clash(self, topic: str, name: str) -> str | None:
         """Another recorded topic stored in the same Kafka topic as ``topic``, if any."""
-        return next((t for t in self._meta.topics if t != topic and kafka_topic_name(t, self.prefix) == name), None)
+        recorded = self.metadata.recorded_topics()
+        return next((t for t in recorded if t != topic and kafka_topic_name(t, self.prefix) == name), None)
 
     def _current(self, topic: str, recorded: int, native: int | None) -> int:
         """The count of a recorded topic: Kafka's when partitions were added since (noted in
@@ -707,31 +468,29 @@ class KafkaBackend:
         if native is None or native <= recorded:
             return recorded
         _LOG.info("topic %r has %d partitions now (recorded: %d)", topic, native, recorded)
-        if not self.read_only:
-            self._put_meta(f"topic:{topic}", str(native).encode())
-        self._meta.topics[topic] = native
+        self.metadata.note_count(topic, native)
         return native
 
     def describe_topic(self, topic: str) -> int | None:
         name = kafka_topic_name(topic, self.prefix)
         with self._lock, _map_errors(f"describe topic {topic}"):
-            self._catch_up_meta()
+            self.metadata.catch_up()
             if self._clash(topic, name) is not None:
                 return None
             native = self._native_count(name)
-            recorded = self._meta.topics.get(topic)
+            recorded = self.metadata.partition_count(topic)
             return native if recorded is None else self._current(topic, recorded, native)
 
     def create_topic(self, topic: str, partitions: int) -> int:
         """Create the topic, or adopt the Kafka topic of its name (see LogBackend)."""
         name = kafka_topic_name(topic, self.prefix)
         with self._lock, _map_errors(f"create topic {topic}"):
-            self._catch_up_meta()
+            self.metadata.catch_up()
             clash = self._clash(topic, name)
             if clash is not None:
                 raise InvalidTopicError(f"topic {topic!r} would share the Kafka topic {name!r} with {clash!r}")
             native = self._native_count(name)
-            recorded = self._meta.topics.get(topic)
+            recorded = self.metadata.partition_count(topic)
             if recorded is not None:
                 return self._current(topic, recorded, native)
             if native is None:
@@ -760,15 +519,7 @@ class KafkaBackend:
                 ends = tuple(self._end_of(name, p) for p in range(native))
                 origin, count = TopicOrigin(adopted=True, starts=ends), native
                 _LOG.info("adopting the Kafka topic %r with %d partitions (ends %s)", name, native, ends)
-            self._put_metas(
-                [
-                    (origin_key(topic, uuid.uuid4().hex), pack_origin(origin)),
-                    (f"topic:{topic}", str(count).encode()),
-                ]
-            )
-            self._meta.topics[topic] = count
-            self._catch_up_meta()  # an origin recorded before ours wins (see adapters._meta)
-            return self._meta.topics.get(topic, count)
+            return self.metadata.record_topic(topic, count, origin)  # an origin recorded first wins
 
     def delete_topic(self, topic: str) -> None:
         """Delete the Kafka topic, tombstone its snapshots and its topic record, and wait
@@ -777,8 +528,8 @@ class KafkaBackend:
             raise ConfigError(f"{self.url} was opened read-only: it does not delete {topic}")
         name = kafka_topic_name(topic, self.prefix)
         with self._lock, _map_errors(f"delete topic {topic}"):
-            self._catch_up_meta()
-            partitions = self._meta.topics.get(topic, 0)
+            self.metadata.catch_up()
+            partitions = self.metadata.partition_count(topic) or 0
             for partition in range(partitions):
                 self.release(topic, partition)
             for future in self._admin.delete_topics([name], request_timeout=self.timeout).values():
@@ -794,8 +545,7 @@ class KafkaBackend:
                 self._written.pop((name, partition), None)
                 with self._heads_lock:
                     self._heads.pop((name, partition), None)
-            self._put_meta(f"topic:{topic}", None)
-            self._meta.topics.pop(topic, None)
+            self.metadata.forget_topic(topic)
             deadline = time.monotonic() + self.timeout
             while name in self._list_topics():
                 if time.monotonic() > deadline:
@@ -804,13 +554,14 @@ class KafkaBackend:
                     )
                 time.sleep(0.1)
 
-    def _writer(self, topic: str, partition: int) -> _PartitionWriter:
+    def _writer(self, topic: str, partition: int) -> PartitionWriter:
         if self.read_only:
             raise ConfigError(f"{self.url} was opened read-only: it does not write to {topic}[{partition}]")
         with self._lock:
             writer = self._writers.get((topic, partition))
             if writer is None:
-                writer = self._writers[(topic, partition)] = _PartitionWriter(self, topic, partition)
+                kafka_topic = kafka_topic_name(topic, self.prefix)
+                writer = self._writers[(topic, partition)] = PartitionWriter(self, topic, partition, kafka_topic)
             elif writer.lost is not None:
                 raise writer.lost
             return writer
@@ -823,13 +574,13 @@ class KafkaBackend:
             self._writer(topic, partition).settle()
 
     def _check(self, topic: str, partition: int) -> None:
-        if not 0 <= partition < self._meta.topics.get(topic, 0):
+        if not 0 <= partition < (self.metadata.partition_count(topic) or 0):
             with self._lock, _map_errors("list topics"):
-                self._catch_up_meta()
-                recorded = self._meta.topics.get(topic)
+                self.metadata.catch_up()
+                recorded = self.metadata.partition_count(topic)
                 if recorded is not None and partition >= recorded:  # added since it was recorded?
                     self._current(topic, recorded, self._native_count(kafka_topic_name(topic, self.prefix)))
-            if not 0 <= partition < self._meta.topics.get(topic, 0):
+            if not 0 <= partition < (self.metadata.partition_count(topic) or 0):
                 raise InvalidTopicError(f"no partition {topic}[{partition}] in {self.url}")
 
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
@@ -896,7 +647,7 @@ class KafkaBackend:
 
     def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
         self._check(topic, partition)
-        origin = self._meta.origins.get(topic)
+        origin = self.metadata.origin(topic)
         if origin is not None:  # an adopted topic's records before its adoption are not ours
             from_offset = max(from_offset, origin.start(partition))
         self._own(topic, partition)
@@ -969,67 +720,6 @@ class KafkaBackend:
         except TimeoutError:
             raise BackendUnavailableError(f"kafka: writing the snapshot of {topic}[{partition}] timed out") from None
 
-    # -- producers and settings ------------------------------------------------------------
-
-    def allocate_producer_ids(self, count: int) -> int:
-        request = uuid.uuid4().hex
-        offset = self._put_meta(f"idblock:{request}", str(count).encode())
-        with self._lock, _map_errors("allocate producer ids"):
-            while self._meta_position <= offset:
-                self._catch_up_meta()
-            return self._meta.block_start(offset)
-
-    def load_producers(self) -> list[ProducerRecord]:
-        with self._lock, _map_errors("load producers"):
-            self._catch_up_meta()
-            return list(self._meta.producers.values())
-
-    def save_producer(self, record: ProducerRecord) -> None:
-        value = pack_producer(record)
-        if record.producer_name is not None:
-            for pid, old in list(self._meta.producers.items()):
-                if old.producer_name == record.producer_name and pid != record.producer_id:
-                    self._put_meta(f"producer:{pid}", None)
-                    self._meta.producers.pop(pid, None)
-        self._put_meta(f"producer:{record.producer_id}", value)
-        # folded as the metadata log folds it: a stale copy does not undo a newer record
-        self._meta.producers[record.producer_id] = merge_record(self._meta.producers.get(record.producer_id), record)
-
-    def delete_producers(self, producer_ids: Seq[int]) -> None:
-        if producer_ids:  # tombstones, in one flush: compaction drops the keys
-            self._put_metas([(f"producer:{producer_id}", None) for producer_id in producer_ids])
-        for producer_id in producer_ids:
-            self._meta.producers.pop(producer_id, None)
-
-    def load_settings(self) -> dict[str, str]:
-        with self._lock, _map_errors("load settings"):
-            self._catch_up_meta()
-            return dict(self._meta.settings)
-
-    def save_setting(self, key: str, value: str | None) -> None:
-        self._put_meta(f"setting:{key}", None if value is None else value.encode())
-        if value is None:
-            self._meta.settings.pop(key, None)
-        else:
-            self._meta.settings[key] = value
-
-    # -- partition ownership -------------------------------------------------------------
-
-    def load_leases(self) -> list[Lease]:
-        with self._lock, _map_errors("load leases"):
-            self._catch_up_meta()
-            return list(self._meta.leases.values())
-
-    def propose_leases(self, proposals: Seq[Lease]) -> list[Lease | None]:
-        if not proposals:
-            return []
-        with self._lock:
-            offsets = self._put_metas([(lease_key(p.topic, p.partition), pack_lease(p)) for p in proposals])
-            with _map_errors("read leases back"):
-                while self._meta_position <= max(offsets):
-                    self._catch_up_meta()
-            return [self._meta.leases.get((p.topic, p.partition)) for p in proposals]
-
     @property
     def max_record_bytes(self) -> int | None:
         """Every record is one Kafka message: it must fit the client's ``message.max.bytes``
@@ -1039,9 +729,6 @@ class KafkaBackend:
     @property
     def max_batch_bytes(self) -> int | None:
         return None  # a batch is many messages in one transaction
-
-    def claim_writer(self) -> bool:
-        return False  # writers are per partition (see LogBackend.claim_writer)
 
     def release(self, topic: str, partition: int) -> None:
         with self._lock:

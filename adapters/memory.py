@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from adapters._metadata import MetadataDelegate
 from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
@@ -68,8 +69,91 @@ def reset_store(name: str) -> None:
         _STORES.pop(name, None)
 
 
-class MemoryBackend:
-    """A process-local log; see the module docstring."""
+class MemoryMetadataStore:
+    """The metadata half of a memory backend (:class:`idempotent.backend.MetadataStore`), in
+    the same store as its log."""
+
+    def __init__(self, url: str, store: _Store) -> None:
+        self.url = url
+        self._store = store
+
+    def _up(self) -> _Store:
+        if self._store.faults.crash:
+            raise BackendUnavailableError(f"{self.url} is down (injected crash)")
+        return self._store
+
+    def list_topics(self) -> dict[str, int]:
+        store = self._up()
+        with store.lock:
+            return dict(store.topics)
+
+    def allocate_producer_ids(self, count: int) -> int:
+        store = self._up()
+        with store.lock:
+            start = store.next_id
+            store.next_id += count
+            return start
+
+    def load_producers(self) -> list[ProducerRecord]:
+        store = self._up()
+        with store.lock:
+            return list(store.producers.values())
+
+    def save_producer(self, record: ProducerRecord) -> None:
+        store = self._up()
+        with store.lock:
+            known = store.producers.get(record.producer_id)
+            record = merge_record(known, record)  # a stale copy must not undo a newer record
+            if record is known:
+                return
+            if record.producer_name is not None:
+                for pid, old in list(store.producers.items()):
+                    if old.producer_name == record.producer_name and pid != record.producer_id:
+                        del store.producers[pid]
+            store.producers[record.producer_id] = record
+
+    def delete_producers(self, producer_ids: Seq[int]) -> None:
+        store = self._up()
+        with store.lock:
+            for producer_id in producer_ids:
+                store.producers.pop(producer_id, None)
+
+    def load_settings(self) -> dict[str, str]:
+        store = self._up()
+        with store.lock:
+            return dict(store.settings)
+
+    def save_setting(self, key: str, value: str | None) -> None:
+        store = self._up()
+        with store.lock:
+            if value is None:
+                store.settings.pop(key, None)
+            else:
+                store.settings[key] = value
+
+    def load_leases(self) -> list[Lease]:
+        store = self._up()
+        with store.lock:
+            return list(store.leases.values())
+
+    def propose_leases(self, proposals: Seq[Lease]) -> list[Lease | None]:
+        store = self._up()
+        out: list[Lease | None] = []
+        with store.lock:
+            for proposal in proposals:
+                tp = (proposal.topic, proposal.partition)
+                if supersedes(store.leases.get(tp), proposal):
+                    store.leases[tp] = proposal
+                out.append(store.leases.get(tp))
+        return out
+
+    def claim_writer(self) -> bool:
+        return False  # writers are per partition (see MetadataStore.claim_writer)
+
+
+class MemoryBackend(MetadataDelegate):
+    """A process-local log; see the module docstring. Its metadata half is a
+    :class:`MemoryMetadataStore` over the same store."""
 
     durable = False
 
@@ -81,6 +165,7 @@ class MemoryBackend:
                 self._store = _Store()
             else:
                 self._store = _STORES.setdefault(name, _Store())
+        self.metadata = MemoryMetadataStore(url, self._store)
 
     @property
     def faults(self) -> Faults:
@@ -91,11 +176,6 @@ class MemoryBackend:
         if self._store.faults.crash:
             raise BackendUnavailableError(f"{self.url} is down (injected crash)")
         return self._store
-
-    def list_topics(self) -> dict[str, int]:
-        store = self._up()
-        with store.lock:
-            return dict(store.topics)
 
     def describe_topic(self, topic: str) -> int | None:
         store = self._up()
@@ -201,72 +281,9 @@ class MemoryBackend:
             if current is None or current.position <= snapshot.position:
                 store.snapshots[(topic, partition)] = snapshot
 
-    def allocate_producer_ids(self, count: int) -> int:
-        store = self._up()
-        with store.lock:
-            start = store.next_id
-            store.next_id += count
-            return start
-
-    def load_producers(self) -> list[ProducerRecord]:
-        store = self._up()
-        with store.lock:
-            return list(store.producers.values())
-
-    def save_producer(self, record: ProducerRecord) -> None:
-        store = self._up()
-        with store.lock:
-            known = store.producers.get(record.producer_id)
-            record = merge_record(known, record)  # a stale copy must not undo a newer record
-            if record is known:
-                return
-            if record.producer_name is not None:
-                for pid, old in list(store.producers.items()):
-                    if old.producer_name == record.producer_name and pid != record.producer_id:
-                        del store.producers[pid]
-            store.producers[record.producer_id] = record
-
-    def delete_producers(self, producer_ids: Seq[int]) -> None:
-        store = self._up()
-        with store.lock:
-            for producer_id in producer_ids:
-                store.producers.pop(producer_id, None)
-
-    def load_settings(self) -> dict[str, str]:
-        store = self._up()
-        with store.lock:
-            return dict(store.settings)
-
-    def save_setting(self, key: str, value: str | None) -> None:
-        store = self._up()
-        with store.lock:
-            if value is None:
-                store.settings.pop(key, None)
-            else:
-                store.settings[key] = value
-
-    def load_leases(self) -> list[Lease]:
-        store = self._up()
-        with store.lock:
-            return list(store.leases.values())
-
-    def propose_leases(self, proposals: Seq[Lease]) -> list[Lease | None]:
-        store = self._up()
-        out: list[Lease | None] = []
-        with store.lock:
-            for proposal in proposals:
-                tp = (proposal.topic, proposal.partition)
-                if supersedes(store.leases.get(tp), proposal):
-                    store.leases[tp] = proposal
-                out.append(store.leases.get(tp))
-        return out
-
     #: no limit of its own below the broker's (LogBackend.max_record_bytes)
     max_record_bytes: int | None = None
     max_batch_bytes: int | None = None
-
-    def claim_writer(self) -> bool:
-        return False  # writers are per partition (see LogBackend.claim_writer)
 
     def release(self, topic: str, partition: int) -> None:
         return None

@@ -52,48 +52,45 @@ How the model maps onto Pulsar (see ``docs/backends.md``):
   producer-id blocks go to the meta topic; an id block's start is the sum of the sizes of the
   blocks before it in that topic's log order, so concurrent brokers never overlap.
 
-Every pulsar-client and admin REST error is translated in :func:`_map_errors`.
+Every pulsar-client and admin REST error is translated in one place,
+:mod:`adapters._pulsar_errors`. The other concerns have modules of their own: names and
+offsets (:mod:`adapters._pulsar_names`), the admin REST client (:mod:`adapters._pulsar_admin`),
+records as messages (:mod:`adapters._pulsar_messages`), the partition writer
+(:mod:`adapters._pulsar_writer`), URLs (:mod:`adapters._pulsar_url`) and the metadata store
+shared with Kafka (:mod:`adapters._metadata`).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
-import json
 import logging
-import ssl
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
-from typing import Any, NamedTuple
+from typing import Any
 
-import attrs
-import msgpack
-
-from adapters._meta import (
-    MetaLog,
-    TopicOrigin,
-    lease_key,
-    origin_key,
-    pack_lease,
-    pack_origin,
-    pack_producer,
-    pack_snapshot,
-    unpack_snapshot,
+from adapters._meta import TopicOrigin, unpack_snapshot
+from adapters._metadata import CompactedMetadataStore, MetadataDelegate
+from adapters._pulsar_admin import Admin
+from adapters._pulsar_errors import _HttpError as _HttpError
+from adapters._pulsar_errors import map_errors, translate
+from adapters._pulsar_messages import Message, encode_record, property_int, stored_record, timestamp_of
+from adapters._pulsar_names import (
+    SNAPSHOT_PREFIX,
+    PulsarName,
+    decode_offset,
+    encode_offset,
+    offset_of,
+    pulsar_topic_name,
+    split_topic,
+    start_id,
 )
 from adapters._pulsar_url import admin_ssl_context, flag, parse_url
+from adapters._pulsar_writer import MAX_GROUP_RECORDS, OWNER_PREFIX, PartitionWriter
 from adapters._reach import DEFAULT_CONNECT_TIMEOUT, check_connect_timeout, parse_addresses, wait_reachable
-from adapters._writer import GroupQueue
-from idempotent._ownership import Lease
-from idempotent._records import Record, Snapshot, StoredBatch, StoredRecord
-from idempotent._registry import ProducerRecord, merge_record
-from idempotent._sequence import sequence_at
+from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
 from idempotent._types import Sequence as SequenceNumber
 from idempotent.backend import AppendBatch
@@ -102,11 +99,8 @@ from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
     EntryTooLargeError,
-    InvalidBatchError,
     InvalidTopicError,
     OwnershipLostError,
-    ProducerError,
-    internal_error,
 )
 
 try:
@@ -119,602 +113,17 @@ _LOG = logging.getLogger("idempotent.adapters.pulsar")
 #: the port of a service URL without one, by scheme (pulsar-client's defaults)
 _DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 80, "https": 443}
 META_TOPIC = "persistent://public/default/__idempotent_meta"
-SNAPSHOT_PREFIX = "__idempotent_snapshots."
-OWNER_PREFIX = "idempotent-owner-"
 DEFAULT_MAX_ENTRY_BYTES = 5 * 1024 * 1024
-_PROPERTY_PREFIX = "idem."
-_ENTRY_BITS = 20
-_BATCH_BITS = 20
-_MAX_GROUP_RECORDS = 100_000  # records of several queued batches sent as one entry
-_MESSAGE_OVERHEAD = 64  # per message in an entry: metadata, generously
 #: what an entry needs beyond the batch's own bytes (as Record.size counts them) for one record
 _ENTRY_MARGIN = 4096
-
-
-# -- names and offsets ---------------------------------------------------------------------
-
-
-class PulsarName(NamedTuple):
-    """Where a project topic lives in Pulsar."""
-
-    tenant: str
-    namespace: str
-    local: str
-
-    @property
-    def topic(self) -> str:
-        """The partitioned topic: ``persistent://tenant/ns/local``."""
-        return f"persistent://{self.tenant}/{self.namespace}/{self.local}"
-
-    @property
-    def rest(self) -> str:
-        """The admin REST path of the partitioned topic."""
-        return f"/admin/v2/persistent/{self.tenant}/{self.namespace}/{self.local}"
-
-    def partition(self, partition: int) -> str:
-        """The Pulsar topic holding one partition."""
-        return f"{self.topic}-partition-{partition}"
-
-    def snapshot_local(self, partition: int) -> str:
-        """Local name of the partition's snapshot topic (in the same namespace)."""
-        return f"{SNAPSHOT_PREFIX}{self.local}-{partition}"
-
-
-def pulsar_topic_name(topic: str) -> PulsarName:
-    """The Pulsar topic a project topic is stored in.
-
-    ``tenant/ns/name`` maps to ``persistent://tenant/ns/name``; every other name goes to
-    ``public/default`` with ``/`` replaced by ``.``.
-    """
-    parts = topic.split("/")
-    if len(parts) == 3 and all(parts):
-        return PulsarName(parts[0], parts[1], parts[2])
-    return PulsarName("public", "default", topic.replace("/", "."))
-
-
-def _split_topic(full: str) -> PulsarName:
-    """``persistent://tenant/ns/local`` -> its parts."""
-    prefix = "persistent://"
-    parts = full[len(prefix) :].split("/") if full.startswith(prefix) else []
-    if len(parts) != 3 or not all(parts):
-        raise ConfigError(f"expected persistent://tenant/namespace/topic, got {full!r}")
-    return PulsarName(parts[0], parts[1], parts[2])
-
-
-def encode_offset(ledger_id: int, entry_id: int, batch_index: int) -> int:
-    """The offset of the message at ``(ledger_id, entry_id, batch_index)``."""
-    batch_index = max(batch_index, 0)  # -1: an entry holding a single, non-batched message
-    if ledger_id < 0 or not 0 <= entry_id < 1 << _ENTRY_BITS or batch_index >= 1 << _BATCH_BITS:
-        raise BackendUnavailableError(
-            f"pulsar: message id ({ledger_id}, {entry_id}, {batch_index}) does not fit an offset "
-            f"(entry ids and batch indexes must stay below {1 << _ENTRY_BITS}; "
-            "keep managedLedgerMaxEntriesPerLedger below that)"
-        )
-    return ledger_id << (_ENTRY_BITS + _BATCH_BITS) | entry_id << _BATCH_BITS | batch_index
-
-
-def decode_offset(offset: int) -> tuple[int, int, int]:
-    """``(ledger_id, entry_id, batch_index)`` of an offset."""
-    mask = (1 << _BATCH_BITS) - 1
-    return offset >> (_ENTRY_BITS + _BATCH_BITS), (offset >> _BATCH_BITS) & ((1 << _ENTRY_BITS) - 1), offset & mask
-
-
-def _start_id(offset: int) -> Any:
-    """The message id a reader starts at (inclusive) to read from ``offset`` on."""
-    if offset <= 0:
-        return pulsar.MessageId.earliest
-    ledger_id, entry_id, batch_index = decode_offset(offset)
-    # batch index -1 means "the whole entry": also right for entries holding one plain message
-    return pulsar.MessageId(-1, ledger_id, entry_id, batch_index if batch_index else -1)
-
-
-def _offset_of(message_id: Any) -> int:
-    return encode_offset(message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
-
-
-# -- errors --------------------------------------------------------------------------------
-
-
-class _HttpError(Exception):
-    def __init__(self, status: int, reason: str, url: str) -> None:
-        super().__init__(f"HTTP {status} from {url}: {reason}")
-        self.status = status
-        self.reason = reason
-
-
-@contextlib.contextmanager
-def _map_errors(what: str) -> Iterator[None]:
-    """Translate pulsar-client and admin REST errors into the project's tree, once, here."""
-    try:
-        yield
-    except ProducerError:
-        raise
-    except Exception as exc:
-        raise _translate(exc, what) from exc
-
-
-#: pulsar-client exceptions that are transient: the connection, a lookup, the broker's
-#: metadata store or BookKeeper failed or timed out, the topic is moving between brokers
-#: (ServiceUnitNotReady), the client's queue or memory is full, a backlog quota holds the
-#: producer, another producer still holds the exclusive partition (during a takeover), or
-#: the client is closing. Retrying later may succeed.
-_TRANSIENT = (
-    pulsar_errors.Timeout,
-    pulsar_errors.ConnectError,
-    pulsar_errors.NotConnected,
-    pulsar_errors.ReadError,
-    pulsar_errors.LookupError,
-    pulsar_errors.TooManyLookupRequestException,
-    pulsar_errors.ServiceUnitNotReady,
-    pulsar_errors.BrokerMetadataError,
-    pulsar_errors.BrokerPersistenceError,
-    pulsar_errors.ProducerQueueIsFull,
-    pulsar_errors.MemoryBufferIsFull,
-    pulsar_errors.ProducerBlockedQuotaExceededError,
-    pulsar_errors.ProducerBlockedQuotaExceededException,
-    pulsar_errors.AlreadyClosed,
-)
-#: The broker's credentials, the client's settings or the cluster refuse the request for good.
-_CONFIG = (
-    pulsar_errors.AuthenticationError,
-    pulsar_errors.AuthorizationError,
-    pulsar_errors.ErrorGettingAuthenticationData,
-    pulsar_errors.InvalidConfiguration,
-    pulsar_errors.InvalidUrl,
-    pulsar_errors.OperationNotSupported,
-    pulsar_errors.NotAllowedError,
-    pulsar_errors.UnsupportedVersionError,
-    pulsar_errors.IncompatibleSchema,
-    pulsar_errors.CryptoError,
-)
-
-
-def _translate(exc: BaseException | Any, what: str) -> ProducerError:
-    """The project error for a pulsar-client exception, a failed send's ``pulsar.Result``, an
-    admin REST failure, or anything else.
-
-    Fenced -> :class:`OwnershipLostError`; MessageTooBig -> :class:`EntryTooLargeError`; a
-    missing, invalid or terminated topic -> :class:`InvalidTopicError`; credentials, settings
-    or a refused operation -> :class:`ConfigError`; the transient failures of
-    :data:`_TRANSIENT`, admin HTTP 408/429/5xx and network errors ->
-    :class:`BackendUnavailableError` (RETRY). Anything else (``UnknownError``, another HTTP
-    status, an exception Pulsar does not document) is a logged FATAL :class:`InternalError`.
-    """
-    if isinstance(exc, pulsar.Result):  # a send callback's result: raise what send() would
-        error_class = getattr(pulsar_errors, exc.name, None)
-        if isinstance(error_class, type) and issubclass(error_class, pulsar_errors.PulsarException):
-            return _translate(error_class(f"Pulsar error: {exc.name}"), what)
-        return internal_error(f"pulsar: {what}", pulsar_errors.PulsarException(f"unknown result {exc.name}"), _LOG)
-    if isinstance(exc, pulsar_errors.ProducerFenced):
-        return OwnershipLostError(f"pulsar: {what}: fenced by a newer owner ({exc})")
-    if isinstance(exc, pulsar_errors.MessageTooBig):
-        return EntryTooLargeError(f"pulsar: {what}: the batch is larger than the broker's maxMessageSize ({exc})")
-    if isinstance(exc, pulsar_errors.InvalidTopicName | pulsar_errors.TopicNotFound | pulsar_errors.TopicTerminated):
-        return InvalidTopicError(f"pulsar: {what}: {type(exc).__name__}: {exc}")
-    if isinstance(exc, _CONFIG):
-        return ConfigError(f"pulsar: {what}: {type(exc).__name__}: {exc}")
-    if isinstance(exc, pulsar_errors.ProducerBusy):
-        return BackendUnavailableError(f"pulsar: {what}: the partition is still owned by another producer ({exc})")
-    if isinstance(exc, _TRANSIENT):
-        return BackendUnavailableError(f"pulsar: {what}: {type(exc).__name__}: {exc}")
-    if isinstance(exc, _HttpError):
-        if exc.status in (401, 403):
-            return ConfigError(f"pulsar admin: {what}: not authorized ({exc}); check admin_headers")
-        if exc.status in (400, 404, 412):
-            return InvalidTopicError(f"pulsar admin: {what}: {exc.reason}")
-        if exc.status in (408, 429) or exc.status >= 500:
-            return BackendUnavailableError(f"pulsar admin: {what}: {exc}")
-    if isinstance(exc, urllib.error.URLError | OSError) and not isinstance(exc, urllib.error.HTTPError):
-        return BackendUnavailableError(f"pulsar admin: {what}: {exc}")
-    return internal_error(f"pulsar: {what}", exc, _LOG)  # nothing Pulsar documents as transient
-
-
-# -- admin REST ----------------------------------------------------------------------------
-
-
-class _KeepMethodRedirects(urllib.request.HTTPRedirectHandler):
-    """Follow 307/308 (a broker redirecting to a topic's owner) with the same method and body."""
-
-    def redirect_request(
-        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
-    ) -> urllib.request.Request | None:
-        if code in (307, 308):
-            return urllib.request.Request(
-                newurl, data=req.data, headers=dict(req.header_items()), method=req.get_method()
-            )
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-_NO_BODY = object()
-
-
-class _Admin:
-    def __init__(
-        self, base_url: str, headers: dict[str, str], timeout: float, context: ssl.SSLContext | None = None
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.headers = {"Accept": "application/json", **headers}
-        self.timeout = timeout
-        handlers: list[urllib.request.BaseHandler] = [_KeepMethodRedirects()]
-        if context is not None:
-            handlers.append(urllib.request.HTTPSHandler(context=context))
-        self._opener = urllib.request.build_opener(*handlers)
-
-    def call(self, method: str, path: str, body: object = _NO_BODY, *, accept: Sequence[int] = ()) -> tuple[int, Any]:
-        """``(status, decoded JSON or None)``; statuses in ``accept`` are returned, not raised."""
-        url = self.base_url + urllib.parse.quote(path, safe="/:=?&")
-        data = None if body is _NO_BODY else json.dumps(body).encode()
-        headers = dict(self.headers)
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(url, data=data, headers=headers, method=method)
-        try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                payload = response.read()
-                return int(response.status), json.loads(payload) if payload else None
-        except urllib.error.HTTPError as exc:
-            text = exc.read().decode(errors="replace")
-            with contextlib.suppress(ValueError, AttributeError):
-                text = str(json.loads(text).get("reason", text))
-            if exc.code in accept:
-                return int(exc.code), text
-            raise _HttpError(int(exc.code), text, url) from None
-
-
-# -- records <-> messages ------------------------------------------------------------------
-
-
-class _Message(NamedTuple):
-    content: bytes | None
-    properties: dict[str, str]
-    partition_key: str | None
-    event_time: int  # milliseconds
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def _encode_record(record: Record, idem: dict[str, str], event_time: int) -> _Message:
-    """One record as a Pulsar message: key, value and headers readable by plain consumers.
-
-    Header values that are not UTF-8 are stored base64-encoded; when the properties cannot
-    reproduce the headers exactly (such values, repeated or ``idem.`` names, an order other
-    than sorted), ``idem.headers`` also holds the exact list. A key that is not UTF-8 text
-    (or is empty) is stored base64-encoded as ``idem.key`` (and as the partition key).
-    """
-    properties: dict[str, str] = {}
-    exact = True
-    names = [name for name, _ in record.headers]
-    if names != sorted(names) or len(set(names)) != len(names):
-        exact = False
-    for name, value in record.headers:
-        if not name or name.startswith(_PROPERTY_PREFIX):
-            exact = False
-            continue
-        try:
-            properties[name] = value.decode()
-        except UnicodeDecodeError:
-            properties[name] = _b64(value)
-            exact = False
-    if not exact:
-        properties["idem.headers"] = _b64(msgpack.packb([[name, value] for name, value in record.headers]))
-    key: str | None = None
-    if record.key is not None:
-        try:
-            key = record.key.decode() or None
-        except UnicodeDecodeError:
-            key = None
-        if key is None:
-            properties["idem.key"] = key = _b64(record.key)
-    properties.update(idem)
-    return _Message(record.value, properties, key or None, event_time)
-
-
-def _message_size(message: _Message) -> int:
-    size = _MESSAGE_OVERHEAD + len(message.content or b"") + len(message.partition_key or "")
-    for name, value in message.properties.items():
-        size += len(name.encode()) + len(value.encode()) + 8
-    return size
-
-
-def _headers_of(properties: dict[str, str]) -> tuple[tuple[str, bytes], ...]:
-    exact = properties.get("idem.headers")
-    if exact is not None:
-        return tuple((str(name), bytes(value)) for name, value in msgpack.unpackb(base64.b64decode(exact)))
-    return tuple((name, value.encode()) for name, value in sorted(properties.items()) if not name.startswith("idem."))
-
-
-def _key_of(message: Any, properties: dict[str, str]) -> bytes | None:
-    encoded = properties.get("idem.key")
-    if encoded is not None:
-        return base64.b64decode(encoded)
-    key = message.partition_key()
-    return key.encode() if key else None
-
-
-def _decimal(properties: dict[str, str], name: str, default: int = -1) -> int:
-    value = properties.get(name)
-    return default if value is None else int(value)
-
-
-def _timestamp(message: Any) -> float:
-    return float(message.event_timestamp() or message.publish_timestamp()) / 1000
-
-
-def _stored(message: Any) -> StoredRecord:
-    properties = dict(message.properties())
-    return StoredRecord(
-        _offset_of(message.message_id()),
-        _decimal(properties, "idem.pid"),
-        _decimal(properties, "idem.epoch"),
-        _decimal(properties, "idem.seq"),
-        _key_of(message, properties),
-        None if message.has_null_value() else message.data(),
-        _headers_of(properties),
-        _timestamp(message),
-    )
-
-
-# -- the partition owner -------------------------------------------------------------------
-
-
-@attrs.define
-class _Item:
-    batch: AppendBatch | None
-    snapshot: Snapshot | None
-    future: Future[int]
-    messages: list[_Message] = attrs.field(factory=list)
-    size: int = 0
-
-
-class _PartitionWriter(GroupQueue[_Item]):
-    """The exclusive producer that owns one partition (and its snapshot topic), with a thread
-    that writes queued batches in order, several at a time as one entry."""
-
-    def __init__(self, backend: PulsarBackend, topic: str, partition: int) -> None:
-        super().__init__()
-        self.backend = backend
-        self.topic = topic
-        self.partition = partition
-        self.name = pulsar_topic_name(topic)
-        self.where = f"{topic}[{partition}]"
-        #: set once another owner fenced ours: sticky, this backend never takes it back
-        self.lost: ProducerError | None = None
-        #: set after any other failure: appends fail until the broker rebuilds the partition,
-        #: which opens a new writer (and so waits until Pulsar has settled this one's writes)
-        self.broken: ProducerError | None = None
-        self._producer: Any = None
-        self._snapshots: Any = None
-        owner = f"{OWNER_PREFIX}{self.name.local}-{partition}"
-        with _map_errors(f"take ownership of {self.where}"):
-            data_topic = backend.data_topic(topic, partition)
-            backend.ensure_deduplication(self.name, data_topic)
-            snapshot_topic = backend.ensure_topic(self.name._replace(local=self.name.snapshot_local(partition)))
-            try:
-                self._producer = backend.open_owner(data_topic, owner, batching=True)
-                self._snapshots = backend.open_owner(snapshot_topic, owner, batching=False)
-            except BaseException:
-                self._close_producers()
-                raise
-            # the broker remembers the first id of the last entry: continue above it; the
-            # sync API treats 0 as "unset", so never send 0
-            self._next_sequence = max(int(self._producer.last_sequence_id()) + 1, 1)
-        self._thread = threading.Thread(target=self._run, name=f"idempotent-pulsar-{topic}-{partition}", daemon=True)
-        self._thread.start()
-
-    @property
-    def failed(self) -> ProducerError | None:
-        return self.lost or self.broken
-
-    def submit(self, batch: AppendBatch | None, snapshot: Snapshot | None) -> Future[int]:
-        future: Future[int] = Future()
-        item = _Item(batch, snapshot, future)
-        if batch is not None:
-            try:
-                self._encode(item)
-            except Exception as exc:  # records are bytes and str: a failure here is a bug
-                failure = internal_error(f"pulsar: encoding a batch of {self.where}", exc, _LOG)
-                with self._cond:  # and nothing submitted after it may be
-                    self.broken = self.broken or failure
-                future.set_exception(failure)
-                return future
-        with self._cond:
-            error = self.failed
-            if error is None and self._closed:
-                error = BackendUnavailableError("pulsar backend is closed")
-            if error is None:
-                self._queue.append(item)
-                self._cond.notify()
-        if error is not None:
-            future.set_exception(error)
-        return future
-
-    def _encode(self, item: _Item) -> None:
-        batch = item.batch
-        assert batch is not None
-        header = batch.header
-        count = len(batch.records)
-        event_time = round(batch.timestamp * 1000)
-        for i, record in enumerate(batch.records):
-            idem: dict[str, str] = {}
-            if header is not None:
-                idem = {
-                    "idem.pid": str(header.producer_id),
-                    "idem.epoch": str(header.producer_epoch),
-                    "idem.seq": str(sequence_at(header.base_sequence, i)),
-                }
-                if i == 0:
-                    idem["idem.count"] = str(count)
-            item.messages.append(_encode_record(record, idem, event_time))
-        item.size = sum(_message_size(m) for m in item.messages) + 256
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(self.backend.timeout + 5)
-        self._close_producers()
-
-    def _close_producers(self) -> None:
-        producers, self._producer, self._snapshots = (self._producer, self._snapshots), None, None
-        if self.lost is not None:
-            return  # fenced: the client has closed them already
-        for producer in producers:
-            if producer is not None:
-                with contextlib.suppress(Exception):
-                    producer.close()
-
-    # -- the writer thread -----------------------------------------------------------------
-
-    def _run(self) -> None:
-        while (items := self._take_group()) is not None:
-            start = 0
-            while start < len(items):
-                end = self._group_end(items, start)
-                group = items[start:end]
-                try:
-                    offsets = self._write(group)
-                except InvalidBatchError as exc:  # refused for good, nothing of it stored:
-                    for item in group:  # it fails alone, the ones after it go on
-                        item.future.set_exception(exc)
-                    start = end
-                    continue
-                except ProducerError as exc:
-                    self._fail(items[start:], exc)
-                    return
-                except Exception as exc:  # a bug: logged, FATAL (never retried)
-                    self._fail(items[start:], internal_error(f"pulsar: appending to {self.where}", exc, _LOG))
-                    return
-                for item, offset in zip(group, offsets, strict=True):
-                    item.future.set_result(offset)
-                start = end
-
-    def _group_end(self, items: list[_Item], start: int) -> int:
-        """Queued batches from ``start`` on that fit into one entry together."""
-        size = records = 0
-        end = start
-        while end < len(items):
-            item = items[end]
-            if end > start and (
-                size + item.size > self.backend.max_entry_bytes or records + len(item.messages) > _MAX_GROUP_RECORDS
-            ):
-                break
-            size += item.size
-            records += len(item.messages)
-            end += 1
-        return end
-
-    def _write(self, group: list[_Item]) -> list[int]:
-        """Send a group of batches as one entry, then its newest snapshot. Offsets per item."""
-        messages = [m for item in group for m in item.messages]
-        offsets = [-1] * len(group)
-        if messages:
-            size = sum(item.size for item in group)
-            if size > self.backend.max_entry_bytes:
-                raise EntryTooLargeError(
-                    f"pulsar: a batch of {self.where} needs about {size} bytes, more than one Pulsar entry holds "
-                    f"(max_entry_bytes={self.backend.max_entry_bytes}, the broker's maxMessageSize)"
-                )
-            ids = self._send_entry(messages)
-            first = ids[0]
-            expected = [(first[0], first[1], first[2] + i) for i in range(len(ids))]
-            if ids != expected:
-                raise BackendUnavailableError(
-                    f"pulsar: the batch of {self.where} was not stored as one entry with consecutive "
-                    f"batch indexes: {ids[:3]}...; check the producer's batching settings"
-                )
-            position = 0
-            for index, item in enumerate(group):
-                if item.messages:
-                    offsets[index] = encode_offset(*ids[position])
-                    position += len(item.messages)
-        snapshots = [item.snapshot for item in group if item.snapshot is not None]
-        if snapshots:
-            self.put_snapshot(snapshots[-1])
-        return offsets
-
-    def _send_entry(self, messages: list[_Message]) -> list[tuple[int, int, int]]:
-        results: list[tuple[Any, Any] | None] = [None] * len(messages)
-        done = threading.Condition()
-        pending = [len(messages)]
-
-        def delivered(index: int) -> Any:
-            def callback(result: Any, message_id: Any) -> None:
-                try:  # an exception escaping a pulsar callback terminates the process
-                    with done:
-                        results[index] = (result, message_id)
-                        pending[0] -= 1
-                        done.notify_all()
-                except BaseException:  # pragma: no cover - defensive
-                    _LOG.exception("pulsar send callback failed")
-
-            return callback
-
-        what = f"append to {self.where}"
-        producer = self._producer
-        with _map_errors(what):
-            for index, message in enumerate(messages):
-                producer.send_async(
-                    message.content,
-                    delivered(index),
-                    properties=message.properties,
-                    partition_key=message.partition_key,
-                    sequence_id=self._next_sequence,
-                    event_timestamp=message.event_time or None,
-                )
-                self._next_sequence += 1
-            producer.flush()
-        deadline = time.monotonic() + self.backend.timeout
-        with done:
-            while pending[0] and done.wait(max(0.0, deadline - time.monotonic())):
-                pass
-        if pending[0]:
-            raise BackendUnavailableError(f"pulsar: {what}: no acknowledgement within {self.backend.timeout} s")
-        ids: list[tuple[int, int, int]] = []
-        for outcome in results:
-            assert outcome is not None
-            result, message_id = outcome
-            if result != pulsar.Result.Ok:
-                raise _translate(result, what)
-            if message_id.ledger_id() < 0:  # Pulsar's dedup: stored before, position unknown
-                raise BackendUnavailableError(f"pulsar: {what}: the entry was stored by an earlier attempt")
-            ids.append((message_id.ledger_id(), message_id.entry_id(), max(message_id.batch_index(), 0)))
-        return ids
-
-    def put_snapshot(self, snapshot: Snapshot) -> None:
-        """Write a snapshot now (on the writer thread, or from a callback running on it)."""
-        with _map_errors(f"store the snapshot of {self.where}"):
-            self._snapshots.send(
-                pack_snapshot(snapshot),
-                properties={"idem.topic": self.topic, "idem.partition": str(self.partition)},
-            )
-
-    def _fail(self, items: list[_Item], error: ProducerError) -> None:
-        # Refuse new appends first, then stop the producers (nothing queued in the client may
-        # be sent after a failure; Pulsar settles their pending writes before a new owner is
-        # registered), then fail the failed group and everything queued behind it: nothing
-        # after a failed append may be stored (the ordering contract of LogBackend.append).
-        with self._cond:
-            if isinstance(error, OwnershipLostError):
-                self.lost = error
-            else:
-                self.broken = error
-            queued, self._queue = self._queue, []
-        self._close_producers()
-        for item in [*items, *queued]:
-            item.future.set_exception(error)
-
-    def is_writer_thread(self) -> bool:
-        return threading.current_thread() is self._thread
 
 
 # -- the backend ---------------------------------------------------------------------------
 
 
-class PulsarBackend:
-    """A log in Apache Pulsar; see the module docstring."""
+class PulsarBackend(MetadataDelegate):
+    """A log in Apache Pulsar; see the module docstring. Its metadata half is a
+    :class:`~adapters._metadata.CompactedMetadataStore` over the meta topic."""
 
     durable = True
 
@@ -743,7 +152,7 @@ class PulsarBackend:
         if read_only is None:
             read_only = flag(query.get("read_only", "false"))
         self.read_only = read_only
-        meta_name = _split_topic(self.meta_topic)
+        meta_name = split_topic(self.meta_topic)
         self.connect_timeout = check_connect_timeout(
             connect_timeout if connect_timeout is not None else query.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
         )
@@ -766,17 +175,18 @@ class PulsarBackend:
             parse_addresses(admin_parts.netloc, 443 if admin_parts.scheme == "https" else 80),
             self.connect_timeout,
         )
-        self._admin = _Admin(admin, dict(admin_headers or {}), self.timeout, admin_ssl_context(admin, options))
+        self._admin = Admin(admin, dict(admin_headers or {}), self.timeout, admin_ssl_context(admin, options))
         self._lock = threading.RLock()
-        self._writers: dict[tuple[str, int], _PartitionWriter] = {}
-        self._meta: MetaLog[tuple[int, int]] = MetaLog()
-        self._meta_position = (-1, -1)
+        self._writers: dict[tuple[str, int], PartitionWriter] = {}
+        self.metadata: CompactedMetadataStore[tuple[int, int]] = CompactedMetadataStore(
+            "pulsar", self._put_metas, self._meta_records, self._lock, timeout=self.timeout, writable=not read_only
+        )
         self._namespaces: set[tuple[str, str]] = set()
         self._clusters: list[str] | None = None
         self._client: Any = None
         self._meta_producer: Any = None
         self._meta_reader: Any = None
-        with _map_errors("connect"):
+        with map_errors("connect"):
             # the C++ client's lines go to Python logging (idempotent.clientlogs) unless options name a logger
             self._client = open_pulsar_client(pulsar.Client, service_url or parsed.service_url, **options)
             try:
@@ -788,7 +198,7 @@ class PulsarBackend:
                 self._meta_reader = self._client.create_reader(
                     self.meta_topic, pulsar.MessageId.earliest, is_read_compacted=True
                 )
-                self._catch_up_meta()
+                self.metadata.catch_up()
             except BaseException:
                 self._client.close()
                 raise
@@ -876,10 +286,10 @@ class PulsarBackend:
             # our flush() decides the entry boundaries: nothing else may close a Pulsar batch
             options.update(
                 batching_enabled=True,
-                batching_max_messages=_MAX_GROUP_RECORDS + (1 << 20),
+                batching_max_messages=MAX_GROUP_RECORDS + (1 << 20),
                 batching_max_allowed_size_in_bytes=1 << 30,
                 batching_max_publish_delay_ms=24 * 3600 * 1000,
-                max_pending_messages=_MAX_GROUP_RECORDS + (1 << 20),
+                max_pending_messages=MAX_GROUP_RECORDS + (1 << 20),
             )
         while True:
             try:
@@ -919,40 +329,40 @@ class PulsarBackend:
 
     # -- metadata (the meta topic) ----------------------------------------------------------------
 
-    def _catch_up_meta(self) -> None:
+    def _meta_records(self, after: tuple[int, int] | None) -> Iterator[tuple[str, bytes | None, tuple[int, int]]]:
+        """The keyed records of the meta topic after ``after`` (the metadata store's reads,
+        see :mod:`adapters._metadata`): the meta reader keeps its place, which is ``after``."""
         reader = self._meta_reader
         timeout_ms = int(self.timeout * 1000)
-        while reader.has_message_available():
-            message = reader.read_next(timeout_ms)
-            message_id = message.message_id()
-            position = (message_id.ledger_id(), message_id.entry_id())
-            self._meta_position = max(self._meta_position, position)
-            key = message.partition_key()
-            value = None if message.has_null_value() else message.data()
-            try:
-                self._meta.apply(key, value, position)
-            except (ValueError, TypeError, binascii.Error) as exc:
-                _LOG.warning("ignoring unreadable meta record %r at %s: %r", key, position, exc)
+        with map_errors("read the metadata"):
+            while reader.has_message_available():
+                message = reader.read_next(timeout_ms)
+                message_id = message.message_id()
+                position = (message_id.ledger_id(), message_id.entry_id())
+                if after is not None and position <= after:
+                    continue  # (never: the reader is only asked for what follows)
+                value = None if message.has_null_value() else message.data()
+                yield message.partition_key(), value, position
 
-    def _put_meta(self, key: str, value: bytes | None) -> tuple[int, int]:
-        if self._meta_producer is None:
-            raise ConfigError(f"{self.url} is opened read-only: cannot store {key}")
-        with self._lock, _map_errors(f"store {key}"):
-            message_id = self._meta_producer.send(value, partition_key=key)
-        return int(message_id.ledger_id()), int(message_id.entry_id())
+    def _put_metas(self, items: Sequence[tuple[str, bytes | None]]) -> list[tuple[int, int]]:
+        """Store keyed records in the meta topic, one after the other; their positions (the
+        metadata store's writes, see :mod:`adapters._metadata`)."""
+        positions: list[tuple[int, int]] = []
+        for key, value in items:
+            if self._meta_producer is None:
+                raise ConfigError(f"{self.url} is opened read-only: cannot store {key}")
+            with self._lock, map_errors(f"store {key}"):
+                message_id = self._meta_producer.send(value, partition_key=key)
+            positions.append((int(message_id.ledger_id()), int(message_id.entry_id())))
+        return positions
 
     # -- LogBackend ------------------------------------------------------------------------------
-
-    def list_topics(self) -> dict[str, int]:
-        with self._lock, _map_errors("list topics"):
-            self._catch_up_meta()
-            return dict(self._meta.topics)
 
     def data_topic(self, topic: str, partition: int) -> str:
         """The Pulsar topic holding one partition of a project topic: ``...-partition-p`` of
         a partitioned topic, the topic itself for an adopted non-partitioned one."""
         name = pulsar_topic_name(topic)
-        origin = self._meta.origins.get(topic)
+        origin = self.metadata.origin(topic)
         return name.topic if origin is not None and not origin.partitioned else name.partition(partition)
 
     def _native(self, name: PulsarName) -> tuple[int, bool] | None:
@@ -971,7 +381,7 @@ class PulsarBackend:
 
     def _clash(self, topic: str, name: PulsarName) -> str | None:
         """Another recorded topic stored in the same Pulsar topic as ``topic``, if any."""
-        return next((t for t in self._meta.topics if t != topic and pulsar_topic_name(t) == name), None)
+        return next((t for t in self.metadata.recorded_topics() if t != topic and pulsar_topic_name(t) == name), None)
 
     def _current(self, topic: str, recorded: int, native: tuple[int, bool] | None) -> int:
         """The count of a recorded topic: Pulsar's when partitions were added since (noted in
@@ -979,19 +389,17 @@ class PulsarBackend:
         if native is None or native[0] <= recorded:
             return recorded
         _LOG.info("topic %r has %d partitions now (recorded: %d)", topic, native[0], recorded)
-        if self._meta_producer is not None:
-            self._put_meta(f"topic:{topic}", str(native[0]).encode())
-        self._meta.topics[topic] = native[0]
+        self.metadata.note_count(topic, native[0])
         return native[0]
 
     def describe_topic(self, topic: str) -> int | None:
         name = pulsar_topic_name(topic)
-        with self._lock, _map_errors(f"describe topic {topic}"):
-            self._catch_up_meta()
+        with self._lock, map_errors(f"describe topic {topic}"):
+            self.metadata.catch_up()
             if self._clash(topic, name) is not None:
                 return None
             native = self._native(name)
-            recorded = self._meta.topics.get(topic)
+            recorded = self.metadata.partition_count(topic)
             if recorded is None:
                 return None if native is None else native[0]
             return self._current(topic, recorded, native)
@@ -1000,14 +408,14 @@ class PulsarBackend:
         """Create a partitioned topic, or adopt the Pulsar topic of its name, partitioned or
         not (see LogBackend)."""
         name = pulsar_topic_name(topic)
-        with self._lock, _map_errors(f"create topic {topic}"):
-            self._catch_up_meta()
+        with self._lock, map_errors(f"create topic {topic}"):
+            self.metadata.catch_up()
             clash = self._clash(topic, name)
             if clash is not None:
                 raise InvalidTopicError(f"topic {topic!r} would share the Pulsar topic {name.topic} with {clash!r}")
             self._ensure_namespace(name.tenant, name.namespace)
             native = self._native(name)
-            recorded = self._meta.topics.get(topic)
+            recorded = self.metadata.partition_count(topic)
             if recorded is not None:
                 return self._current(topic, recorded, native)
             if native is None:
@@ -1028,11 +436,7 @@ class PulsarBackend:
             # 405: topic policies are off; then the namespace or broker must enable it (checked
             # before the first write)
             self._admin.call("POST", f"{name.rest}/deduplicationEnabled", True, accept=(405,))
-            self._put_meta(origin_key(topic, uuid.uuid4().hex), pack_origin(origin))
-            self._put_meta(f"topic:{topic}", str(count).encode())
-            self._meta.topics[topic] = count
-            self._catch_up_meta()  # an origin recorded before ours wins (see adapters._meta)
-            return self._meta.topics.get(topic, count)
+            return self.metadata.record_topic(topic, count, origin)  # an origin recorded first wins
 
     def _end(self, data_topic: str) -> int:
         """Where the next message of a Pulsar topic will be, or later (0 when it is empty):
@@ -1045,7 +449,7 @@ class PulsarBackend:
         message_id = last.message_id()
         if message_id.batch_index() < 0:
             return encode_offset(message_id.ledger_id(), message_id.entry_id() + 1, 0)
-        return _offset_of(message_id) + 1
+        return offset_of(message_id) + 1
 
     def delete_topic(self, topic: str) -> None:
         """Delete the partitioned Pulsar topic and its snapshot topics (forcefully: readers
@@ -1053,19 +457,18 @@ class PulsarBackend:
         if self.read_only:
             raise ConfigError(f"{self.url} is opened read-only: cannot delete {topic}")
         name = pulsar_topic_name(topic)
-        with self._lock, _map_errors(f"delete topic {topic}"):
-            self._catch_up_meta()
-            partitions = self._meta.topics.get(topic, 0)
+        with self._lock, map_errors(f"delete topic {topic}"):
+            self.metadata.catch_up()
+            partitions = self.metadata.partition_count(topic) or 0
             for partition in range(partitions):
                 self.release(topic, partition)
             self._admin.call("DELETE", f"{name.rest}/partitions?force=true", accept=(404,))
             for partition in range(partitions):
                 snapshots = f"/admin/v2/persistent/{name.tenant}/{name.namespace}/{name.snapshot_local(partition)}"
                 self._admin.call("DELETE", f"{snapshots}?force=true", accept=(404,))
-            self._put_meta(f"topic:{topic}", None)
-            self._meta.topics.pop(topic, None)
+            self.metadata.forget_topic(topic)
 
-    def _writer(self, topic: str, partition: int, *, renew: bool = False) -> _PartitionWriter:
+    def _writer(self, topic: str, partition: int, *, renew: bool = False) -> PartitionWriter:
         """The partition's writer, opened (taking ownership) if needed. ``renew`` replaces a
         writer that failed; appends never do, so that nothing submitted after a failure is
         stored before the broker has rebuilt the partition."""
@@ -1081,17 +484,17 @@ class PulsarBackend:
                     return writer
                 writer.close()
                 del self._writers[key]
-            writer = self._writers[key] = _PartitionWriter(self, topic, partition)
+            writer = self._writers[key] = PartitionWriter(self, topic, partition)
             return writer
 
     def _check(self, topic: str, partition: int) -> None:
-        if not 0 <= partition < self._meta.topics.get(topic, 0):
-            with self._lock, _map_errors("list topics"):
-                self._catch_up_meta()
-                recorded = self._meta.topics.get(topic)
+        if not 0 <= partition < (self.metadata.partition_count(topic) or 0):
+            with self._lock, map_errors("list topics"):
+                self.metadata.catch_up()
+                recorded = self.metadata.partition_count(topic)
                 if recorded is not None and partition >= recorded:  # added since it was recorded?
                     self._current(topic, recorded, self._native(pulsar_topic_name(topic)))
-            if not 0 <= partition < self._meta.topics.get(topic, 0):
+            if not 0 <= partition < (self.metadata.partition_count(topic) or 0):
                 raise InvalidTopicError(f"no partition {topic}[{partition}] in {self.url}")
 
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
@@ -1101,27 +504,27 @@ class PulsarBackend:
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
         self._check(topic, partition)
         data_topic = self.data_topic(topic, partition)
-        with _map_errors(f"read {topic}[{partition}]"):
-            return [_stored(message) for message in self._read(data_topic, _start_id(offset), max_records)]
+        with map_errors(f"read {topic}[{partition}]"):
+            return [stored_record(message) for message in self._read(data_topic, start_id(offset), max_records)]
 
     def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
         self._check(topic, partition)
         if not self.read_only:
             self._writer(topic, partition, renew=True)  # take ownership first: fences a stale owner
         data_topic = self.data_topic(topic, partition)
-        origin = self._meta.origins.get(topic)
+        origin = self.metadata.origin(topic)
         if origin is not None:  # an adopted topic's records before its adoption are not ours
             from_offset = max(from_offset, origin.start(partition))
         batches: list[StoredBatch] = []
-        with _map_errors(f"replay {topic}[{partition}]"):
+        with map_errors(f"replay {topic}[{partition}]"):
             reader = self._client.create_reader(
-                data_topic, _start_id(from_offset), start_message_id_inclusive=True, receiver_queue_size=1000
+                data_topic, start_id(from_offset), start_message_id_inclusive=True, receiver_queue_size=1000
             )
             try:
                 timeout_ms = int(self.timeout * 1000)
                 while reader.has_message_available():
                     message = reader.read_next(timeout_ms)
-                    offset = _offset_of(message.message_id())
+                    offset = offset_of(message.message_id())
                     properties = message.properties()
                     count = properties.get("idem.count")
                     if count is None:
@@ -1131,11 +534,11 @@ class PulsarBackend:
                     batches.append(
                         StoredBatch(
                             offset,
-                            ProducerId(_decimal(properties, "idem.pid")),
-                            Epoch(_decimal(properties, "idem.epoch")),
-                            SequenceNumber(_decimal(properties, "idem.seq")),
+                            ProducerId(property_int(properties, "idem.pid")),
+                            Epoch(property_int(properties, "idem.epoch")),
+                            SequenceNumber(property_int(properties, "idem.seq")),
                             int(count),
-                            _timestamp(message),
+                            timestamp_of(message),
                         )
                     )
                     # the batch's other records follow in the same entry (it was written as
@@ -1151,7 +554,7 @@ class PulsarBackend:
         """One past the newest record (0 when empty). The next append gets this offset or a
         higher one: offsets are sparse across entries."""
         self._check(topic, partition)
-        with _map_errors(f"end offset of {topic}[{partition}]"):
+        with map_errors(f"end offset of {topic}[{partition}]"):
             return self._end(self.data_topic(topic, partition))
 
     # -- snapshots (one topic per partition, written by the partition's owner) ------------------
@@ -1164,7 +567,7 @@ class PulsarBackend:
         where = f"{topic}[{partition}]"
         snapshot_topic = name._replace(local=name.snapshot_local(partition)).topic
         try:
-            with _map_errors(f"read the snapshot of {where}"):
+            with map_errors(f"read the snapshot of {where}"):
                 last = self._last(snapshot_topic)
         except InvalidTopicError:  # no snapshot topic yet (a broker that does not auto-create topics)
             return None
@@ -1190,81 +593,6 @@ class PulsarBackend:
         except TimeoutError:
             raise BackendUnavailableError(f"pulsar: writing the snapshot of {topic}[{partition}] timed out") from None
 
-    # -- producers and settings ----------------------------------------------------------------
-
-    def allocate_producer_ids(self, count: int) -> int:
-        position = self._put_meta(f"idblock:{uuid.uuid4().hex}", str(count).encode())
-        deadline = time.monotonic() + self.timeout
-        with self._lock, _map_errors("allocate producer ids"):
-            while self._meta_position < position:
-                self._catch_up_meta()
-                if self._meta_position < position:
-                    if time.monotonic() > deadline:
-                        raise BackendUnavailableError("pulsar: the id block did not show up in the meta topic")
-                    time.sleep(0.01)
-            return self._meta.block_start(position)
-
-    def load_producers(self) -> list[ProducerRecord]:
-        with self._lock, _map_errors("load producers"):
-            self._catch_up_meta()
-            return list(self._meta.producers.values())
-
-    def save_producer(self, record: ProducerRecord) -> None:
-        with self._lock:
-            if record.producer_name is not None:
-                for pid, old in list(self._meta.producers.items()):
-                    if old.producer_name == record.producer_name and pid != record.producer_id:
-                        self._put_meta(f"producer:{pid}", None)
-                        self._meta.producers.pop(pid, None)
-            self._put_meta(f"producer:{record.producer_id}", pack_producer(record))
-            # folded as the metadata log folds it: a stale copy does not undo a newer record
-            self._meta.producers[record.producer_id] = merge_record(
-                self._meta.producers.get(record.producer_id), record
-            )
-
-    def delete_producers(self, producer_ids: Sequence[int]) -> None:
-        with self._lock:
-            for producer_id in producer_ids:
-                self._put_meta(f"producer:{producer_id}", None)  # a tombstone, as for renamed ids
-                self._meta.producers.pop(producer_id, None)
-
-    def load_settings(self) -> dict[str, str]:
-        with self._lock, _map_errors("load settings"):
-            self._catch_up_meta()
-            return dict(self._meta.settings)
-
-    def save_setting(self, key: str, value: str | None) -> None:
-        with self._lock:
-            self._put_meta(f"setting:{key}", None if value is None else value.encode())
-            if value is None:
-                self._meta.settings.pop(key, None)
-            else:
-                self._meta.settings[key] = value
-
-    # -- partition ownership -------------------------------------------------------------------
-
-    def load_leases(self) -> list[Lease]:
-        with self._lock, _map_errors("load leases"):
-            self._catch_up_meta()
-            return list(self._meta.leases.values())
-
-    def propose_leases(self, proposals: Sequence[Lease]) -> list[Lease | None]:
-        if not proposals:
-            return []
-        with self._lock:
-            last = max(self._put_meta(lease_key(p.topic, p.partition), pack_lease(p)) for p in proposals)
-            deadline = time.monotonic() + self.timeout
-            with _map_errors("read leases back"):
-                while self._meta_position < last:
-                    self._catch_up_meta()
-                    if self._meta_position < last:
-                        if time.monotonic() > deadline:
-                            raise BackendUnavailableError(
-                                "pulsar: the lease proposals did not show up in the meta topic"
-                            )
-                        time.sleep(0.01)
-            return [self._meta.leases.get((p.topic, p.partition)) for p in proposals]
-
     @property
     def max_record_bytes(self) -> int | None:
         return None  # only the entry limit (max_batch_bytes)
@@ -1274,9 +602,6 @@ class PulsarBackend:
         """One batch must fit into one entry (``max_entry_bytes``), with room for the framing
         and the ``idem.*`` properties of its records."""
         return self.max_entry_bytes - _ENTRY_MARGIN
-
-    def claim_writer(self) -> bool:
-        return False  # writers are per partition (see LogBackend.claim_writer)
 
     def release(self, topic: str, partition: int) -> None:
         with self._lock:
@@ -1296,7 +621,16 @@ class PulsarBackend:
         drain_pulsar_logs()  # the client's lines so far, now rather than at the relay's next read
 
 
+# The helpers moved to modules of their own by concern; their former names here stay importable.
+_map_errors, _translate, _Admin = map_errors, translate, Admin
+_split_topic, _start_id, _offset_of = split_topic, start_id, offset_of
+_Message, _encode_record, _stored = Message, encode_record, stored_record
+_decimal, _timestamp = property_int, timestamp_of
+_PartitionWriter, _MAX_GROUP_RECORDS = PartitionWriter, MAX_GROUP_RECORDS
+
 __all__ = [
+    "OWNER_PREFIX",
+    "SNAPSHOT_PREFIX",
     "EntryTooLargeError",
     "OwnershipLostError",
     "PulsarBackend",

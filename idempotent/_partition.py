@@ -220,7 +220,7 @@ class PartitionCore:
         header: BatchHeader,
         now: float,
         *,
-        admission: str,
+        admission: Admission,
         registered_epoch: int | None = None,
         policy: Policy = Policy.STRICT,
         enabled: bool = True,
@@ -230,8 +230,7 @@ class PartitionCore:
 
         Args:
             header: the batch, validated (``ProduceRequest``).
-            admission: what the producer registry says of its producer id and epoch (an
-                :class:`~idempotent._registry.Admission` constant).
+            admission: what the producer registry says of its producer id and epoch .
             registered_epoch: the registered epoch of the producer (told with FENCED).
             policy, enabled: the topic's sequence policy and deduplication switch.
             refreshable: the registry may be stale and was not reloaded for this request.
@@ -245,11 +244,11 @@ class PartitionCore:
             InvalidBatchError: the header does not fit the policy; nothing changed.
         """
         checker = self._ready_checker()
-        if admission == Admission.UNKNOWN:
+        if admission is Admission.UNKNOWN:
             return RefreshProducers() if refreshable else Reply(ProduceResult(Outcome.UNKNOWN_PRODUCER))
-        if admission == Admission.FENCED:
+        if admission is Admission.FENCED:
             return Reply(ProduceResult(Outcome.FENCED, producer_epoch=registered_epoch))
-        result = checker.check(header, admitted=admission == Admission.ADMITTED, policy=policy, enabled=enabled)
+        result = checker.check(header, admitted=admission is Admission.ADMITTED, policy=policy, enabled=enabled)
         if result.outcome is not Outcome.ACCEPTED:
             return Reply(result)
         if checker.tracks(header.producer_id):

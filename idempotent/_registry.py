@@ -25,6 +25,7 @@ in :class:`idempotent.auth.AccessPolicy`.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 
 import attrs
@@ -52,8 +53,9 @@ class ProducerRecord:
     last_used: float = 0.0
 
 
-class Admission:
-    """Result of :meth:`ProducerRegistry.admit` (an enum-like set of constants)."""
+class Admission(enum.Enum):
+    """What :meth:`ProducerRegistry.admit` says of a producer id and epoch, before any
+    sequence is looked at (the checker's ``admitted`` is ``ADMITTED`` alone)."""
 
     ADMITTED = "admitted"
     STATE_LOST = "state_lost"
@@ -210,7 +212,7 @@ class ProducerRegistry:
         self._store(record)
         return record
 
-    def admit(self, producer_id: int, producer_epoch: int) -> str:
+    def admit(self, producer_id: int, producer_epoch: int) -> Admission:
         """Decide whether a producer may write, before sequences are looked at."""
         record = self._by_id.get(producer_id)
         if record is None or producer_epoch > record.producer_epoch:

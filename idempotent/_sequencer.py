@@ -11,7 +11,9 @@ batch gets its ``base_sequence`` when it is first sent (*drain time*) and keeps 
 every retry, so a resend is always recognisable by the broker.
 
 Per partition at most ``max_in_flight`` stamped batches are in flight, kept in sequence
-order. Each is either AWAITING an answer or waiting to be RESENT. The answers:
+order. Each is either AWAITING an answer or waiting to be RESENT. A batch changes state only
+through the one table of :mod:`idempotent._transitions` (OPEN, QUEUED, AWAITING, RESEND,
+DONE); a move it lacks raises :class:`~idempotent.errors.IllegalStateTransition`. The answers:
 
 ==========================  ===============================================================
 ACCEPTED / DUPLICATE        the batch is done (persisted, with its offset when known)
@@ -77,26 +79,32 @@ sends what :meth:`batches_to_send` returns, feeds answers back and sleeps until
 from __future__ import annotations
 
 import bisect
-import enum
 import itertools
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from collections.abc import Sequence as SequenceOf
 
 import attrs
 
+from ._batches import BatchDelivered as BatchDelivered
+from ._batches import BatchFailed as BatchFailed
+from ._batches import Event as Event
+from ._batches import OutgoingBatch as OutgoingBatch
+from ._batches import Spans as Spans
+from ._batches import check_sequence
+from ._batches import sequences_for as sequences_for
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult
 from ._records import Record, RecordColumns, record_sizes
 from ._sequence import (
     at_or_before,
     crosses_ring_end,
     distance,
-    is_valid_sequence,
     last_sequence_of,
     next_sequence,
     order_depends_on_policy,
 )
-from ._types import DEFAULT_MAX_IN_FLIGHT, MAX_APPLICATION_SEQUENCE, NO_SEQUENCE, TopicPartition
+from ._transitions import BatchState, BatchTrigger, transition
+from ._types import DEFAULT_MAX_IN_FLIGHT, NO_SEQUENCE, TopicPartition
 from .errors import (
     ConfigError,
     DeliveryTimeoutError,
@@ -107,162 +115,12 @@ from .errors import (
     Recovery,
     SequenceDesyncError,
     UnknownProducerError,
-    UsageError,
 )
 
-
-def _check_sequence(sequence: object) -> None:
-    if not isinstance(sequence, int) or isinstance(sequence, bool) or not is_valid_sequence(sequence):
-        raise UsageError(f"sequence must be an int in 0..{MAX_APPLICATION_SEQUENCE}, got {sequence!r}")
-
-
-def sequences_for(count: int, sequence: int | SequenceOf[int] | None) -> SequenceOf[int] | None:
-    """Validate the ``sequence`` argument of :meth:`ProducerSequencer.add_many` for ``count``
-    records and return one sequence per record, or None. Application sequences never wrap.
-
-    Raises:
-        UsageError: an invalid sequence, or not ``count`` of them.
-    """
-    if sequence is None:
-        return None
-    if not isinstance(sequence, SequenceOf) or isinstance(sequence, str | bytes):
-        _check_sequence(sequence)  # an int, or the error for something that is no sequence
-        assert isinstance(sequence, int)
-        if count:
-            _check_sequence(sequence + count - 1)
-        return range(sequence, sequence + count)
-    if len(sequence) != count:
-        raise UsageError(f"{len(sequence)} sequences for {count} records")
-    for s in sequence:
-        _check_sequence(s)
-    return sequence
-
-
-class BatchState(enum.Enum):
-    """Life cycle of an outgoing batch."""
-
-    OPEN = "open"
-    QUEUED = "queued"
-    AWAITING = "awaiting"
-    RESEND = "resend"
-    DONE = "done"
-
-
-class Spans:
-    """Whose records a batch holds, in order, as *spans* ``(owner, start, count)``: ``count``
-    consecutive records that belong to ``owner`` (a value the shell passed to
-    :meth:`ProducerSequencer.add_many`), starting at position ``start`` of the records it
-    passed. Records are tracked per span, not per record; the three parallel lists hold no
-    object per record beyond the owner itself.
-    """
-
-    __slots__ = ("counts", "owners", "starts")
-
-    def __init__(self) -> None:
-        self.owners: list[object] = []
-        self.starts: list[int] = []
-        self.counts: list[int] = []
-
-    def add(self, owner: object, start: int, count: int) -> None:
-        """Append ``count`` records of ``owner`` from its position ``start`` on."""
-        owners = self.owners
-        if owners and owners[-1] is owner and self.starts[-1] + self.counts[-1] == start:
-            self.counts[-1] += count
-            return
-        owners.append(owner)
-        self.starts.append(start)
-        self.counts.append(count)
-
-    def __iter__(self) -> Iterator[tuple[object, int, int]]:
-        return zip(self.owners, self.starts, self.counts, strict=True)
-
-    def __len__(self) -> int:
-        return len(self.owners)
-
-    def split(self, keep: int) -> Spans:
-        """Keep the first ``keep`` records; return the spans of the others."""
-        tail = Spans()
-        for i, count in enumerate(self.counts):
-            if keep >= count:
-                keep -= count
-                continue
-            owner, start = self.owners[i], self.starts[i]
-            cut = i + 1 if keep else i
-            if keep:
-                self.counts[i] = keep
-            tail.owners = [owner, *self.owners[i + 1 :]]
-            tail.starts = [start + keep, *self.starts[i + 1 :]]
-            tail.counts = [count - keep, *self.counts[i + 1 :]]
-            del self.owners[cut:], self.starts[cut:], self.counts[cut:]
-            break
-        return tail
-
-
-@attrs.define(eq=False)
-class OutgoingBatch:
-    """A batch as the shell sends it; ``attempt`` identifies the current transmission.
-
-    ``spans`` says whose records the batch holds, in order.
-    """
-
-    batch_id: int
-    topic: str
-    partition: int
-    #: a list, or the columns of a RecordColumns call while only such calls fill the batch
-    records: list[Record] | RecordColumns
-    spans: Spans
-    created_at: float
-    size: int = 0
-    #: the size of the largest record (``size`` and ``largest`` as :attr:`Record.size` counts)
-    largest: int = 0
-    base_sequence: int = NO_SEQUENCE
-    #: the last sequence of the batch sent just before on the partition (-1: none; None:
-    #: unknown, after a refused batch that may be stored), set at drain time: the broker's
-    #: ``monotonic`` policy refuses the batch while that one is not its latest.
-    previous_sequence: int | None = None
-    #: ``previous_sequence`` as the latest attempt carried it.
-    previous_at_send: int | None = None
-    attempt: int = 0
-    state: BatchState = BatchState.OPEN
-    not_before: float = 0.0
-    sent_at: float = 0.0
-    #: the partition's last acknowledged sequence when the latest attempt was sent.
-    acked_at_send: int = NO_SEQUENCE
-    #: True when the application chose the sequences (``base_sequence`` set at add time).
-    explicit: bool = False
-    #: True once an attempt ended without a definite answer (request timeout, transport error,
-    #: IN_FLIGHT): a copy may be stored, so a later refusal cannot say NOT_PERSISTED.
-    doubtful: bool = False
-
-    @property
-    def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
-
-    @property
-    def handles(self) -> list[object]:
-        """The owner of each record, in order (the handle :meth:`ProducerSequencer.add` returned)."""
-        return [owner for owner, _, count in self.spans for _ in range(count)]
-
-
-@attrs.frozen
-class BatchDelivered:
-    """Every record of ``batch`` is persisted; record i is at ``base_offset + i`` when known."""
-
-    batch: OutgoingBatch
-    base_offset: int | None
-    duplicate: bool
-
-
-@attrs.frozen
-class BatchFailed:
-    """Every record of ``batch`` ended unpersisted or possibly persisted."""
-
-    batch: OutgoingBatch
-    error: ProducerError
-    status: DeliveryStatus
-
-
-Event = BatchDelivered | BatchFailed
+#: the triggers of :mod:`idempotent._transitions`, bound once: on this per-batch path a global
+#: is several times cheaper to read than an enum member
+_SEAL, _SEND, _RETRY = BatchTrigger.SEAL, BatchTrigger.SEND, BatchTrigger.RETRY
+_REFUSE, _DELIVER, _FAIL = BatchTrigger.REFUSE, BatchTrigger.DELIVER, BatchTrigger.FAIL
 
 
 @attrs.define(eq=False)
@@ -397,7 +255,7 @@ class ProducerSequencer:
         if self.failure is not None:
             raise self.failure
         if sequence is not None:
-            _check_sequence(sequence)
+            check_sequence(sequence)
         tp = TopicPartition(topic, partition)
         ps = self._partitions.get(tp)
         if ps is None:
@@ -562,9 +420,9 @@ class ProducerSequencer:
             Spans(),
             batch.created_at,
             base_sequence=next_sequence(cut),
-            state=BatchState.QUEUED,
             explicit=True,
         )
+        tail.state = transition(tail.state, _SEAL)  # split off a sealed batch
         tail.spans = batch.spans.split(keep)
         tail_sizes = record_sizes(tail.records)
         tail.size, tail.largest = sum(tail_sizes), max(tail_sizes)
@@ -586,7 +444,7 @@ class ProducerSequencer:
     @staticmethod
     def _seal(ps: _Partition) -> None:
         if ps.open is not None:
-            ps.open.state = BatchState.QUEUED
+            ps.open.state = transition(ps.open.state, _SEAL)
             ps.queued.append(ps.open)
             ps.open = None
 
@@ -664,8 +522,8 @@ class ProducerSequencer:
         )
 
     def _transmit(self, batch: OutgoingBatch, now: float) -> OutgoingBatch:
+        batch.state = transition(batch.state, _SEND)
         batch.attempt += 1
-        batch.state = BatchState.AWAITING
         batch.sent_at = now
         batch.acked_at_send = self._acked.get(batch.topic_partition, NO_SEQUENCE)
         batch.previous_at_send = batch.previous_sequence
@@ -731,7 +589,7 @@ class ProducerSequencer:
             elif previous == NO_SEQUENCE or not at_or_before(last, previous):
                 self._acked[tp] = last
             failure = self._place(ps, batch, outcome) if undecided else None
-            self._finish(batch)
+            self._finish(batch, _DELIVER)
             self._events.append(BatchDelivered(batch, result.base_offset, outcome is Outcome.DUPLICATE))
             if failure is not None:
                 self._fail_all(failure)
@@ -748,11 +606,11 @@ class ProducerSequencer:
                 and not at_or_before(expected, batch.acked_at_send)
             )
             if expected in earlier or stale:
-                batch.state, batch.not_before = BatchState.RESEND, now
+                batch.state, batch.not_before = transition(batch.state, _RETRY), now
             elif expected is not None and expected == ps.given_back and self._renumber(ps, batch, expected):
                 pass  # refused behind a batch that was refused for good: numbered again
             elif self._predecessor_pending(ps, batch, expected):
-                batch.state, batch.not_before = BatchState.RESEND, now
+                batch.state, batch.not_before = transition(batch.state, _RETRY), now
             else:
                 self._fail_all(
                     SequenceDesyncError(
@@ -762,9 +620,10 @@ class ProducerSequencer:
                     )
                 )
         elif outcome is Outcome.IN_FLIGHT:
-            batch.state, batch.not_before, batch.doubtful = BatchState.RESEND, retry_at, True
+            batch.state, batch.not_before = transition(batch.state, _RETRY), retry_at
+            batch.doubtful = True
         elif outcome is Outcome.FENCED:
-            batch.state = BatchState.RESEND  # answered: this attempt was refused
+            batch.state = transition(batch.state, _REFUSE)  # answered: this attempt was refused
             self._fail_all(
                 ProducerFencedError(
                     f"producer {self.producer_id} epoch {self.producer_epoch} "
@@ -774,7 +633,7 @@ class ProducerSequencer:
                 )
             )
         else:
-            batch.state = BatchState.RESEND  # answered: this attempt was refused
+            batch.state = transition(batch.state, _REFUSE)  # answered: this attempt was refused
             self._fail_all(
                 UnknownProducerError(
                     f"broker has no state for producer {self.producer_id} on {batch.topic_partition}; "
@@ -838,11 +697,12 @@ class ProducerSequencer:
         if batch is None:
             return
         if error.recovery is Recovery.RETRY:
-            batch.state, batch.not_before, batch.doubtful = BatchState.RESEND, retry_at, True
+            batch.state, batch.not_before = transition(batch.state, _RETRY), retry_at
+            batch.doubtful = True
         elif isinstance(error, InvalidBatchError):
             self._refuse(batch, error)
         else:
-            batch.state = BatchState.RESEND  # answered: this attempt was refused
+            batch.state = transition(batch.state, _REFUSE)  # answered: this attempt was refused
             self._fail_all(error)
 
     def _refuse(self, batch: OutgoingBatch, error: ProducerError) -> None:
@@ -855,7 +715,7 @@ class ProducerSequencer:
         ps = self._partitions[batch.topic_partition]
         later = ps.inflight[ps.inflight.index(batch) + 1 :]
         doubtful = batch.doubtful
-        self._finish(batch)
+        self._finish(batch, _FAIL)
         status = DeliveryStatus.POSSIBLY_PERSISTED if doubtful else DeliveryStatus.NOT_PERSISTED
         self._events.append(BatchFailed(batch, error, status))
         if batch.previous_sequence is not None or doubtful:
@@ -881,7 +741,7 @@ class ProducerSequencer:
         this, number them again from ``start`` and resend them. False (the producer fails)
         when one of them cannot be numbered again: it carries the application's sequences, or
         an attempt of it went unanswered (it may still be stored)."""
-        batch.state, batch.not_before = BatchState.RESEND, 0.0
+        batch.state, batch.not_before = transition(batch.state, _RETRY), 0.0
         tail = [b for b in ps.inflight if at_or_before(start, b.base_sequence)]
         if any(b.explicit or b.doubtful for b in tail):
             return False
@@ -912,7 +772,8 @@ class ProducerSequencer:
                     )
                     return
                 if b.state is BatchState.AWAITING and b.sent_at + self.request_timeout <= now:
-                    b.state, b.not_before, b.doubtful = BatchState.RESEND, now, True
+                    b.state, b.not_before = transition(b.state, _RETRY), now
+                    b.doubtful = True
             expired = [b for b in ps.queued if b.created_at + self.delivery_timeout <= now]
             if ps.open is not None and ps.open.created_at + self.delivery_timeout <= now:
                 expired.append(ps.open)
@@ -920,7 +781,7 @@ class ProducerSequencer:
             for b in expired:
                 if b in ps.queued:
                     ps.queued.remove(b)
-                self._finish(b)
+                self._finish(b, _FAIL)
                 self._events.append(
                     BatchFailed(
                         b,
@@ -936,8 +797,9 @@ class ProducerSequencer:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _finish(self, batch: OutgoingBatch) -> None:
-        batch.state = BatchState.DONE
+    def _finish(self, batch: OutgoingBatch, trigger: BatchTrigger) -> None:
+        """End a batch (``trigger``: DELIVER or FAIL) and forget it."""
+        batch.state = transition(batch.state, trigger)
         self._batches.pop(batch.batch_id, None)
         ps = self._partitions.get(batch.topic_partition)
         if ps is not None:
@@ -958,5 +820,5 @@ class ProducerSequencer:
                 # still awaited, timed out, failed in transport, or IN_FLIGHT) may be stored.
                 unknown = b.doubtful or b.state is BatchState.AWAITING
                 status = DeliveryStatus.POSSIBLY_PERSISTED if unknown else DeliveryStatus.NOT_PERSISTED
-                self._finish(b)
+                self._finish(b, _FAIL)
                 self._events.append(BatchFailed(b, error, status))

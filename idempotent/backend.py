@@ -1,9 +1,23 @@
-"""The storage contract: what a log backend (``adapters/``) provides to the broker.
+"""The storage contract: what a backend (``adapters/``) provides to the broker, in two halves.
 
-A backend is a durable, ordered log per topic-partition plus a little metadata. It does no
-sequence checking: the broker's own checker decides what is written, and the backend only
-stores it, keeps each partition in append order and assigns offsets. Adapters translate their
-client's errors into :mod:`idempotent.errors` in one place, at their edge.
+* :class:`PartitionLog`, **the log**: a durable, ordered log per topic-partition (``append``,
+  ``read``, ``replay``, ``end_offset``), the checker's snapshots, the storage of topics
+  (``describe_topic``, ``create_topic``), ``release`` and ``close``.
+* :class:`MetadataStore`, **the metadata**: producer-id blocks, producer records, settings,
+  partition leases, the writer claim and the topic records (``list_topics``).
+
+:class:`LogBackend` is both in one object, which is what ``adapters.open_backend`` returns and
+what the broker takes. Each half is implemented on its own: Kafka and Pulsar keep the
+metadata in a compacted log of their own, folded by the one store both share
+(``adapters/_metadata.py``: each gives it only "append a keyed record" and "read keyed records
+from a position"); memory keeps it in its store and SQLite in its file (in the same
+transactions as the log). ``idempotent.testing.conformance`` checks both halves on every
+backend.
+
+A backend does no sequence checking: the broker's own checker decides what is written, and
+the backend only stores it, keeps each partition in append order and assigns offsets.
+Adapters translate their client's errors into :mod:`idempotent.errors` in one place, at their
+edge.
 
 Offsets are integers that grow with every append; the records of one batch get consecutive
 offsets ``base_offset .. base_offset + len(records) - 1``.
@@ -34,8 +48,9 @@ class AppendBatch:
     timestamp: float
 
 
-class LogBackend(Protocol):
-    """One small interface per backend; ``idempotent.testing.conformance`` checks it.
+class PartitionLog(Protocol):
+    """The log half of a backend: the records of every topic-partition, in append order,
+    their batch boundaries, the checker's snapshots and the storage of topics.
 
     Every method may raise :class:`~idempotent.errors.BackendUnavailableError` (the backend
     failed; for ``append`` the batch may or may not be stored) and nothing else from the
@@ -57,11 +72,6 @@ class LogBackend(Protocol):
     def max_batch_bytes(self) -> int | None:
         """The largest batch the backend stores in one piece, counted as the broker's
         ``max_batch_bytes`` counts it (Pulsar: one entry, ``maxMessageSize``), or None."""
-        ...
-
-    def list_topics(self) -> dict[str, int]:
-        """Every topic in the backend's topic records and its partition count, read again
-        (topics other brokers and processes created since are included)."""
         ...
 
     def describe_topic(self, topic: str) -> int | None:
@@ -151,6 +161,37 @@ class LogBackend(Protocol):
         """
         ...
 
+    def release(self, topic: str, partition: int) -> None:
+        """Stop writing to a partition: drop this backend's writer of it, if any. A later
+        append, replay or latest_snapshot opens a new one, taking the partition over again
+        (fencing whichever writer holds it then). Acknowledged appends stay stored."""
+        ...
+
+    def close(self) -> None:
+        """Release resources. Appends already acknowledged stay stored."""
+        ...
+
+
+class MetadataStore(Protocol):
+    """The metadata half of a backend: what the brokers over one store share besides the log.
+
+    Producer-id blocks never overlap (also between brokers allocating at once); producer
+    records fold with :func:`idempotent._registry.merge_record` (a stale copy never undoes a
+    newer epoch); a lease proposal is a compare-and-set (:func:`idempotent._ownership.supersedes`);
+    every read sees what other brokers and processes stored before it (``load_*`` and
+    ``list_topics`` read the store again). Writes are durable before they return.
+
+    Every method may raise :class:`~idempotent.errors.BackendUnavailableError` (for a write:
+    it may or may not be stored; storing it again is harmless) and nothing else from the
+    backend's own client library.
+    """
+
+    def list_topics(self) -> dict[str, int]:
+        """Every topic in the topic records and its partition count, read again (topics other
+        brokers and processes created since are included). The records are written by
+        :meth:`PartitionLog.create_topic` (and a grown count by ``describe_topic``)."""
+        ...
+
     def allocate_producer_ids(self, count: int) -> int:
         """Atomically reserve ``count`` producer ids and return the first one."""
         ...
@@ -210,15 +251,10 @@ class LogBackend(Protocol):
         """
         ...
 
-    def release(self, topic: str, partition: int) -> None:
-        """Stop writing to a partition: drop this backend's writer of it, if any. A later
-        append, replay or latest_snapshot opens a new one, taking the partition over again
-        (fencing whichever writer holds it then). Acknowledged appends stay stored."""
-        ...
 
-    def close(self) -> None:
-        """Release resources. Appends already acknowledged stay stored."""
-        ...
+class LogBackend(PartitionLog, MetadataStore, Protocol):
+    """A backend: the log and the metadata in one object (see the module docstring). One
+    small interface per half; ``idempotent.testing.conformance`` checks both."""
 
 
 class ProducerLog(Protocol):

@@ -17,7 +17,6 @@ the outstanding appends have drained; until then requests get a retriable
 
 from __future__ import annotations
 
-import functools
 import logging
 import queue
 import threading
@@ -25,24 +24,24 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 
-import attrs
-
-from ._checker import CheckerConfig, PartitionChecker, Policy
+from ._checker import PartitionChecker, Policy
 from ._outcomes import ProduceResult
-from ._ownership import RENEW_FRACTION, Action, Lease, OwnershipTable
-from ._partition import Append, Fail, PartitionCore, RefreshProducers, Reply, WriteSnapshot
+from ._ownership import RENEW_FRACTION, Lease
+from ._partition import Append, Fail, RefreshProducers, Reply, WriteSnapshot
 from ._records import StoredRecord
 from ._registry import Admission, ProducerRecord, ProducerRegistry, validate_name
 from ._request import ProduceRequest
-from ._settings import DEDUP, POLICY, dedup_value, deduplication_in_force, policy_in_force, policy_value, setting_key
+from ._settings import DEDUP, POLICY, dedup_value, policy_value
+from ._stats import partition_stats
 from ._topics import canonical_topic
 from ._types import TopicPartition
-from ._values import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
+from ._values import LastSequences, PartitionStats, ProducerSession
 from .api import ProduceShortcuts
 from .backend import AppendBatch, LogBackend
+from .broker_config import BrokerConfig as BrokerConfig
+from .broker_settings import BrokerSettings
 from .errors import (
     ConfigError,
-    CorruptDataError,
     InternalError,
     InvalidBatchError,
     InvalidTopicError,
@@ -50,95 +49,21 @@ from .errors import (
     PartitionRecoveringError,
     ProducerClosedError,
     ProducerError,
-    RequestTimeoutError,
     UnknownProducerError,
     internal_error,
 )
+from .leases import PartitionLeases
 from .observer import BrokerObserver, notify
+from .partition_shell import PartitionMap, PartitionShell
+from .producer_records import ProducerRecords
+from .topic_directory import TopicDirectory
+from .topic_directory import validate_topic as validate_topic
 
 #: decisions one produce request may go through (admission refresh, evictions) before the
 #: partition is reported recovering: bounds the retries while snapshots cannot be stored
 _MAX_OFFERS = 4
 
-#: a request for a partition beyond a topic's known count reads the count again, at most
-#: this often per topic
-_MISS_REFRESH_SECONDS = 1.0
-
 _LOG = logging.getLogger("idempotent.broker")
-
-
-def validate_topic(topic: str) -> str:
-    """The stored name of ``topic`` (any spelling :func:`idempotent._topics.canonical_topic`
-    accepts, such as ``persistent://public/default/orders`` for ``orders``).
-
-    Raises:
-        InvalidTopicError: not a valid spelling of a topic name.
-    """
-    return canonical_topic(topic)
-
-
-@attrs.frozen
-class BrokerConfig:
-    """Broker-wide options.
-
-    Attributes:
-        checker: window, producer bounds and snapshot cadence of every partition.
-        default_partitions: partition count of topics created on first produce.
-        auto_create_topics: create unknown topics on first produce (else InvalidTopicError).
-        deduplication: broker-wide default; topics and namespaces can override it.
-        policy: broker-wide default sequence policy; topics and namespaces can override it.
-        id_block_size: producer ids reserved from the backend at a time.
-        append_timeout: seconds ``produce`` waits for the backend to acknowledge.
-        maintenance_interval: seconds between expiry/snapshot sweeps (0 disables the thread).
-        max_record_bytes: largest key + value + headers of one record.
-        max_batch_bytes: largest total size of one batch.
-        broker_id: set it to run several brokers over one backend (see ``docs/clustering.md``):
-            each partition is then served by the one broker holding its lease. None (the
-            default) serves every partition, with no ownership records.
-        advertised_address: where clients reach this broker (``host:port``); stored in the
-            leases it holds and returned in :class:`~idempotent.errors.NotOwnerError`.
-        lease_duration: seconds a lease lasts without renewal; renewed every third of it.
-            Another broker takes a partition over after seeing no renewal for this long.
-        topic_refresh_interval: seconds a topic's partition count is trusted before
-            :meth:`Broker.partitions_for` has it read from the backend again, in the
-            background (partitions added to a Kafka or Pulsar topic are learnt this way; a
-            request for a partition beyond the known count has it read at once, at most once a
-            second per topic). 0 reads it again at every lookup.
-        producer_record_retention: seconds after which the record (name, id, epoch) of a
-            producer neither initialised nor seen writing is deleted by :meth:`Broker.maintain`
-            (Kafka's ``transactional.id.expiration.ms``, 7 days). A later ``init`` of the name
-            gets a fresh id with no state on any partition (docs/semantics.md).
-    """
-
-    checker: CheckerConfig = attrs.field(factory=CheckerConfig)
-    default_partitions: int = 1
-    auto_create_topics: bool = True
-    deduplication: bool = True
-    policy: Policy = Policy.STRICT
-    id_block_size: int = 1000
-    append_timeout: float = 30.0
-    maintenance_interval: float = 10.0
-    max_record_bytes: int = 8 * 1024 * 1024
-    max_batch_bytes: int = 64 * 1024 * 1024
-    broker_id: str | None = None
-    advertised_address: str = ""
-    lease_duration: float = 10.0
-    producer_record_retention: float = 7 * 24 * 3600.0
-    topic_refresh_interval: float = 10.0
-
-    def __attrs_post_init__(self) -> None:
-        if not self.producer_record_retention > 0:
-            raise ConfigError("producer_record_retention must be positive")
-        if self.broker_id is not None and (not isinstance(self.broker_id, str) or not self.broker_id):
-            raise ConfigError("broker_id must be a non-empty string (or None for a single broker)")
-        if not self.lease_duration > 0:
-            raise ConfigError("lease_duration must be positive")
-        if not 1 <= self.default_partitions <= MAX_PARTITIONS:
-            raise ConfigError(f"default_partitions must be 1..{MAX_PARTITIONS}")
-        if self.id_block_size < 1:
-            raise ConfigError("id_block_size must be positive")
-        if not self.topic_refresh_interval >= 0:
-            raise ConfigError("topic_refresh_interval must be 0 or more seconds")
 
 
 class _Completion:
@@ -153,14 +78,8 @@ class _Completion:
         self.part, self.append, self.started, self.appended, self.out = part, append, started, appended, out
 
 
-class _Partition:
-    """A partition's lock, and its core (``_partition.PartitionCore``), which decides."""
-
-    def __init__(self, tp: TopicPartition, config: CheckerConfig) -> None:
-        self.tp = tp
-        self.lock = threading.RLock()
-        self.cond = threading.Condition(self.lock)
-        self.core = PartitionCore(tp, config)
+#: a partition of the broker: its lock and its core, and its recovery (partition_shell.py)
+_Partition = PartitionShell
 
 
 class Broker(ProduceShortcuts):
@@ -174,19 +93,24 @@ class Broker(ProduceShortcuts):
         self.config = config or BrokerConfig()
         self._closed = False
         self._lock = threading.RLock()
-        self._registry = ProducerRegistry(backend.load_producers())
-        self._settings = dict(backend.load_settings())
-        self._settings_changes = 0
-        self._topics = dict(backend.list_topics())
-        #: topic -> time.monotonic() when its partition count was last read from the backend
-        self._topics_checked = dict.fromkeys(self._topics, time.monotonic())
-        #: topics whose count is being read again in the background (see _refresh_later)
-        self._refreshing: set[str] = set()
-        self._refresh_queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-        self._refresher: threading.Thread | None = None
-        self._partitions: dict[TopicPartition, _Partition] = {}
-        self._observers: tuple[BrokerObserver, ...] = ()
+        self._producers = ProducerRecords(backend, self._lock, self.config.id_block_size)
+        self._settings = BrokerSettings(backend, self._lock, self.config.deduplication, self.config.policy)
         self._stop = threading.Event()
+        self._topics = TopicDirectory(
+            backend,
+            self._lock,
+            self._stop,
+            auto_create=self.config.auto_create_topics,
+            default_partitions=self.config.default_partitions,
+            refresh_interval=self.config.topic_refresh_interval,
+            join_timeout=self.config.append_timeout,
+        )
+        self._observers: tuple[BrokerObserver, ...] = ()
+        self._partition_map = PartitionMap(
+            self._lock, self.config.checker, backend, self._current_observers, self._evicted
+        )
+        #: the open partitions (the map's dict: read without a lock, entries never removed)
+        self._partitions = self._partition_map.parts
         self._completions: queue.SimpleQueue[_Completion | None] = queue.SimpleQueue()
         self._completer = threading.Thread(target=self._complete_loop, name="idempotent-completions", daemon=True)
         self._completer.start()
@@ -199,14 +123,12 @@ class Broker(ProduceShortcuts):
         #: a bug a background loop hit (see _background): every later request raises it
         self._failure: InternalError | None = None
         self._writer_lock = threading.Lock()
-        self._ownership: OwnershipTable | None = None
-        self._lease_lock = threading.Lock()
+        #: the leases of this broker, when it shares its backend with others (a broker_id)
+        self._ownership: PartitionLeases | None = None
         if self.config.broker_id is not None:
-            self._ownership = OwnershipTable(
-                self.config.broker_id, self.config.advertised_address, self.config.lease_duration
+            self._ownership = PartitionLeases(
+                backend, self.config.broker_id, self.config.advertised_address, self.config.lease_duration
             )
-            with self._lease_lock:
-                self._ownership.observe(backend.load_leases(), time.monotonic())
             self._leaser = threading.Thread(target=self._lease_loop, name="idempotent-leases", daemon=True)
             self._leaser.start()
 
@@ -241,17 +163,7 @@ class Broker(ProduceShortcuts):
             BackendUnavailableError: the backend failed; nothing is known to have changed.
         """
         self._check_open()
-        name = validate_topic(name)
-        if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= MAX_PARTITIONS:
-            raise InvalidTopicError(f"partitions must be an int in 1..{MAX_PARTITIONS}, got {partitions!r}")
-        with self._lock:
-            existing = self._topics.get(name)
-            if existing is None:
-                existing = self._known(name, self.backend.create_topic(name, partitions))
-        if existing != partitions:
-            existing = self._refresh(name, existing)  # it may have grown since it was read
-        if existing != partitions:
-            raise InvalidTopicError(f"topic {name!r} exists with {existing} partitions, not {partitions}")
+        self._topics.create(validate_topic(name), partitions)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic: its records, checker state and snapshots, and its topic-level
@@ -269,143 +181,37 @@ class Broker(ProduceShortcuts):
         self._check_open()
         name = validate_topic(name)
         with self._lock:
-            if name not in self._topics:
-                self._topics.update(self.backend.list_topics())  # another process may have created it
-            if name not in self._topics:
+            if not self._topics.known(name):  # (another process may have created it)
                 raise InvalidTopicError(f"unknown topic {name!r}")
-            for tp in [tp for tp in self._partitions if tp.topic == name]:
-                del self._partitions[tp]
-            for kind in ("dedup", "policy"):
-                key = f"{kind}:topic:{name}"
-                if key in self._settings:
-                    self.backend.save_setting(key, None)
-                    self._settings.pop(key, None)
-                    self._settings_changes += 1
+            self._partition_map.drop_topic(name)
+            self._settings.clear_topic(name)
             self.backend.delete_topic(name)
-            del self._topics[name]
+            self._topics.forget(name)
 
     def topics(self) -> dict[str, int]:
         """Every topic and its partition count."""
-        with self._lock:
-            return dict(self._topics)
+        return self._topics.topics()
 
     def partitions_for(self, topic: str, *, create: bool = True) -> int:
-        """The partition count of ``topic``.
-
-        A topic this broker does not know is looked up in the backend before anything is
-        created: the topic records are read again (another broker or process may have
-        created it) and, with ``create``, on Kafka and Pulsar their own metadata too (a topic
-        made by their tools or by plain clients). An existing topic is used with the
-        partition count it really has, and adopted into the topic records (see
-        ``docs/backends.md``); a missing one is created with ``default_partitions`` if
-        ``create`` and ``auto_create_topics`` allow. A known topic's count is read again in
-        the background once it is ``topic_refresh_interval`` seconds old (the count known is
-        returned meanwhile), so partitions added later are learnt.
+        """The partition count of ``topic``. A topic new to this broker is looked up in the
+        backend before anything is created, and used with the count it really has (adopted
+        into the topic records); a missing one is created with ``default_partitions`` if
+        ``create`` and ``auto_create_topics`` allow. A known count is read again in the
+        background after ``topic_refresh_interval`` seconds (:mod:`idempotent.topic_directory`).
 
         Raises:
             InvalidTopicError: bad name, or no such topic (with ``create`` False or
                 auto-creation off).
             BackendUnavailableError: the backend failed looking up a topic new to this broker.
         """
-        topic = validate_topic(topic)
-        with self._lock:
-            count = self._topics.get(topic)
-            checked = self._topics_checked.get(topic, 0.0)
-        if count is None:
-            return self._look_up(topic, create)
-        if time.monotonic() - checked >= self.config.topic_refresh_interval:
-            self._refresh_later(topic)
-        return count
-
-    def _refresh_later(self, topic: str) -> None:
-        """Have a known topic's partition count read again in the background: the caller (a
-        producer's ``send``, through its periodic ``partitions_for``) keeps the count it has,
-        which can only grow, and never waits for a slow or unreachable backend."""
-        with self._lock:
-            if topic in self._refreshing or self._stop.is_set():
-                return
-            self._refreshing.add(topic)
-            if self._refresher is None:
-                self._refresher = threading.Thread(
-                    target=self._refresh_loop, name="idempotent-topic-refresh", daemon=True
-                )
-                self._refresher.start()
-        self._refresh_queue.put(topic)
-
-    def _refresh_loop(self) -> None:
-        while (topic := self._refresh_queue.get()) is not None and not self._stop.is_set():
-            try:
-                self._refresh(topic, self._topics.get(topic, 0))
-            except ProducerError as exc:  # keep serving the count known; asked again later
-                _LOG.warning("could not read the partition count of %r again: %s", topic, exc)
-                with self._lock:
-                    self._topics_checked[topic] = time.monotonic()
-            finally:
-                with self._lock:
-                    self._refreshing.discard(topic)
-
-    def _look_up(self, topic: str, create: bool) -> int:
-        """The partition count of a topic new to this broker, from the backend.
-
-        With ``create`` the topic is created (``auto_create_topics``) or, when it exists,
-        adopted: recorded with its real count. Without it only the topic records are read:
-        a topic no broker recorded is unknown to reads and tools.
-
-        Raises:
-            InvalidTopicError: no such topic, and it may not be created here.
-        """
-        if create:
-            if not self.config.auto_create_topics:
-                count = self.backend.describe_topic(topic)
-                if count is None:
-                    raise InvalidTopicError(f"unknown topic {topic!r} (auto_create_topics is off)")
-            else:
-                count = self.config.default_partitions
-            with self._lock:  # (the broker lock is held around backend.create_topic)
-                known = self._topics.get(topic)
-                return known if known is not None else self._known(topic, self.backend.create_topic(topic, count))
-        stored = self.backend.list_topics()
-        with self._lock:
-            for name, count in stored.items():
-                if name not in self._topics:
-                    self._known(name, count)
-            if topic in self._topics:
-                return self._topics[topic]
-        raise InvalidTopicError(f"unknown topic {topic!r}")
-
-    def _known(self, topic: str, count: int) -> int:
-        """Note ``count`` as ``topic``'s partition count, read from the backend just now."""
-        with self._lock:
-            if count >= self._topics.get(topic, 0):
-                self._topics[topic] = count
-            self._topics_checked[topic] = time.monotonic()
-            return self._topics[topic]
-
-    def _refresh(self, topic: str, known: int) -> int:
-        """Read a known topic's partition count from the backend again (it never shrinks).
-
-        Raises:
-            BackendUnavailableError: the backend failed.
-        """
-        count = self.backend.describe_topic(topic)
-        return self._known(topic, known if count is None else count)
+        return self._topics.partitions_for(validate_topic(topic), create=create)
 
     def _partition(self, topic: str, partition: int, *, create: bool = True) -> _Partition:
         topic = validate_topic(topic)
-        count = self.partitions_for(topic, create=create)
-        if isinstance(partition, int) and not isinstance(partition, bool) and partition >= count:
-            with self._lock:
-                checked = self._topics_checked.get(topic)
-            if checked is not None and time.monotonic() - checked >= _MISS_REFRESH_SECONDS:
-                count = self._refresh(topic, count)  # partitions may have been added since
+        count = self._topics.count_covering(topic, partition, create=create)  # partitions may have been added
         if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < count:
             raise InvalidTopicError(f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")
-        tp = TopicPartition(topic, partition)
-        with self._lock:
-            part = self._partitions.get(tp)
-            if part is None:
-                part = self._partitions[tp] = _Partition(tp, self.config.checker)
-            return part
+        return self._partition_map.open(TopicPartition(topic, partition))
 
     # -- settings --------------------------------------------------------------------------
 
@@ -430,14 +236,7 @@ class Broker(ProduceShortcuts):
 
     def _set(self, kind: str, value: str | None, topic: str | None, namespace: str | None) -> None:
         self._check_open()
-        key = setting_key(kind, topic, namespace)
-        with self._lock:
-            self.backend.save_setting(key, value)
-            self._settings_changes += 1
-            if value is None:
-                self._settings.pop(key, None)
-            else:
-                self._settings[key] = value
+        self._settings.set(kind, value, topic, namespace)
 
     def refresh_settings(self) -> bool:
         """Reload the deduplication and policy settings from the backend, so that changes
@@ -448,16 +247,7 @@ class Broker(ProduceShortcuts):
         Returns:
             False when the backend could not be read; the settings in force are kept.
         """
-        with self._lock:
-            changes = self._settings_changes
-        try:
-            loaded = dict(self.backend.load_settings())  # not under the lock: it may be a network call
-        except ProducerError:
-            return False
-        with self._lock:
-            if changes == self._settings_changes:  # else a change made here meanwhile is newer: keep it
-                self._settings = loaded
-        return True
+        return self._settings.refresh()
 
     def deduplication_enabled(self, topic: str) -> bool:
         """Whether the checker rejects duplicates and gaps on ``topic``.
@@ -476,10 +266,10 @@ class Broker(ProduceShortcuts):
         return self._policy(validate_topic(topic))
 
     def _deduplication(self, topic: str) -> bool:
-        return deduplication_in_force(self._settings, topic, self.config.deduplication)
+        return self._settings.deduplication(topic)
 
     def _policy(self, topic: str) -> Policy:
-        return policy_in_force(self._settings, topic, self.config.policy)
+        return self._settings.policy(topic)
 
     # -- producers -------------------------------------------------------------------------
 
@@ -527,22 +317,7 @@ class Broker(ProduceShortcuts):
         if producer_name is not None:
             validate_name(producer_name)
         self._claim_writer()
-        with self._lock:
-            previous = self._registry.by_name(producer_name) if producer_name is not None else None
-            keep = previous.principal if previous is not None else None
-            principal = claim(previous) if claim is not None else keep
-            if self._registry.will_need_id(producer_name) and self._registry.needs_id_block():
-                start = self.backend.allocate_producer_ids(self.config.id_block_size)
-                self._registry.add_id_block(start, self.config.id_block_size)
-            record = self._registry.init(producer_name, principal, time.time())
-            try:
-                self.backend.save_producer(record)
-            except BaseException:
-                self._registry = ProducerRegistry(
-                    [r for r in self._registry.records() if r.producer_id != record.producer_id]
-                    + ([previous] if previous is not None else [])
-                )
-                raise
+        record, previous = self._producers.initialise(producer_name, claim, time.time())
         last: dict[TopicPartition, int] = {}
         elsewhere: list[tuple[str, int]] = []
         if producer_name is not None and (previous is None or previous.producer_id == record.producer_id):
@@ -557,13 +332,7 @@ class Broker(ProduceShortcuts):
                         except NotOwnerError:
                             elsewhere.append(part.tp)
                             continue
-                    self._ready(part)
-                    drained = functools.partial(self._drained, part, record.producer_id)
-                    ok = part.cond.wait_for(drained, max(0.0, deadline - time.monotonic()))
-                    if not ok:
-                        raise RequestTimeoutError(f"in-flight batches of {producer_name!r} on {part.tp} did not drain")
-                    checker = self._ready(part)
-                    seq = checker.last_sequence(record.producer_id)
+                    seq = part.last_sequence(record.producer_id, deadline - time.monotonic(), repr(producer_name))
                     if seq >= 0:
                         last[part.tp] = seq
         max_record_bytes, max_batch_bytes = self.limits()
@@ -616,14 +385,7 @@ class Broker(ProduceShortcuts):
                 raise UnknownProducerError(
                     f"no producer {producer_id} at epoch {producer_epoch} in {self.url}", producer_id
                 )
-            self._ready(part)
-            if not part.cond.wait_for(functools.partial(self._drained, part, producer_id), timeout):
-                raise RequestTimeoutError(f"in-flight batches of producer {producer_id} on {part.tp} did not drain")
-            return self._ready(part).last_sequence(producer_id)
-
-    @staticmethod
-    def _drained(part: _Partition, producer_id: int) -> bool:
-        return part.core.drained(producer_id)
+            return part.last_sequence(producer_id, timeout, f"producer {producer_id}")
 
     def producer_record(self, producer_id: int, *, refresh: bool = False) -> ProducerRecord | None:
         """The registry record of a producer id, or None.
@@ -635,12 +397,10 @@ class Broker(ProduceShortcuts):
         Raises:
             BackendUnavailableError: the reload could not read the backend.
         """
-        with self._lock:
-            record = self._registry.lookup(producer_id)
+        record = self._producers.lookup(producer_id)
         if record is None and refresh and self._ownership is not None:
             self._refresh_producers()
-            with self._lock:
-                record = self._registry.lookup(producer_id)
+            record = self._producers.lookup(producer_id)
         return record
 
     # -- produce ---------------------------------------------------------------------------
@@ -815,51 +575,25 @@ class Broker(ProduceShortcuts):
         out.set_exception(error)
 
     def _write_snapshot(self, part: _Partition, action: WriteSnapshot) -> bool:
-        """Carry out a :class:`WriteSnapshot` of the core. Needs part.lock.
+        """Carry out a :class:`WriteSnapshot` of the core (:meth:`PartitionShell.write_snapshot`).
+        Needs part.lock."""
+        return part.write_snapshot(action)
 
-        Evicted producers are flagged in the registry only once the snapshot is stored; if it
-        cannot be, the core drops the checker, to be rebuilt from the log, which brings them
-        back: an eviction is never half done.
-        """
-        tp = part.tp
-        try:
-            self.backend.write_snapshot(tp.topic, tp.partition, action.snapshot)
-        except ProducerError:
-            part.core.snapshot_written(action, False)
-            notify(self._observers, "snapshot_written", tp.topic, tp.partition, False)
-            return False
-        evicted = part.core.snapshot_written(action, True)
-        notify(self._observers, "snapshot_written", tp.topic, tp.partition, True)
-        if evicted:
-            self._evicted(evicted)
-            notify(self._observers, "producers_evicted", tp.topic, tp.partition, len(evicted))
-        return True
+    def _current_observers(self) -> tuple[BrokerObserver, ...]:
+        return self._observers
+
+    @property
+    def _registry(self) -> ProducerRegistry:
+        """The producer registry (read without a lock on the produce path)."""
+        return self._producers.registry
 
     def _note_partition(self, producer_id: int, tp: TopicPartition) -> None:
         """Store that a named producer writes to ``tp`` before its first batch there is
         appended, so that ``init_producer`` finds every partition holding its sequences."""
-        with self._lock:
-            record = self._registry.lookup(producer_id)
-            changed = self._registry.add_partition(producer_id, tp.topic, tp.partition)
-            if changed is None:
-                return
-            try:
-                self.backend.save_producer(changed)
-            except BaseException:
-                if record is not None:
-                    self._registry = ProducerRegistry(
-                        [r for r in self._registry.records() if r.producer_id != producer_id] + [record]
-                    )
-                raise
+        self._producers.note_partition(producer_id, tp)
 
     def _evicted(self, producer_ids: Sequence[int]) -> None:
-        if not producer_ids:
-            return
-        with self._lock:
-            for pid in producer_ids:
-                record = self._registry.mark_state_lost(pid)
-                if record is not None:
-                    self.backend.save_producer(record)
+        self._producers.mark_evicted(producer_ids)
 
     def _claim_writer(self) -> None:
         """Become the backend's writer before deciding on a write. When the backend says this
@@ -877,21 +611,18 @@ class Broker(ProduceShortcuts):
             if self._writer:
                 return
             if self.backend.claim_writer():
-                registry = ProducerRegistry(self.backend.load_producers())
+                records = self.backend.load_producers()
                 settings = dict(self.backend.load_settings())
                 topics = dict(self.backend.list_topics())
                 with self._lock:
-                    self._registry, self._settings, self._topics = registry, settings, topics
-                    self._topics_checked = dict.fromkeys(topics, time.monotonic())
-                    self._settings_changes += 1
-                    parts = list(self._partitions.values())
-                for part in parts:  # (part.lock is taken before self._lock elsewhere)
-                    with part.lock:
-                        part.core.forget()  # rebuilt by _ready at its next use
+                    self._producers.replace(records)
+                    self._topics.replace(topics)
+                    self._settings.replace(settings)
+                self._partition_map.forget_all()  # (outside self._lock: partition locks come first)
             self._writer = True
 
     def _ready(self, part: _Partition) -> PartitionChecker:
-        """Return the partition's checker, recovering it first if the core asks for it.
+        """The partition's checker, recovered first if needed (:meth:`PartitionShell.ready`).
         Needs part.lock.
 
         Raises:
@@ -899,31 +630,7 @@ class Broker(ProduceShortcuts):
                 the evictions of the recovery could not be stored.
             BackendUnavailableError: the snapshot or the log could not be read.
         """
-        core = part.core
-        if core.ensure_ready() is None:
-            assert core.checker is not None
-            return core.checker
-        started = time.monotonic()
-        topic, partition = part.tp
-        now = time.time()
-        snapshot = self.backend.latest_snapshot(topic, partition)
-        try:
-            checker, replayed = PartitionChecker.recover(
-                snapshot,
-                self.backend.replay(topic, partition, snapshot.position if snapshot is not None else 0),
-                self.config.checker,
-                now=now,
-            )
-        except CorruptDataError:  # a corrupt snapshot: the log alone still has every batch boundary
-            checker, replayed = PartitionChecker.recover(
-                None, self.backend.replay(topic, partition, 0), self.config.checker, now=now
-            )
-        seconds = time.monotonic() - started
-        swept = core.recovered(checker, replayed, seconds, now)
-        notify(self._observers, "partition_recovered", topic, partition, seconds, replayed)
-        if swept is not None and not self._write_snapshot(part, swept):
-            raise PartitionRecoveringError(f"{part.tp}: could not store the snapshot after evictions; retry")
-        return checker
+        return part.ready()
 
     # -- ownership (several brokers over one backend) -----------------------------------------
 
@@ -940,14 +647,7 @@ class Broker(ProduceShortcuts):
             BackendUnavailableError: the records could not be read.
         """
         tp = self._partition(topic, partition, create=False).tp
-        table = self._ownership
-        if table is None:
-            return None
-        with self._lease_lock:
-            if refresh:
-                table.observe(self.backend.load_leases(), time.monotonic())
-            lease = table.lease(tp)
-        return None if lease is None or lease.released else lease
+        return None if self._ownership is None else self._ownership.owner_of(tp, refresh=refresh)
 
     def owners(self, topic: str) -> list[Lease | None]:
         """:meth:`owner_of` for every partition of ``topic``, from one read of the records.
@@ -958,83 +658,37 @@ class Broker(ProduceShortcuts):
         """
         topic = validate_topic(topic)
         count = self.partitions_for(topic, create=False)
-        table = self._ownership
-        if table is None:
+        if self._ownership is None:
             return [None] * count
-        with self._lease_lock:
-            table.observe(self.backend.load_leases(), time.monotonic())
-            leases = [table.lease(TopicPartition(topic, p)) for p in range(count)]
-        return [None if lease is None or lease.released else lease for lease in leases]
+        return self._ownership.owners([TopicPartition(topic, p) for p in range(count)])
 
     def advertise(self, address: str) -> None:
         """Set the address written into the leases this broker claims or renews from now on
         (a server learns its port only once it listens)."""
-        table = self._ownership
-        if table is not None:
-            with self._lease_lock:
-                table.address = address
+        if self._ownership is not None:
+            self._ownership.advertise(address)
 
     def owned(self) -> list[TopicPartition]:
         """The partitions whose lease this broker holds now (empty without a ``broker_id``)."""
-        table = self._ownership
-        if table is None:
-            return []
-        now = time.monotonic()
-        with self._lease_lock:
-            return [tp for tp in table.held() if table.holds(tp, now)]
+        return [] if self._ownership is None else self._ownership.owned()
 
     def _serving(self, part: _Partition) -> bool:
         """Whether this broker may touch the partition's log now (write, snapshot, recover)."""
-        table = self._ownership
-        if table is None:
-            return True
-        with self._lease_lock:
-            return table.holds(part.tp, time.monotonic())
+        return self._ownership is None or self._ownership.holds(part.tp)
 
     def _own(self, part: _Partition) -> None:
-        """Make sure this broker holds the partition's lease, claiming it when it is free,
-        released or expired. A claim drops the partition's state: it is rebuilt from the
-        newest snapshot and the log, and opening the partition again fences the previous
-        writer. Needs part.lock.
+        """Make sure this broker holds the partition's lease (:meth:`PartitionLeases.own`).
+        A claim drops the partition's state: it is rebuilt from the newest snapshot and the
+        log, and opening the partition again fences the previous writer. Needs part.lock.
 
         Raises:
             NotOwnerError: another broker holds a live lease (or won the claim).
             BackendUnavailableError: the records could not be read or stored.
         """
-        table = self._ownership
-        if table is None:
-            return
-        tp = part.tp
-        with self._lease_lock:
-            now = time.monotonic()
-            if table.holds(tp, now):
-                return
-            table.observe(self.backend.load_leases(), now)
-            action = table.decide(tp, now)
-            if action is Action.REDIRECT:
-                raise self._not_owner(tp, table.lease(tp))
-            wall = time.time()
-            proposal = table.renewal(tp, wall) if action is Action.HOLD else None
-            proposal = proposal or table.claim(tp, wall)
-            stored = self.backend.propose_leases([proposal])[0]
-            if not table.settle(proposal, stored, now):
-                raise self._not_owner(tp, stored)
-        if action is Action.ACQUIRE:
+        if self._ownership is not None and self._ownership.own(part.tp):
             # whatever this broker knew about the partition may be stale: start over
-            self.backend.release(tp.topic, tp.partition)
+            self.backend.release(part.tp.topic, part.tp.partition)
             part.core.forget()
-
-    def _not_owner(self, tp: TopicPartition, lease: Lease | None) -> NotOwnerError:
-        if lease is None:
-            return NotOwnerError(f"{tp.topic}[{tp.partition}] has no owner yet; retry", tp.topic, tp.partition)
-        where = f" at {lease.address}" if lease.address else ""
-        return NotOwnerError(
-            f"{tp.topic}[{tp.partition}] is owned by broker {lease.broker_id!r}{where}",
-            tp.topic,
-            tp.partition,
-            lease.address,
-            lease.broker_id,
-        )
 
     def renew_leases(self) -> None:
         """Read every ownership record and renew the leases this broker holds that are due
@@ -1044,37 +698,11 @@ class Broker(ProduceShortcuts):
         Raises:
             BackendUnavailableError: the backend failed; leases not renewed in time lapse.
         """
-        table = self._ownership
-        if table is None:
+        if self._ownership is None:
             return
-        # backend I/O outside the lock: produce requests check their lease under it
-        now = time.monotonic()
-        leases = self.backend.load_leases()
-        with self._lease_lock:
-            table.observe(leases, now)
-            due = table.renewals_due(now, time.time())
-        if due:
-            stored = self.backend.propose_leases(due)
-            with self._lease_lock:
-                for proposal, record in zip(due, stored, strict=True):
-                    table.settle(proposal, record, now)
+        self._ownership.renew()  # backend I/O outside its lock: produce requests check leases under it
         self._refresh_producers()
         self.refresh_settings()  # keeps a change made here while the load was under way
-
-    def _release_leases(self) -> None:
-        table = self._ownership
-        if table is None:
-            return
-        with self._lease_lock:
-            releases = table.releases(time.time())
-            if not releases:
-                return
-            try:
-                stored = self.backend.propose_leases(releases)
-            except ProducerError:  # the leases lapse on their own
-                return
-            for proposal, record in zip(releases, stored, strict=True):
-                table.settle(proposal, record, time.monotonic())
 
     def _lease_loop(self) -> None:
         while not self._stop.wait(self.config.lease_duration * RENEW_FRACTION / 2):
@@ -1083,9 +711,7 @@ class Broker(ProduceShortcuts):
 
     def _refresh_producers(self) -> None:
         """Adopt producer records that other brokers stored (new producers, higher epochs)."""
-        records = self.backend.load_producers()
-        with self._lock:
-            self._registry.merge(records)
+        self._producers.refresh()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -1129,58 +755,30 @@ class Broker(ProduceShortcuts):
         now = time.time()
         for name in names:
             for p in range(self.partitions_for(name, create=False)):
-                if recover:
-                    part = self._partition(name, p, create=False)
-                else:
-                    with self._lock:
-                        loaded = self._partitions.get(TopicPartition(name, p))
-                    if loaded is None:
-                        continue
-                    part = loaded
-                if not self._serving(part):
-                    continue  # another broker owns it (several brokers): ask that one
+                tp = TopicPartition(name, p)  # without ``recover``, only the partitions opened
+                part = self._partition(name, p, create=False) if recover else self._partitions.get(tp)
+                if part is None or not self._serving(part):
+                    continue  # (or another broker owns it: ask that one)
                 with part.lock:
-                    core = part.core
-                    if not recover:
-                        if core.checker is None:
-                            continue
-                        checker = core.checker
-                    else:
-                        try:
-                            checker = self._ready(part)
-                        except PartitionRecoveringError:
-                            if core.checker is None:
-                                raise
-                            checker = core.checker
-                    producers = tuple(
-                        ProducerStats(
-                            pid,
-                            s.producer_epoch,
-                            (r.producer_name if (r := self._registry.lookup(pid)) else None),
-                            s.last_sequence,
-                            s.last_offset,
-                            s.last_timestamp,
-                        )
-                        for pid, s in sorted(checker.producers().items())
-                    )
+                    checker = part.checker(recover=recover)
+                    if checker is None:
+                        continue
                     out.append(
-                        PartitionStats(
-                            name,
-                            p,
-                            "recovering" if core.failed else "ready",
-                            self.deduplication_enabled(name),
-                            self.policy_for(name).value,
-                            checker.position,
-                            checker.pending,
-                            checker.last_snapshot_position,
-                            (now - checker.last_snapshot_at) if checker.last_snapshot_position >= 0 else None,
-                            checker.entries_since_snapshot,
-                            core.recovery_seconds,
-                            core.replayed,
-                            producers,
+                        partition_stats(
+                            part.tp,
+                            part.core,
+                            checker,
+                            deduplication=self.deduplication_enabled(name),
+                            policy=self.policy_for(name),
+                            name_of=self._producer_name,
+                            now=now,
                         )
                     )
         return out
+
+    def _producer_name(self, producer_id: int) -> str | None:
+        record = self._registry.lookup(producer_id)
+        return None if record is None else record.producer_name
 
     def checker_state(self, topic: str, partition: int) -> dict[int, tuple[object, ...]]:
         """The persisted checker state of one partition as plain values (for tests and tools)."""
@@ -1199,20 +797,7 @@ class Broker(ProduceShortcuts):
         """
         now = time.time() if now is None else now
         self.refresh_settings()
-        with self._lock:
-            parts = list(self._partitions.values())
-        activity: dict[int, float] = {}
-        for part in parts:
-            with part.lock:
-                checker = part.core.checker
-                if checker is None or not part.core.ready or not self._serving(part):
-                    continue
-                action = part.core.maintain(now)
-                if action is not None:
-                    self._write_snapshot(part, action)
-                for producer_id, seen in checker.activity(now).items():
-                    activity[producer_id] = max(activity.get(producer_id, 0.0), seen)
-        self._expire_records(now, activity)
+        self._expire_records(now, self._partition_map.maintain(now, self._serving))
 
     def _expire_records(self, now: float, activity: Mapping[int, float]) -> None:
         """Carry out :meth:`ProducerRegistry.sweep`: store the touched records, delete the
@@ -1222,17 +807,10 @@ class Broker(ProduceShortcuts):
             return
         if self._ownership is not None:
             self._refresh_producers()  # last uses other brokers noted
-        with self._lock:
-            sweep = self._registry.sweep(now, self.config.producer_record_retention, activity)
-            for record in sweep.touched:
-                self.backend.save_producer(record)
-            self._registry.merge(sweep.touched)
-            if sweep.expired:
-                self.backend.delete_producers(sweep.expired)
-                self._registry.drop(sweep.expired)
-        if sweep.expired:
-            retention = self.config.producer_record_retention
-            _LOG.info("deleted %d producer records idle for over %.0f s", len(sweep.expired), retention)
+        retention = self.config.producer_record_retention
+        deleted = self._producers.expire(now, retention, activity)
+        if deleted:
+            _LOG.info("deleted %d producer records idle for over %.0f s", deleted, retention)
 
     def _maintain_loop(self) -> None:
         while not self._stop.wait(self.config.maintenance_interval):
@@ -1269,15 +847,9 @@ class Broker(ProduceShortcuts):
             return
         self._stop.set()
         self._stop_refresher()
-        with self._lock:
-            parts = list(self._partitions.values())
-        now = time.time()
-        for part in parts:
-            with part.lock:
-                part.cond.wait_for(lambda p=part: p.core.outstanding == 0, 5.0)  # type: ignore[misc]
-                if self._serving(part) and (action := part.core.final_snapshot(now)) is not None:
-                    self._write_snapshot(part, action)
-        self._release_leases()
+        self._partition_map.close(time.time(), self._serving)
+        if self._ownership is not None:
+            self._ownership.release_all()
         self._closed = True
         self._completions.put(None)
         self.backend.close()
@@ -1293,11 +865,7 @@ class Broker(ProduceShortcuts):
 
     def _stop_refresher(self) -> None:
         """End the background reads of partition counts before the backend closes."""
-        with self._lock:
-            refresher = self._refresher
-        if refresher is not None:
-            self._refresh_queue.put(None)
-            refresher.join(self.config.append_timeout)
+        self._topics.stop()
 
     def __enter__(self) -> Broker:
         return self

@@ -37,7 +37,9 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     │   └── RemoteProtocolError           the peer sent bytes that break the          FATAL
     │                                     protocol; connection closed (a ProtocolError)
     ├── InternalError                     a bug in idempotent: an unexpected          FATAL
-    │                                     exception, logged with its traceback
+    │   │                                 exception, logged with its traceback
+    │   └── IllegalStateTransition        a state machine was asked for a move its    FATAL
+    │                                     transition table does not have (a bug)
     ├── CorruptDataError                  stored data (a snapshot, a damaged SQLite   FATAL
     │                                     file) cannot be decoded
     └── DeliveryFailed                    a message's terminal failure, set on its future;
@@ -291,6 +293,17 @@ class InternalError(ProducerError):
     traceback where it was caught and never retried; the operation's outcome is unknown."""
 
     code: ClassVar[int] = 2
+
+
+@attrs.frozen(str=False)
+class IllegalStateTransition(InternalError):
+    """A core state machine was asked for a move its transition table does not allow (for
+    example an outgoing batch sent twice without an answer between, see
+    :mod:`idempotent._transitions`). A bug in the caller: raised where the move was asked
+    for, before anything changed; the object is left in the state it was in, but whatever
+    asked for the move is in doubt, so treat it as FATAL."""
+
+    code: ClassVar[int] = 4
 
 
 @attrs.frozen(str=False)

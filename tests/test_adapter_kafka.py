@@ -625,6 +625,18 @@ def test_a_commit_cut_off_longer_than_the_timeout_is_settled_when_the_link_is_ba
     assert meta.duplicate and meta.offset is not None
 
 
+def test_a_backend_with_a_new_prefix_opens_although_its_topics_were_just_created(kafka_service: Any) -> None:
+    """Regression: a backend whose internal topics it had just created read the metadata
+    topic's end before the topic's leader served it, and failed to open with
+    NOT_LEADER_FOR_PARTITION about one time in eight (a fresh prefix, or a fresh cluster)."""
+    import uuid
+
+    from adapters.kafka import KafkaBackend
+
+    for _ in range(8):
+        KafkaBackend(f"{kafka_service.url}?prefix=fresh-{uuid.uuid4().hex[:8]}-").close()
+
+
 def test_scalar_options_can_be_given_in_the_url(kafka_service: Any) -> None:
     from adapters.kafka import KafkaBackend
     from idempotent.errors import ConfigError

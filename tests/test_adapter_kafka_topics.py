@@ -148,7 +148,7 @@ def test_an_adopted_topic_replays_from_where_it_was_adopted(kafka_service: Any) 
         assert [(b.producer_id, b.record_count) for b in batches] == [(s.producer_id, 2)]
         from adapters._meta import TopicOrigin
 
-        assert fresh.backend._meta.origins[name] == TopicOrigin(adopted=True, starts=(50, 50))  # type: ignore[attr-defined]
+        assert fresh.backend.metadata.origin(name) == TopicOrigin(adopted=True, starts=(50, 50))  # type: ignore[attr-defined]
         again = fresh.init_producer("history-writer")
         dup = fresh.produce(name, 1, again.producer_id, again.producer_epoch, 0, [b"a", b"b"])
         assert dup.outcome is Outcome.DUPLICATE and dup.base_offset == batches[0].base_offset

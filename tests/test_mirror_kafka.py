@@ -302,3 +302,55 @@ def test_librdkafka_lines_of_the_source_go_to_python_logging() -> None:
     assert "%3|" not in out.stderr and "|FAIL|" not in out.stderr, out.stderr
     count, name, level = out.stdout.split()
     assert int(count) >= 1 and name == "idempotent.mirror.librdkafka" and level == "ERROR"
+
+
+# -- errors: the Kafka adapters' one translation (adapters/_kafka_errors.py) -----------------
+
+
+def _error(code_name: str, **flags: bool) -> Any:
+    from confluent_kafka import KafkaError
+
+    return KafkaError(getattr(KafkaError, code_name), "reason", **flags)
+
+
+@pytest.mark.parametrize("code_name", ["INVALID_RECORD", "_BAD_MSG", "_CRIT_SYS_RESOURCE"])
+def test_a_source_error_nobody_documents_as_transient_is_fatal_not_retried(code_name: str) -> None:
+    """Regression: the mirror's Kafka source had a translation of its own that made every
+    code it did not know a retriable BackendUnavailableError (and anything that was not a
+    KafkaError too), so a bug or a broken record was retried as if the network had failed."""
+    from adapters._kafka_errors import translate
+    from idempotent.errors import InternalError, Recovery
+    from idempotent.mirror.kafka import _translate
+
+    mapped = _translate(_error(code_name), "consume")
+    assert type(mapped) is InternalError and mapped.recovery is Recovery.FATAL
+    assert type(mapped) is type(translate(_error(code_name), "consume"))
+    assert type(_translate(RuntimeError("not a KafkaError"), "consume")) is InternalError
+
+
+@pytest.mark.parametrize(
+    ("code_name", "expected"),
+    [
+        ("_TRANSPORT", "BackendUnavailableError"),
+        ("LEADER_NOT_AVAILABLE", "BackendUnavailableError"),
+        ("_INVALID_ARG", "ConfigError"),
+        ("TOPIC_AUTHORIZATION_FAILED", "ConfigError"),
+        ("_UNKNOWN_TOPIC", "InvalidTopicError"),
+        ("_UNKNOWN_PARTITION", "InvalidTopicError"),
+        # a source topic the cluster does not know does not exist (the backend's own topics
+        # may still be propagating: transient there)
+        ("UNKNOWN_TOPIC_OR_PART", "InvalidTopicError"),
+    ],
+)
+def test_source_errors_map_as_the_adapters_map_them(code_name: str, expected: str) -> None:
+    from adapters._kafka_errors import translate
+    from idempotent.mirror.kafka import _map_errors, _translate
+
+    assert type(_translate(_error(code_name), "consume")).__name__ == expected
+    if code_name != "UNKNOWN_TOPIC_OR_PART":
+        assert type(translate(_error(code_name), "consume")).__name__ == expected
+    from confluent_kafka import KafkaException
+
+    with pytest.raises(Exception) as raised, _map_errors("list topics"):
+        raise KafkaException(_error(code_name))
+    assert type(raised.value).__name__ == expected and "list topics" in str(raised.value)

@@ -17,8 +17,6 @@ from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeAlias
 from urllib.parse import urlsplit
 
-from adapters import NETWORK_SCHEMES
-
 from .._topics import canonical_topic
 from ..api import BrokerAPI
 from ..broker import validate_topic
@@ -34,8 +32,6 @@ else:
 URL_ENV = "IDEMPOTENT_URL"
 #: Schemes of a broker server: ``stats`` and ``describe-producers`` ask it, nothing is opened here.
 SERVER_SCHEMES = ("idem", "idems")
-#: Schemes reached over the network, which ``--connect-timeout`` applies to.
-CONNECTING_SCHEMES = (*NETWORK_SCHEMES, "idem", "idems")
 #: Seconds a command tries to reach a Kafka, Pulsar or broker server address by default.
 DEFAULT_CONNECT_TIMEOUT = 10.0
 
@@ -137,7 +133,9 @@ def isatty(stream: IO[str]) -> bool:
 def connect_options(url: str, connect_timeout: float | None) -> dict[str, Any]:
     """The keyword options that give ``connect`` (or a backend) of ``url`` the command's
     ``--connect-timeout``: for Kafka, Pulsar and broker servers; none for SQLite or memory."""
-    if connect_timeout is None or urlsplit(url).scheme not in CONNECTING_SCHEMES:
+    from adapters import NETWORK_SCHEMES  # (idempotent imports adapters only when used)
+
+    if connect_timeout is None or urlsplit(url).scheme not in (*NETWORK_SCHEMES, *SERVER_SCHEMES):
         return {}
     return {"connect_timeout": connect_timeout}
 

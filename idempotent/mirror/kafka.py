@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from ..errors import BackendUnavailableError, ConfigError, InvalidTopicError, ProducerError
+from ..errors import ConfigError, InvalidTopicError, ProducerError
 from .source import Polled, SourceRecord
 
 try:
@@ -41,23 +41,21 @@ LIBRDKAFKA_LOG = logging.getLogger("idempotent.mirror.librdkafka")
 
 @contextlib.contextmanager
 def _map_errors(what: str) -> Iterator[None]:
-    """Translate confluent-kafka errors into the project's tree, once, at this edge."""
-    try:
+    """Translate confluent-kafka errors into the project's tree with the one translation
+    of the Kafka adapters (:mod:`adapters._kafka_errors`, imported when a source is used:
+    the library never imports the adapters at module level). A topic the cluster does not
+    know does not exist for a source: :class:`InvalidTopicError`."""
+    from adapters._kafka_errors import map_errors
+
+    with map_errors(what, topic_may_be_new=False):
         yield
-    except ProducerError:
-        raise
-    except KafkaException as exc:
-        raise _translate(exc.args[0] if exc.args else None, what) from exc
 
 
 def _translate(error: Any, what: str) -> ProducerError:
-    if isinstance(error, KafkaError):
-        if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION):
-            return InvalidTopicError(f"kafka: {what}: {error.str()}")
-        if error.code() in (KafkaError._INVALID_ARG, KafkaError.TOPIC_AUTHORIZATION_FAILED) or error.fatal():
-            return ConfigError(f"kafka: {what}: {error.name()}: {error.str()}")
-        return BackendUnavailableError(f"kafka: {what}: {error.name()}: {error.str()}")
-    return BackendUnavailableError(f"kafka: {what}: {error!r}")
+    """The project error for a ``KafkaError`` a consumer returned (see :func:`_map_errors`)."""
+    from adapters._kafka_errors import translate
+
+    return translate(error, what, topic_may_be_new=False)
 
 
 def client_config(url: str) -> dict[str, str]:

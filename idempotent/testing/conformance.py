@@ -24,16 +24,14 @@ import sys
 import textwrap
 import time
 import uuid
-from typing import Any, Protocol
+from typing import Any
 
-import attrs
 import pytest
 
-from .._checker import CheckerConfig, Policy
+from .._checker import Policy
 from .._outcomes import Outcome
-from .._ownership import Lease
 from .._records import Record, RecordColumns
-from ..broker import Broker, BrokerConfig
+from ..broker import Broker
 from ..errors import (
     AuthorizationError,
     ConfigError,
@@ -43,44 +41,15 @@ from ..errors import (
     ProducerError,
 )
 from ..producer import Producer
+from .conformance_storage import StorageConformance
 from .faults import FaultyBroker, LinkFaults
+from .harness import Harness as Harness
+from .harness import cluster_config as cluster_config
+from .harness import small_config as small_config
+from .harness import topic_name as topic_name
 
 #: sequences at the edges of half the int32 ring, of the ring, and of int64
 SEQUENCE_BOUNDARIES = (2**30 - 1, 2**30, 2**30 + 1, 2**31 - 1, 2**31, 2**32, 2**62, 2**63 - 1)
-
-
-class Harness(Protocol):
-    """How the suite opens brokers over one backend."""
-
-    #: backend URL shared by every broker a test opens
-    url: str
-    #: True when acknowledged data survives a crash of the checker process
-    durable: bool
-
-    def open(self, config: BrokerConfig | None = None, faults: LinkFaults | None = None) -> Broker:
-        """A new broker over the same stored data."""
-        ...
-
-    def restart_backend(self) -> None:
-        """Restart the storage service itself (a no-op where there is none)."""
-        ...
-
-
-def small_config(**checker: Any) -> BrokerConfig:
-    """A broker config with small snapshot intervals, to exercise snapshot + replay."""
-    options: dict[str, Any] = {"snapshot_entries": 3, "snapshot_seconds": 3600.0}
-    options.update(checker)
-    return BrokerConfig(checker=CheckerConfig(**options), maintenance_interval=0)
-
-
-def cluster_config(broker_id: str, lease_duration: float = 1.0, **checker: Any) -> BrokerConfig:
-    """:func:`small_config` for one of several brokers over one backend (short leases)."""
-    return attrs.evolve(
-        small_config(**checker),
-        broker_id=broker_id,
-        advertised_address=f"{broker_id}.example:9092",
-        lease_duration=lease_duration,
-    )
 
 
 def produce_when_owner(broker: Broker, timeout: float, *args: Any) -> Any:
@@ -132,11 +101,6 @@ def offset_of(value: int | None) -> int:
     return value
 
 
-def topic_name(prefix: str = "t") -> str:
-    """A unique topic name, so tests on a shared external cluster never collide."""
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
 _CRASH_SCRIPT = textwrap.dedent(
     """
     import json, sys
@@ -157,12 +121,12 @@ _CRASH_SCRIPT = textwrap.dedent(
 )
 
 
-class BackendConformance:
-    """The shared suite. Subclasses provide a ``harness`` fixture returning a :class:`Harness`."""
+class BackendConformance(StorageConformance):
+    """The shared suite. Subclasses provide a ``harness`` fixture returning a :class:`Harness`.
 
-    #: False for a backend where only one process may write at a time (SQLite): the tests
-    #: of several brokers writing at once are skipped there
-    several_writers = True
+    It runs the storage contract's own suite too (:class:`StorageConformance`: the log and the
+    metadata halves, called directly), then everything below through brokers.
+    """
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -454,34 +418,6 @@ class BackendConformance:
 
     # -- several brokers: partition ownership ----------------------------------------------
 
-    def test_lease_records_compare_and_set(self, harness: Harness) -> None:
-        one, other = harness.open(small_config()), harness.open(small_config())
-        try:
-            topic = self._topic(one, 2, "lease")
-            now = time.time()
-
-            def lease(broker_id: str, epoch: int, partition: int = 0, released: bool = False) -> Lease:
-                return Lease(topic, partition, broker_id, f"{broker_id}:1", epoch, now, 5.0, released)
-
-            a1, b1 = lease("a", 1), lease("b", 1)
-            assert one.backend.propose_leases([a1]) == [a1]
-            assert other.backend.propose_leases([b1]) == [a1]  # same epoch: the first one stays
-            renewed = attrs.evolve(a1, renewed_at=a1.renewed_at + 1)
-            assert one.backend.propose_leases([renewed, lease("a", 1, 1)]) == [renewed, lease("a", 1, 1)]
-            assert other.backend.propose_leases([lease("b", 0)]) == [renewed]  # an older epoch
-            mine = {(x.topic, x.partition): x for x in other.backend.load_leases() if x.topic == topic}
-            assert mine == {(topic, 0): renewed, (topic, 1): lease("a", 1, 1)}
-            b2 = lease("b", 2)
-            assert other.backend.propose_leases([b2]) == [b2]  # a takeover
-            assert one.backend.propose_leases([renewed]) == [b2]  # the old owner cannot renew
-            released = lease("b", 2, released=True)
-            assert other.backend.propose_leases([released]) == [released]
-            assert other.backend.propose_leases([b2]) == [released]  # no renewal after a release
-            assert one.backend.propose_leases([lease("a", 3)]) == [lease("a", 3)]
-        finally:
-            one.close()
-            other.close()
-
     def _second_writer_is_refused(self, harness: Harness) -> None:
         """A single-writer backend (one process per database) refuses a second writing broker
         with a clear error, and the first one keeps serving."""
@@ -607,109 +543,6 @@ class BackendConformance:
         finally:
             b3.close()
 
-    def test_stale_producer_record_does_not_undo_newer_epoch(self, harness: Harness) -> None:
-        """Brokers store their own copies of a producer record; a copy at an older epoch must
-        not replace the stored newer one (else the real producer would be unknown and the
-        fenced instance admitted again)."""
-        from .._registry import ProducerRecord
-        from .._types import Epoch, ProducerId
-
-        broker = harness.open(small_config())
-        try:
-            pid = ProducerId(broker.backend.allocate_producer_ids(1))
-            name = f"stale-{uuid.uuid4().hex[:8]}"
-            broker.backend.save_producer(ProducerRecord(pid, Epoch(1), name, False, (("t", 0),), "alice"))
-            broker.backend.save_producer(ProducerRecord(pid, Epoch(0), name, False, (("t", 0), ("t", 1)), "alice"))
-            stored = [r for r in broker.backend.load_producers() if r.producer_id == pid]
-            assert stored == [ProducerRecord(pid, Epoch(1), name, False, (("t", 0),), "alice")]
-        finally:
-            broker.close()
-        if not self.several_writers:
-            return
-        a, b = harness.open(cluster_config("a", 60.0)), harness.open(cluster_config("b", 60.0))
-        c = None
-        try:
-            topic = self._topic(a, 3, "stale")
-            s0 = a.init_producer(name)
-            assert a.produce(topic, 0, s0.producer_id, s0.producer_epoch, 0, [b"x"]).outcome is Outcome.ACCEPTED
-            s1 = b.init_producer(name)
-            assert (s1.producer_id, s1.producer_epoch) == (s0.producer_id, s0.producer_epoch + 1)
-            # the older instance writes through a broker that has not seen the new epoch yet:
-            # that broker stores its own, older copy of the record
-            a.produce(topic, 1, s0.producer_id, s0.producer_epoch, 0, [b"zombie"])
-            c = harness.open(cluster_config("c", 60.0))
-            assert c.produce(topic, 2, s1.producer_id, s1.producer_epoch, 0, [b"new"]).outcome is Outcome.ACCEPTED
-            assert c.produce(topic, 2, s0.producer_id, s0.producer_epoch, 1, [b"z2"]).outcome is Outcome.FENCED
-        finally:
-            for opened in (a, b, c):
-                if opened is not None:
-                    opened.close()
-
-    def test_producer_records_keep_last_used_and_can_be_deleted(self, harness: Harness) -> None:
-        """The store keeps a record's ``last_used`` (the latest one wins at one epoch) and
-        deletes expired records for good, also across a restart of the broker."""
-        from .._registry import ProducerRecord
-        from .._types import Epoch, ProducerId
-
-        name = f"expiring-{uuid.uuid4().hex[:8]}"
-        broker = harness.open(small_config())
-        try:
-            pid = ProducerId(broker.backend.allocate_producer_ids(2))
-            kept = ProducerRecord(ProducerId(pid + 1), Epoch(0), name + "-kept", last_used=2000.0)
-            broker.backend.save_producer(ProducerRecord(pid, Epoch(4), name, last_used=1000.0))
-            broker.backend.save_producer(ProducerRecord(pid, Epoch(4), name, last_used=1500.0))
-            broker.backend.save_producer(ProducerRecord(pid, Epoch(4), name, last_used=1200.0))
-            broker.backend.save_producer(kept)
-            stored = {r.producer_id: r for r in broker.backend.load_producers()}
-            assert stored[pid] == ProducerRecord(pid, Epoch(4), name, last_used=1500.0)
-            broker.backend.delete_producers([pid, ProducerId(pid + 2)])  # an unknown id is ignored
-            stored = {r.producer_id: r for r in broker.backend.load_producers()}
-            assert pid not in stored and stored[kept.producer_id] == kept
-        finally:
-            broker.close()
-        if not harness.durable:
-            return
-        again = harness.open(small_config())
-        try:
-            stored = {r.producer_id: r for r in again.backend.load_producers()}
-            assert pid not in stored and stored[kept.producer_id] == kept
-        finally:
-            again.close()
-
-    def test_partitions_noted_by_two_brokers_are_united(self, harness: Harness) -> None:
-        """Two brokers each note a partition of one producer at the same epoch: both stay noted,
-        so re-initialising the producer looks at both."""
-        from .._registry import ProducerRecord
-        from .._types import Epoch, ProducerId
-
-        broker = harness.open(small_config())
-        try:
-            pid = ProducerId(broker.backend.allocate_producer_ids(1))
-            name = f"parts-{uuid.uuid4().hex[:8]}"
-            broker.backend.save_producer(ProducerRecord(pid, Epoch(2), name, False, (("t", 1),), "alice"))
-            broker.backend.save_producer(ProducerRecord(pid, Epoch(2), name, True, (("t", 0),), "bob"))
-            broker.backend.save_producer(ProducerRecord(pid, Epoch(2), name, False, (), "bob"))
-            stored = [r for r in broker.backend.load_producers() if r.producer_id == pid]
-            assert stored == [ProducerRecord(pid, Epoch(2), name, True, (("t", 0), ("t", 1)), "alice")]
-        finally:
-            broker.close()
-        if not self.several_writers:
-            return
-        a, b = harness.open(cluster_config("a", 60.0)), harness.open(cluster_config("b", 60.0))
-        c = None
-        try:
-            topic = self._topic(a, 2, "parts")
-            s = a.init_producer(name)
-            assert b.produce(topic, 1, s.producer_id, s.producer_epoch, 0, [b"b0", b"b1"]).outcome is Outcome.ACCEPTED
-            assert a.produce(topic, 0, s.producer_id, s.producer_epoch, 0, [b"a0"]).outcome is Outcome.ACCEPTED
-            c = harness.open(cluster_config("c", 60.0))
-            again = c.init_producer(name)
-            assert set(again.elsewhere) == {(topic, 0), (topic, 1)}
-        finally:
-            for opened in (a, b, c):
-                if opened is not None:
-                    opened.close()
-
     # -- state bounds ----------------------------------------------------------------------
 
     def test_evicted_producer_gets_unknown_producer(self, harness: Harness) -> None:
@@ -782,36 +615,6 @@ class BackendConformance:
             assert values == [b"old0", b"old1", b"old2", b"old3", b"old4", b"new0", b"new1", b"new2"]
         finally:
             b2.close()
-
-    def test_snapshots_take_effect_in_the_order_handed_over(self, harness: Harness) -> None:
-        """The snapshot-order rule of ``LogBackend.write_snapshot``: a snapshot written while
-        appends are still waiting to be stored, the last of them carrying an older snapshot at
-        the same position (as an eviction's snapshot written during a pipelined append), is
-        the one a recovery starts from, whenever the older one is stored."""
-        from .._checker import PartitionChecker
-        from .._records import Snapshot
-        from ..backend import AppendBatch
-
-        broker = harness.open(small_config())
-        topic = self._topic(broker)
-        backend = broker.backend
-        data = PartitionChecker().snapshot(0.0).data
-        older, newer = Snapshot(1000, 1, 1000.0, data), Snapshot(1000, 2, 2000.0, data)
-        now = time.time()
-        appended = [backend.append(topic, 0, AppendBatch(None, [Record(b"x")], now), None) for _ in range(20)]
-        appended.append(backend.append(topic, 0, AppendBatch(None, [Record(b"y")], now), older))
-        try:
-            backend.write_snapshot(topic, 0, newer)
-            for future in appended:
-                future.result(60)
-            assert backend.latest_snapshot(topic, 0) == newer
-        finally:
-            broker.close()
-        reopened = harness.open(small_config())
-        try:
-            assert reopened.backend.latest_snapshot(topic, 0) == newer
-        finally:
-            reopened.close()
 
     # -- recovery --------------------------------------------------------------------------
 

@@ -388,7 +388,7 @@ class SimulatedBroker(Generic[_Token]):
         refreshable = False  # one broker: its registry is never stale
         for _ in range(_MAX_OFFERS):
             admission = self.registry.admit(producer_id, producer_epoch)
-            record = self.registry.lookup(producer_id) if admission == Admission.FENCED else None
+            record = self.registry.lookup(producer_id) if admission is Admission.FENCED else None
             decision = core.offer(
                 header,
                 now,

@@ -1,0 +1,292 @@
+"""The writer of one Kafka partition: the transactional producer that owns it (a
+:class:`~adapters._kafka_txn.TransactionalProducer`, which resolves failed commits), with a
+group-commit thread that stores every queued append in one transaction.
+
+The first record of a batch (its head) carries the batch's identity headers; the others go to
+Kafka in bulk (see :mod:`adapters._heads`). Snapshots go into the same transaction as the
+batch they accompany.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+from adapters._heads import BatchHead
+from adapters._writer import GroupQueue
+from idempotent._records import Record, RecordColumns, Snapshot
+from idempotent._types import NO_PRODUCER_ID
+from idempotent.backend import AppendBatch
+from idempotent.errors import BackendUnavailableError, ProducerError, internal_error
+
+try:
+    from confluent_kafka import KafkaError, KafkaException
+
+    from adapters._kafka_errors import map_errors, translate
+    from adapters._kafka_txn import TransactionalProducer
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the kafka backend needs confluent-kafka: pip install 'idempotent[kafka]'") from exc
+
+_LOG = logging.getLogger("idempotent.adapters.kafka")
+#: records per ``produce_batch`` call of a partition writer
+_BULK = 5000
+
+
+class WriterHost(Protocol):
+    """What a partition writer needs from its backend (:class:`adapters.kafka.KafkaBackend`)."""
+
+    prefix: str
+    client_config: dict[str, Any]
+    timeout: float
+
+    def note_written(self, kafka_topic: str, partition: int, end: int) -> None: ...
+
+    def note_heads(self, kafka_topic: str, partition: int, heads: Iterable[BatchHead]) -> None: ...
+
+    def produce_snapshot(self, producer: Any, topic: str, partition: int, snapshot: Snapshot) -> None: ...
+
+
+class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Future[int]]]):
+    """The transactional producer that owns one partition (a :class:`TransactionalProducer`,
+    which resolves failed commits), with a group-commit thread."""
+
+    def __init__(self, backend: WriterHost, topic: str, partition: int, kafka_topic: str) -> None:
+        super().__init__()
+        self.backend = backend
+        self.topic = topic
+        self.partition = partition
+        self.kafka_topic = kafka_topic
+        # Kafka's coordinator aborts (and fences) a transaction still open after this; a
+        # client_config may choose another
+        config: dict[str, Any] = {"transaction.timeout.ms": 60_000, **backend.client_config}
+        config.update(
+            {
+                "transactional.id": f"{backend.prefix}idempotent-{self.kafka_topic}-{partition}",
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 0,
+                # a group commit may queue many batches before commit_transaction flushes them
+                "queue.buffering.max.messages": 1_000_000,
+                "queue.buffering.max.kbytes": 1_048_576,
+            }
+        )
+        self._txn = TransactionalProducer(config, backend.timeout, f"{topic}[{partition}]")
+        self._thread = threading.Thread(target=self._run, name=f"idempotent-kafka-{topic}-{partition}", daemon=True)
+        self._thread.start()
+
+    def submit(self, batch: AppendBatch | None, snapshot: Snapshot | None) -> Future[int]:
+        future: Future[int] = Future()
+        with self._cond:
+            if self.lost is not None:
+                future.set_exception(self.lost)
+            elif self._closed:
+                future.set_exception(BackendUnavailableError("kafka backend is closed"))
+            else:
+                self._queue.append((batch, snapshot, future))
+                self._cond.notify()
+        return future
+
+    @property
+    def lost(self) -> ProducerError | None:
+        """Set once a newer owner fenced this partition's producer: every later use raises it."""
+        return self._txn.fenced
+
+    def settle(self) -> None:
+        """Make every earlier transaction's outcome final and readable before the partition
+        is read for a rebuild (see :meth:`TransactionalProducer.settle`).
+
+        Raises:
+            OwnershipLostError: fenced by a newer owner.
+            BackendUnavailableError: a commit is still in doubt or the producer could not be
+                replaced yet; retry later.
+        """
+        self._txn.settle()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(self.backend.timeout)
+        self._txn.close()
+
+    def _run(self) -> None:
+        while (items := self._take_group()) is not None:
+            try:
+                offsets = self._commit(items)
+            except ProducerError as exc:
+                self._fail(items, exc)
+                continue
+            except KafkaException as exc:  # mapped here, at the edge
+                self._fail(
+                    items, translate(exc.args[0] if exc.args else exc, f"append to {self.topic}[{self.partition}]")
+                )
+                continue
+            except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
+                self._fail(items, internal_error(f"kafka: committing to {self.topic}[{self.partition}]", exc, _LOG))
+                continue
+            self._note_committed(items, offsets)
+            for (_, _, future), offset in zip(items, offsets, strict=True):
+                future.set_result(offset)
+
+    def _note_committed(
+        self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], offsets: list[int]
+    ) -> None:
+        """Tell the backend what a committed transaction wrote: reads wait for its end (its
+        commit markers follow the commit's acknowledgement), and its batch heads are known."""
+        end = max(
+            (offset + len(batch.records) for (batch, _, _), offset in zip(items, offsets, strict=True) if batch),
+            default=-1,
+        )
+        if end >= 0:
+            self.backend.note_written(self.kafka_topic, self.partition, end)
+        self.backend.note_heads(
+            self.kafka_topic,
+            self.partition,
+            [
+                BatchHead(
+                    offset,
+                    len(batch.records),
+                    batch.header.producer_id if batch.header else NO_PRODUCER_ID,
+                    batch.header.producer_epoch if batch.header else -1,
+                    batch.header.base_sequence if batch.header else -1,
+                    int(batch.timestamp * 1000) / 1000,
+                )
+                for (batch, _, _), offset in zip(items, offsets, strict=True)
+                if batch is not None and offset >= 0
+            ],
+        )
+
+    def _commit(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]]) -> list[int]:
+        """Store a group in one transaction; the first offset of each item's batch (-1 for a
+        snapshot alone). A commit in doubt raises; if it turns out committed later, the
+        group is noted as written then (``on_late_commit``), so reads wait for it."""
+        first_offsets: list[list[int]] = [[] for _ in items]
+        errors: list[KafkaError] = []
+
+        def delivered(slot: list[int]) -> Callable[[Any, Any], None]:
+            def callback(err: Any, msg: Any) -> None:
+                if err is not None:
+                    errors.append(err)
+                else:
+                    slot.append(msg.offset())
+
+            return callback
+
+        def offsets() -> list[int]:
+            return [min(slot) if slot else -1 for slot in first_offsets]
+
+        def late() -> None:
+            self._note_committed(items, offsets())
+
+        with map_errors(f"append to {self.topic}[{self.partition}]"), self._txn.transaction(late) as producer:
+            for index, (batch, snapshot, _) in enumerate(items):
+                if snapshot is not None:
+                    self.backend.produce_snapshot(producer, self.topic, self.partition, snapshot)
+                if batch is None:
+                    continue
+                self._produce(producer, batch, delivered(first_offsets[index]))
+        if errors:
+            raise translate(errors[0], f"deliver to {self.topic}[{self.partition}]")
+        return offsets()
+
+    def _produce(self, producer: Any, batch: AppendBatch, delivered: Callable[[Any, Any], None]) -> None:
+        """Hand a batch's records to the open transaction, in order.
+
+        The first record carries the batch's identity headers (``idem.pid``, ``idem.epoch``,
+        ``idem.seq``, ``idem.count``; only ``idem.count`` for a batch without a producer,
+        deduplication off) and the only delivery callback: the batch's offsets are
+        consecutive, and a failure of any record fails ``commit_transaction``. The others
+        carry only their own headers; runs of records without any go to Kafka with one
+        ``produce_batch`` call per :data:`_BULK` records (see :mod:`adapters._heads`).
+
+        Raises:
+            BackendUnavailableError: librdkafka refused part of a bulk call other than at its
+                end (nothing of the transaction may be committed then).
+        """
+        records = batch.records
+        header = batch.header
+        first = records[0]
+        timestamp = int(batch.timestamp * 1000)
+        if header is None:  # no producer: the head says only how many records follow it
+            identity = [("idem.count", b"%d" % len(records))]
+        else:
+            identity = [
+                ("idem.pid", b"%d" % header.producer_id),
+                ("idem.epoch", b"%d" % header.producer_epoch),
+                ("idem.seq", b"%d" % header.base_sequence),
+                ("idem.count", b"%d" % len(records)),
+            ]
+        self._produce_one(
+            producer,
+            first,
+            [*first.headers, *identity] if first.headers else identity,
+            timestamp if first.timestamp is None else first.timestamp,
+            delivered,
+        )
+        for start in range(1, len(records), _BULK):
+            chunk = records[start : start + _BULK]
+            if type(chunk) is RecordColumns and not chunk.timed:
+                keys = chunk.keys if chunk.keys is not None else itertools.repeat(None)
+                self._produce_bulk(producer, [{"value": v, "key": k} for v, k in zip(chunk.values, keys, strict=False)])
+            elif any(record.headers or record.timestamp is not None for record in chunk):
+                for record in chunk:  # a time or headers of its own: one by one (the bulk call takes neither)
+                    own = timestamp if record.timestamp is None else record.timestamp
+                    self._produce_one(producer, record, list(record.headers) or None, own, None)
+            else:
+                self._produce_bulk(producer, [{"value": record.value, "key": record.key} for record in chunk])
+            producer.poll(0)  # serve queued delivery reports and log lines
+
+    def _produce_one(
+        self, producer: Any, record: Record, headers: list[tuple[str, bytes]] | None, timestamp: int, delivered: Any
+    ) -> None:
+        """``produce`` one record; waits while librdkafka's local queue is full."""
+        while True:
+            try:
+                producer.produce(
+                    self.kafka_topic,
+                    value=record.value,
+                    key=record.key,
+                    partition=self.partition,
+                    headers=headers,
+                    timestamp=timestamp,
+                    on_delivery=delivered,
+                )
+                return
+            except BufferError:  # the client's local queue is full: let it drain, then go on
+                producer.poll(0.05)
+
+    def _produce_bulk(self, producer: Any, messages: list[dict[str, Any]]) -> None:
+        """``produce_batch`` messages (value and key: no headers, and no timestamp, which
+        the bulk call cannot set: they are read back with their head's). librdkafka queues
+        a prefix of them when its local queue fills up; the rest are sent again once it has
+        drained."""
+        while messages:
+            queued = producer.produce_batch(self.kafka_topic, messages, partition=self.partition)
+            if queued == len(messages):
+                return
+            errors = [message.get("_error") for message in messages[queued:]]
+            if any(message.get("_error") is not None for message in messages[:queued]) or not all(
+                isinstance(error, KafkaError) and error.code() == KafkaError._QUEUE_FULL for error in errors
+            ):  # not just a full queue at the end: the records may be out of order
+                refused = sum(message.get("_error") is not None for message in messages)
+                raise BackendUnavailableError(
+                    f"kafka: the client refused {refused} of {len(messages)} records for "
+                    f"{self.topic}[{self.partition}]: {next((e for e in errors if e is not None), None)}"
+                )
+            messages = [{k: v for k, v in message.items() if k != "_error"} for message in messages[queued:]]
+            producer.poll(0.05)
+
+    def _fail(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], error: ProducerError) -> None:
+        # Fail the failed transaction's appends first: their callbacks mark the partition
+        # failed in the broker. Then fail everything queued behind them (the ordering
+        # contract of LogBackend.append): nothing after a failed append may be stored.
+        for _, _, future in items:
+            future.set_exception(error)
+        with self._cond:
+            queued, self._queue = self._queue, []
+        for _, _, future in queued:
+            future.set_exception(error)
