@@ -73,7 +73,14 @@ from .errors import (
 _LOG = logging.getLogger("idempotent.direct")
 
 #: the module that opens a producer's own writer, per URL scheme
-PRODUCER_LOGS = {"kafka": "adapters.kafka_direct"}
+PRODUCER_LOGS = {
+    "kafka": "adapters.kafka_direct",
+    "pulsar": "adapters.pulsar_direct",
+    # Pulsar's other service URLs (TLS, lookups over HTTP(S)); see adapters._pulsar_url
+    "pulsar+ssl": "adapters.pulsar_direct",
+    "http": "adapters.pulsar_direct",
+    "https": "adapters.pulsar_direct",
+}
 
 
 class _Shared:
@@ -491,8 +498,12 @@ class DirectBroker(ProduceShortcuts):
             for checker, _, _ in unsettled:
                 checker.discard_pending()
             return
+        # a log without atomic groups (Pulsar) settles each batch: None, not stored
         for (checker, ticket, _), offset in zip(unsettled, offsets, strict=True):
-            checker.commit(ticket, offset)
+            if offset is None:
+                checker.discard_pending()
+            else:
+                checker.commit(ticket, offset)
 
     # -- reads and state -------------------------------------------------------------------
 
