@@ -420,6 +420,10 @@ class PulsarProducerLog:
         if self._unresolved is not None:
             raise BackendUnavailableError(f"pulsar: {self.name!r}: a write in doubt is not settled yet")
         self._check_fenced()
+        if self.named and not self._state_producer.is_connected():
+            # disconnected, or closed by the broker because a newer instance fenced it:
+            # a state write tells which before anything else is stored
+            self._write_state(wait=True)
         fresh = [(t, p) for t, p, _ in batches if (t, p) not in self._writers]
         for topic, partition in fresh:
             _, self._states[(topic, partition)] = self._open(topic, partition, None)
