@@ -1,0 +1,261 @@
+"""pulsar-client's ``Producer``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from ..._outcomes import RecordMetadata
+from ...errors import ProducerError
+from ...producer import Producer as _Producer
+from .._partitioners import pulsar_partition
+from ._errors import (
+    AlreadyClosed,
+    InvalidConfiguration,
+    OperationNotSupported,
+    ProducerQueueIsFull,
+    PulsarException,
+    Result,
+    _exception_for,
+)
+from ._ids import MessageId, _message_id
+from ._options import _MAX_SEQUENCE_ID, _check_send_options
+
+if TYPE_CHECKING:
+    from ._client import Client
+
+
+class Producer:
+    """pulsar-client's ``Producer``: ``send``, ``send_async``, ``flush``, ``close``,
+    ``topic()``, ``producer_name()``, ``last_sequence_id()``, ``is_connected()``.
+
+    Created by :meth:`Client.create_producer`.
+    """
+
+    def __init__(
+        self,
+        inner: _Producer,
+        full_topic: str,
+        topic: str,
+        initial_sequence_id: int | None,
+        max_pending: int,
+        block_if_full: bool,
+        logger: logging.Logger,
+        schema: Any = None,
+        client: Client | None = None,
+    ) -> None:
+        self._inner = inner
+        self._schema = schema
+        # as pulsar-client's producer, keep the client (and so its broker) alive while in use
+        self._client = client
+        self._full_topic = full_topic
+        self._topic = topic
+        self._logger = logger
+        self._max_pending = max_pending
+        self._block = block_if_full
+        self._cond = threading.Condition()
+        self._pending = 0
+        self._closed = False
+        partitions = inner.partitions_for(topic)
+        self._counter = 0  # messages without a key go round robin, as pulsar-client's
+        # Pulsar numbers messages from initial_sequence_id + 1 when it is given; otherwise the
+        # broker's numbering (continuing a named producer's stored sequences) applies.
+        self._next: dict[int, int] | None = None
+        self._first = 0 if initial_sequence_id is None else initial_sequence_id + 1
+        if initial_sequence_id is not None:
+            self._next = dict.fromkeys(range(partitions), self._first)
+            self._last = initial_sequence_id
+        else:
+            self._last = max(inner.last_sequence(topic, p) for p in range(partitions))
+
+    @property
+    def producer(self) -> _Producer:
+        """Extension: the underlying :class:`idempotent.Producer`."""
+        return self._inner
+
+    def topic(self) -> str:
+        """The full topic name (``persistent://tenant/namespace/name``)."""
+        return self._full_topic
+
+    def producer_name(self) -> str:
+        """The producer name, or ``idempotent-<producer id>`` for an anonymous producer."""
+        return self._inner.producer_name or f"idempotent-{self._inner.producer_id}"
+
+    def last_sequence_id(self) -> int:
+        """The highest sequence id stored for this producer: acknowledged by this instance,
+        or (for a named producer) stored by an earlier one; ``initial_sequence_id`` until a
+        message is acknowledged when that was given; -1 when none."""
+        with self._cond:
+            return self._last
+
+    def is_connected(self) -> bool:
+        """True until the producer is closed."""
+        return not self._closed
+
+    def send(
+        self,
+        content: bytes | None,
+        properties: Mapping[str, str] | None = None,
+        partition_key: str | None = None,
+        *,
+        sequence_id: int | None = None,
+        **options: Any,
+    ) -> MessageId:
+        """Publish a message and wait until it is stored (or recognised as a duplicate).
+
+        Returns:
+            The message's :class:`MessageId`; for a duplicate, the original one (or
+            ``(-1,-1,-1,-1)`` when no longer known).
+
+        Raises:
+            Timeout: not stored within ``send_timeout_millis``.
+            ProducerQueueIsFull: ``max_pending_messages`` reached (``block_if_queue_full`` off).
+            ProducerFenced: a newer instance with the same name took over.
+            AlreadyClosed: the producer is closed.
+            InvalidConfiguration: an unsupported option (named) or a bad argument.
+            PulsarException: another mapped failure; ``status`` says whether the message may
+                have been stored.
+        """
+        future = self._submit(content, properties, partition_key, sequence_id, options)
+        try:
+            return _message_id(future.result())
+        except ProducerError as exc:
+            raise _exception_for(exc) from exc
+
+    def send_async(
+        self,
+        content: bytes | None,
+        callback: Callable[[Result, MessageId], Any] | None,
+        properties: Mapping[str, str] | None = None,
+        partition_key: str | None = None,
+        *,
+        sequence_id: int | None = None,
+        **options: Any,
+    ) -> None:
+        """Publish a message; ``callback(result, msg_id)`` is called from the producer's
+        thread once it is stored (``Result.Ok``) or has failed (another :class:`Result`).
+        An exception raised by the callback is logged.
+
+        Raises:
+            InvalidConfiguration: an unsupported option (named) or a bad argument (nothing sent).
+        """
+        if callback is not None and not callable(callback):
+            raise InvalidConfiguration("send_async: callback must be callable or None")
+        try:
+            future = self._submit(content, properties, partition_key, sequence_id, options)
+        except (InvalidConfiguration, OperationNotSupported):
+            raise
+        except PulsarException as exc:
+            self._call(callback, exc.result(), MessageId())
+            return
+
+        def done(f: Future[RecordMetadata]) -> None:
+            exc = f.exception()
+            if exc is None:
+                self._call(callback, Result.Ok, _message_id(f.result()))
+            else:
+                self._call(callback, _exception_for(exc).result(), MessageId())
+
+        future.add_done_callback(done)
+
+    def _call(self, callback: Callable[[Result, MessageId], Any] | None, result: Result, msg_id: MessageId) -> None:
+        if callback is None:
+            return
+        try:
+            callback(result, msg_id)
+        except Exception:
+            self._logger.exception("send_async callback raised")
+
+    def _submit(
+        self,
+        content: bytes | None,
+        properties: Mapping[str, str] | None,
+        partition_key: str | None,
+        sequence_id: int | None,
+        options: Mapping[str, Any],
+    ) -> Future[RecordMetadata]:
+        _check_send_options(options)
+        if self._closed:
+            raise AlreadyClosed("producer is closed")
+        if self._schema is not None and content is not None:
+            content = self._schema.encode(content)
+        if content is not None and not isinstance(content, bytes | bytearray | memoryview):
+            raise TypeError(f"send: content must be bytes or None, not {type(content).__name__}")
+        if partition_key is not None and not isinstance(partition_key, str):
+            raise InvalidConfiguration("send: partition_key must be a str")
+        headers = None
+        if properties is not None:
+            if not isinstance(properties, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
+            ):
+                raise InvalidConfiguration("send: properties must be a dict of str to str")
+            headers = {k: v.encode() for k, v in properties.items()}
+        if sequence_id is not None and (
+            not isinstance(sequence_id, int)
+            or isinstance(sequence_id, bool)
+            or not 0 <= sequence_id <= _MAX_SEQUENCE_ID
+        ):
+            raise InvalidConfiguration(
+                f"send: sequence_id must be an int in 0..{_MAX_SEQUENCE_ID}, not {sequence_id!r}"
+            )
+        key = partition_key.encode() if partition_key else None  # an empty key is none, as pulsar-client's
+        with self._cond:
+            while self._pending >= self._max_pending:
+                if not self._block:
+                    raise ProducerQueueIsFull(f"{self._pending} messages are pending (max_pending_messages)")
+                self._cond.wait(0.5)
+                if self._closed:
+                    raise AlreadyClosed("producer is closed")
+            try:  # (partitions added to the topic are learnt here)
+                count = self._inner.partitions_for(self._topic)
+            except ProducerError as exc:
+                raise _exception_for(exc) from exc
+            partition = pulsar_partition(partition_key, count)
+            if partition is None:
+                partition = self._counter % count
+                self._counter += 1
+            sequence = sequence_id
+            if sequence is None and self._next is not None:
+                sequence = self._next.get(partition, self._first)  # (a partition added since: from the start)
+                self._next[partition] = sequence + 1
+            try:
+                future = self._inner.send(
+                    self._topic, None if content is None else bytes(content), key, partition, headers, sequence=sequence
+                ).concurrent()
+            except ProducerError as exc:
+                raise _exception_for(exc) from exc
+            self._pending += 1
+
+        def settle(f: Future[RecordMetadata]) -> None:
+            with self._cond:
+                self._pending -= 1
+                if f.exception() is None:
+                    self._last = max(self._last, f.result().sequence)
+                self._cond.notify_all()
+
+        future.add_done_callback(settle)
+        return future
+
+    def flush(self) -> None:
+        """Wait until every message sent so far is stored or has failed.
+
+        Raises:
+            AlreadyClosed: the producer is closed.
+        """
+        if self._closed:
+            raise AlreadyClosed("producer is closed")
+        self._inner.flush()
+        with self._cond:
+            self._cond.wait_for(lambda: self._pending == 0)
+
+    def close(self) -> None:
+        """Flush, then close the producer (messages still pending after 30 s fail)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._inner.close(30)
+        with self._cond:
+            self._cond.notify_all()
