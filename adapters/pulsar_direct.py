@@ -76,7 +76,6 @@ from adapters.pulsar import (
 )
 from idempotent._checker import PartitionChecker
 from idempotent._records import BatchHeader, RecordColumns, Snapshot, StoredBatch
-from idempotent._sequence import sequence_at
 from idempotent._types import Epoch, ProducerId
 from idempotent._types import Sequence as SequenceNumber
 from idempotent.backend import AppendBatch

@@ -202,7 +202,7 @@ def test_a_live_older_instance_is_named_in_the_error(backend: Any) -> None:
     holder.write([(topic, 0, _batch(8, 0, 0, [b"a"]))])
     other = PulsarProducerLog(backend, "b-" + topic, False)
     try:
-        with pytest.raises(BackendUnavailableError, match="another instance of producer .* is still connected"):
+        with pytest.raises(BackendUnavailableError, match=r"another instance of producer .* is still connected"):
             other.write([(topic, 0, _batch(8, 0, 1, [b"b"]))])
     finally:
         holder.close()

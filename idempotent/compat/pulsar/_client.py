@@ -11,6 +11,7 @@ from typing import Any
 from ... import errors
 from ... import reader as _reader
 from ...api import BrokerAPI
+from ...direct import DirectBroker, direct_scheme
 from ...errors import ProducerError
 from ...producer import Producer as _Producer
 from .. import _shared
@@ -158,13 +159,21 @@ class Client:
         self._native: Any = None
         #: gives the shared broker back once, on close() or when the client is garbage collected
         self._release: weakref.finalize[Any, Any] | None = None
+        #: on a Pulsar service URL every producer writes through its own DirectBroker
+        #: (producer-scoped ownership: many processes write one topic at once, no server)
+        self._direct = isinstance(service_url, str) and direct_scheme(service_url)
         if isinstance(service_url, str):
             try:
-                self._broker = _shared.acquire(service_url, self._backend_options)
+                if self._direct:  # reads, topics and policies: a DirectBroker without a producer
+                    direct = DirectBroker(service_url, **(self._backend_options or {}))
+                    self._broker = direct
+                    self._release = weakref.finalize(self, direct.close)
+                else:
+                    self._broker = _shared.acquire(service_url, self._backend_options)
+                    self._release = weakref.finalize(self, _shared.release, service_url, self._backend_options)
             except ProducerError as exc:
                 raise _exception_for(exc) from exc
             self._url = service_url
-            self._release = weakref.finalize(self, _shared.release, service_url, self._backend_options)
         else:
             self._broker = service_url
         self._producers: list[Producer] = []
@@ -222,7 +231,7 @@ class Client:
         if self._closed:
             raise AlreadyClosed("client is closed")
         where = "create_producer"
-        schema = _check_producer_options(options)
+        schema = _check_producer_options(options, self._direct)
         if not isinstance(topic, str):
             raise InvalidTopicName(f"{where}: topic must be a str, not {topic!r}")
         full, name = topic_name(topic)
@@ -255,9 +264,17 @@ class Client:
             batch_bytes = max(1, batching_max_allowed_size_in_bytes)
         else:
             linger_ms, batch_records, batch_bytes = 0.0, 10_000, 1024 * 1024
+        target: Any = self._broker
+        connect: dict[str, Any] = {}
+        if self._direct:  # its own broker, writing straight into Pulsar
+            target = self._url
+            connect = dict(self._backend_options or {})
+            settings = {name: options[name] for name in ("compression_type",) if options.get(name) is not None}
+            if settings:
+                connect["log_settings"] = settings
         try:
             inner = _Producer(
-                self._broker,
+                target,
                 producer_name,
                 linger_ms=linger_ms,
                 max_batch_records=batch_records,
@@ -265,6 +282,7 @@ class Client:
                 delivery_timeout_ms=float(send_timeout_millis) if send_timeout_millis > 0 else _NO_TIMEOUT_MS,
                 max_buffered_records=max_pending_messages,
                 init_timeout_ms=self._timeout * 1000,
+                **connect,
             )
         except ProducerError as exc:
             raise _exception_for(exc) from exc
@@ -278,6 +296,7 @@ class Client:
             self._logger,
             schema,
             self,
+            self._direct,
         )
         with self._lock:
             self._producers.append(producer)

@@ -16,6 +16,8 @@ _NATIVE = "pulsar"
 #: monotonic policy; the strict policy refuses any jump)
 _MAX_SEQUENCE_ID = 2**63 - 1
 _NO_TIMEOUT_MS = float(2**31 - 1)
+#: the record header a Pulsar writer stores as the message\'s event time (adapters/pulsar_direct.py)
+EVENT_TIME_HEADER = "idem.event_time"
 
 
 def _check_type(where: str, name: str, value: Any, *kinds: type) -> None:
@@ -30,14 +32,14 @@ def _check_type(where: str, name: str, value: Any, *kinds: type) -> None:
         raise InvalidConfiguration(f"{where}: {name} must be {expected}, not {value!r}")
 
 
-# accepted without effect (logged once at DEBUG): they configure a Pulsar client's connections
+# accepted without effect: logged once at INFO, and listed in docs/migration.md
 _LOGGED: set[str] = set()
 
 
 def _accept_without_effect(where: str, name: str, why: str) -> None:
     if name not in _LOGGED:
         _LOGGED.add(name)
-        _LOG.debug("%s: %s is accepted without effect: %s", where, name, why)
+        _LOG.info("%s: %s is accepted without effect: %s", where, name, why)
 
 
 _CONNECTION = "records go through this project's broker; the backend's connection is set on the broker URL"
@@ -114,7 +116,7 @@ _NO_EFFECT_HINTS = {
 }
 
 
-def _check_producer_options(options: Mapping[str, Any]) -> Any:
+def _check_producer_options(options: Mapping[str, Any], direct: bool = False) -> Any:
     """Check create_producer's other options as pulsar-client does; return the schema.
 
     Raises:
@@ -143,7 +145,7 @@ def _check_producer_options(options: Mapping[str, Any]) -> Any:
                 f"{where}: {name} is not supported: "
                 + ("custom routers are not supported" if name == "message_router" else "encryption is not supported")
             )
-        if name in _NO_EFFECT_HINTS:
+        if name in _NO_EFFECT_HINTS and not (direct and name in _APPLIED_ON_PULSAR):
             _accept_without_effect(where, name, _NO_EFFECT_HINTS[name])
     schema = options.get("schema")
     return None if schema is None or type(schema).__name__ == "BytesSchema" else schema
@@ -159,7 +161,11 @@ _SEND_OPTIONS = (
 )
 
 
-def _check_send_options(options: Mapping[str, Any]) -> None:
+#: producer settings that a Pulsar service URL applies to the producer's own Pulsar writers
+_APPLIED_ON_PULSAR = frozenset({"compression_type"})
+
+
+def _check_send_options(options: Mapping[str, Any], direct: bool = False) -> None:
     """Check send's other options as pulsar-client does.
 
     Raises:
@@ -183,7 +189,8 @@ def _check_send_options(options: Mapping[str, Any]) -> None:
             _accept_without_effect(where, name, "there is no geo-replication here")
         elif name == "event_timestamp":
             _check_type(where, name, value, int)
-            _accept_without_effect(where, name, "records carry the time the backend stored them")
+            if not direct:
+                _accept_without_effect(where, name, "records on this backend carry the time the broker stored them")
         else:
             if name == "deliver_at":
                 _check_type(where, name, value, int)

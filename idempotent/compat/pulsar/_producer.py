@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..._outcomes import RecordMetadata
-from ...errors import ProducerError
+from ...delivery import DeliveryFuture
+from ...errors import ProducerError, QueueFullError
 from ...producer import Producer as _Producer
 from .._partitioners import pulsar_partition
 from ._errors import (
@@ -22,7 +23,7 @@ from ._errors import (
     _exception_for,
 )
 from ._ids import MessageId, _message_id
-from ._options import _MAX_SEQUENCE_ID, _check_send_options
+from ._options import _MAX_SEQUENCE_ID, EVENT_TIME_HEADER, _check_send_options
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -32,7 +33,9 @@ class Producer:
     """pulsar-client's ``Producer``: ``send``, ``send_async``, ``flush``, ``close``,
     ``topic()``, ``producer_name()``, ``last_sequence_id()``, ``is_connected()``.
 
-    Created by :meth:`Client.create_producer`.
+    Created by :meth:`Client.create_producer`. ``send_async`` appends the message to its
+    partition's buffer with the callback (no future per message); the :class:`MessageId` is
+    built only for the callback.
     """
 
     def __init__(
@@ -46,6 +49,7 @@ class Producer:
         logger: logging.Logger,
         schema: Any = None,
         client: Client | None = None,
+        direct: bool = False,
     ) -> None:
         self._inner = inner
         self._schema = schema
@@ -56,8 +60,9 @@ class Producer:
         self._logger = logger
         self._max_pending = max_pending
         self._block = block_if_full
-        self._cond = threading.Condition()
-        self._pending = 0
+        #: a Pulsar service URL: event_timestamp is stored as the message's event time
+        self._direct = direct
+        self._lock = threading.Lock()
         self._closed = False
         partitions = inner.partitions_for(topic)
         self._counter = 0  # messages without a key go round robin, as pulsar-client's
@@ -65,11 +70,9 @@ class Producer:
         # broker's numbering (continuing a named producer's stored sequences) applies.
         self._next: dict[int, int] | None = None
         self._first = 0 if initial_sequence_id is None else initial_sequence_id + 1
+        self._initial = -1 if initial_sequence_id is None else initial_sequence_id
         if initial_sequence_id is not None:
             self._next = dict.fromkeys(range(partitions), self._first)
-            self._last = initial_sequence_id
-        else:
-            self._last = max(inner.last_sequence(topic, p) for p in range(partitions))
 
     @property
     def producer(self) -> _Producer:
@@ -85,11 +88,15 @@ class Producer:
         return self._inner.producer_name or f"idempotent-{self._inner.producer_id}"
 
     def last_sequence_id(self) -> int:
-        """The highest sequence id stored for this producer: acknowledged by this instance,
-        or (for a named producer) stored by an earlier one; ``initial_sequence_id`` until a
-        message is acknowledged when that was given; -1 when none."""
-        with self._cond:
-            return self._last
+        """The highest sequence id stored for this producer on any partition of the topic:
+        acknowledged by this instance, or (for a named producer) stored by an earlier one;
+        ``initial_sequence_id`` until a higher one is acknowledged when that was given; -1
+        when none. As PIP-6's ``getLastSequenceId()``, a restarted application resends
+        from the message after it (with ``sequence_id``): what it resends that was stored is
+        recognised as a duplicate."""
+        inner = self._inner
+        count = inner.partitions_for(self._topic)
+        return max(self._initial, *(inner.last_sequence(self._topic, p) for p in range(count)))
 
     def is_connected(self) -> bool:
         """True until the producer is closed."""
@@ -119,7 +126,8 @@ class Producer:
             PulsarException: another mapped failure; ``status`` says whether the message may
                 have been stored.
         """
-        future = self._submit(content, properties, partition_key, sequence_id, options)
+        future = self._submit(content, properties, partition_key, sequence_id, options, None)
+        assert future is not None
         try:
             return _message_id(future.result())
         except ProducerError as exc:
@@ -145,21 +153,27 @@ class Producer:
         if callback is not None and not callable(callback):
             raise InvalidConfiguration("send_async: callback must be callable or None")
         try:
-            future = self._submit(content, properties, partition_key, sequence_id, options)
+            self._submit(
+                content,
+                properties,
+                partition_key,
+                sequence_id,
+                options,
+                _ignore if callback is None else partial(self._delivered, callback),
+            )
         except (InvalidConfiguration, OperationNotSupported):
             raise
         except PulsarException as exc:
             self._call(callback, exc.result(), MessageId())
-            return
 
-        def done(f: Future[RecordMetadata]) -> None:
-            exc = f.exception()
-            if exc is None:
-                self._call(callback, Result.Ok, _message_id(f.result()))
-            else:
-                self._call(callback, _exception_for(exc).result(), MessageId())
-
-        future.add_done_callback(done)
+    def _delivered(
+        self, callback: Callable[[Result, MessageId], Any], error: BaseException | None, metadata: Any
+    ) -> None:
+        """The producer's ``on_delivery`` for one ``send_async``: the MessageId is made here."""
+        if error is None:
+            self._call(callback, Result.Ok, _message_id(metadata))
+        else:
+            self._call(callback, _exception_for(error).result(), MessageId())
 
     def _call(self, callback: Callable[[Result, MessageId], Any] | None, result: Result, msg_id: MessageId) -> None:
         if callback is None:
@@ -176,68 +190,70 @@ class Producer:
         partition_key: str | None,
         sequence_id: int | None,
         options: Mapping[str, Any],
-    ) -> Future[RecordMetadata]:
-        _check_send_options(options)
+        on_delivery: Callable[[BaseException | None, Any], None] | None,
+    ) -> DeliveryFuture | None:
+        if options:
+            _check_send_options(options, self._direct)
         if self._closed:
             raise AlreadyClosed("producer is closed")
         if self._schema is not None and content is not None:
             content = self._schema.encode(content)
-        if content is not None and not isinstance(content, bytes | bytearray | memoryview):
-            raise TypeError(f"send: content must be bytes or None, not {type(content).__name__}")
+        if content is not None and type(content) is not bytes:
+            if not isinstance(content, bytearray | memoryview):
+                raise TypeError(f"send: content must be bytes or None, not {type(content).__name__}")
+            content = bytes(content)
         if partition_key is not None and not isinstance(partition_key, str):
             raise InvalidConfiguration("send: partition_key must be a str")
-        headers = None
+        headers: dict[str, bytes] | None = None
         if properties is not None:
             if not isinstance(properties, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
             ):
                 raise InvalidConfiguration("send: properties must be a dict of str to str")
             headers = {k: v.encode() for k, v in properties.items()}
-        if sequence_id is not None and (
-            not isinstance(sequence_id, int)
-            or isinstance(sequence_id, bool)
-            or not 0 <= sequence_id <= _MAX_SEQUENCE_ID
-        ):
+        event_time = options.get("event_timestamp") if options else None
+        if event_time is not None and self._direct:
+            headers = headers or {}
+            headers[EVENT_TIME_HEADER] = b"%d" % event_time
+        if sequence_id is not None and (type(sequence_id) is not int or not 0 <= sequence_id <= _MAX_SEQUENCE_ID):
             raise InvalidConfiguration(
                 f"send: sequence_id must be an int in 0..{_MAX_SEQUENCE_ID}, not {sequence_id!r}"
             )
         key = partition_key.encode() if partition_key else None  # an empty key is none, as pulsar-client's
-        with self._cond:
-            while self._pending >= self._max_pending:
-                if not self._block:
-                    raise ProducerQueueIsFull(f"{self._pending} messages are pending (max_pending_messages)")
-                self._cond.wait(0.5)
-                if self._closed:
-                    raise AlreadyClosed("producer is closed")
-            try:  # (partitions added to the topic are learnt here)
-                count = self._inner.partitions_for(self._topic)
-            except ProducerError as exc:
-                raise _exception_for(exc) from exc
-            partition = pulsar_partition(partition_key, count)
-            if partition is None:
-                partition = self._counter % count
-                self._counter += 1
+        inner = self._inner
+        try:  # (partitions added to the topic are learnt here)
+            count = inner.partitions_for(self._topic)
+        except ProducerError as exc:
+            raise _exception_for(exc) from exc
+        with self._lock:
+            if count == 1:
+                partition = 0
+            else:
+                chosen = pulsar_partition(partition_key, count)
+                if chosen is None:
+                    chosen = self._counter % count
+                    self._counter += 1
+                partition = chosen
             sequence = sequence_id
             if sequence is None and self._next is not None:
                 sequence = self._next.get(partition, self._first)  # (a partition added since: from the start)
                 self._next[partition] = sequence + 1
+        while True:
             try:
-                future = self._inner.send(
-                    self._topic, None if content is None else bytes(content), key, partition, headers, sequence=sequence
-                ).concurrent()
+                if on_delivery is None:
+                    return inner.send(self._topic, content, key, partition, headers, sequence=sequence)
+                inner.send(self._topic, content, key, partition, headers, sequence=sequence, on_delivery=on_delivery)
+                return None
+            except QueueFullError as exc:
+                if not self._block:
+                    raise ProducerQueueIsFull(
+                        f"{self._max_pending} messages are pending (max_pending_messages)"
+                    ) from exc
+                time.sleep(0.001)  # block_if_queue_full: wait for room
+                if self._closed:
+                    raise AlreadyClosed("producer is closed") from None
             except ProducerError as exc:
                 raise _exception_for(exc) from exc
-            self._pending += 1
-
-        def settle(f: Future[RecordMetadata]) -> None:
-            with self._cond:
-                self._pending -= 1
-                if f.exception() is None:
-                    self._last = max(self._last, f.result().sequence)
-                self._cond.notify_all()
-
-        future.add_done_callback(settle)
-        return future
 
     def flush(self) -> None:
         """Wait until every message sent so far is stored or has failed.
@@ -248,8 +264,6 @@ class Producer:
         if self._closed:
             raise AlreadyClosed("producer is closed")
         self._inner.flush()
-        with self._cond:
-            self._cond.wait_for(lambda: self._pending == 0)
 
     def close(self) -> None:
         """Flush, then close the producer (messages still pending after 30 s fail)."""
@@ -257,5 +271,7 @@ class Producer:
             return
         self._closed = True
         self._inner.close(30)
-        with self._cond:
-            self._cond.notify_all()
+
+
+def _ignore(error: BaseException | None, metadata: Any) -> None:
+    """``on_delivery`` of a ``send_async`` without a callback."""
