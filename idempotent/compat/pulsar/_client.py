@@ -162,6 +162,7 @@ class Client:
         #: on a Pulsar service URL every producer writes through its own DirectBroker
         #: (producer-scoped ownership: many processes write one topic at once, no server)
         self._direct = isinstance(service_url, str) and direct_scheme(service_url)
+        self._broker: BrokerAPI
         if isinstance(service_url, str):
             try:
                 if self._direct:  # reads, topics and policies: a DirectBroker without a producer
