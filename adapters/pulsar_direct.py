@@ -58,6 +58,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import attrs
@@ -223,6 +224,34 @@ class _Unresolved:
         self.offset: int | None = None
 
 
+class _Entry:
+    """One batch handed to :meth:`PulsarProducerLog.submit`: where it goes, what it is, and
+    (once answered) how it ended. Its identity is the token the broker settles it by."""
+
+    __slots__ = ("answered", "count", "done", "entry_id", "first", "floor", "header", "index", "writer")
+
+    def __init__(
+        self,
+        writer: _Writer,
+        header: BatchHeader | None,
+        count: int,
+        entry_id: int,
+        index: int,
+        done: Callable[[int, int | None, ProducerError | None, Any], None],
+    ) -> None:
+        self.writer = writer
+        self.header = header
+        self.count = count
+        self.entry_id = entry_id
+        self.floor = writer.end
+        self.index = index
+        self.done = done
+        self.first: tuple[Any, Any] | None = None
+        #: set once reported (a refused entry is answered here, and again by the client when
+        #: its writer is closed: only the first answer counts)
+        self.answered = False
+
+
 class PulsarProducerLog:
     """One producer's writers into Pulsar (see the module docstring). Not thread-safe: its
     producer's sender thread is its only user.
@@ -240,6 +269,8 @@ class PulsarProducerLog:
 
     max_batch_bytes = MAX_BATCH_BYTES
     max_batch_records = MAX_BATCH_RECORDS
+    #: batches of one partition in flight at once through :meth:`submit` (pipelining)
+    max_in_flight = 5
 
     def __init__(
         self, backend: PulsarBackend, producer_key: str, named: bool, settings: dict[str, Any] | None = None
@@ -265,6 +296,14 @@ class PulsarProducerLog:
         self._state_error: ProducerError | None = None
         self._lost: OwnershipLostError | None = None
         self._flush_async = True
+        #: pipelining (:meth:`submit`): guards what the client's callbacks change
+        self._mutex = threading.Condition()
+        #: entries submitted and not answered yet, per writer
+        self._inflight: dict[_Writer, int] = {}
+        #: writers of which an entry failed (their later entries must not be stored)
+        self._failed: dict[_Writer, ProducerError] = {}
+        #: entries that failed, settled by :meth:`resolve_entries`
+        self._failures: list[_Entry] = []
         if named:
             self._open_state()
 
@@ -473,6 +512,184 @@ class PulsarProducerLog:
                 self._write_state(wait=False)
         return done
 
+    # -- pipelined writes ------------------------------------------------------------------
+
+    def prepare(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """Get ready to :meth:`submit` to ``partitions``: settled, not fenced, a writer open
+        on each (a partition written for the first time is named in the stored state first),
+        and the state written when it is due.
+
+        Raises:
+            BackendUnavailableError: a writer could not be opened, or an earlier entry's
+                failure is not settled yet.
+            OwnershipLostError: a newer instance of this producer fenced this one.
+        """
+        self._check_fenced()
+        with self._mutex:
+            if self._failed:
+                raise BackendUnavailableError(f"pulsar: {self.name!r}: a failed write is not settled yet")
+        if self.named and not self._state_producer.is_connected():
+            self._write_state(wait=True)
+        fresh = [(t, p) for t, p in partitions if (t, p) not in self._writers]
+        for topic, partition in fresh:
+            _, state = self._open(topic, partition, None)
+            with self._mutex:
+                self._states[(topic, partition)] = state
+        if fresh and self.named:
+            self._write_state(wait=True)
+        elif self.named and self._states_dirty and time.monotonic() - self._state_at >= STATE_INTERVAL:
+            self._write_state(wait=False)
+
+    def submit(
+        self,
+        batches: Sequence[tuple[str, int, AppendBatch]],
+        done: Callable[[int, int | None, ProducerError | None, Any], None],
+    ) -> list[_Entry]:
+        """Hand ``batches`` (to partitions :meth:`prepare` readied) to their writers without
+        waiting: each becomes one entry, sent after everything submitted to its partition
+        before. ``done(i, base offset, None, entry)`` reports batch ``i`` stored,
+        ``done(i, None, error, entry)`` failed with its outcome unknown (settle it with
+        :meth:`resolve_entries`); it is called on the client's thread (keep it short, and
+        take no lock that a caller of this method holds) or, for a batch the client refused
+        before it left, here. Raises nothing: every batch is answered through ``done``.
+
+        Returns:
+            The entries (the tokens :meth:`resolve_entries` answers by), in order.
+        """
+        entries: list[_Entry] = []
+        for index, (topic, partition, batch) in enumerate(batches):
+            writer = self._writers.get((topic, partition))
+            if writer is None:  # not prepared: a bug of the caller
+                raise ConfigError(f"pulsar: submit to {topic}[{partition}] without prepare()")
+            entry = _Entry(writer, batch.header, len(batch.records), writer.next_id, index, done)
+            writer.next_id += 1
+            with self._mutex:
+                self._inflight[writer] = self._inflight.get(writer, 0) + 1
+            try:
+                self._send(writer, batch, entry.entry_id, partial(self._first, entry), partial(self._last, entry))
+                self._flush(writer)
+            except ProducerError as exc:  # the client refused it: whatever it holds is in doubt
+                self._answer(entry, None, exc)
+            entries.append(entry)
+        return entries
+
+    def _first(self, entry: _Entry, result: Any, message_id: Any) -> None:
+        entry.first = (result, message_id)
+
+    def _last(self, entry: _Entry, result: Any, message_id: Any) -> None:
+        """The last message of an entry was answered (after its first: same entry)."""
+        try:
+            first = entry.first
+            writer = entry.writer
+            offset: int | None = None
+            error: ProducerError | None = None
+            what = f"append to {writer.where}"
+            if first is None:
+                error = BackendUnavailableError(f"pulsar: {what}: the entry's first message was not answered")
+            elif first[0] != pulsar.Result.Ok or result != pulsar.Result.Ok:
+                error = _translate(first[0] if first[0] != pulsar.Result.Ok else result, what)
+            else:
+                head = first[1]
+                if head.ledger_id() < 0:  # Pulsar's dedup: stored by an earlier attempt
+                    error = BackendUnavailableError(f"pulsar: {what}: the entry was stored before")
+                else:
+                    ledger, entry_index, index = head.ledger_id(), head.entry_id(), max(head.batch_index(), 0)
+                    if message_id is not None and (
+                        message_id.ledger_id() != ledger
+                        or message_id.entry_id() != entry_index
+                        or max(message_id.batch_index(), 0) != index + entry.count - 1
+                    ):
+                        error = BackendUnavailableError(
+                            f"pulsar: {what}: the batch was not stored as one entry with consecutive batch indexes"
+                        )
+                    else:
+                        offset = encode_offset(ledger, entry_index, index)
+            self._answer(entry, offset, error)
+        except BaseException:  # pragma: no cover - an exception escaping a callback ends the process
+            _LOG.exception("pulsar: answering an entry failed")
+
+    def _answer(self, entry: _Entry, offset: int | None, error: ProducerError | None) -> None:
+        """Report an entry's end to the broker, then count it out of its writer."""
+        writer = entry.writer
+        with self._mutex:
+            if entry.answered:
+                return
+            entry.answered = True
+            if error is not None:
+                self._failed.setdefault(writer, error)
+                self._failures.append(entry)
+            elif offset is not None:
+                writer.end = max(writer.end, offset + entry.count)
+        try:
+            entry.done(entry.index, offset, error, entry)
+        finally:
+            with self._mutex:
+                self._inflight[writer] -= 1
+                self._mutex.notify_all()
+
+    def note_state(self, topic: str, partition: int, snapshot: Snapshot) -> None:
+        """The producer's state on a partition after a stored batch (named producers; written
+        with the next state message). Thread-safe."""
+        if self.named:
+            with self._mutex:
+                self._states[(topic, partition)] = snapshot
+                self._states_dirty = True
+
+    def resolve_entries(self) -> dict[_Entry, int | None]:
+        """Settle every entry that failed: close the writers they went through (nothing they
+        still hold is sent; their other entries fail too), wait until all of them are
+        answered, reopen each (Pulsar lets the name in once the old writer's sends are
+        settled) and ask ``last_sequence_id()`` which entries are stored: the stored ones
+        (a prefix, in order) get their offsets from a bounded read.
+
+        Returns:
+            Each failed entry's base offset when stored, None when not (and never will be).
+
+        Raises:
+            BackendUnavailableError: Pulsar could not be reached; still unsettled.
+            OwnershipLostError: a newer instance of this producer fenced this one.
+        """
+        with self._mutex:
+            failed = list(self._failed)
+        if not failed:
+            return {}
+        for writer in failed:
+            if self._writers.get((writer.topic, writer.partition)) is writer:
+                del self._writers[(writer.topic, writer.partition)]
+                with contextlib.suppress(Exception):
+                    writer.producer.close()
+        deadline = time.monotonic() + self.backend.timeout
+        with self._mutex:
+            while any(self._inflight.get(w, 0) for w in failed):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BackendUnavailableError(f"pulsar: {self.name!r}: failed writers are still answering")
+                self._mutex.wait(left)
+            entries = [e for e in self._failures if e.writer in failed]
+        out: dict[_Entry, int | None] = {}
+        for writer in failed:
+            key = (writer.topic, writer.partition)
+            reopened = self._writers.get(key)
+            if reopened is None:
+                with self._mutex:
+                    base = self._states.get(key)
+                reopened, _ = self._open(writer.topic, writer.partition, base)
+                reopened.end = max(reopened.end, writer.end)
+            with _map_errors(f"settle the writes to {writer.where}"):
+                last_id = int(reopened.producer.last_sequence_id())
+            for entry in sorted((e for e in entries if e.writer is writer), key=lambda e: e.entry_id):
+                unresolved = _Unresolved(
+                    writer.topic, writer.partition, entry.header, entry.count, entry.entry_id, entry.floor
+                )
+                out[entry] = self._locate(reopened, unresolved) if entry.entry_id <= last_id else None
+            reopened.next_id = max(reopened.next_id, last_id + 1)
+        with self._mutex:
+            for writer in failed:
+                self._failed.pop(writer, None)
+                self._inflight.pop(writer, None)
+            self._failures = [e for e in self._failures if e.writer not in failed]
+        return out
+
     def _send(
         self,
         writer: _Writer,
@@ -497,6 +714,8 @@ class PulsarProducerLog:
             )
         send = writer.producer._producer.send_async
         builder = _pulsar.MessageBuilder
+        if count == 1:  # one message: its answer is the entry's first and last
+            first = _both(first, last)
         with _map_errors(f"append to {writer.where}"):
             if type(records) is RecordColumns and records.keys is None:
                 for index, value in enumerate(records.values):
@@ -511,8 +730,6 @@ class PulsarProducerLog:
                     message.sequence_id(entry_id)
                     message.event_timestamp(event_time)
                     send(message.build(), first if index == 0 else last if index == count - 1 else _noop)
-                if count == 1:
-                    last(pulsar.Result.Ok, None)
                 return
             for index, record in enumerate(records):
                 own_time = event_time
@@ -534,8 +751,6 @@ class PulsarProducerLog:
                 if encoded.event_time > 0:
                     message.event_timestamp(encoded.event_time)
                 send(message.build(), first if index == 0 else last if index == count - 1 else _noop)
-            if count == 1:
-                last(pulsar.Result.Ok, None)
 
     def _flush(self, writer: _Writer) -> None:
         """Close the writer's entry without waiting (the private ``flush_async`` of
@@ -584,7 +799,7 @@ class PulsarProducerLog:
             end = last[1]
             count = len(batch.records)
             if end is not None and (
-                end.ledger_id() != ledger or end.entry_id() != entry or end.batch_index() != index0 + count - 1
+                end.ledger_id() != ledger or end.entry_id() != entry or max(end.batch_index(), 0) != index0 + count - 1
             ):
                 offsets.append(None)
                 error = error or BackendUnavailableError(
@@ -695,9 +910,10 @@ class PulsarProducerLog:
 
     def _write_state(self, *, wait: bool) -> None:
         """Write the producer's states as one message (``wait``: and wait for it)."""
-        data = pack_states(self._states)
+        with self._mutex:
+            data = pack_states(self._states)
+            self._states_dirty = False
         self._state_at = time.monotonic()
-        self._states_dirty = False
         producer = self._state_producer
         if wait:
             try:
@@ -734,6 +950,14 @@ class PulsarProducerLog:
         for writer in writers:
             with contextlib.suppress(Exception):
                 writer.producer.close()
+
+
+def _both(first: Callable[[Any, Any], None], last: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    def callback(result: Any, message_id: Any) -> None:
+        first(result, message_id)
+        last(result, message_id)
+
+    return callback
 
 
 def _noop_flush(result: Any) -> None:

@@ -109,50 +109,66 @@ def test_named_restart_continues_from_the_log_past_its_last_state(
 
 
 def test_unknown_outcome_stored_is_settled_as_stored(pulsar_service: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A write whose acknowledgements do not come in time is settled before anything else is
-    written: stored, its resend is a duplicate with the original offset, stored once."""
+    """An entry whose acknowledgement is lost (stored, but reported failed) is settled before
+    anything else is written: its resend is a duplicate with the original offset, stored once."""
+    import pulsar
+
     url = _url(pulsar_service)
     topic = topic_name("doubt")
-    waits = iter([False])
-    original = pulsar_direct._Wait.wait
+    lost = iter([True])
+    original = PulsarProducerLog._last
 
-    def wait_once(self: Any, timeout: float) -> bool:
-        done = original(self, timeout)  # the entry is stored...
-        return next(waits, done)  # ...but the first write is told nothing came
+    def lose_once(self: Any, entry: Any, result: Any, message_id: Any) -> None:
+        if result == pulsar.Result.Ok and next(lost, False):
+            result = pulsar.Result.Timeout  # stored, but the answer says otherwise
+        original(self, entry, result, message_id)
 
     with Producer(url, "doubt-" + topic, linger_ms=1) as producer:
         producer.send(topic, b"head", partition=0).result()
-        monkeypatch.setattr(pulsar_direct._Wait, "wait", wait_once)
+        monkeypatch.setattr(PulsarProducerLog, "_last", lose_once)
         meta = producer.send(topic, b"once", partition=0).result()
         assert meta.duplicate  # the resend found it stored
         after = producer.send(topic, b"after", partition=0).result()
     stored = _read_all(pulsar_service, f"persistent://public/default/{topic}-partition-0")
     assert [m.data() for m in stored] == [b"head", b"once", b"after"]
     assert after.sequence == meta.sequence + 1
+    assert meta.offset is not None and meta.offset < after.offset  # type: ignore[operator]
 
 
 def test_unknown_outcome_not_stored_is_resent_once(pulsar_service: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An entry that never left the client (its writer closed on failure) is settled as not
-    stored, and the resend stores it exactly once."""
+    """An entry the client refused before it left is settled (its writer closed and reopened)
+    and the resend stores it exactly once."""
     url = _url(pulsar_service)
     topic = topic_name("lost")
-    flushes = iter([True])
+    refused = iter([True])
     original = PulsarProducerLog._flush
 
-    def no_flush_once(self: Any, writer: Any) -> None:
-        if next(flushes, False):
-            return  # never closed: the entry stays in the client until the writer is dropped
+    def refuse_once(self: Any, writer: Any) -> None:
+        if next(refused, False):
+            raise BackendUnavailableError("pulsar: the client refused the flush (test)")
         original(self, writer)
 
-    monkeypatch.setattr(PulsarBackend, "timeout", 1.0, raising=False)
     with Producer(url, "lost-" + topic, linger_ms=1) as producer:
         producer.send(topic, b"head", partition=0).result()
-        producer.broker.backend.timeout = 1.0  # type: ignore[attr-defined]
-        monkeypatch.setattr(PulsarProducerLog, "_flush", no_flush_once)
-        meta = producer.send(topic, b"once", partition=0).result()
-        assert not meta.duplicate
+        monkeypatch.setattr(PulsarProducerLog, "_flush", refuse_once)
+        producer.send(topic, b"once", partition=0).result()
+        producer.send(topic, b"after", partition=0).result()
     stored = _read_all(pulsar_service, f"persistent://public/default/{topic}-partition-0")
-    assert [m.data() for m in stored] == [b"head", b"once"]
+    assert [m.data() for m in stored] == [b"head", b"once", b"after"]
+
+
+def test_pipelined_groups_keep_order_and_offsets(pulsar_service: Any) -> None:
+    """Several batches of one partition in flight at once: stored in order, one entry each."""
+    url = _url(pulsar_service)
+    topic = topic_name("pipe")
+    with Producer(url, linger_ms=0, max_batch_records=7) as producer:
+        assert producer.broker._log.max_in_flight > 1  # type: ignore[attr-defined]
+        metas = [producer.send(topic, b"v%d" % i, partition=0) for i in range(500)]
+        producer.flush()
+        offsets = [m.result().offset for m in metas]
+    assert offsets == sorted(offsets)
+    stored = _read_all(pulsar_service, f"persistent://public/default/{topic}-partition-0")
+    assert [m.data() for m in stored] == [b"v%d" % i for i in range(500)]
 
 
 def test_an_older_instance_stores_nothing_once_a_newer_one_opened(backend: Any) -> None:
