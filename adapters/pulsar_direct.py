@@ -718,6 +718,8 @@ class PulsarProducerLog:
             first = _both(first, last)
         with _map_errors(f"append to {writer.where}"):
             if type(records) is RecordColumns and records.keys is None:
+                # the head carries the identity, the entry's sequence id (the one the broker
+                # records) and the batch's time; the others only their value
                 for index, value in enumerate(records.values):
                     message = builder()
                     if value is None:
@@ -727,8 +729,8 @@ class PulsarProducerLog:
                     if index == 0:
                         for name, text in identity.items():
                             message.property(name, text)
-                    message.sequence_id(entry_id)
-                    message.event_timestamp(event_time)
+                        message.sequence_id(entry_id)
+                        message.event_timestamp(event_time)
                     send(message.build(), first if index == 0 else last if index == count - 1 else _noop)
                 return
             for index, record in enumerate(records):

@@ -73,6 +73,10 @@ class Producer:
         self._initial = -1 if initial_sequence_id is None else initial_sequence_id
         if initial_sequence_id is not None:
             self._next = dict.fromkeys(range(partitions), self._first)
+        #: send_async's short path applies: no schema to encode, no sequence ids to number
+        self._plain = schema is None and initial_sequence_id is None
+        #: the partition count the last message was routed with
+        self._partitions: int | None = partitions
 
     @property
     def producer(self) -> _Producer:
@@ -150,6 +154,34 @@ class Producer:
         Raises:
             InvalidConfiguration: an unsupported option (named) or a bad argument (nothing sent).
         """
+        if (  # the common case first: bytes, no options, nothing to number or encode
+            type(content) is bytes
+            and properties is None
+            and sequence_id is None
+            and not options
+            and self._plain
+            and not self._closed
+            and (callback is None or callable(callback))
+        ):
+            key = partition_key.encode() if partition_key and type(partition_key) is str else None
+            if key is not None or partition_key is None:
+                route = self._partitions
+                try:
+                    if route is not None and route == self._inner.partitions_for(self._topic):
+                        partition = 0 if route == 1 else self._route(partition_key, route)
+                        self._inner.send(
+                            self._topic,
+                            content,
+                            key,
+                            partition,
+                            on_delivery=_ignore if callback is None else partial(self._delivered, callback),
+                        )
+                        return
+                except QueueFullError:
+                    pass  # the general path waits or refuses, as configured
+                except ProducerError as exc:
+                    self._call(callback, _exception_for(exc).result(), MessageId())
+                    return
         if callback is not None and not callable(callback):
             raise InvalidConfiguration("send_async: callback must be callable or None")
         try:
@@ -225,15 +257,9 @@ class Producer:
             count = inner.partitions_for(self._topic)
         except ProducerError as exc:
             raise _exception_for(exc) from exc
+        self._partitions = count
+        partition = 0 if count == 1 else self._route(partition_key, count)
         with self._lock:
-            if count == 1:
-                partition = 0
-            else:
-                chosen = pulsar_partition(partition_key, count)
-                if chosen is None:
-                    chosen = self._counter % count
-                    self._counter += 1
-                partition = chosen
             sequence = sequence_id
             if sequence is None and self._next is not None:
                 sequence = self._next.get(partition, self._first)  # (a partition added since: from the start)
@@ -254,6 +280,15 @@ class Producer:
                     raise AlreadyClosed("producer is closed") from None
             except ProducerError as exc:
                 raise _exception_for(exc) from exc
+
+    def _route(self, partition_key: str | None, count: int) -> int:
+        """The partition of a message: pulsar-client's hash of the key, else round robin."""
+        chosen = pulsar_partition(partition_key, count)
+        if chosen is None:
+            with self._lock:
+                chosen = self._counter % count
+                self._counter += 1
+        return chosen
 
     def flush(self) -> None:
         """Wait until every message sent so far is stored or has failed.
