@@ -1,0 +1,131 @@
+"""pulsar-client-python's own ``tests/pulsar_test.py`` as the drop-in's yardstick.
+
+Takes a checkout of apache/pulsar-client-python (not part of this repository), copies its
+``tests/`` into two temporary directories and runs ``pulsar_test.py`` in each against the
+same real Pulsar: once as it is (pulsar-client itself), once with only the import lines
+changed to ``idempotent.compat.pulsar``. In both, the service and admin URLs are pointed at
+that Pulsar (the one ``idempotent services`` runs, or ``--service-url``/``--admin-url``).
+Prints how many tests each passes and how many of the native client's passes the drop-in
+passes too, and lists the drop-in's failures among them (``--json`` saves everything).
+
+    python bench/upstream_pulsar_tests.py /path/to/pulsar-client-python
+    python bench/upstream_pulsar_tests.py /path/to/pulsar-client-python -k producer
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.parse
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+from idempotent.testing import services
+
+#: the import lines of the test file, as the drop-in's documentation says to change them
+_IMPORTS = [
+    (re.compile(r"^import pulsar$", re.M), "from idempotent.compat import pulsar"),
+    (re.compile(r"^from pulsar import", re.M), "from idempotent.compat.pulsar import"),
+    (re.compile(r"^from pulsar\.(\w+) import", re.M), r"from idempotent.compat.pulsar.\1 import"),
+    (re.compile(r"^import pulsar\.(\w+)$", re.M), r"import idempotent.compat.pulsar.\1"),
+]
+
+
+def rewrite(text: str, service_url: str, admin_url: str, drop_in: bool) -> str:
+    """The test file with its URLs pointed at our Pulsar, and (``drop_in``) its imports
+    changed. The drop-in's service URL carries the admin URL (``?admin_url=``): it is not
+    the default next to the service port."""
+    url = service_url
+    if drop_in:
+        url = f"{service_url}?{urllib.parse.urlencode({'admin_url': admin_url})}"
+    text = text.replace('"pulsar://localhost:6650"', repr(url)).replace("'pulsar://localhost:6650'", repr(url))
+    text = text.replace('"http://localhost:8080"', repr(admin_url))
+    if drop_in:
+        for pattern, replacement in _IMPORTS:
+            text = pattern.sub(replacement, text)
+    return text
+
+
+def run(checkout: Path, service_url: str, admin_url: str, drop_in: bool, extra: list[str]) -> dict[str, str]:
+    """Run the suite once; return each test's outcome (passed, failed, error, skipped)."""
+    with tempfile.TemporaryDirectory(prefix="upstream-pulsar-") as tmp:
+        tests = Path(tmp) / "tests"
+        shutil.copytree(checkout / "tests", tests)
+        target = tests / "pulsar_test.py"
+        target.write_text(rewrite(target.read_text(), service_url, admin_url, drop_in))
+        report = Path(tmp) / "report.xml"
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "pulsar_test.py",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--timeout=120",
+                f"--junitxml={report}",
+                *extra,
+            ],
+            cwd=tests,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+        outcomes: dict[str, str] = {}
+        if not report.exists():
+            return outcomes
+        for case in ElementTree.parse(report).getroot().iter("testcase"):
+            name = f"{case.get('classname')}::{case.get('name')}"
+            kinds = {child.tag for child in case}
+            reason = ""
+            for child in case:
+                if child.tag in ("failure", "error", "skipped"):
+                    reason = (child.get("message") or "").splitlines()[0][:200] if child.get("message") else ""
+            outcome = next((k for k in ("failure", "error", "skipped") if k in kinds), "passed")
+            outcomes[name] = outcome if outcome == "passed" else f"{outcome}: {reason}"
+        return outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkout", type=Path, help="a checkout of apache/pulsar-client-python")
+    parser.add_argument("--service-url", help="default: the Pulsar `idempotent services` runs (started if needed)")
+    parser.add_argument("--admin-url")
+    parser.add_argument("--json", type=Path, help="save every outcome here")
+    parser.add_argument("-k", help="only tests matching this pytest expression")
+    args = parser.parse_args(argv)
+    if not (args.checkout / "tests" / "pulsar_test.py").exists():
+        parser.error(f"{args.checkout} has no tests/pulsar_test.py")
+    service_url, admin_url = args.service_url, args.admin_url
+    if service_url is None:
+        info = services.up("pulsar")
+        service_url, admin_url = info.url, info.admin_url
+    if admin_url is None:
+        parser.error("--admin-url is needed with --service-url")
+    extra = ["-k", args.k] if args.k else []
+    native = run(args.checkout, service_url, admin_url, False, extra)
+    drop_in = run(args.checkout, service_url, admin_url, True, extra)
+    native_passed = {name for name, outcome in native.items() if outcome == "passed"}
+    drop_in_passed = {name for name, outcome in drop_in.items() if outcome == "passed"}
+    both = native_passed & drop_in_passed
+    share = len(both) / len(native_passed) if native_passed else float("nan")
+    print(f"tests: {len(native)}")
+    print(f"pulsar-client passes: {len(native_passed)}")
+    print(f"drop-in passes:       {len(drop_in_passed)}")
+    print(f"drop-in passes of pulsar-client's passes: {len(both)} of {len(native_passed)} ({share:.0%})")
+    print("\nfailing with the drop-in, passing with pulsar-client:")
+    for name in sorted(native_passed - drop_in_passed):
+        print(f"  {name}: {drop_in.get(name, 'not run')}")
+    if args.json:
+        args.json.write_text(json.dumps({"native": native, "drop_in": drop_in}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
