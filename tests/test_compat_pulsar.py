@@ -282,6 +282,7 @@ def test_client_and_producer_options_are_accepted_and_logged_once(url: str, capl
     expected |= {"ordering_key", "event_timestamp", "replication_clusters"}
     assert sorted(name for line in logged for name in expected if f": {name} is" in line) == sorted(expected)
     assert len(logged) == len(expected)  # each once
+    assert all(r.levelno == logging.INFO for r in caplog.records if "without effect" in r.getMessage())
     client.close()
 
 

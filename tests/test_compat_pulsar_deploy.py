@@ -146,7 +146,7 @@ def test_two_processes_into_an_existing_topic_each_record_once(
         _start(url, name, "", "b", count, tmp_path / "b.json", app),  # anonymous
     ]
     for run in runs:
-        out, err = run.communicate(timeout=240)
+        _, err = run.communicate(timeout=240)
         assert run.returncode == 0, err[-3000:]
     expected = {f"{tag}-{i}".encode() for tag in "ab" for i in range(count)}
     _check(_consume_all(pulsar_service, name, len(expected)), expected)
@@ -182,7 +182,31 @@ def test_three_replicas_one_killed_and_restarted_each_record_once(pulsar_service
     assert restarted.returncode == 0, restarted.stderr.read()[-3000:] if restarted.stderr else ""
     assert first_progress is not None and first_progress < 30, f"the restarted replica stalled {first_progress} s"
     for tag in "xz":
-        out, err = replicas[tag].communicate(timeout=240)
+        _, err = replicas[tag].communicate(timeout=240)
         assert replicas[tag].returncode == 0, err[-3000:]
     expected = {f"{tag}-{i}".encode() for tag in "xyz" for i in range(count)}
     _check(_consume_all(pulsar_service, name, len(expected)), expected)
+
+
+def test_event_timestamp_and_properties_reach_a_plain_consumer(pulsar_service: Any) -> None:
+    """``event_timestamp`` is the stored message's event time (it was accepted and dropped)."""
+    import pulsar
+
+    from idempotent.compat import pulsar as drop_in
+
+    name = topic_name("event-time")
+    _make_topic(pulsar_service, name, 1)
+    client = drop_in.Client(_url(pulsar_service))
+    producer = client.create_producer(name, producer_name=f"{name}-p")
+    producer.send(b"one", {"color": "blue"}, event_timestamp=1_000_000_000_123)
+    producer.send(b"two")
+    client.close()
+    native = pulsar.Client(pulsar_service.bootstrap, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        reader = native.create_reader(f"persistent://public/default/{name}", pulsar.MessageId.earliest)
+        first, second = reader.read_next(20_000), reader.read_next(20_000)
+    finally:
+        native.close()
+    assert (first.data(), first.event_timestamp()) == (b"one", 1_000_000_000_123)
+    assert first.properties()["color"] == "blue"
+    assert second.data() == b"two"
