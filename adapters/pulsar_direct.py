@@ -5,8 +5,10 @@ topic's partitions, next to any number of other producers (replicas of a service
 one server) writing the same partitions at the same time. Nobody owns a partition; each
 producer owns its own records. The design, and why (docs/backends.md, "Pulsar"):
 
-* **One Pulsar producer per partition topic, named after our producer** (``idempotent-n-
-  <name>`` for a named producer, ``idempotent-p-<id>`` for an anonymous one), in Pulsar's
+* **One Pulsar producer per partition topic, named after our producer** (its name for a
+  named producer, or the ``pulsar_producer_name`` setting: the pulsar-client drop-in keeps the
+  application's name there while its producer's own name also says the topic;
+  ``idempotent-p-<id>`` for an anonymous one), in Pulsar's
   default ``Shared`` access mode, with Pulsar's deduplication enabled on the topic. Producers
   of different names never disturb each other. Pulsar refuses a second live producer of the
   same name on a topic (``ProducerBusy``) and removes a closed or disconnected one only after
@@ -108,8 +110,11 @@ MAX_BATCH_RECORDS = 10_000
 #: record headers this writer takes as the message's event time (milliseconds, decimal), not
 #: as a property: the pulsar-client drop-in's ``event_timestamp``
 EVENT_TIME_HEADER = "idem.event_time"
+#: likewise, the message's ordering key (``ordering_key``)
+ORDERING_KEY_HEADER = "idem.ordering_key"
+_OWN_FIELDS = (EVENT_TIME_HEADER, ORDERING_KEY_HEADER)
 #: pulsar-client producer settings a user may choose (the drop-in passes them)
-TUNABLE = frozenset({"compression_type", "max_pending_messages", "chunking_enabled"})
+TUNABLE = frozenset({"compression_type", "pulsar_producer_name"})
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 #: batching limits no batch reaches: our flush closes every entry
 _BATCHING = {
@@ -124,8 +129,9 @@ _BATCHING = {
 
 
 def pulsar_producer_name(producer_key: str, named: bool) -> str:
-    """The Pulsar producer name of one of our producers on every partition topic."""
-    return f"idempotent-{'n' if named else 'p'}-{producer_key}"
+    """The Pulsar producer name of one of our producers on every partition topic (what plain
+    consumers see as ``producer_name()``): a named producer's own name."""
+    return producer_key if named else f"idempotent-p-{producer_key}"
 
 
 def state_topic(backend: PulsarBackend, producer_key: str) -> str:
@@ -281,8 +287,9 @@ class PulsarProducerLog:
         self.backend = backend
         self.producer_key = producer_key
         self.named = named
-        self.name = pulsar_producer_name(producer_key, named)
-        self._options = {**_BATCHING, **(settings or {})}
+        options = dict(settings or {})
+        self.name = str(options.pop("pulsar_producer_name", None) or pulsar_producer_name(producer_key, named))
+        self._options = {**_BATCHING, **options}
         self._writers: dict[tuple[str, int], _Writer] = {}
         #: the batches of the last write whose outcome is unknown; :meth:`resolve` settles them
         self._unresolved: list[_Unresolved] | None = None
@@ -735,10 +742,15 @@ class PulsarProducerLog:
                 return
             for index, record in enumerate(records):
                 own_time = event_time
+                ordering_key: str | None = None
                 headers = record.headers
-                if headers and any(name == EVENT_TIME_HEADER for name, _ in headers):
-                    own_time = int(next(v for n, v in headers if n == EVENT_TIME_HEADER))
-                    record = attrs.evolve(record, headers=tuple((n, v) for n, v in headers if n != EVENT_TIME_HEADER))
+                if headers and any(name in _OWN_FIELDS for name, _ in headers):
+                    for name, data in headers:
+                        if name == EVENT_TIME_HEADER:
+                            own_time = int(data)
+                        elif name == ORDERING_KEY_HEADER:
+                            ordering_key = data.decode()
+                    record = attrs.evolve(record, headers=tuple((n, v) for n, v in headers if n not in _OWN_FIELDS))
                 encoded = _encode_record(record, identity if index == 0 else {}, own_time)
                 message = builder()
                 if encoded.content is None:
@@ -749,6 +761,8 @@ class PulsarProducerLog:
                     message.property(name, text)
                 if encoded.partition_key:
                     message.partition_key(encoded.partition_key)
+                if ordering_key:
+                    message.ordering_key(ordering_key)
                 message.sequence_id(entry_id)
                 if encoded.event_time > 0:
                     message.event_timestamp(encoded.event_time)

@@ -23,7 +23,7 @@ from ._errors import (
     OperationNotSupported,
     _exception_for,
 )
-from ._ids import MessageId, topic_name
+from ._ids import MessageId, _native_message_id, topic_name
 from ._options import (
     _AUTHENTICATIONS,
     _BACKEND_OPTIONS,
@@ -162,25 +162,43 @@ class Client:
         #: on a Pulsar service URL every producer writes through its own DirectBroker
         #: (producer-scoped ownership: many processes write one topic at once, no server)
         self._direct = isinstance(service_url, str) and direct_scheme(service_url)
-        self._broker: BrokerAPI
+        self._handle: BrokerAPI | None = None
+        self._lock = threading.Lock()
         if isinstance(service_url, str):
-            try:
-                if self._direct:  # reads, topics and policies: a DirectBroker without a producer
-                    direct = DirectBroker(service_url, **(self._backend_options or {}))
-                    self._broker = direct
-                    self._release = weakref.finalize(self, direct.close)
-                else:
-                    self._broker = _shared.acquire(service_url, self._backend_options)
-                    self._release = weakref.finalize(self, _shared.release, service_url, self._backend_options)
-            except ProducerError as exc:
-                raise _exception_for(exc) from exc
             self._url = service_url
+            if not self._direct:
+                try:
+                    self._handle = _shared.acquire(service_url, self._backend_options)
+                except ProducerError as exc:
+                    raise _exception_for(exc) from exc
+                self._release = weakref.finalize(self, _shared.release, service_url, self._backend_options)
+            # on a Pulsar URL, as pulsar-client, nothing connects before it is needed
         else:
-            self._broker = service_url
+            self._handle = service_url
         self._producers: list[Producer] = []
         self._readers: list[Reader] = []
         self._closed = False
-        self._lock = threading.Lock()
+
+    @property
+    def _broker(self) -> BrokerAPI:
+        """The broker handle; on a Pulsar URL a DirectBroker without a producer (reads,
+        topics, policies), opened on first use.
+
+        Raises:
+            PulsarException: it could not be opened (mapped error).
+        """
+        handle = self._handle
+        if handle is not None:
+            return handle
+        with self._lock:
+            if self._handle is None:
+                try:
+                    direct = DirectBroker(self._url or "", **(self._backend_options or {}))
+                except ProducerError as exc:
+                    raise _exception_for(exc) from exc
+                self._handle = direct
+                self._release = weakref.finalize(self, direct.close)
+            return self._handle
 
     @property
     def broker(self) -> BrokerAPI:
@@ -258,6 +276,8 @@ class Client:
             )
         if producer_name == "":
             raise InvalidConfiguration(f"{where}: producer_name must be a non-empty str")
+        if options.get("chunking_enabled") and batching_enabled:
+            raise InvalidConfiguration(f"{where}: chunking_enabled and batching_enabled cannot both be set")
         self._adopt_pulsar_rule(name)
         if batching_enabled:
             linger_ms: float = batching_max_publish_delay_ms
@@ -265,18 +285,25 @@ class Client:
             batch_bytes = max(1, batching_max_allowed_size_in_bytes)
         else:
             linger_ms, batch_records, batch_bytes = 0.0, 10_000, 1024 * 1024
-        target: Any = self._broker
+        target: Any = None if self._direct else self._broker
         connect: dict[str, Any] = {}
+        identity = producer_name
         if self._direct:  # its own broker, writing straight into Pulsar
             target = self._url
             connect = dict(self._backend_options or {})
-            settings = {name: options[name] for name in ("compression_type",) if options.get(name) is not None}
-            if settings:
-                connect["log_settings"] = settings
+            settings: dict[str, Any] = {
+                name: options[name] for name in ("compression_type",) if options.get(name) is not None
+            }
+            if producer_name is not None:
+                # Pulsar's producer identity is the name on one topic: the same name on two
+                # topics is two producers. Consumers see the name as it was given.
+                settings["pulsar_producer_name"] = producer_name
+                identity = f"{producer_name}@{full}"
+            connect["log_settings"] = settings
         try:
             inner = _Producer(
                 target,
-                producer_name,
+                identity,
                 linger_ms=linger_ms,
                 max_batch_records=batch_records,
                 batch_size=batch_bytes,
@@ -298,6 +325,7 @@ class Client:
             schema,
             self,
             self._direct,
+            producer_name,
         )
         with self._lock:
             self._producers.append(producer)
@@ -378,7 +406,7 @@ class Client:
         crypto_key_reader: Any = None,
         start_message_id_inclusive: bool = False,
         schema: Any = None,
-    ) -> Reader:
+    ) -> Reader | Any:
         """A reader of ``topic`` from ``start_message_id`` (``MessageId.earliest``,
         ``MessageId.latest`` or the id of a message: the reader starts after it, or at it
         with ``start_message_id_inclusive``), on every URL, through :class:`idempotent.Reader`.
@@ -395,6 +423,27 @@ class Client:
         """
         self._check_open()
         where = "create_reader"
+        if self._direct:  # a Pulsar URL: pulsar-client's own reader, with pulsar-client's ids
+            if isinstance(start_message_id, MessageId):
+                if start_message_id._kind is None:
+                    raise InvalidConfiguration(
+                        f"{where}: on a Pulsar URL start from MessageId.earliest, MessageId.latest or a "
+                        f"message id of this topic, not {start_message_id!r}"
+                    )
+                native = _native_message_id()
+                start_message_id = native.earliest if start_message_id._kind == "earliest" else native.latest
+            return self._native_client("create_reader").create_reader(
+                topic,
+                start_message_id,
+                reader_listener=reader_listener,
+                receiver_queue_size=receiver_queue_size,
+                reader_name=reader_name,
+                subscription_role_prefix=subscription_role_prefix,
+                is_read_compacted=is_read_compacted,
+                crypto_key_reader=crypto_key_reader,
+                start_message_id_inclusive=start_message_id_inclusive,
+                **({} if schema is None else {"schema": schema}),
+            )
         if not isinstance(topic, str):
             raise InvalidTopicName(f"{where}: topic must be a str, not {topic!r}")
         if not isinstance(start_message_id, MessageId):

@@ -46,6 +46,11 @@ class MessageId:
             return message_id
         if isinstance(message_id, _reader.MessageId):
             return MessageId(message_id.partition, message_id.offset)
+        native = _native_message_id()
+        if native is not None and isinstance(message_id, native._msg_id_type):
+            return native.wrap(message_id)  # type: ignore[no-any-return]  # a Pulsar URL's id
+        if native is not None and isinstance(message_id, native):
+            return message_id  # type: ignore[no-any-return]
         raise TypeError(f"MessageId.wrap: expected a MessageId, not {type(message_id).__name__}")
 
     def ledger_id(self) -> int:
@@ -76,12 +81,19 @@ class MessageId:
         return struct.pack(self._FORMAT, self._partition, self._offset)
 
     @staticmethod
-    def deserialize(data: bytes) -> MessageId:
-        """The id :meth:`serialize` produced.
+    def deserialize(data: bytes, topic: str | None = None) -> MessageId:
+        """The id :meth:`serialize` produced; on a Pulsar URL, pulsar-client's serialized ids
+        (``topic`` as pulsar-client's: for multi-topic consumers) give pulsar-client's ids.
 
         Raises:
             InvalidMessage: not a serialized id.
         """
+        native = _native_message_id()
+        if native is not None and (topic is not None or len(data) != struct.calcsize(MessageId._FORMAT)):
+            try:
+                return native.deserialize(data, topic=topic)  # type: ignore[no-any-return]
+            except Exception as exc:
+                raise InvalidMessage(f"not a serialized MessageId: {data!r}") from exc
         try:
             partition, offset = struct.unpack(MessageId._FORMAT, data)
         except (struct.error, TypeError) as exc:
@@ -129,6 +141,31 @@ class MessageId:
         if self._kind is not None:
             return f"MessageId.{self._kind}"
         return f"MessageId(partition={self._partition}, offset={self._offset})"
+
+
+def _native_message_id() -> Any:
+    """pulsar-client's ``MessageId`` class (with ``_msg_id_type``, its extension's), or None
+    when pulsar-client is not installed."""
+    try:
+        import _pulsar
+        import pulsar
+    except ImportError:  # pragma: no cover - without the extra
+        return None
+    native = pulsar.MessageId
+    native._msg_id_type = _pulsar.MessageId
+    return native
+
+
+def native_message_id(partition: int, offset: int | None) -> Any:
+    """The pulsar-client id (``_pulsar.MessageId``, what pulsar-client's ``send`` returns) of
+    a message stored at ``offset`` of a Pulsar topic (``partition`` -1: not partitioned);
+    ``(-1,-1,-1,-1)`` for an unknown position (a duplicate out of the checker's window)."""
+    import _pulsar
+
+    if offset is None or offset < 0:
+        return _pulsar.MessageId(-1, -1, -1, -1)
+    ledger, entry, index = offset >> 40, (offset >> 20) & 0xFFFFF, offset & 0xFFFFF
+    return _pulsar.MessageId(partition, ledger, entry, index)
 
 
 def _special(kind: str) -> MessageId:

@@ -16,8 +16,10 @@ _NATIVE = "pulsar"
 #: monotonic policy; the strict policy refuses any jump)
 _MAX_SEQUENCE_ID = 2**63 - 1
 _NO_TIMEOUT_MS = float(2**31 - 1)
-#: the record header a Pulsar writer stores as the message\'s event time (adapters/pulsar_direct.py)
+#: the record headers a Pulsar writer stores as the message's event time and ordering key
+#: (adapters/pulsar_direct.py)
 EVENT_TIME_HEADER = "idem.event_time"
+ORDERING_KEY_HEADER = "idem.ordering_key"
 
 
 def _check_type(where: str, name: str, value: Any, *kinds: type) -> None:
@@ -180,7 +182,8 @@ def _check_send_options(options: Mapping[str, Any], direct: bool = False) -> Non
             continue
         if name == "ordering_key":
             _check_type(where, name, value, str)
-            _accept_without_effect(where, name, "records are ordered per partition; use partition_key")
+            if not direct:
+                _accept_without_effect(where, name, "records are ordered per partition; use partition_key")
         elif name == "replication_clusters":
             _check_type(where, name, value, list)
             _accept_without_effect(where, name, "there is no geo-replication here")

@@ -22,8 +22,8 @@ from ._errors import (
     Result,
     _exception_for,
 )
-from ._ids import MessageId, _message_id
-from ._options import _MAX_SEQUENCE_ID, EVENT_TIME_HEADER, _check_send_options
+from ._ids import MessageId, _message_id, native_message_id
+from ._options import _MAX_SEQUENCE_ID, EVENT_TIME_HEADER, ORDERING_KEY_HEADER, _check_send_options
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -50,8 +50,12 @@ class Producer:
         schema: Any = None,
         client: Client | None = None,
         direct: bool = False,
+        name: str | None = None,
     ) -> None:
         self._inner = inner
+        #: the name as the application gave it (on a Pulsar URL the producer's own name also
+        #: says the topic)
+        self._name = name
         self._schema = schema
         # as pulsar-client's producer, keep the client (and so its broker) alive while in use
         self._client = client
@@ -75,6 +79,8 @@ class Producer:
             self._next = dict.fromkeys(range(partitions), self._first)
         #: send_async's short path applies: no schema to encode, no sequence ids to number
         self._plain = schema is None and initial_sequence_id is None
+        #: whether the topic is a partitioned Pulsar topic (its ids name the partition)
+        self._partitioned: bool | None = None
         #: the partition count the last message was routed with
         self._partitions: int | None = partitions
 
@@ -89,7 +95,7 @@ class Producer:
 
     def producer_name(self) -> str:
         """The producer name, or ``idempotent-<producer id>`` for an anonymous producer."""
-        return self._inner.producer_name or f"idempotent-{self._inner.producer_id}"
+        return self._name or self._inner.producer_name or f"idempotent-{self._inner.producer_id}"
 
     def last_sequence_id(self) -> int:
         """The highest sequence id stored for this producer on any partition of the topic:
@@ -114,7 +120,7 @@ class Producer:
         *,
         sequence_id: int | None = None,
         **options: Any,
-    ) -> MessageId:
+    ) -> MessageId | Any:
         """Publish a message and wait until it is stored (or recognised as a duplicate).
 
         Returns:
@@ -133,7 +139,7 @@ class Producer:
         future = self._submit(content, properties, partition_key, sequence_id, options, None)
         assert future is not None
         try:
-            return _message_id(future.result())
+            return self._id_of(future.result())
         except ProducerError as exc:
             raise _exception_for(exc) from exc
 
@@ -203,7 +209,7 @@ class Producer:
     ) -> None:
         """The producer's ``on_delivery`` for one ``send_async``: the MessageId is made here."""
         if error is None:
-            self._call(callback, Result.Ok, _message_id(metadata))
+            self._call(callback, Result.Ok, self._id_of(metadata))
         else:
             self._call(callback, _exception_for(error).result(), MessageId())
 
@@ -243,10 +249,14 @@ class Producer:
             ):
                 raise InvalidConfiguration("send: properties must be a dict of str to str")
             headers = {k: v.encode() for k, v in properties.items()}
-        event_time = options.get("event_timestamp") if options else None
-        if event_time is not None and self._direct:
-            headers = headers or {}
-            headers[EVENT_TIME_HEADER] = b"%d" % event_time
+        if options and self._direct:  # stored in the message's own fields, not as properties
+            event_time, ordering_key = options.get("event_timestamp"), options.get("ordering_key")
+            if event_time is not None:
+                headers = headers or {}
+                headers[EVENT_TIME_HEADER] = b"%d" % event_time
+            if ordering_key:
+                headers = headers or {}
+                headers[ORDERING_KEY_HEADER] = ordering_key.encode()
         if sequence_id is not None and (type(sequence_id) is not int or not 0 <= sequence_id <= _MAX_SEQUENCE_ID):
             raise InvalidConfiguration(
                 f"send: sequence_id must be an int in 0..{_MAX_SEQUENCE_ID}, not {sequence_id!r}"
@@ -280,6 +290,18 @@ class Producer:
                     raise AlreadyClosed("producer is closed") from None
             except ProducerError as exc:
                 raise _exception_for(exc) from exc
+
+    def _id_of(self, metadata: Any) -> Any:
+        """The message id for a stored message: on a Pulsar URL pulsar-client's own (as its
+        consumers and readers see it: ledger, entry, batch index), else the drop-in's."""
+        if not self._direct:
+            return _message_id(metadata)
+        partitioned = self._partitioned
+        if partitioned is None:
+            backend = getattr(self._inner.broker, "backend", None)
+            data_topic = getattr(backend, "data_topic", None)
+            partitioned = self._partitioned = data_topic is None or data_topic(self._topic, 0) != self._full_topic
+        return native_message_id(metadata.partition if partitioned else -1, metadata.offset)
 
     def _route(self, partition_key: str | None, count: int) -> int:
         """The partition of a message: pulsar-client's hash of the key, else round robin."""
