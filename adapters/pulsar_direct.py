@@ -114,7 +114,7 @@ EVENT_TIME_HEADER = "idem.event_time"
 ORDERING_KEY_HEADER = "idem.ordering_key"
 _OWN_FIELDS = (EVENT_TIME_HEADER, ORDERING_KEY_HEADER)
 #: pulsar-client producer settings a user may choose (the drop-in passes them)
-TUNABLE = frozenset({"compression_type", "pulsar_producer_name"})
+TUNABLE = frozenset({"compression_type", "pulsar_producer_name", "access_mode", "encryption_key", "crypto_key_reader"})
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 #: batching limits no batch reaches: our flush closes every entry
 _BATCHING = {

@@ -569,6 +569,27 @@ class DirectBroker(ProduceShortcuts):
         except OwnershipLostError as exc:
             raise self._fenced(session, exc) from exc
 
+    def open_partitions(self, topic: str) -> None:
+        """Open this producer's writers of every partition of ``topic`` now, rather than at
+        the first write (a pipelined log; nothing happens for others): what Pulsar decides
+        when a producer opens (exclusive access modes) is decided here.
+
+        Raises:
+            ProducerFencedError: another producer holds the topic exclusively, or fenced
+                this one.
+            BackendUnavailableError, InvalidTopicError: the log could not be opened.
+        """
+        topic = canonical_topic(topic)
+        with self._lock:
+            session, log = self._session, self._log
+            if session is None or log is None or not self._pipelined:
+                return
+            count = self.partitions_for(topic)
+            try:
+                log.prepare([(topic, p) for p in range(count)])  # type: ignore[attr-defined]
+            except OwnershipLostError as exc:
+                raise self._fenced(session, exc) from exc
+
     def _fenced(self, session: ProducerSession, exc: OwnershipLostError) -> ProducerFencedError:
         self._failure = ProducerFencedError(
             f"producer {session.producer_id} ({session.producer_name!r}) was fenced: a newer instance "
@@ -600,6 +621,8 @@ class DirectBroker(ProduceShortcuts):
                     log.note_state(request.topic, request.partition, snapshot)  # type: ignore[attr-defined]
                 futures[index].set_result(ProduceResult(Outcome.ACCEPTED, offset))
                 return
+            if isinstance(error, OwnershipLostError) and self._session is not None:
+                error = self._fenced(self._session, error)  # another producer fenced this one
             with self._checker_lock:
                 self._unsettled.append((checker, ticket, request, entry))
             futures[index].set_exception(

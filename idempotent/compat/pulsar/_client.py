@@ -41,6 +41,14 @@ from ._producer import Producer
 from ._reading import Reader
 
 _LOG = logging.getLogger("idempotent.compat.pulsar")
+_WARNED: set[str] = set()
+
+
+def _warn_once(what: str, message: str, *args: Any) -> None:
+    """A WARNING, once per process for ``what``: something weaker than exactly-once."""
+    if what not in _WARNED:
+        _WARNED.add(what)
+        _LOG.warning(message, *args)
 
 
 class Client:
@@ -219,7 +227,7 @@ class Client:
         batching_max_allowed_size_in_bytes: int = 131072,
         batching_max_publish_delay_ms: int = 10,
         **options: Any,
-    ) -> Producer:
+    ) -> Producer | Any:
         """Create a producer on ``topic``.
 
         A named producer keeps its identity across restarts: it continues the sequences the
@@ -253,6 +261,27 @@ class Client:
         schema = _check_producer_options(options, self._direct)
         if not isinstance(topic, str):
             raise InvalidTopicName(f"{where}: topic must be a str, not {topic!r}")
+        if self._direct and topic.startswith("non-persistent://"):
+            # nothing is stored, so there is nothing to store once: pulsar-client's own producer
+            _warn_once(
+                "non-persistent",
+                "non-persistent topics keep nothing to deduplicate against: %s is written by a plain "
+                "pulsar-client producer, without exactly-once",
+                topic,
+            )
+            return self._native_client("create_producer").create_producer(
+                topic,
+                producer_name,
+                initial_sequence_id=initial_sequence_id,
+                send_timeout_millis=send_timeout_millis,
+                max_pending_messages=max_pending_messages,
+                block_if_queue_full=block_if_queue_full,
+                batching_enabled=batching_enabled,
+                batching_max_messages=batching_max_messages,
+                batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
+                batching_max_publish_delay_ms=batching_max_publish_delay_ms,
+                **options,
+            )
         full, name = topic_name(topic)
         _check_type(where, "producer_name", producer_name, str, type(None))
         _check_type(where, "initial_sequence_id", initial_sequence_id, int, type(None))
@@ -278,6 +307,8 @@ class Client:
             raise InvalidConfiguration(f"{where}: producer_name must be a non-empty str")
         if options.get("chunking_enabled") and batching_enabled:
             raise InvalidConfiguration(f"{where}: chunking_enabled and batching_enabled cannot both be set")
+        if self._direct:
+            self._create_as_pulsar_does(name)
         self._adopt_pulsar_rule(name)
         if batching_enabled:
             linger_ms: float = batching_max_publish_delay_ms
@@ -292,7 +323,9 @@ class Client:
             target = self._url
             connect = dict(self._backend_options or {})
             settings: dict[str, Any] = {
-                name: options[name] for name in ("compression_type",) if options.get(name) is not None
+                name: options[name]
+                for name in ("compression_type", "access_mode", "encryption_key", "crypto_key_reader")
+                if options.get(name) is not None
             }
             if producer_name is not None:
                 # Pulsar's producer identity is the name on one topic: the same name on two
@@ -314,6 +347,14 @@ class Client:
             )
         except ProducerError as exc:
             raise _exception_for(exc) from exc
+        access = options.get("access_mode")
+        if self._direct and access is not None and access.name != "Shared":
+            # exclusive access is decided when the writers open: open them now, as Pulsar does
+            try:
+                inner.broker.open_partitions(name)  # type: ignore[attr-defined]
+            except ProducerError as exc:
+                inner.close(0)
+                raise _exception_for(exc) from exc
         producer = Producer(
             inner,
             full,
@@ -326,10 +367,30 @@ class Client:
             self,
             self._direct,
             producer_name,
+            options.get("message_router"),
         )
         with self._lock:
             self._producers.append(producer)
         return producer
+
+    def _create_as_pulsar_does(self, topic: str) -> None:
+        """On a Pulsar URL, create a missing topic as Pulsar creates one for a producer: not
+        partitioned (a topic that exists, partitioned or not, is used as it is).
+
+        Raises:
+            PulsarException: Pulsar could not be asked (mapped error).
+        """
+        backend: Any = getattr(self._broker, "backend", None)
+        if backend is None or not hasattr(backend, "ensure_topic"):
+            return
+        from adapters.pulsar import _map_errors, pulsar_topic_name
+
+        try:
+            if backend.describe_topic(topic) is None:
+                with _map_errors(f"create topic {topic}"):
+                    backend.ensure_topic(pulsar_topic_name(topic))
+        except ProducerError as exc:
+            raise _exception_for(exc) from exc
 
     def _adopt_pulsar_rule(self, topic: str) -> None:
         """Give a topic that does not exist yet Pulsar's sequence rule (``monotonic``).

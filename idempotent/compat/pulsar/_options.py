@@ -56,6 +56,7 @@ _BACKEND_OPTIONS = (
     "tls_validate_hostname",
     "tls_private_key_file_path",
     "tls_certificate_file_path",
+    "listener_name",
 )
 
 _CLIENT_DEFAULTS: dict[str, Any] = {
@@ -142,6 +143,12 @@ def _check_producer_options(options: Mapping[str, Any], direct: bool = False) ->
             if value is not None and not callable(getattr(value, "encode", None)):
                 raise InvalidConfiguration(f"{where}: schema must be a pulsar schema, not {value!r}")
             continue
+        elif value is not None and direct and name in _APPLIED_ON_PULSAR:
+            continue  # encryption_key, crypto_key_reader: the producer's Pulsar writers encrypt
+        elif name == "message_router" and value is not None:
+            if not callable(value):
+                raise InvalidConfiguration(f"{where}: message_router must be callable, not {value!r}")
+            continue  # called per message with (message, partition count), as pulsar-client
         elif value is not None:  # encryption_key, crypto_key_reader, message_router
             raise OperationNotSupported(
                 f"{where}: {name} is not supported: "
@@ -164,7 +171,7 @@ _SEND_OPTIONS = (
 
 
 #: producer settings that a Pulsar service URL applies to the producer's own Pulsar writers
-_APPLIED_ON_PULSAR = frozenset({"compression_type"})
+_APPLIED_ON_PULSAR = frozenset({"compression_type", "access_mode", "encryption_key", "crypto_key_reader"})
 
 
 def _check_send_options(options: Mapping[str, Any], direct: bool = False) -> None:

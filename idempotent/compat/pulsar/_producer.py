@@ -51,6 +51,7 @@ class Producer:
         client: Client | None = None,
         direct: bool = False,
         name: str | None = None,
+        router: Callable[[Any, int], int] | None = None,
     ) -> None:
         self._inner = inner
         #: the name as the application gave it (on a Pulsar URL the producer's own name also
@@ -78,7 +79,9 @@ class Producer:
         if initial_sequence_id is not None:
             self._next = dict.fromkeys(range(partitions), self._first)
         #: send_async's short path applies: no schema to encode, no sequence ids to number
-        self._plain = schema is None and initial_sequence_id is None
+        #: ``message_router(message, partition count)``, as pulsar-client calls it
+        self._router = router
+        self._plain = schema is None and initial_sequence_id is None and router is None
         #: whether the topic is a partitioned Pulsar topic (its ids name the partition)
         self._partitioned: bool | None = None
         #: the partition count the last message was routed with
@@ -268,7 +271,10 @@ class Producer:
         except ProducerError as exc:
             raise _exception_for(exc) from exc
         self._partitions = count
-        partition = 0 if count == 1 else self._route(partition_key, count)
+        if self._router is not None:
+            partition = self._routed(content, properties, partition_key, count)
+        else:
+            partition = 0 if count == 1 else self._route(partition_key, count)
         with self._lock:
             sequence = sequence_id
             if sequence is None and self._next is not None:
@@ -303,6 +309,20 @@ class Producer:
             partitioned = self._partitioned = data_topic is None or data_topic(self._topic, 0) != self._full_topic
         return native_message_id(metadata.partition if partitioned else -1, metadata.offset)
 
+    def _routed(
+        self, content: bytes | None, properties: Mapping[str, str] | None, partition_key: str | None, count: int
+    ) -> int:
+        """The partition the application's ``message_router`` picks.
+
+        Raises:
+            InvalidConfiguration: it returned something other than a partition of the topic.
+        """
+        assert self._router is not None
+        chosen = self._router(_Routed(content, properties, partition_key), count)
+        if type(chosen) is not int or not 0 <= chosen < count:
+            raise InvalidConfiguration(f"send: message_router returned {chosen!r}, not a partition in 0..{count - 1}")
+        return chosen
+
     def _route(self, partition_key: str | None, count: int) -> int:
         """The partition of a message: pulsar-client's hash of the key, else round robin."""
         chosen = pulsar_partition(partition_key, count)
@@ -328,6 +348,32 @@ class Producer:
             return
         self._closed = True
         self._inner.close(30)
+
+
+class _Routed:
+    """The message as a ``message_router`` sees it (pulsar-client's ``Message`` accessors)."""
+
+    __slots__ = ("_content", "_key", "_properties")
+
+    def __init__(self, content: bytes | None, properties: Mapping[str, str] | None, key: str | None) -> None:
+        self._content = content
+        self._properties = dict(properties or {})
+        self._key = key
+
+    def data(self) -> bytes:
+        return self._content or b""
+
+    def value(self) -> bytes:
+        return self._content or b""
+
+    def properties(self) -> dict[str, str]:
+        return self._properties
+
+    def partition_key(self) -> str:
+        return self._key or ""
+
+    def ordering_key(self) -> str:
+        return ""
 
 
 def _ignore(error: BaseException | None, metadata: Any) -> None:
