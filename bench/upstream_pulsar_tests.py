@@ -4,7 +4,9 @@ Takes a checkout of apache/pulsar-client-python (not part of this repository), c
 ``tests/`` into two temporary directories and runs ``pulsar_test.py`` in each against the
 same real Pulsar: once as it is (pulsar-client itself), once with only the import lines
 changed to ``idempotent.compat.pulsar``. In both, the service and admin URLs are pointed at
-that Pulsar (the one ``idempotent services`` runs, or ``--service-url``/``--admin-url``).
+that Pulsar: a fresh standalone started with ``idempotent services`` before each of the two
+runs (upstream's tests reuse topic and subscription names), or ``--service-url`` and
+``--admin-url``.
 Prints how many tests each passes and how many of the native client's passes the drop-in
 passes too, and lists the drop-in's failures among them (``--json`` saves everything).
 
@@ -102,15 +104,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (args.checkout / "tests" / "pulsar_test.py").exists():
         parser.error(f"{args.checkout} has no tests/pulsar_test.py")
-    service_url, admin_url = args.service_url, args.admin_url
-    if service_url is None:
-        info = services.up("pulsar")
-        service_url, admin_url = info.url, info.admin_url
-    if admin_url is None:
+    if args.service_url is not None and args.admin_url is None:
         parser.error("--admin-url is needed with --service-url")
     extra = ["-k", args.k] if args.k else []
-    native = run(args.checkout, service_url, admin_url, False, extra)
-    drop_in = run(args.checkout, service_url, admin_url, True, extra)
+
+    def target() -> tuple[str, str]:
+        """The Pulsar of a run: the one given, or a fresh standalone (upstream's tests expect
+        an empty one: they reuse topic and subscription names)."""
+        if args.service_url is not None:
+            return args.service_url, args.admin_url
+        services.down("pulsar")
+        info = services.up("pulsar")
+        return info.url, info.admin_url or ""
+
+    native = run(args.checkout, *target(), False, extra)
+    drop_in = run(args.checkout, *target(), True, extra)
     native_passed = {name for name, outcome in native.items() if outcome == "passed"}
     drop_in_passed = {name for name, outcome in drop_in.items() if outcome == "passed"}
     both = native_passed & drop_in_passed

@@ -77,11 +77,48 @@ from ._errors import (
     TopicTerminated,
     UnknownError,
     _exception_for,  # noqa: F401  (the mapping, for tests)
+    _native,
 )
 from ._ids import MessageId, topic_name
 from ._options import _LOGGED, _NATIVE  # noqa: F401  (_LOGGED: tests reset it)
 from ._producer import Producer
 from ._reading import Message, Reader
+
+# What applications catch are pulsar-client's own exception classes (when it is installed):
+# the drop-in raises subclasses of them, and the consumers and readers it passes through raise
+# them, so ``except pulsar.Timeout`` catches both.
+for _name in (
+    "PulsarException",
+    "UnknownError",
+    "InvalidConfiguration",
+    "Timeout",
+    "LookupError",
+    "ConnectError",
+    "ReadError",
+    "AuthenticationError",
+    "AuthorizationError",
+    "BrokerMetadataError",
+    "BrokerPersistenceError",
+    "NotConnected",
+    "AlreadyClosed",
+    "InvalidMessage",
+    "ProducerNotInitialized",
+    "ProducerBusy",
+    "InvalidTopicName",
+    "InvalidUrl",
+    "ServiceUnitNotReady",
+    "OperationNotSupported",
+    "ProducerQueueIsFull",
+    "MessageTooBig",
+    "TopicNotFound",
+    "TopicTerminated",
+    "NotAllowedError",
+    "ProducerFenced",
+    "Interrupted",
+):
+    _native_class = _native(_name)
+    if _native_class is not Exception:
+        globals()[_name] = _native_class
 
 # ``import idempotent.compat.pulsar.schema`` (and every other submodule pulsar-client has) is
 # the native one; this package's own modules start with an underscore

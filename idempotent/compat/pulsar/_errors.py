@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 from ... import errors
 from ..._outcomes import DeliveryStatus
@@ -23,6 +24,18 @@ from ...errors import (
     UnknownProducerError,
     UsageError,
 )
+
+
+def _native(name: str) -> Any:
+    """pulsar-client's exception class ``name``, or ``Exception`` without pulsar-client: the
+    drop-in's exceptions subclass pulsar-client's, so that an ``except`` of either catches
+    them, and the module exports pulsar-client's own classes (which then catch what
+    pulsar-client's consumers and readers raise too)."""
+    try:
+        from pulsar import exceptions
+    except ImportError:  # pragma: no cover - without the extra
+        return Exception
+    return getattr(exceptions, name, Exception)
 
 
 class Result(enum.IntEnum):
@@ -76,7 +89,7 @@ class Result(enum.IntEnum):
     Interrupted = 45
 
 
-class PulsarException(Exception):
+class PulsarException(_native("PulsarException")):  # type: ignore[misc]
     """Root of the exceptions, as in pulsar-client. ``result()`` is the :class:`Result`.
 
     Extensions: ``status`` is the message's :class:`~idempotent.DeliveryStatus` when the
@@ -94,107 +107,107 @@ class PulsarException(Exception):
         return self.result_value
 
 
-class UnknownError(PulsarException):
+class UnknownError(PulsarException, _native("UnknownError")):  # type: ignore[misc]
     result_value = Result.UnknownError
 
 
-class InvalidConfiguration(PulsarException, ValueError):  # a ValueError, as upstream's argument checks
+class InvalidConfiguration(PulsarException, _native("InvalidConfiguration"), ValueError):  # type: ignore[misc]
     result_value = Result.InvalidConfiguration
 
 
-class Timeout(PulsarException):
+class Timeout(PulsarException, _native("Timeout")):  # type: ignore[misc]
     result_value = Result.Timeout
 
 
-class LookupError(PulsarException):  # pulsar-client's name (shadows the builtin here only)
+class LookupError(PulsarException, _native("LookupError")):  # type: ignore[misc]
     result_value = Result.LookupError
 
 
-class ConnectError(PulsarException):
+class ConnectError(PulsarException, _native("ConnectError")):  # type: ignore[misc]
     result_value = Result.ConnectError
 
 
-class ReadError(PulsarException):
+class ReadError(PulsarException, _native("ReadError")):  # type: ignore[misc]
     result_value = Result.ReadError
 
 
-class AuthenticationError(PulsarException):
+class AuthenticationError(PulsarException, _native("AuthenticationError")):  # type: ignore[misc]
     result_value = Result.AuthenticationError
 
 
-class AuthorizationError(PulsarException):
+class AuthorizationError(PulsarException, _native("AuthorizationError")):  # type: ignore[misc]
     result_value = Result.AuthorizationError
 
 
-class BrokerMetadataError(PulsarException):
+class BrokerMetadataError(PulsarException, _native("BrokerMetadataError")):  # type: ignore[misc]
     result_value = Result.BrokerMetadataError
 
 
-class BrokerPersistenceError(PulsarException):
+class BrokerPersistenceError(PulsarException, _native("BrokerPersistenceError")):  # type: ignore[misc]
     result_value = Result.BrokerPersistenceError
 
 
-class NotConnected(PulsarException):
+class NotConnected(PulsarException, _native("NotConnected")):  # type: ignore[misc]
     result_value = Result.NotConnected
 
 
-class AlreadyClosed(PulsarException):
+class AlreadyClosed(PulsarException, _native("AlreadyClosed")):  # type: ignore[misc]
     result_value = Result.AlreadyClosed
 
 
-class InvalidMessage(PulsarException):
+class InvalidMessage(PulsarException, _native("InvalidMessage")):  # type: ignore[misc]
     result_value = Result.InvalidMessage
 
 
-class ProducerNotInitialized(PulsarException):
+class ProducerNotInitialized(PulsarException, _native("ProducerNotInitialized")):  # type: ignore[misc]
     result_value = Result.ProducerNotInitialized
 
 
-class ProducerBusy(PulsarException):
+class ProducerBusy(PulsarException, _native("ProducerBusy")):  # type: ignore[misc]
     result_value = Result.ProducerBusy
 
 
-class InvalidTopicName(PulsarException, ValueError):  # a ValueError, as upstream's argument checks
+class InvalidTopicName(PulsarException, _native("InvalidTopicName"), ValueError):  # type: ignore[misc]
     result_value = Result.InvalidTopicName
 
 
-class InvalidUrl(PulsarException, ValueError):  # a ValueError, as upstream's argument checks
+class InvalidUrl(PulsarException, _native("InvalidUrl"), ValueError):  # type: ignore[misc]
     result_value = Result.InvalidUrl
 
 
-class ServiceUnitNotReady(PulsarException):
+class ServiceUnitNotReady(PulsarException, _native("ServiceUnitNotReady")):  # type: ignore[misc]
     result_value = Result.ServiceUnitNotReady
 
 
-class OperationNotSupported(PulsarException):
+class OperationNotSupported(PulsarException, _native("OperationNotSupported")):  # type: ignore[misc]
     result_value = Result.OperationNotSupported
 
 
-class ProducerQueueIsFull(PulsarException):
+class ProducerQueueIsFull(PulsarException, _native("ProducerQueueIsFull")):  # type: ignore[misc]
     result_value = Result.ProducerQueueIsFull
 
 
-class MessageTooBig(PulsarException):
+class MessageTooBig(PulsarException, _native("MessageTooBig")):  # type: ignore[misc]
     result_value = Result.MessageTooBig
 
 
-class TopicNotFound(PulsarException):
+class TopicNotFound(PulsarException, _native("TopicNotFound")):  # type: ignore[misc]
     result_value = Result.TopicNotFound
 
 
-class TopicTerminated(PulsarException):
+class TopicTerminated(PulsarException, _native("TopicTerminated")):  # type: ignore[misc]
     result_value = Result.TopicTerminated
 
 
-class NotAllowedError(PulsarException):
+class NotAllowedError(PulsarException, _native("NotAllowedError")):  # type: ignore[misc]
     result_value = Result.NotAllowedError
 
 
-class ProducerFenced(PulsarException):
+class ProducerFenced(PulsarException, _native("ProducerFenced")):  # type: ignore[misc]
     result_value = Result.ProducerFenced
 
 
-class Interrupted(PulsarException):
+class Interrupted(PulsarException, _native("Interrupted")):  # type: ignore[misc]
     result_value = Result.Interrupted
 
 

@@ -12,7 +12,18 @@ from ...errors import InvalidTopicError
 from ._errors import InvalidMessage, InvalidTopicName, OperationNotSupported
 
 
-class MessageId:
+def _native_base() -> Any:
+    """pulsar-client's ``MessageId`` class, or ``object`` without pulsar-client: drop-in ids
+    are pulsar-client ids too, so pulsar-client's consumers and readers take them (``seek``,
+    ``acknowledge``)."""
+    try:
+        import pulsar
+    except ImportError:  # pragma: no cover - without the extra
+        return object
+    return pulsar.MessageId
+
+
+class MessageId(_native_base()):  # type: ignore[misc]
     """Where a message is stored: its partition and offset.
 
     Pulsar's accessors are kept: ``ledger_id()`` is 0, ``entry_id()`` the offset,
@@ -52,6 +63,15 @@ class MessageId:
         if native is not None and isinstance(message_id, native):
             return message_id  # type: ignore[no-any-return]
         raise TypeError(f"MessageId.wrap: expected a MessageId, not {type(message_id).__name__}")
+
+    @property
+    def _msg_id(self) -> Any:
+        """pulsar-client's extension id of this one (what its consumers and readers take)."""
+        import _pulsar
+
+        if self._kind is not None:
+            return _pulsar.MessageId.earliest if self._kind == "earliest" else _pulsar.MessageId.latest
+        return _pulsar.MessageId(self._partition, self.ledger_id(), self._offset, -1)
 
     def ledger_id(self) -> int:
         """0, or -1 for an unknown position."""
@@ -110,6 +130,9 @@ class MessageId:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, MessageId) and self._key() == other._key()
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, MessageId):
