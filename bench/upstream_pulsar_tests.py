@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import urllib.parse
-import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from idempotent.testing import services
@@ -36,6 +35,10 @@ _IMPORTS = [
     (re.compile(r"^from pulsar\.(\w+) import", re.M), r"from idempotent.compat.pulsar.\1 import"),
     (re.compile(r"^import pulsar\.(\w+)$", re.M), r"import idempotent.compat.pulsar.\1"),
 ]
+
+
+#: a test's line in pytest's -v output
+_RESULT = re.compile(r"^(pulsar_test\.py::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)")
 
 
 def rewrite(text: str, service_url: str, admin_url: str, drop_in: bool) -> str:
@@ -60,37 +63,27 @@ def run(checkout: Path, service_url: str, admin_url: str, drop_in: bool, extra: 
         shutil.copytree(checkout / "tests", tests)
         target = tests / "pulsar_test.py"
         target.write_text(rewrite(target.read_text(), service_url, admin_url, drop_in))
-        report = Path(tmp) / "report.xml"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "pulsar_test.py",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "--timeout=120",
-                f"--junitxml={report}",
-                *extra,
-            ],
+        # each outcome is read as pytest prints it (-v), so that a run the native client
+        # crashes (it can take the interpreter down) still counts the tests before the crash
+        finished = subprocess.run(
+            [sys.executable, "-m", "pytest", "pulsar_test.py", "-v", "-p", "no:cacheprovider", "--timeout=120", *extra],
             cwd=tests,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             check=False,
         )
         outcomes: dict[str, str] = {}
-        if not report.exists():
-            return outcomes
-        for case in ElementTree.parse(report).getroot().iter("testcase"):
-            name = f"{case.get('classname')}::{case.get('name')}"
-            kinds = {child.tag for child in case}
-            reason = ""
-            for child in case:
-                if child.tag in ("failure", "error", "skipped"):
-                    reason = (child.get("message") or "").splitlines()[0][:200] if child.get("message") else ""
-            outcome = next((k for k in ("failure", "error", "skipped") if k in kinds), "passed")
-            outcomes[name] = outcome if outcome == "passed" else f"{outcome}: {reason}"
+        for line in finished.stdout.splitlines():
+            match = _RESULT.match(line)
+            if match:
+                outcomes[match.group(1)] = match.group(2).lower()
+        if finished.returncode not in (0, 1, 5):
+            print(f"{'drop-in' if drop_in else 'pulsar-client'}: pytest exited {finished.returncode}", file=sys.stderr)
+        reasons = re.findall(r"^(?:FAILED|ERROR) (\S+) - (.*)$", finished.stdout, re.M)
+        for name, reason in reasons:
+            if name in outcomes:
+                outcomes[name] = f"{outcomes[name]}: {reason[:200]}"
         return outcomes
 
 
