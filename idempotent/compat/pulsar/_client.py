@@ -44,6 +44,21 @@ _LOG = logging.getLogger("idempotent.compat.pulsar")
 _WARNED: set[str] = set()
 
 
+def _is_service_info_provider(value: Any) -> bool:
+    """Whether ``value`` is what pulsar-client takes instead of a URL: a ServiceInfoProvider
+    (the application's own subclass) or an AutoClusterFailover."""
+    try:
+        import pulsar
+    except ImportError:  # pragma: no cover - without the extra
+        return False
+    kinds = tuple(
+        kind
+        for kind in (getattr(pulsar, "ServiceInfoProvider", None), getattr(pulsar, "AutoClusterFailover", None))
+        if isinstance(kind, type)
+    )
+    return bool(kinds) and isinstance(value, kinds)
+
+
 def _warn_once(what: str, message: str, *args: Any) -> None:
     """A WARNING, once per process for ``what``: something weaker than exactly-once."""
     if what not in _WARNED:
@@ -97,7 +112,12 @@ class Client:
         tls_certificate_file_path: str | None = None,
     ) -> None:
         where = "Client"
-        if not isinstance(service_url, str | BrokerAPI):
+        #: a pulsar-client ServiceInfoProvider or AutoClusterFailover given as the service URL:
+        #: a real pulsar.Client follows it, and producers write to the URL it names at the time
+        self._provider: Any = None
+        if _is_service_info_provider(service_url):
+            self._provider, service_url = service_url, ""
+        elif not isinstance(service_url, str | BrokerAPI):
             raise InvalidUrl(f"service_url must be a URL or a broker, not {type(service_url).__name__}")
         if authentication is not None and type(authentication).__name__ not in _AUTHENTICATIONS:
             raise InvalidConfiguration(
@@ -169,7 +189,7 @@ class Client:
         self._release: weakref.finalize[Any, Any] | None = None
         #: on a Pulsar service URL every producer writes through its own DirectBroker
         #: (producer-scoped ownership: many processes write one topic at once, no server)
-        self._direct = isinstance(service_url, str) and direct_scheme(service_url)
+        self._direct = self._provider is not None or (isinstance(service_url, str) and direct_scheme(service_url))
         self._handle: BrokerAPI | None = None
         self._lock = threading.Lock()
         if isinstance(service_url, str):
@@ -198,10 +218,11 @@ class Client:
         handle = self._handle
         if handle is not None:
             return handle
+        url = self._service_url()  # (may ask the real client, which takes the lock)
         with self._lock:
             if self._handle is None:
                 try:
-                    direct = DirectBroker(self._url or "", **(self._backend_options or {}))
+                    direct = DirectBroker(url, **(self._backend_options or {}))
                 except ProducerError as exc:
                     raise _exception_for(exc) from exc
                 self._handle = direct
@@ -320,7 +341,7 @@ class Client:
         connect: dict[str, Any] = {}
         identity = producer_name
         if self._direct:  # its own broker, writing straight into Pulsar
-            target = self._url
+            target = self._service_url()
             connect = dict(self._backend_options or {})
             settings: dict[str, Any] = {
                 name: options[name]
@@ -420,7 +441,7 @@ class Client:
                 backend has no Pulsar to consume from), or pulsar-client is not installed.
         """
         url = self._url or ""
-        if urllib.parse.urlsplit(url).scheme not in _PULSAR_SCHEMES:
+        if self._provider is None and urllib.parse.urlsplit(url).scheme not in _PULSAR_SCHEMES:
             raise OperationNotSupported(
                 f"Client.{what}() needs a Pulsar broker, and the service URL is {url or 'a broker handle'!r}: "
                 "subscriptions live in Pulsar. Read with create_reader() or idempotent.Reader "
@@ -431,7 +452,8 @@ class Client:
             raise OperationNotSupported(f"Client.{what}() needs pulsar-client: pip install idempotent[pulsar]")
         with self._lock:
             if self._native is None:
-                self._native = module.Client(url.split("?", 1)[0], **self._native_options)
+                target = self._provider if self._provider is not None else url.split("?", 1)[0]
+                self._native = module.Client(target, **self._native_options)
             return self._native
 
     def subscribe(self, topic: Any, subscription_name: Any, *args: Any, **kwargs: Any) -> Any:
@@ -546,6 +568,23 @@ class Client:
     def _check_open(self) -> None:
         if self._closed:
             raise AlreadyClosed("client is closed")
+
+    def _service_url(self) -> str:
+        """The URL producers write to: the one given, or what the ServiceInfoProvider or
+        AutoClusterFailover names now."""
+        if self._provider is not None:
+            return str(self._native_client("create_producer").get_service_info().service_url)
+        return self._url or ""
+
+    def get_service_info(self) -> Any:
+        """pulsar-client's ``Client.get_service_info()``: the service URL (and TLS settings)
+        the client uses now; a ServiceInfoProvider's or AutoClusterFailover's current one.
+
+        Raises:
+            OperationNotSupported: the service URL is not a Pulsar one.
+        """
+        self._check_open()
+        return self._native_client("get_service_info").get_service_info()
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         """The partition topic names of ``topic`` (``[topic]`` for one partition, as Pulsar).

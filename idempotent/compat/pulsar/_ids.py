@@ -40,7 +40,38 @@ class MessageId(_native_base()):  # type: ignore[misc]
     #: the next message stored after the reader opened (``MessageId.latest``)
     latest: ClassVar[MessageId]
 
-    def __init__(self, partition: int = -1, offset: int = -1) -> None:
+    def __new__(
+        cls,
+        partition: int = -1,
+        offset: int = -1,
+        entry_id: int | None = None,
+        batch_index: int | None = None,
+        *,
+        ledger_id: int | None = None,
+    ) -> Any:
+        """``MessageId(partition, offset)``; with ``ledger_id``, ``entry_id`` or
+        ``batch_index`` (pulsar-client's ``MessageId(partition, ledger_id, entry_id,
+        batch_index)``), pulsar-client's own id of that position."""
+        if ledger_id is not None or entry_id is not None or batch_index is not None:
+            native = _native_message_id()
+            if native is not None:
+                return native(
+                    partition,
+                    offset if ledger_id is None else ledger_id,
+                    -1 if entry_id is None else entry_id,
+                    -1 if batch_index is None else batch_index,
+                )
+        return object.__new__(cls)
+
+    def __init__(
+        self,
+        partition: int = -1,
+        offset: int = -1,
+        entry_id: int | None = None,
+        batch_index: int | None = None,
+        *,
+        ledger_id: int | None = None,
+    ) -> None:
         self._partition = partition
         self._offset = offset
         self._kind: str | None = None
