@@ -206,6 +206,8 @@ class Client:
         self._producers: list[Producer] = []
         self._readers: list[Reader] = []
         self._closed = False
+        if self._provider is not None:  # pulsar-client checks a provider and its arguments now
+            self._native_client("Client")
 
     @property
     def _broker(self) -> BrokerAPI:
