@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...clientlogs import route_pulsar_attribute
 from .. import _shared
 from ._client import Client
 from ._errors import (
@@ -122,7 +123,7 @@ for _name in (
 
 # ``import idempotent.compat.pulsar.schema`` (and every other submodule pulsar-client has) is
 # the native one; this package's own modules start with an underscore
-_shared.pass_through_submodules(__name__, _NATIVE)
+_shared.pass_through_submodules(__name__, _NATIVE, route_pulsar_attribute)
 
 __all__ = [
     "AlreadyClosed",
@@ -165,4 +166,4 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """The rest of pulsar-client (schemas, ``ConsumerType``, ``AuthenticationToken``,
     ``ConsoleLogger``, ...), passed through from the installed module."""
-    return _shared.native_attribute(__name__, _NATIVE, name)
+    return _shared.native_attribute(__name__, _NATIVE, name, route_pulsar_attribute)

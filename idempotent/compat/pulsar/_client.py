@@ -11,6 +11,7 @@ from typing import Any
 from ... import errors
 from ... import reader as _reader
 from ...api import BrokerAPI
+from ...clientlogs import open_pulsar_client
 from ...direct import DirectBroker, direct_scheme
 from ...errors import ProducerError
 from ...producer import Producer as _Producer
@@ -455,7 +456,8 @@ class Client:
         with self._lock:
             if self._native is None:
                 target = self._provider if self._provider is not None else url.split("?", 1)[0]
-                self._native = module.Client(target, **self._native_options)
+                # without a logger of the user's, the C++ client's lines go to Python logging
+                self._native = open_pulsar_client(module.Client, target, **self._native_options)
             return self._native
 
     def subscribe(self, topic: Any, subscription_name: Any, *args: Any, **kwargs: Any) -> Any:
