@@ -588,3 +588,26 @@ def test_a_message_router_picks_the_partition(url: str) -> None:
     ids = [producer.send(value) for value in (b"hello-0", b"hello-1", b"world-0")]
     assert [i.partition() for i in ids] == [0, 0, 1]
     client.close()
+
+
+def test_exceptions_are_pulsar_clients_own() -> None:
+    """An ``except`` of the drop-in's names catches what pulsar-client's consumers raise (the
+    passed-through consumers timed out with classes the drop-in's names did not catch)."""
+    from pulsar import exceptions
+
+    from idempotent import errors
+
+    assert compat.Timeout is exceptions.Timeout
+    assert issubclass(type(compat._exception_for(errors.DeliveryTimeoutError("late"))), exceptions.Timeout)
+    with pytest.raises(compat.Timeout):
+        raise exceptions.Timeout("from a native consumer")
+
+
+def test_a_message_id_of_a_ledger_and_entry_is_pulsar_clients() -> None:
+    """``MessageId(ledger_id=..., entry_id=...)``, as pulsar-client builds one (a TypeError)."""
+    import pulsar
+
+    made = compat.MessageId(ledger_id=5, entry_id=3)
+    assert isinstance(made, pulsar.MessageId)
+    assert (made.ledger_id(), made.entry_id(), made.partition(), made.batch_index()) == (5, 3, -1, -1)
+    assert isinstance(compat.MessageId(0, 7), pulsar.MessageId)  # drop-in ids are taken by its consumers

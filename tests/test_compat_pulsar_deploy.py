@@ -210,3 +210,27 @@ def test_event_timestamp_and_properties_reach_a_plain_consumer(pulsar_service: A
     assert (first.data(), first.event_timestamp()) == (b"one", 1_000_000_000_123)
     assert first.properties()["color"] == "blue"
     assert second.data() == b"two"
+
+
+def test_a_new_topic_is_made_as_pulsar_makes_it_and_access_modes_apply(pulsar_service: Any) -> None:
+    """A topic the drop-in is the first to use is not partitioned (as Pulsar creates one for
+    a producer; it was a partitioned topic of one partition), and an exclusive access mode
+    keeps another producer out (it was accepted without effect)."""
+    import pulsar
+
+    from idempotent.compat import pulsar as drop_in
+
+    name = topic_name("made")
+    client = drop_in.Client(_url(pulsar_service))
+    try:
+        first = client.create_producer(name, producer_name="p1", access_mode=pulsar.ProducerAccessMode.Exclusive)
+        with pytest.raises(drop_in.ProducerFenced):
+            client.create_producer(name, producer_name="p2", access_mode=pulsar.ProducerAccessMode.Exclusive)
+        message_id = first.send(b"one")
+    finally:
+        client.close()
+    assert message_id.partition() == -1  # pulsar-client's id of a non-partitioned topic
+    with urllib.request.urlopen(
+        f"{pulsar_service.admin_url}/admin/v2/persistent/public/default/{name}/partitions", timeout=30
+    ) as response:
+        assert json.load(response)["partitions"] == 0

@@ -256,8 +256,13 @@ class Client:
 
         A named producer keeps its identity across restarts: it continues the sequences the
         previous instance with that name stored, and fences it (the older instance's next
-        send fails with :class:`ProducerFenced`). Pulsar instead refuses a second live
-        producer with the same name (``ProducerBusy``).
+        send fails with :class:`ProducerFenced`). On a Pulsar service URL it writes through a
+        broker of its own straight into Pulsar (``idempotent.direct``; the name is Pulsar's
+        producer name on the topic, one producer per name and topic as in Pulsar: a second
+        live instance is refused until the first is gone, saying so); a missing topic is
+        created not partitioned, as Pulsar does; ``compression_type``, ``access_mode``,
+        ``encryption_key`` and ``crypto_key_reader`` apply to its Pulsar writers, and a
+        ``non-persistent://`` topic gets a plain pulsar-client producer (with a warning).
 
         Args:
             send_timeout_millis: a message not stored within this long fails with
@@ -269,9 +274,10 @@ class Client:
                 ``batching_max_allowed_size_in_bytes``.
             max_pending_messages, block_if_queue_full: the local queue; when full,
                 ``send``/``send_async`` fail with :class:`ProducerQueueIsFull` or block.
+            message_router: ``message_router(message, partitions)`` picks each partition.
             max_pending_messages_across_partitions, lazy_start_partitioned_producers,
-            compression_type (NONE), schema (bytes), message_routing_mode (round robin),
-            batching_type (default), access_mode (Shared): accepted at their defaults.
+            message_routing_mode (round robin), batching_type (default): accepted without
+            effect (logged once at INFO).
 
         Raises:
             InvalidConfiguration: an unsupported option or value (named).
