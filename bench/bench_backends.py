@@ -28,6 +28,7 @@ import platform
 import statistics
 import sys
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Any
@@ -39,8 +40,52 @@ from idempotent.testing.baselines import Baseline, IdempotentBaseline, KafkaBase
 
 VARIANTS = {
     "kafka": ("kafka-raw", "kafka-idempotent", "idempotent"),
-    "pulsar": ("pulsar-raw", "pulsar-dedup", "idempotent"),
+    "pulsar": ("pulsar-raw", "pulsar-dedup", "idempotent", "pulsar-drop-in"),
 }
+#: variants also measured at a fixed rate, next to the native one
+RATE_VARIANTS = {"kafka": ("idempotent",), "pulsar": ("idempotent", "pulsar-drop-in")}
+
+
+class DropInPulsarBaseline:
+    """The pulsar-client drop-in (``idempotent.compat.pulsar``), used as pulsar-dedup uses
+    pulsar-client: ``send_async`` with a callback per message, batching on, no send timeout."""
+
+    def __init__(self, url: str, topic: str, *, sample_every: int = 16) -> None:
+        from idempotent.compat import pulsar as drop_in
+        from idempotent.testing.baselines import LINGER_MS, _Sampler
+
+        self.name = "pulsar-drop-in"
+        self._sampler = _Sampler(sample_every)
+        self.latencies = self._sampler.latencies
+        self._ok = drop_in.Result.Ok
+        self._client = drop_in.Client(url)
+        self._producer = self._client.create_producer(
+            topic,
+            producer_name=f"bench-{uuid.uuid4().hex[:8]}",
+            batching_enabled=True,
+            batching_max_publish_delay_ms=LINGER_MS,
+            block_if_queue_full=True,
+            max_pending_messages=1_000_000,
+            send_timeout_millis=0,
+        )
+
+    def send(self, value: bytes, key: bytes | None = None) -> None:
+        started = self._sampler.start()
+        sampler = self._sampler
+        ok = self._ok
+
+        def delivered(result: Any, message_id: Any) -> None:
+            sampler.done(started, result == ok)
+
+        self._producer.send_async(value, delivered, partition_key=key.decode() if key else None)
+
+    def flush(self, timeout: float = 120.0) -> int:
+        self._producer.flush()
+        return self._sampler.failed
+
+    def close(self) -> None:
+        self._producer.close()
+        self._client.close()
 
 
 def make(variant: str, info: services.ServiceInfo, topic: str) -> Baseline:
@@ -52,6 +97,8 @@ def make(variant: str, info: services.ServiceInfo, topic: str) -> Baseline:
         return PulsarBaseline(info.url, info.admin_url or "", topic, dedup=False)
     if variant == "pulsar-dedup":
         return PulsarBaseline(info.url, info.admin_url or "", topic, dedup=True)
+    if variant == "pulsar-drop-in":
+        return DropInPulsarBaseline(f"{info.url}?{urllib.parse.urlencode({'admin_url': info.admin_url or ''})}", topic)
     options: dict[str, Any] = {}
     url = info.url
     if info.name == "pulsar":
@@ -130,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=30_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--latency-seconds", type=float, default=3.0, help="length of a fixed-rate run; 0 skips them")
+    parser.add_argument("--variants", default="", help="comma-separated variants to run (default: all)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args(argv)
     backends = [b for b in args.backends.split(",") if b]
@@ -144,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             info = services.up(backend)
             rounds = [(size, repeat) for size in sizes for repeat in range(args.repeats)]
             for size, repeat in tqdm(rounds, desc=backend, unit="round", file=sys.stderr):
-                order = list(VARIANTS[backend])
+                order = [v for v in VARIANTS[backend] if not args.variants or v in args.variants.split(",")]
                 order = order[repeat % len(order) :] + order[: repeat % len(order)]  # rotate to spread drift
                 for variant in order:
                     result = run_once(variant, info, size, args.records)
@@ -158,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                         if r["backend"] == backend and r["size"] == size and r["variant"] == native
                     )
                     for repeat in range(args.repeats):
-                        order = [native, "idempotent"] if repeat % 2 == 0 else ["idempotent", native]
+                        order = [native, *RATE_VARIANTS[backend]]
+                        order = order[repeat % len(order) :] + order[: repeat % len(order)]
                         for variant in order:
                             topic = f"bench-rate-{variant}-{size}-{uuid.uuid4().hex[:8]}"
                             result = measure_at_rate(make(variant, info, topic), size, rate, args.latency_seconds)
@@ -221,7 +270,7 @@ def summarize_latency(latency: list[dict[str, Any]], backends: list[str], sizes:
         native = VARIANTS[backend][1]
         for size in sizes:
             medians: dict[str, dict[str, float]] = {}
-            for variant in (native, "idempotent"):
+            for variant in (native, *RATE_VARIANTS[backend]):
                 runs = [r for r in latency if r["backend"] == backend and r["size"] == size and r["variant"] == variant]
                 if not runs:
                     continue

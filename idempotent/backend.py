@@ -282,8 +282,10 @@ class ProducerLog(Protocol):
         batches: Sequence[tuple[str, int, AppendBatch]],
         states: Callable[[list[int]], Sequence[tuple[str, int, Snapshot]]] | None = None,
     ) -> list[int]:
-        """Store ``batches`` (at most one per partition) atomically, with the producer's
-        states after them (``states(base offsets)``); return the base offsets.
+        """Store ``batches`` (at most one per partition), with the producer's states after
+        them (``states(base offsets)``); return the base offsets. Kafka stores a group
+        atomically (one transaction); Pulsar stores each batch atomically (one entry), and
+        settles a group whose outcome is unknown batch by batch (:meth:`resolve`).
 
         Raises:
             BackendUnavailableError: nothing was stored, or (when :meth:`unresolved` is
@@ -298,9 +300,10 @@ class ProducerLog(Protocol):
         """Not None while the outcome of the last write is unknown."""
         ...
 
-    def resolve(self) -> list[int] | None:
+    def resolve(self) -> Sequence[int | None] | None:
         """Settle the last write whose outcome is unknown: its base offsets when it was
-        stored, None when it was not.
+        stored, None when it was not. A log whose groups are not atomic (Pulsar) answers per
+        batch: a base offset, or None for a batch that was not stored.
 
         Raises:
             BackendUnavailableError: the log could not be reached; still unresolved.

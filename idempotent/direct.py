@@ -73,7 +73,14 @@ from .errors import (
 _LOG = logging.getLogger("idempotent.direct")
 
 #: the module that opens a producer's own writer, per URL scheme
-PRODUCER_LOGS = {"kafka": "adapters.kafka_direct"}
+PRODUCER_LOGS = {
+    "kafka": "adapters.kafka_direct",
+    "pulsar": "adapters.pulsar_direct",
+    # Pulsar's other service URLs (TLS, lookups over HTTP(S)); see adapters._pulsar_url
+    "pulsar+ssl": "adapters.pulsar_direct",
+    "http": "adapters.pulsar_direct",
+    "https": "adapters.pulsar_direct",
+}
 
 
 class _Shared:
@@ -151,11 +158,18 @@ class DirectBroker(ProduceShortcuts):
         self._shared = _acquire(url, options)
         self.backend = self._shared.backend
         self._lock = threading.Lock()
+        #: guards the checkers and the unsettled batches against a pipelined log's answers,
+        #: which come on the log client's threads; never held while calling the log
+        #: (lock order: ``_lock`` first)
+        self._checker_lock = threading.RLock()
+        #: whether the log pipelines (``prepare`` + ``submit``), else groups are written
+        #: synchronously (``write``)
+        self._pipelined = False
         self._log: ProducerLog | None = None
         self._session: ProducerSession | None = None
         self._checkers: dict[TopicPartition, PartitionChecker] = {}
         #: pushed batches whose write's outcome is unknown: (checker, ticket, request)
-        self._unsettled: list[tuple[PartitionChecker, Any, ProduceRequest]] = []
+        self._unsettled: list[tuple[PartitionChecker, Any, ProduceRequest, Any]] = []
         self._failure: ProducerError | None = None
         self._closed = False
         self._settings = dict(self.backend.load_settings())
@@ -337,11 +351,12 @@ class DirectBroker(ProduceShortcuts):
             (),
             max_record,
             min(self.config.max_batch_bytes, log.max_batch_bytes),
-            1,
+            getattr(log, "max_in_flight", 1),
             log.max_batch_records,
         )
         with self._lock:
             self._log, self._session, self._checkers = log, session, checkers
+            self._pipelined = callable(getattr(log, "submit", None))
         return session
 
     # -- producing -------------------------------------------------------------------------
@@ -391,6 +406,31 @@ class DirectBroker(ProduceShortcuts):
         self._settle(log)
         now = time.time()
         self._refresh_settings(time.monotonic())
+        counts = {}
+        for request in requests:  # (may ask the log: before any checker is touched)
+            if request.topic not in counts:
+                counts[request.topic] = self.partitions_for(request.topic, create=False)
+        if self._pipelined:  # open what the group needs before anything is pushed
+            self._prepare(log, requests, counts, session)
+        with self._checker_lock:
+            accepted = self._check_all(requests, futures, counts, session, now)
+        if not accepted:
+            return
+        if self._pipelined:
+            self._write_pipelined(log, accepted, futures, now)
+            return
+        self._write(log, accepted, futures, now, session)
+
+    def _check_all(
+        self,
+        requests: Sequence[ProduceRequest],
+        futures: list[Future[ProduceResult]],
+        counts: dict[str, int],
+        session: ProducerSession,
+        now: float,
+    ) -> list[tuple[int, ProduceRequest, PartitionChecker, Any]]:
+        """Check each batch and push the accepted ones (``_checker_lock`` held); answer the
+        others."""
         accepted: list[tuple[int, ProduceRequest, PartitionChecker, Any]] = []
         for index, request in enumerate(requests):
             header = request.header
@@ -398,7 +438,7 @@ class DirectBroker(ProduceShortcuts):
                 futures[index].set_result(ProduceResult(Outcome.UNKNOWN_PRODUCER))
                 continue
             topic, partition = request.topic, request.partition
-            count = self.partitions_for(topic, create=False)
+            count = counts[topic]
             if not 0 <= partition < count:
                 futures[index].set_exception(
                     InvalidTopicError(f"topic {topic!r} has partitions 0..{count - 1}, not {partition}")
@@ -417,8 +457,17 @@ class DirectBroker(ProduceShortcuts):
                 futures[index].set_result(result)
                 continue
             accepted.append((index, request, checker, checker.push(header, now)))
-        if not accepted:
-            return
+        return accepted
+
+    def _write(
+        self,
+        log: ProducerLog,
+        accepted: list[tuple[int, ProduceRequest, PartitionChecker, Any]],
+        futures: list[Future[ProduceResult]],
+        now: float,
+        session: ProducerSession,
+    ) -> None:
+        """Write a group synchronously, as one transaction (Kafka), and answer it."""
         batches = [(r.topic, r.partition, AppendBatch(r.header, r.records, now)) for _, r, _, _ in accepted]
         try:
             offsets = log.write(batches, self._states_after(accepted, now))
@@ -432,7 +481,7 @@ class DirectBroker(ProduceShortcuts):
             raise self._failure from exc
         except ProducerError as exc:
             if log.unresolved is not None:
-                self._unsettled = [(checker, ticket, request) for _, request, checker, ticket in accepted]
+                self._unsettled = [(checker, ticket, request, None) for _, request, checker, ticket in accepted]
                 self._settle(log, quiet=True)
             else:
                 for _, _, checker, _ in accepted:
@@ -478,6 +527,9 @@ class DirectBroker(ProduceShortcuts):
             BackendUnavailableError: the log cannot say yet (unless ``quiet``); the batches
                 stay pending, and every group waits.
         """
+        if self._pipelined:
+            self._settle_entries(log)
+            return
         if not self._unsettled:
             return
         try:
@@ -488,11 +540,122 @@ class DirectBroker(ProduceShortcuts):
             raise
         unsettled, self._unsettled = self._unsettled, []
         if offsets is None:
-            for checker, _, _ in unsettled:
+            for checker, _, _, _ in unsettled:
                 checker.discard_pending()
             return
-        for (checker, ticket, _), offset in zip(unsettled, offsets, strict=True):
-            checker.commit(ticket, offset)
+        # a log without atomic groups (Pulsar) settles each batch: None, not stored
+        for (checker, ticket, _, _), offset in zip(unsettled, offsets, strict=True):
+            if offset is None:
+                checker.discard_pending()
+            else:
+                checker.commit(ticket, offset)
+
+    # -- pipelined logs (Pulsar) ------------------------------------------------------------
+
+    def _prepare(
+        self, log: ProducerLog, requests: Sequence[ProduceRequest], counts: dict[str, int], session: ProducerSession
+    ) -> None:
+        """Let a pipelined log open the writers a group needs (nothing is pushed yet, so a
+        failure here leaves nothing to undo)."""
+        wanted = sorted(
+            {
+                (r.topic, r.partition)
+                for r in requests
+                if r.header.producer_id == session.producer_id and 0 <= r.partition < counts[r.topic]
+            }
+        )
+        try:
+            log.prepare(wanted)  # type: ignore[attr-defined]
+        except OwnershipLostError as exc:
+            raise self._fenced(session, exc) from exc
+
+    def open_partitions(self, topic: str) -> None:
+        """Open this producer's writers of every partition of ``topic`` now, rather than at
+        the first write (a pipelined log; nothing happens for others): what Pulsar decides
+        when a producer opens (exclusive access modes) is decided here.
+
+        Raises:
+            ProducerFencedError: another producer holds the topic exclusively, or fenced
+                this one.
+            BackendUnavailableError, InvalidTopicError: the log could not be opened.
+        """
+        topic = canonical_topic(topic)
+        with self._lock:
+            session, log = self._session, self._log
+            if session is None or log is None or not self._pipelined:
+                return
+            count = self.partitions_for(topic)
+            try:
+                log.prepare([(topic, p) for p in range(count)])  # type: ignore[attr-defined]
+            except OwnershipLostError as exc:
+                raise self._fenced(session, exc) from exc
+
+    def _fenced(self, session: ProducerSession, exc: OwnershipLostError) -> ProducerFencedError:
+        self._failure = ProducerFencedError(
+            f"producer {session.producer_id} ({session.producer_name!r}) was fenced: a newer instance "
+            f"of it opened its writer ({exc})",
+            session.producer_id,
+            session.producer_epoch,
+        )
+        return self._failure
+
+    def _write_pipelined(
+        self,
+        log: ProducerLog,
+        accepted: list[tuple[int, ProduceRequest, PartitionChecker, Any]],
+        futures: list[Future[ProduceResult]],
+        now: float,
+    ) -> None:
+        """Hand a group to a pipelined log without waiting; each batch is answered when the log
+        reports it (on the log client's thread): stored, it is committed; failed, it waits
+        unsettled (its future fails with a retriable error) until the next group settles it."""
+        named = self._session is not None and self._session.producer_name is not None
+
+        def done(i: int, offset: int | None, error: ProducerError | None, entry: Any) -> None:
+            index, request, checker, ticket = accepted[i]
+            if error is None and offset is not None:
+                with self._checker_lock:
+                    checker.commit(ticket, offset)
+                    snapshot = checker.snapshot(time.time()) if named else None
+                if snapshot is not None:
+                    log.note_state(request.topic, request.partition, snapshot)  # type: ignore[attr-defined]
+                futures[index].set_result(ProduceResult(Outcome.ACCEPTED, offset))
+                return
+            if isinstance(error, OwnershipLostError) and self._session is not None:
+                error = self._fenced(self._session, error)  # another producer fenced this one
+            with self._checker_lock:
+                self._unsettled.append((checker, ticket, request, entry))
+            futures[index].set_exception(
+                error if error is not None else internal_error("a log answer", ValueError("no offset"), _LOG)
+            )
+
+        batches = [(r.topic, r.partition, AppendBatch(r.header, r.records, now)) for _, r, _, _ in accepted]
+        log.submit(batches, done)  # type: ignore[attr-defined]
+
+    def _settle_entries(self, log: ProducerLog) -> None:
+        """Settle what a pipelined log failed to store before anything else is written: the
+        stored ones (a prefix of each partition's, in order) are committed, and a partition
+        with one that was not stored drops its pending batches (they are resent as new).
+
+        Raises:
+            BackendUnavailableError: the log cannot say yet; every group waits.
+        """
+        with self._checker_lock:
+            if not self._unsettled:
+                return
+        offsets = log.resolve_entries()  # type: ignore[attr-defined]
+        with self._checker_lock:
+            unsettled, self._unsettled = self._unsettled, []
+            lost: list[PartitionChecker] = []
+            for checker, ticket, _, entry in sorted(unsettled, key=lambda u: u[3].entry_id):
+                offset = offsets.get(entry)
+                if offset is None:
+                    if checker not in lost:
+                        lost.append(checker)
+                elif checker not in lost:
+                    checker.commit(ticket, offset)
+            for checker in lost:
+                checker.discard_pending()
 
     # -- reads and state -------------------------------------------------------------------
 

@@ -111,18 +111,19 @@ def test_the_drop_in_client_passes_a_pulsar_ssl_url_and_its_tls_arguments(
 
     ca = str(make_certs(tmp_path).ca_cert)
     made = _record_clients(monkeypatch)
+    client = drop_in.Client(  # connects when first needed, as pulsar-client's
+        "pulsar+ssl://pulsar-1:6651",
+        tls_trust_certs_file_path=ca,
+        tls_validate_hostname=True,
+        operation_timeout_seconds=7,
+    )
     with pytest.raises(drop_in.PulsarException, match="recorded"):
-        drop_in.Client(
-            "pulsar+ssl://pulsar-1:6651",
-            tls_trust_certs_file_path=ca,
-            tls_validate_hostname=True,
-            operation_timeout_seconds=7,
-        )
+        client.create_producer("t")
     url, options = made[0]
     assert url == "pulsar+ssl://pulsar-1:6651"
     assert options["tls_trust_certs_file_path"] == ca and options["tls_validate_hostname"] is True
     with pytest.raises(drop_in.PulsarException, match="recorded"):
-        drop_in.Client("https://pulsar-1:8443", tls_allow_insecure_connection=True)
+        drop_in.Client("https://pulsar-1:8443", tls_allow_insecure_connection=True).create_producer("t")
     assert made[1] == ("https://pulsar-1:8443", {**made[1][1], "tls_allow_insecure_connection": True})
 
 
@@ -179,8 +180,9 @@ def test_a_pulsar_ssl_url_works_against_a_tls_pulsar(pulsar_service: Any) -> Non
         client.create_producer(topic).send(b"drop-in over tls")
     finally:
         client.close()
+    untrusted = drop_in.Client(f"{pulsar_service.tls_url}?{query}", operation_timeout_seconds=3)
     with pytest.raises(drop_in.PulsarException):  # without the CA the certificate is not trusted
-        drop_in.Client(f"{pulsar_service.tls_url}?{query}", operation_timeout_seconds=3)
+        untrusted.create_producer(topic)
     plain = pulsar.Client(pulsar_service.bootstrap, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     try:
         reader = plain.create_reader(f"persistent://public/default/{topic}-partition-0", pulsar.MessageId.earliest)

@@ -282,6 +282,7 @@ def test_client_and_producer_options_are_accepted_and_logged_once(url: str, capl
     expected |= {"ordering_key", "event_timestamp", "replication_clusters"}
     assert sorted(name for line in logged for name in expected if f": {name} is" in line) == sorted(expected)
     assert len(logged) == len(expected)  # each once
+    assert all(r.levelno == logging.INFO for r in caplog.records if "without effect" in r.getMessage())
     client.close()
 
 
@@ -296,7 +297,7 @@ def test_client_and_producer_options_are_accepted_and_logged_once(url: str, capl
         ({"send_timeout_millis": "test"}, ValueError),
         ({"no_such_option": 1}, ValueError),
         ({"encryption_key": "k"}, compat.OperationNotSupported),
-        ({"message_router": lambda msg, n: 0}, compat.OperationNotSupported),
+        ({"message_router": "not callable"}, ValueError),
     ],
 )
 def test_create_producer_checks_arguments_as_upstream(url: str, options: dict[str, Any], error: type) -> None:
@@ -571,3 +572,42 @@ def test_subscribe_and_create_reader_through_the_drop_in_module(pulsar_service: 
         assert not reader.has_message_available()
     finally:
         client.close()
+
+
+def test_a_message_router_picks_the_partition(url: str) -> None:
+    """``message_router(message, partitions)`` routes each message, as pulsar-client's (it
+    was refused with OperationNotSupported)."""
+    client = compat.Client(url)
+    topic = "routed-" + uuid.uuid4().hex[:8]
+    client.broker.create_topic(topic, 5)
+
+    def router(message: Any, partitions: int) -> int:
+        return (10 if message.value().startswith(b"hello-") else 11) % partitions
+
+    producer = client.create_producer(topic, message_router=router)
+    ids = [producer.send(value) for value in (b"hello-0", b"hello-1", b"world-0")]
+    assert [i.partition() for i in ids] == [0, 0, 1]
+    client.close()
+
+
+def test_exceptions_are_pulsar_clients_own() -> None:
+    """An ``except`` of the drop-in's names catches what pulsar-client's consumers raise (the
+    passed-through consumers timed out with classes the drop-in's names did not catch)."""
+    from pulsar import exceptions
+
+    from idempotent import errors
+
+    assert compat.Timeout is exceptions.Timeout
+    assert issubclass(type(compat._exception_for(errors.DeliveryTimeoutError("late"))), exceptions.Timeout)
+    with pytest.raises(compat.Timeout):
+        raise exceptions.Timeout("from a native consumer")
+
+
+def test_a_message_id_of_a_ledger_and_entry_is_pulsar_clients() -> None:
+    """``MessageId(ledger_id=..., entry_id=...)``, as pulsar-client builds one (a TypeError)."""
+    import pulsar
+
+    made = compat.MessageId(ledger_id=5, entry_id=3)
+    assert isinstance(made, pulsar.MessageId)
+    assert (made.ledger_id(), made.entry_id(), made.partition(), made.batch_index()) == (5, 3, -1, -1)
+    assert isinstance(compat.MessageId(0, 7), pulsar.MessageId)  # drop-in ids are taken by its consumers

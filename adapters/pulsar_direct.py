@@ -1,0 +1,1002 @@
+"""A producer's own writer into Pulsar (producer-scoped ownership).
+
+A :class:`~idempotent.direct.DirectBroker` writes one producer's batches straight into the
+topic's partitions, next to any number of other producers (replicas of a service, workers of
+one server) writing the same partitions at the same time. Nobody owns a partition; each
+producer owns its own records. The design, and why (docs/backends.md, "Pulsar"):
+
+* **One Pulsar producer per partition topic, named after our producer** (its name for a
+  named producer, or the ``pulsar_producer_name`` setting: the pulsar-client drop-in keeps the
+  application's name there while its producer's own name also says the topic;
+  ``idempotent-p-<id>`` for an anonymous one), in Pulsar's
+  default ``Shared`` access mode, with Pulsar's deduplication enabled on the topic. Producers
+  of different names never disturb each other. Pulsar refuses a second live producer of the
+  same name on a topic (``ProducerBusy``) and removes a closed or disconnected one only after
+  its pending writes are settled, so while an instance holds a partition topic, no other
+  instance of the same producer can store anything there, and once it holds it, everything
+  an earlier instance stored there is readable. ``ProducerBusy`` is retried (a killed
+  process's connection lingers until the broker notices) and reported as another instance
+  of the producer still running.
+* **One batch, one entry.** The records of a batch go into the client's batch container with
+  batching limits no batch reaches, and the flush closes the entry, so a batch is stored
+  atomically with consecutive batch indexes (offsets ``ledger<<40 | entry<<20 | index``, as
+  the shared backend). Each entry carries one Pulsar sequence id (per producer name and
+  partition topic: the one after ``last_sequence_id()``); the broker records an entry's first
+  id, which is the one we choose, so Pulsar's deduplication makes the client's own resends
+  (after a reconnect) harmless, and a resend by an older instance of an entry number the newer
+  one used is dropped. The first record of a batch carries the identity properties
+  (``idem.pid``, ``idem.epoch``, ``idem.seq``, ``idem.count``), the others only their own.
+* **Failure order.** Sends have no client timeout (``send_timeout_millis=0``): the client
+  resends pending entries in order after a reconnect, so an entry never fails while a later
+  one of the same producer is stored. A group is written synchronously (every partition's
+  entry in flight at once, one wait); when an entry fails or gets no answer in time, its
+  Pulsar producer is closed (what it still had queued is never sent) and the write's outcome
+  is unknown (:attr:`PulsarProducerLog.unresolved`) until :meth:`PulsarProducerLog.resolve`
+  reopens it: once Pulsar lets the name in again, the old producer's writes are settled, and
+  ``last_sequence_id()`` says whether the entry is stored; a bounded read finds its offset.
+* **State (named producers).** Pulsar alone cannot give the exact last sequence and the
+  offsets of the latest batches: ``last_sequence_id()`` is an entry number, and a message
+  cannot be looked up by it. So the producer's checker state on every partition it writes is
+  written, as one message, to its own topic ``__idempotent_producer.<name>`` (in the metadata
+  namespace) with an ``ExclusiveWithFencing`` producer: opening it fences every earlier
+  instance (whose next state write fails, and which then closes its partition producers), so
+  it is the first thing a new instance does. The state is written at most every
+  :data:`STATE_INTERVAL` seconds (asynchronously), when a partition is written for the first
+  time (synchronously, before its first entry, so the state names every partition the
+  producer ever wrote, with the offset to read it from), and on close. A restart takes the
+  newest state message and, holding each of its partition topics, reads each from the state's
+  position to its end, applying the entries of its Pulsar name: the checker continues from
+  exactly what is stored, with the original offsets of its latest batches. The read is
+  bounded by what all producers stored on that partition since the state was written.
+
+Errors are translated once, with the shared backend's ``_map_errors``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from typing import Any
+
+import attrs
+import msgpack
+
+from adapters._meta import pack_snapshot, unpack_snapshot
+from adapters.pulsar import (
+    PulsarBackend,
+    _encode_record,
+    _map_errors,
+    _split_topic,
+    _start_id,
+    _translate,
+    encode_offset,
+    pulsar_topic_name,
+)
+from idempotent._checker import PartitionChecker
+from idempotent._records import BatchHeader, RecordColumns, Snapshot, StoredBatch
+from idempotent._types import Epoch, ProducerId
+from idempotent._types import Sequence as SequenceNumber
+from idempotent.backend import AppendBatch
+from idempotent.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    CorruptDataError,
+    OwnershipLostError,
+    ProducerError,
+)
+
+try:
+    import _pulsar
+    import pulsar
+    from pulsar import exceptions as pulsar_errors
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the pulsar backend needs pulsar-client: pip install 'idempotent[pulsar]'") from exc
+
+_LOG = logging.getLogger("idempotent.adapters.pulsar")
+
+STATE_PREFIX = "__idempotent_producer."
+#: seconds between two asynchronous state writes of a named producer (a restart reads at
+#: most about this much of every producer's traffic on each partition it wrote)
+STATE_INTERVAL = 0.5
+#: what a batch may hold (as ``Record.size`` counts) and how many records: one entry, with
+#: room for Pulsar's per-message metadata, well below the broker's 5 MiB ``maxMessageSize``
+MAX_BATCH_BYTES = 1024 * 1024
+MAX_BATCH_RECORDS = 10_000
+#: record headers this writer takes as the message's event time (milliseconds, decimal), not
+#: as a property: the pulsar-client drop-in's ``event_timestamp``
+EVENT_TIME_HEADER = "idem.event_time"
+#: likewise, the message's ordering key (``ordering_key``)
+ORDERING_KEY_HEADER = "idem.ordering_key"
+_OWN_FIELDS = (EVENT_TIME_HEADER, ORDERING_KEY_HEADER)
+#: pulsar-client producer settings a user may choose (the drop-in passes them)
+TUNABLE = frozenset({"compression_type", "pulsar_producer_name", "access_mode", "encryption_key", "crypto_key_reader"})
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
+#: batching limits no batch reaches: our flush closes every entry
+_BATCHING = {
+    "batching_enabled": True,
+    "batching_max_messages": 1 << 30,
+    "batching_max_allowed_size_in_bytes": 1 << 30,
+    "batching_max_publish_delay_ms": 24 * 3600 * 1000,
+    "block_if_queue_full": True,
+    "max_pending_messages": 1 << 20,
+    "send_timeout_millis": 0,
+}
+
+
+def pulsar_producer_name(producer_key: str, named: bool) -> str:
+    """The Pulsar producer name of one of our producers on every partition topic (what plain
+    consumers see as ``producer_name()``): a named producer's own name."""
+    return producer_key if named else f"idempotent-p-{producer_key}"
+
+
+def state_topic(backend: PulsarBackend, producer_key: str) -> str:
+    """The topic holding a named producer's state, in the metadata topic's namespace."""
+    meta = _split_topic(backend.meta_topic)
+    local = producer_key if _SAFE_NAME.fullmatch(producer_key) else "x-" + producer_key.encode().hex()
+    return f"persistent://{meta.tenant}/{meta.namespace}/{STATE_PREFIX}{local}"
+
+
+def pack_states(states: dict[tuple[str, int], Snapshot]) -> bytes:
+    """Encode a producer's states (one per partition) as one message."""
+    packed: bytes = msgpack.packb([[topic, partition, pack_snapshot(s)] for (topic, partition), s in states.items()])
+    return packed
+
+
+def unpack_states(data: bytes) -> dict[tuple[str, int], Snapshot]:
+    """Decode :func:`pack_states`.
+
+    Raises:
+        CorruptDataError: not a state message.
+    """
+    try:
+        return {(str(t), int(p)): unpack_snapshot(s) for t, p, s in msgpack.unpackb(data)}
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise CorruptDataError(f"pulsar: an unreadable producer state ({exc!r})") from exc
+
+
+def _noop(result: Any, message_id: Any) -> None:
+    pass
+
+
+class _Writer:
+    """This producer's Pulsar producer on one partition topic."""
+
+    __slots__ = ("data_topic", "end", "next_id", "partition", "producer", "topic", "where")
+
+    def __init__(self, topic: str, partition: int, data_topic: str, producer: Any, next_id: int, end: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.data_topic = data_topic
+        self.where = f"{topic}[{partition}]"
+        self.producer = producer
+        #: the Pulsar sequence id of the next entry
+        self.next_id = next_id
+        #: an offset at or before the next entry of this producer (where a read for it starts)
+        self.end = end
+
+
+class _Wait:
+    """The answers of one group's messages: the first and last of each entry."""
+
+    def __init__(self, count: int) -> None:
+        self.cond = threading.Condition()
+        self.left = count
+        self.answers: dict[int, tuple[Any, Any]] = {}
+
+    def slot(self, key: int) -> Callable[[Any, Any], None]:
+        def callback(result: Any, message_id: Any) -> None:
+            try:  # an exception escaping a pulsar callback terminates the process
+                with self.cond:
+                    self.answers[key] = (result, message_id)
+                    self.left -= 1
+                    if self.left <= 0:
+                        self.cond.notify_all()
+            except BaseException:  # pragma: no cover - defensive
+                _LOG.exception("pulsar send callback failed")
+
+        return callback
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.left > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.cond.wait(remaining)
+        return True
+
+
+class _Unresolved:
+    """A batch of a write whose outcome was not known when ``write`` returned."""
+
+    __slots__ = ("count", "entry_id", "floor", "header", "offset", "partition", "topic")
+
+    def __init__(
+        self, topic: str, partition: int, header: BatchHeader | None, count: int, entry_id: int, floor: int
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.header = header
+        self.count = count
+        self.entry_id = entry_id
+        self.floor = floor
+        #: the base offset once known to be stored
+        self.offset: int | None = None
+
+
+class _Entry:
+    """One batch handed to :meth:`PulsarProducerLog.submit`: where it goes, what it is, and
+    (once answered) how it ended. Its identity is the token the broker settles it by."""
+
+    __slots__ = ("answered", "count", "done", "entry_id", "first", "floor", "header", "index", "writer")
+
+    def __init__(
+        self,
+        writer: _Writer,
+        header: BatchHeader | None,
+        count: int,
+        entry_id: int,
+        index: int,
+        done: Callable[[int, int | None, ProducerError | None, Any], None],
+    ) -> None:
+        self.writer = writer
+        self.header = header
+        self.count = count
+        self.entry_id = entry_id
+        self.floor = writer.end
+        self.index = index
+        self.done = done
+        self.first: tuple[Any, Any] | None = None
+        #: set once reported (a refused entry is answered here, and again by the client when
+        #: its writer is closed: only the first answer counts)
+        self.answered = False
+
+
+class PulsarProducerLog:
+    """One producer's writers into Pulsar (see the module docstring). Not thread-safe: its
+    producer's sender thread is its only user.
+
+    Args:
+        backend: the process's shared Pulsar backend (client, admin, metadata, reads).
+        producer_key: the producer's name, or its id for an anonymous producer.
+        named: whether the producer is named (it keeps states and fences older instances).
+        settings: pulsar-client producer settings of :data:`TUNABLE`.
+
+    Raises:
+        ConfigError: a setting not in :data:`TUNABLE`, or one Pulsar refuses.
+        BackendUnavailableError: Pulsar did not answer within the backend's timeout.
+    """
+
+    max_batch_bytes = MAX_BATCH_BYTES
+    max_batch_records = MAX_BATCH_RECORDS
+    #: batches of one partition in flight at once through :meth:`submit` (pipelining)
+    max_in_flight = 5
+
+    def __init__(
+        self, backend: PulsarBackend, producer_key: str, named: bool, settings: dict[str, Any] | None = None
+    ) -> None:
+        unknown = set(settings or {}) - TUNABLE
+        if unknown:
+            raise ConfigError(f"pulsar: producer settings {sorted(unknown)} cannot be chosen; use {sorted(TUNABLE)}")
+        self.backend = backend
+        self.producer_key = producer_key
+        self.named = named
+        options = dict(settings or {})
+        self.name = str(options.pop("pulsar_producer_name", None) or pulsar_producer_name(producer_key, named))
+        self._options = {**_BATCHING, **options}
+        self._writers: dict[tuple[str, int], _Writer] = {}
+        #: the batches of the last write whose outcome is unknown; :meth:`resolve` settles them
+        self._unresolved: list[_Unresolved] | None = None
+        #: the newest state of every partition written (named producers)
+        self._states: dict[tuple[str, int], Snapshot] = {}
+        self._states_dirty = False
+        self._state_at = 0.0
+        self._state_producer: Any = None
+        self._state_topic = state_topic(backend, producer_key) if named else ""
+        #: an error a state write reported asynchronously (fenced: sticky)
+        self._state_error: ProducerError | None = None
+        self._lost: OwnershipLostError | None = None
+        self._flush_async = True
+        #: pipelining (:meth:`submit`): guards what the client's callbacks change
+        self._mutex = threading.Condition()
+        #: entries submitted and not answered yet, per writer
+        self._inflight: dict[_Writer, int] = {}
+        #: writers of which an entry failed (their later entries must not be stored)
+        self._failed: dict[_Writer, ProducerError] = {}
+        #: entries that failed, settled by :meth:`resolve_entries`
+        self._failures: list[_Entry] = []
+        if named:
+            self._open_state()
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _open_state(self) -> None:
+        """Open the state producer with ExclusiveWithFencing: fences every earlier instance."""
+        backend = self.backend
+        with _map_errors(f"open the state of producer {self.producer_key!r}"):
+            backend.ensure_topic(_split_topic(self._state_topic))
+            self._state_producer = backend._client.create_producer(
+                self._state_topic,
+                producer_name=self.name,
+                access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
+                send_timeout_millis=int(backend.timeout * 1000),
+                block_if_queue_full=True,
+            )
+
+    def _create(self, data_topic: str, where: str) -> Any:
+        """This producer's Pulsar producer on ``data_topic``; ProducerBusy (another instance
+        of the same producer is still connected) is retried until the backend's timeout."""
+        deadline = time.monotonic() + self.backend.timeout
+        delay = 0.05
+        while True:
+            try:
+                return self.backend._client.create_producer(data_topic, producer_name=self.name, **self._options)
+            except pulsar_errors.ProducerBusy as exc:
+                if time.monotonic() + delay > deadline:
+                    raise BackendUnavailableError(
+                        f"pulsar: another instance of producer {self.producer_key!r} is still connected to "
+                        f"{data_topic} (as {self.name!r}), so this one cannot write there: a named producer runs "
+                        "in one process at a time. A killed process's connection is dropped once the broker "
+                        "notices (seconds); a running one must be stopped first"
+                    ) from exc
+            except Exception as exc:
+                raise _translate(exc, f"open the writer of {where}") from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _open(self, topic: str, partition: int, base: Snapshot | None) -> tuple[_Writer, Snapshot]:
+        """Take this producer's writer of a partition: wait until no other instance of it
+        holds the partition topic, then read what it stored there since ``base`` (its newest
+        state; None: it never wrote the partition, which starts now at the topic's end).
+
+        Returns:
+            The writer and the producer's complete state on the partition.
+        """
+        backend = self.backend
+        where = f"{topic}[{partition}]"
+        with _map_errors(f"prepare {where}"):
+            if topic not in backend.list_topics():  # adopt a topic made by Pulsar's own tools
+                backend.create_topic(topic, 1)
+            data_topic = backend.data_topic(topic, partition)
+            backend.ensure_deduplication(pulsar_topic_name(topic), data_topic)
+        producer = self._create(data_topic, where)
+        try:
+            with _map_errors(f"recover {where}"):
+                last_id = int(producer.last_sequence_id())
+                now = time.time()
+                if base is None:
+                    if last_id >= 0 and self.named:
+                        _LOG.warning(
+                            "pulsar: %s holds entries of %r that its stored state does not name; resends of "
+                            "them will not be recognised",
+                            where,
+                            self.name,
+                        )
+                    checker = PartitionChecker.restore(None, now=now)
+                    checker.position = backend._end(data_topic)
+                else:
+                    checker = PartitionChecker.restore(base, now=now)
+                    self._replay(checker, data_topic, where)
+                state = checker.snapshot(now)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                producer.close()
+            raise
+        writer = _Writer(topic, partition, data_topic, producer, max(last_id + 1, 1), state.position)
+        self._writers[(topic, partition)] = writer
+        return writer, state
+
+    def _replay(self, checker: PartitionChecker, data_topic: str, where: str) -> None:
+        """Apply this producer's entries stored from ``checker.position`` to the end."""
+        for message in self.backend._read(data_topic, _start_id(checker.position)):
+            if message.producer_name() != self.name:
+                continue
+            properties = message.properties()
+            count = properties.get("idem.count")
+            if count is None or "idem.pid" not in properties:
+                continue
+            message_id = message.message_id()
+            offset = encode_offset(message_id.ledger_id(), message_id.entry_id(), max(message_id.batch_index(), 0))
+            if offset < checker.position:
+                continue
+            checker.apply(
+                StoredBatch(
+                    offset,
+                    ProducerId(int(properties["idem.pid"])),
+                    Epoch(int(properties["idem.epoch"])),
+                    SequenceNumber(int(properties["idem.seq"])),
+                    int(count),
+                    float(message.event_timestamp() or message.publish_timestamp()) / 1000,
+                )
+            )
+
+    # -- ProducerLog -------------------------------------------------------------------------
+
+    def load_states(self) -> dict[tuple[str, int], Snapshot]:
+        """The producer's complete state on every partition it wrote (none when anonymous):
+        the newest stored state, completed by reading each partition from its position on
+        (holding the partition topic, so no earlier instance can add to it meanwhile).
+
+        Raises:
+            BackendUnavailableError: Pulsar could not be read, or another instance of the
+                producer still holds a partition topic.
+            CorruptDataError: the stored state cannot be decoded.
+        """
+        if not self.named:
+            return {}
+        with _map_errors(f"read the state of producer {self.producer_key!r}"):
+            last = self.backend._last(self._state_topic)
+        stored = {} if last is None or last.has_null_value() else unpack_states(last.data())
+        for (topic, partition), snapshot in stored.items():
+            if (topic, partition) in self._writers:
+                continue
+            _, self._states[(topic, partition)] = self._open(topic, partition, snapshot)
+        return dict(self._states)
+
+    @property
+    def unresolved(self) -> object | None:
+        """Not None while the outcome of the last write is unknown."""
+        return self._unresolved
+
+    def write(
+        self,
+        batches: Sequence[tuple[str, int, AppendBatch]],
+        states: Callable[[list[int]], Sequence[tuple[str, int, Snapshot]]] | None = None,
+    ) -> list[int]:
+        """Store ``batches`` (at most one per partition), each as one entry, all in flight at
+        once; note the producer's states after them (``states(base offsets)``), which are
+        written to its state topic when due.
+
+        Returns:
+            Each batch's base offset, in order.
+
+        Raises:
+            BackendUnavailableError: nothing was stored, or (when :attr:`unresolved` is set)
+                some entries' outcome is unknown until :meth:`resolve`.
+            OwnershipLostError: a newer instance of this producer fenced this one.
+            EntryTooLargeError, InvalidTopicError, ConfigError: refused; nothing stored.
+        """
+        if self._unresolved is not None:
+            raise BackendUnavailableError(f"pulsar: {self.name!r}: a write in doubt is not settled yet")
+        self._check_fenced()
+        if self.named and not self._state_producer.is_connected():
+            # disconnected, or closed by the broker because a newer instance fenced it:
+            # a state write tells which before anything else is stored
+            self._write_state(wait=True)
+        fresh = [(t, p) for t, p, _ in batches if (t, p) not in self._writers]
+        for topic, partition in fresh:
+            _, self._states[(topic, partition)] = self._open(topic, partition, None)
+        if fresh and self.named:  # the state names every partition before its first entry
+            self._write_state(wait=True)
+        writers = [self._writers[(t, p)] for t, p, _ in batches]
+        wait = _Wait(2 * len(batches))
+        entry_ids = []
+        for index, ((_, _, batch), writer) in enumerate(zip(batches, writers, strict=True)):
+            entry_id = writer.next_id
+            writer.next_id += 1
+            entry_ids.append(entry_id)
+            try:
+                self._send(writer, batch, entry_id, wait.slot(2 * index), wait.slot(2 * index + 1))
+            except ProducerError as exc:
+                self._abandon(writers[: index + 1], exc)
+                self._unresolved = [
+                    _Unresolved(t, p, b.header, len(b.records), e, w.end)
+                    for (t, p, b), w, e in zip(batches[:index], writers, entry_ids, strict=False)
+                ]
+                if not self._unresolved:
+                    self._unresolved = None
+                raise
+        for writer in writers:
+            self._flush(writer)
+        complete = wait.wait(self.backend.timeout)
+        offsets, error = self._outcome(batches, writers, wait, complete)
+        if error is not None:
+            failed = [w for w, o in zip(writers, offsets, strict=True) if o is None]
+            self._abandon(failed, error)
+            if all(o is None for o in offsets) and not isinstance(error, BackendUnavailableError):
+                raise error  # refused for good, nothing stored
+            self._unresolved = [
+                _Unresolved(t, p, b.header, len(b.records), e, w.end)
+                for (t, p, b), w, e in zip(batches, writers, entry_ids, strict=True)
+            ]
+            for item, offset in zip(self._unresolved, offsets, strict=True):
+                item.offset = offset
+            raise error if isinstance(error, BackendUnavailableError) else BackendUnavailableError(str(error))
+        done = [o for o in offsets if o is not None]
+        for (_, _, batch), writer, offset in zip(batches, writers, done, strict=True):
+            writer.end = offset + len(batch.records)
+        if states is not None and self.named:
+            for topic, partition, snapshot in states(done):
+                self._states[(topic, partition)] = snapshot
+            self._states_dirty = True
+            if time.monotonic() - self._state_at >= STATE_INTERVAL:
+                self._write_state(wait=False)
+        return done
+
+    # -- pipelined writes ------------------------------------------------------------------
+
+    def prepare(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """Get ready to :meth:`submit` to ``partitions``: settled, not fenced, a writer open
+        on each (a partition written for the first time is named in the stored state first),
+        and the state written when it is due.
+
+        Raises:
+            BackendUnavailableError: a writer could not be opened, or an earlier entry's
+                failure is not settled yet.
+            OwnershipLostError: a newer instance of this producer fenced this one.
+        """
+        self._check_fenced()
+        with self._mutex:
+            if self._failed:
+                raise BackendUnavailableError(f"pulsar: {self.name!r}: a failed write is not settled yet")
+        if self.named and not self._state_producer.is_connected():
+            self._write_state(wait=True)
+        fresh = [(t, p) for t, p in partitions if (t, p) not in self._writers]
+        for topic, partition in fresh:
+            _, state = self._open(topic, partition, None)
+            with self._mutex:
+                self._states[(topic, partition)] = state
+        if fresh and self.named:
+            self._write_state(wait=True)
+        elif self.named and self._states_dirty and time.monotonic() - self._state_at >= STATE_INTERVAL:
+            self._write_state(wait=False)
+
+    def submit(
+        self,
+        batches: Sequence[tuple[str, int, AppendBatch]],
+        done: Callable[[int, int | None, ProducerError | None, Any], None],
+    ) -> list[_Entry]:
+        """Hand ``batches`` (to partitions :meth:`prepare` readied) to their writers without
+        waiting: each becomes one entry, sent after everything submitted to its partition
+        before. ``done(i, base offset, None, entry)`` reports batch ``i`` stored,
+        ``done(i, None, error, entry)`` failed with its outcome unknown (settle it with
+        :meth:`resolve_entries`); it is called on the client's thread (keep it short, and
+        take no lock that a caller of this method holds) or, for a batch the client refused
+        before it left, here. Raises nothing: every batch is answered through ``done``.
+
+        Returns:
+            The entries (the tokens :meth:`resolve_entries` answers by), in order.
+        """
+        entries: list[_Entry] = []
+        for index, (topic, partition, batch) in enumerate(batches):
+            writer = self._writers.get((topic, partition))
+            if writer is None:  # not prepared: a bug of the caller
+                raise ConfigError(f"pulsar: submit to {topic}[{partition}] without prepare()")
+            entry = _Entry(writer, batch.header, len(batch.records), writer.next_id, index, done)
+            writer.next_id += 1
+            with self._mutex:
+                self._inflight[writer] = self._inflight.get(writer, 0) + 1
+            try:
+                self._send(writer, batch, entry.entry_id, partial(self._first, entry), partial(self._last, entry))
+                self._flush(writer)
+            except ProducerError as exc:  # the client refused it: whatever it holds is in doubt
+                self._answer(entry, None, exc)
+            entries.append(entry)
+        return entries
+
+    def _first(self, entry: _Entry, result: Any, message_id: Any) -> None:
+        entry.first = (result, message_id)
+
+    def _last(self, entry: _Entry, result: Any, message_id: Any) -> None:
+        """The last message of an entry was answered (after its first: same entry)."""
+        try:
+            first = entry.first
+            writer = entry.writer
+            offset: int | None = None
+            error: ProducerError | None = None
+            what = f"append to {writer.where}"
+            if first is None:
+                error = BackendUnavailableError(f"pulsar: {what}: the entry's first message was not answered")
+            elif first[0] != pulsar.Result.Ok or result != pulsar.Result.Ok:
+                error = _translate(first[0] if first[0] != pulsar.Result.Ok else result, what)
+            else:
+                head = first[1]
+                if head.ledger_id() < 0:  # Pulsar's dedup: stored by an earlier attempt
+                    error = BackendUnavailableError(f"pulsar: {what}: the entry was stored before")
+                else:
+                    ledger, entry_index, index = head.ledger_id(), head.entry_id(), max(head.batch_index(), 0)
+                    if message_id is not None and (
+                        message_id.ledger_id() != ledger
+                        or message_id.entry_id() != entry_index
+                        or max(message_id.batch_index(), 0) != index + entry.count - 1
+                    ):
+                        error = BackendUnavailableError(
+                            f"pulsar: {what}: the batch was not stored as one entry with consecutive batch indexes"
+                        )
+                    else:
+                        offset = encode_offset(ledger, entry_index, index)
+            self._answer(entry, offset, error)
+        except BaseException:  # pragma: no cover - an exception escaping a callback ends the process
+            _LOG.exception("pulsar: answering an entry failed")
+
+    def _answer(self, entry: _Entry, offset: int | None, error: ProducerError | None) -> None:
+        """Report an entry's end to the broker, then count it out of its writer."""
+        writer = entry.writer
+        with self._mutex:
+            if entry.answered:
+                return
+            entry.answered = True
+            if error is not None:
+                self._failed.setdefault(writer, error)
+                self._failures.append(entry)
+            elif offset is not None:
+                writer.end = max(writer.end, offset + entry.count)
+        try:
+            entry.done(entry.index, offset, error, entry)
+        finally:
+            with self._mutex:
+                self._inflight[writer] -= 1
+                self._mutex.notify_all()
+
+    def note_state(self, topic: str, partition: int, snapshot: Snapshot) -> None:
+        """The producer's state on a partition after a stored batch (named producers; written
+        with the next state message). Thread-safe."""
+        if self.named:
+            with self._mutex:
+                self._states[(topic, partition)] = snapshot
+                self._states_dirty = True
+
+    def resolve_entries(self) -> dict[_Entry, int | None]:
+        """Settle every entry that failed: close the writers they went through (nothing they
+        still hold is sent; their other entries fail too), wait until all of them are
+        answered, reopen each (Pulsar lets the name in once the old writer's sends are
+        settled) and ask ``last_sequence_id()`` which entries are stored: the stored ones
+        (a prefix, in order) get their offsets from a bounded read.
+
+        Returns:
+            Each failed entry's base offset when stored, None when not (and never will be).
+
+        Raises:
+            BackendUnavailableError: Pulsar could not be reached; still unsettled.
+            OwnershipLostError: a newer instance of this producer fenced this one.
+        """
+        with self._mutex:
+            failed = list(self._failed)
+        if not failed:
+            return {}
+        for writer in failed:
+            if self._writers.get((writer.topic, writer.partition)) is writer:
+                del self._writers[(writer.topic, writer.partition)]
+                with contextlib.suppress(Exception):
+                    writer.producer.close()
+        deadline = time.monotonic() + self.backend.timeout
+        with self._mutex:
+            while any(self._inflight.get(w, 0) for w in failed):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BackendUnavailableError(f"pulsar: {self.name!r}: failed writers are still answering")
+                self._mutex.wait(left)
+            entries = [e for e in self._failures if e.writer in failed]
+        out: dict[_Entry, int | None] = {}
+        for writer in failed:
+            key = (writer.topic, writer.partition)
+            reopened = self._writers.get(key)
+            if reopened is None:
+                with self._mutex:
+                    base = self._states.get(key)
+                reopened, _ = self._open(writer.topic, writer.partition, base)
+                reopened.end = max(reopened.end, writer.end)
+            with _map_errors(f"settle the writes to {writer.where}"):
+                last_id = int(reopened.producer.last_sequence_id())
+            for entry in sorted((e for e in entries if e.writer is writer), key=lambda e: e.entry_id):
+                unresolved = _Unresolved(
+                    writer.topic, writer.partition, entry.header, entry.count, entry.entry_id, entry.floor
+                )
+                out[entry] = self._locate(reopened, unresolved) if entry.entry_id <= last_id else None
+            reopened.next_id = max(reopened.next_id, last_id + 1)
+        with self._mutex:
+            for writer in failed:
+                self._failed.pop(writer, None)
+                self._inflight.pop(writer, None)
+            self._failures = [e for e in self._failures if e.writer not in failed]
+        return out
+
+    def _send(
+        self,
+        writer: _Writer,
+        batch: AppendBatch,
+        entry_id: int,
+        first: Callable[[Any, Any], None],
+        last: Callable[[Any, Any], None],
+    ) -> None:
+        """Hand one batch to the writer's batch container (sent by the flush as one entry)."""
+        records = batch.records
+        count = len(records)
+        header = batch.header
+        event_time = int(batch.timestamp * 1000)
+        identity = {"idem.count": str(count)}
+        if header is not None:
+            identity.update(
+                {
+                    "idem.pid": str(header.producer_id),
+                    "idem.epoch": str(header.producer_epoch),
+                    "idem.seq": str(header.base_sequence),
+                }
+            )
+        send = writer.producer._producer.send_async
+        builder = _pulsar.MessageBuilder
+        if count == 1:  # one message: its answer is the entry's first and last
+            first = _both(first, last)
+        with _map_errors(f"append to {writer.where}"):
+            if type(records) is RecordColumns and records.keys is None:
+                # the head carries the identity, the entry's sequence id (the one the broker
+                # records) and the batch's time; the others only their value
+                for index, value in enumerate(records.values):
+                    message = builder()
+                    if value is None:
+                        message.set_null_value()
+                    else:
+                        message.content(value)
+                    if index == 0:
+                        for name, text in identity.items():
+                            message.property(name, text)
+                        message.sequence_id(entry_id)
+                        message.event_timestamp(event_time)
+                    send(message.build(), first if index == 0 else last if index == count - 1 else _noop)
+                return
+            for index, record in enumerate(records):
+                own_time = event_time
+                ordering_key: str | None = None
+                headers = record.headers
+                if headers and any(name in _OWN_FIELDS for name, _ in headers):
+                    for name, data in headers:
+                        if name == EVENT_TIME_HEADER:
+                            own_time = int(data)
+                        elif name == ORDERING_KEY_HEADER:
+                            ordering_key = data.decode()
+                    record = attrs.evolve(record, headers=tuple((n, v) for n, v in headers if n not in _OWN_FIELDS))
+                encoded = _encode_record(record, identity if index == 0 else {}, own_time)
+                message = builder()
+                if encoded.content is None:
+                    message.set_null_value()
+                else:
+                    message.content(encoded.content)
+                for name, text in encoded.properties.items():
+                    message.property(name, text)
+                if encoded.partition_key:
+                    message.partition_key(encoded.partition_key)
+                if ordering_key:
+                    message.ordering_key(ordering_key)
+                message.sequence_id(entry_id)
+                if encoded.event_time > 0:
+                    message.event_timestamp(encoded.event_time)
+                send(message.build(), first if index == 0 else last if index == count - 1 else _noop)
+
+    def _flush(self, writer: _Writer) -> None:
+        """Close the writer's entry without waiting (the private ``flush_async`` of
+        pulsar-client's extension; the blocking ``flush`` where it is missing)."""
+        producer = writer.producer
+        with _map_errors(f"append to {writer.where}"):
+            flush_async = getattr(producer._producer, "flush_async", None) if self._flush_async else None
+            if flush_async is None:
+                self._flush_async = False
+                producer.flush()
+            else:
+                flush_async(_noop_flush)
+
+    def _outcome(
+        self,
+        batches: Sequence[tuple[str, int, AppendBatch]],
+        writers: list[_Writer],
+        wait: _Wait,
+        complete: bool,
+    ) -> tuple[list[int | None], ProducerError | None]:
+        """Each batch's base offset (None: failed or unknown), and the first error."""
+        offsets: list[int | None] = []
+        error: ProducerError | None = None
+        with wait.cond:
+            answers = dict(wait.answers)
+        for index, ((_, _, batch), writer) in enumerate(zip(batches, writers, strict=True)):
+            first, last = answers.get(2 * index), answers.get(2 * index + 1)
+            what = f"append to {writer.where}"
+            if first is None or last is None:
+                offsets.append(None)
+                error = error or BackendUnavailableError(
+                    f"pulsar: {what}: no acknowledgement within {self.backend.timeout} s"
+                )
+                continue
+            bad = next((r for r, _ in (first, last) if r != pulsar.Result.Ok), None)
+            if bad is not None:
+                offsets.append(None)
+                error = error or _translate(bad, what)
+                continue
+            message_id = first[1]
+            if message_id.ledger_id() < 0:  # Pulsar's dedup: stored by an earlier attempt
+                offsets.append(None)
+                error = error or BackendUnavailableError(f"pulsar: {what}: the entry was stored before")
+                continue
+            ledger, entry, index0 = message_id.ledger_id(), message_id.entry_id(), max(message_id.batch_index(), 0)
+            end = last[1]
+            count = len(batch.records)
+            if end is not None and (
+                end.ledger_id() != ledger or end.entry_id() != entry or max(end.batch_index(), 0) != index0 + count - 1
+            ):
+                offsets.append(None)
+                error = error or BackendUnavailableError(
+                    f"pulsar: {what}: the batch was not stored as one entry with consecutive batch indexes"
+                )
+                continue
+            offsets.append(encode_offset(ledger, entry, index0))
+        if not complete and error is None:  # pragma: no cover - the wait ended early
+            error = BackendUnavailableError(f"pulsar: {self.name!r}: a write was not acknowledged")
+        return offsets, error
+
+    def _abandon(self, writers: Iterable[_Writer], error: ProducerError) -> None:
+        """Close the writers of failed entries: nothing they still hold may be sent later,
+        and reopening one (:meth:`resolve`) waits until Pulsar settled its writes."""
+        for writer in writers:
+            if self._writers.get((writer.topic, writer.partition)) is writer:
+                del self._writers[(writer.topic, writer.partition)]
+            with contextlib.suppress(Exception):
+                writer.producer._producer.close_async(_noop_flush)
+        _LOG.warning("pulsar: a write of %r failed; its writers are reopened before the next: %s", self.name, error)
+
+    def resolve(self) -> list[int | None] | None:
+        """Settle the last write whose outcome was unknown: reopen the writer of each entry
+        in doubt (Pulsar lets the name in once the old writer's sends are settled) and ask
+        ``last_sequence_id()`` whether it is stored; a read from where it could start finds
+        its offset.
+
+        Returns:
+            Each batch's base offset when stored, None for one that was not (and never will
+            be), in the order of the write.
+
+        Raises:
+            BackendUnavailableError: Pulsar could not be reached; still unresolved.
+            OwnershipLostError: a newer instance of this producer fenced this one.
+        """
+        items = self._unresolved
+        if items is None:
+            return None
+        self._check_fenced()
+        for item in items:
+            if item.offset is not None:
+                continue
+            key = (item.topic, item.partition)
+            writer = self._writers.get(key)
+            if writer is None:
+                base = self._states.get(key)
+                writer, _ = self._open(item.topic, item.partition, None if base is None else base)
+            with _map_errors(f"resolve a write to {writer.where}"):
+                stored = int(writer.producer.last_sequence_id()) >= item.entry_id
+                if stored:
+                    item.offset = self._locate(writer, item)
+            writer.next_id = max(writer.next_id, item.entry_id + 1)
+            if item.offset is None:
+                item.entry_id = -1  # settled: not stored
+        self._unresolved = None
+        out = [item.offset for item in items]
+        for item in items:
+            if item.offset is not None:
+                writer = self._writers[(item.topic, item.partition)]
+                writer.end = max(writer.end, item.offset + item.count)
+        return out
+
+    def _locate(self, writer: _Writer, item: _Unresolved) -> int:
+        """The base offset of an entry of ours known to be stored after ``item.floor``.
+
+        Raises:
+            CorruptDataError: it is not there (the log lost it).
+        """
+        header = item.header
+        for message in self.backend._read(writer.data_topic, _start_id(item.floor)):
+            if message.producer_name() != self.name:
+                continue
+            properties = message.properties()
+            if "idem.count" not in properties:
+                continue
+            if header is not None and (
+                properties.get("idem.pid") != str(header.producer_id)
+                or properties.get("idem.seq") != str(header.base_sequence)
+                or properties.get("idem.epoch") != str(header.producer_epoch)
+            ):
+                continue
+            message_id = message.message_id()
+            return encode_offset(message_id.ledger_id(), message_id.entry_id(), max(message_id.batch_index(), 0))
+        raise CorruptDataError(
+            f"pulsar: {writer.where}: Pulsar says entry {item.entry_id} of {self.name!r} is stored, "
+            f"but it is not found after offset {item.floor}"
+        )
+
+    # -- state -------------------------------------------------------------------------------
+
+    def _check_fenced(self) -> None:
+        if self._lost is not None:
+            raise self._lost
+        error, self._state_error = self._state_error, None
+        if isinstance(error, OwnershipLostError):
+            self._fence(error)
+        if error is not None:
+            _LOG.warning("pulsar: a state write of %r failed (written again with the next): %s", self.name, error)
+            self._states_dirty = True
+
+    def _fence(self, error: OwnershipLostError) -> None:
+        """A newer instance took over: close every writer so that it can take them."""
+        self._lost = OwnershipLostError(
+            f"pulsar: a newer instance of producer {self.producer_key!r} opened its state topic ({error})"
+        )
+        self._close_writers()
+        raise self._lost
+
+    def _write_state(self, *, wait: bool) -> None:
+        """Write the producer's states as one message (``wait``: and wait for it)."""
+        with self._mutex:
+            data = pack_states(self._states)
+            self._states_dirty = False
+        self._state_at = time.monotonic()
+        producer = self._state_producer
+        if wait:
+            try:
+                with _map_errors(f"store the state of producer {self.producer_key!r}"):
+                    producer.send(data)
+            except OwnershipLostError as exc:
+                self._fence(exc)
+            return
+
+        def stored(result: Any, message_id: Any) -> None:
+            if result != pulsar.Result.Ok:
+                with contextlib.suppress(BaseException):
+                    self._state_error = _translate(result, f"store the state of producer {self.producer_key!r}")
+
+        with _map_errors(f"store the state of producer {self.producer_key!r}"):
+            producer.send_async(data, stored)
+
+    def close(self) -> None:
+        """Write the newest state (named producers), then close every writer. Stored
+        batches stay stored."""
+        if self._state_producer is not None and self._lost is None:
+            try:
+                if self._states_dirty and self._unresolved is None:
+                    self._write_state(wait=True)
+            except ProducerError as exc:
+                _LOG.warning("pulsar: the last state of %r was not written: %s", self.name, exc)
+            with contextlib.suppress(Exception):
+                self._state_producer.close()
+        self._state_producer = None
+        self._close_writers()
+
+    def _close_writers(self) -> None:
+        writers, self._writers = list(self._writers.values()), {}
+        for writer in writers:
+            with contextlib.suppress(Exception):
+                writer.producer.close()
+
+
+def _both(first: Callable[[Any, Any], None], last: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    def callback(result: Any, message_id: Any) -> None:
+        first(result, message_id)
+        last(result, message_id)
+
+    return callback
+
+
+def _noop_flush(result: Any) -> None:
+    pass
+
+
+def open_producer_log(
+    backend: Any, producer_key: str, named: bool, settings: dict[str, Any] | None = None
+) -> PulsarProducerLog:
+    """The writer of one producer over the process's shared :class:`PulsarBackend`; see
+    :class:`PulsarProducerLog` (what it raises)."""
+    if not isinstance(backend, PulsarBackend):
+        raise ConfigError(f"a Pulsar producer log needs a PulsarBackend, not {type(backend).__name__}")
+    return PulsarProducerLog(backend, producer_key, named, settings)
+
+
+__all__ = [
+    "EVENT_TIME_HEADER",
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_RECORDS",
+    "STATE_INTERVAL",
+    "PulsarProducerLog",
+    "open_producer_log",
+    "pulsar_producer_name",
+    "state_topic",
+]
