@@ -5,7 +5,9 @@ the batch's identity in headers (producer id, epoch, base sequence, record count
 carry only their own (user) headers, so they can go to Kafka in bulk (without a timestamp of
 their own, which librdkafka's bulk call cannot set). A record's producer id, sequence and
 timestamp are therefore those of the nearest batch head before it, when that head's count
-reaches it; any other record without identity headers was written without the checker.
+reaches it; any other record without identity headers was written without the checker. A
+batch whose records have times of their own (``Record.timestamp``) is written record by record
+with them, and its head says so (``idem.timed``): its records are read with their own times.
 
 :class:`HeadIndex` remembers the heads one process has seen (written, replayed or read), so
 that a read starting inside a batch finds its head without reading back. Pure: no I/O, no
@@ -15,8 +17,10 @@ locks (the adapter locks).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from typing import NamedTuple
 
+from idempotent._records import BatchHeader, Record, RecordColumns
 from idempotent._sequence import sequence_at
 from idempotent.errors import ConfigError
 
@@ -29,8 +33,14 @@ class BatchHead(NamedTuple):
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    #: the batch's timestamp (seconds): every record of the batch is read back with it
+    #: the batch's timestamp (seconds): its records are read back with it, unless ``timed``
     timestamp: float = 0.0
+    #: the records carry times of their own (``idem.timed`` on the head), read back as stored
+    timed: bool = False
+
+    def record_time(self, stored: float) -> float:
+        """The timestamp a record of this batch is read back with, from its message's."""
+        return stored if self.timed else self.timestamp
 
     def covers(self, offset: int) -> bool:
         """Whether the message at ``offset`` is one of this batch's records."""
@@ -109,3 +119,28 @@ class HeadIndex:
                     self.note_foreign(offset, offset)
                 return True
         return False
+
+
+def identity_headers(header: BatchHeader | None, record_count: int, timed: bool) -> list[tuple[str, bytes]]:
+    """The headers of a batch's head: ``idem.pid``, ``idem.epoch``, ``idem.seq`` (none for a
+    batch without a producer), ``idem.count``, and ``idem.timed`` when its records carry
+    times of their own."""
+    if header is None:
+        identity = [("idem.count", b"%d" % record_count)]
+    else:
+        identity = [
+            ("idem.pid", b"%d" % header.producer_id),
+            ("idem.epoch", b"%d" % header.producer_epoch),
+            ("idem.seq", b"%d" % header.base_sequence),
+            ("idem.count", b"%d" % record_count),
+        ]
+    if timed:
+        identity.append(("idem.timed", b"1"))
+    return identity
+
+
+def records_timed(records: Sequence[Record]) -> bool:
+    """Whether any record of a batch has a time of its own."""
+    if type(records) is RecordColumns:
+        return records.timed
+    return any(record.timestamp is not None for record in records)

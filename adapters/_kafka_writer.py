@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from adapters._heads import BatchHead
+from adapters._heads import BatchHead, identity_headers, records_timed
 from adapters._writer import GroupQueue
 from idempotent._records import Record, RecordColumns, Snapshot
 from idempotent._types import NO_PRODUCER_ID
@@ -154,6 +154,7 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
                     batch.header.producer_epoch if batch.header else -1,
                     batch.header.base_sequence if batch.header else -1,
                     int(batch.timestamp * 1000) / 1000,
+                    records_timed(batch.records),
                 )
                 for (batch, _, _), offset in zip(items, offsets, strict=True)
                 if batch is not None and offset >= 0
@@ -211,15 +212,8 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
         header = batch.header
         first = records[0]
         timestamp = int(batch.timestamp * 1000)
-        if header is None:  # no producer: the head says only how many records follow it
-            identity = [("idem.count", b"%d" % len(records))]
-        else:
-            identity = [
-                ("idem.pid", b"%d" % header.producer_id),
-                ("idem.epoch", b"%d" % header.producer_epoch),
-                ("idem.seq", b"%d" % header.base_sequence),
-                ("idem.count", b"%d" % len(records)),
-            ]
+        timed = records_timed(records)
+        identity = identity_headers(header, len(records), timed)
         self._produce_one(
             producer,
             first,
@@ -229,10 +223,10 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
         )
         for start in range(1, len(records), _BULK):
             chunk = records[start : start + _BULK]
-            if type(chunk) is RecordColumns and not chunk.timed:
+            if type(chunk) is RecordColumns and not timed:
                 keys = chunk.keys if chunk.keys is not None else itertools.repeat(None)
                 self._produce_bulk(producer, [{"value": v, "key": k} for v, k in zip(chunk.values, keys, strict=False)])
-            elif any(record.headers or record.timestamp is not None for record in chunk):
+            elif timed or any(record.headers for record in chunk):
                 for record in chunk:  # a time or headers of its own: one by one (the bulk call takes neither)
                     own = timestamp if record.timestamp is None else record.timestamp
                     self._produce_one(producer, record, list(record.headers) or None, own, None)

@@ -94,7 +94,7 @@ SNAPSHOT_TOPIC = "__idempotent_snapshots"
 #: The headers this adapter adds to a batch's first record (and that records of the earlier
 #: layout carry each); other headers (``idem.src.*`` of a mirror among them) are the user's
 #: and are read back unchanged.
-_OWN_HEADERS = frozenset({"idem.pid", "idem.epoch", "idem.seq", "idem.count"})
+_OWN_HEADERS = frozenset({"idem.pid", "idem.epoch", "idem.seq", "idem.count", "idem.timed"})
 #: librdkafka's default ``message.max.bytes``: the largest message the client sends
 _MESSAGE_MAX_BYTES = 1_000_000
 #: room for a record's Kafka framing and ``idem.*`` headers beyond what Record.size counts
@@ -301,7 +301,13 @@ class KafkaBackend(MetadataDelegate):
                 identity = _identity(message.headers())
                 if identity is not None and identity[3] is not None:
                     nearest = BatchHead(
-                        message.offset(), identity[3], identity[0], identity[1], identity[2], _seconds(message)
+                        message.offset(),
+                        identity[3],
+                        identity[0],
+                        identity[1],
+                        identity[2],
+                        _seconds(message),
+                        identity[4],
                     )
                     found.append(nearest)
             self.note_heads(kafka_topic, partition, found)
@@ -601,14 +607,14 @@ class KafkaBackend(MetadataDelegate):
                 raw = message.headers()
                 identity = _identity(raw) if raw else None
                 if identity is not None:
-                    producer_id, epoch, sequence, count = identity
+                    producer_id, epoch, sequence, count, timed = identity
                     timestamp = _seconds(message)
                     if count is not None:
-                        head = BatchHead(at, count, producer_id, epoch, sequence, timestamp)
+                        head = BatchHead(at, count, producer_id, epoch, sequence, timestamp, timed)
                         heads.append(head)
                 elif head is not None and head.covers(at):
                     producer_id, epoch, sequence = head.producer_id, head.producer_epoch, head.sequence_of(at)
-                    timestamp = _seconds(message)  # each record's own time (see _produce)
+                    timestamp = head.record_time(_seconds(message))
                 else:
                     producer_id = epoch = sequence = -1
                     timestamp = _seconds(message)
@@ -630,6 +636,7 @@ class KafkaBackend(MetadataDelegate):
                             producer_id=first.producer_id,
                             producer_epoch=first.producer_epoch,
                             sequence=first.sequence_of(record.offset),
+                            timestamp=first.record_time(record.timestamp),
                         )
                     else:
                         foreign.append(index)
@@ -671,12 +678,12 @@ class KafkaBackend(MetadataDelegate):
                 if identity is None:  # a record written without the checker
                     batches.append(StoredBatch(message.offset(), NO_PRODUCER_ID, Epoch(-1), Sequence(-1), 1, 0.0))
                     continue
-                producer_id, epoch, sequence, count = identity
+                producer_id, epoch, sequence, count, timed = identity
                 if count is None:  # inside a batch of the earlier layout (identity on each record)
                     continue
                 inside_until = message.offset() + count
                 timestamp = _seconds(message)
-                heads.append(BatchHead(message.offset(), count, producer_id, epoch, sequence, timestamp))
+                heads.append(BatchHead(message.offset(), count, producer_id, epoch, sequence, timestamp, timed))
                 batches.append(
                     StoredBatch(
                         message.offset(), ProducerId(producer_id), Epoch(epoch), Sequence(sequence), count, timestamp
@@ -752,14 +759,16 @@ def _seconds(message: Any) -> float:
     return float(message.timestamp()[1]) / 1000
 
 
-def _identity(raw: Any) -> tuple[int, int, int, int | None] | None:
-    """``(producer id, epoch, sequence, record count or None)`` from a message's headers: a
-    batch head has all four (-1 for the first three when the batch had no producer); a record
-    of the earlier layout (identity on every record) has no count; None for a message without
-    identity (a later record of a batch, or one written without the checker)."""
+def _identity(raw: Any) -> tuple[int, int, int, int | None, bool] | None:
+    """``(producer id, epoch, sequence, record count or None, timed)`` from a message's
+    headers: a batch head has the first four (-1 for the first three when the batch had no
+    producer) and says whether its records carry their own times; a record of the earlier
+    layout (identity on every record) has no count; None for a message without identity (a
+    later record of a batch, or one written without the checker)."""
     if not raw:
         return None
     pid = epoch = sequence = count = None
+    timed = False
     for name, value in raw:
         if name == "idem.pid":
             pid = value
@@ -769,13 +778,16 @@ def _identity(raw: Any) -> tuple[int, int, int, int | None] | None:
             sequence = value
         elif name == "idem.count":
             count = value
+        elif name == "idem.timed":
+            timed = True
     if pid is None:  # a head of a batch without a producer says only its count
-        return None if count is None else (NO_PRODUCER_ID, -1, -1, int(count))
+        return None if count is None else (NO_PRODUCER_ID, -1, -1, int(count), timed)
     return (
         int(pid),
         int(epoch) if epoch is not None else -1,
         int(sequence) if sequence is not None else -1,
         int(count) if count is not None else None,
+        timed,
     )
 
 

@@ -37,7 +37,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from adapters._heads import BatchHead
+from adapters._heads import BatchHead, identity_headers, records_timed
 from adapters._kafka_errors import map_errors, translate
 from adapters._kafka_txn import TransactionalProducer, TxnState
 from adapters._meta import pack_snapshot, unpack_snapshot
@@ -314,6 +314,7 @@ class KafkaProducerLog:
                     header.producer_epoch,
                     header.base_sequence,
                     int(batch.timestamp * 1000) / 1000,
+                    records_timed(batch.records),
                 )
                 self.backend.note_heads(name, partition, [head])
 
@@ -366,27 +367,18 @@ class KafkaProducerLog:
         header = batch.header
         count = len(records)
         timestamp = int(batch.timestamp * 1000)
-        if header is None:
-            identity = [("idem.count", b"%d" % count)]
-        else:
-            identity = [
-                ("idem.pid", b"%d" % header.producer_id),
-                ("idem.epoch", b"%d" % header.producer_epoch),
-                ("idem.seq", b"%d" % header.base_sequence),
-                ("idem.count", b"%d" % count),
-            ]
+        timed = records_timed(records)
+        identity = identity_headers(header, count, timed)
         bulk: list[dict[str, Any]] | None = None
-        if count > 1:
+        if count > 1 and not timed:  # records with their own time go one by one (the bulk call cannot set it)
             rest = records[1:]
             if type(rest) is RecordColumns:
                 keys = rest.keys
-                if rest.timed:
-                    pass  # records with their own time go one by one (the bulk call cannot set it)
-                elif keys is None:
+                if keys is None:
                     bulk = [{"value": v} for v in rest.values]
                 else:
                     bulk = [{"value": v, "key": k} for v, k in zip(rest.values, keys, strict=True)]
-            elif not any(record.headers or record.timestamp is not None for record in rest):
+            elif not any(record.headers for record in rest):
                 bulk = [{"value": r.value, "key": r.key} for r in rest]
         head = records[0]
         producer.produce(

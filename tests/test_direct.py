@@ -1,0 +1,150 @@
+"""A producer's own broker (``idempotent/direct.py``) on a real Kafka: what the producer-scoped
+writer promises (docs/architecture.md, "Who owns a write")."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+import idempotent
+from idempotent import Outcome
+from idempotent._connect import open_for_producer
+from idempotent._records import Record, RecordColumns
+from idempotent.direct import DirectBroker
+from idempotent.errors import ProducerFencedError
+
+pytestmark = pytest.mark.kafka
+
+
+def _topic(kafka_service: Any, partitions: int = 1) -> str:
+    name = f"direct-{uuid.uuid4().hex[:10]}"
+    with idempotent.connect(kafka_service.url) as broker:
+        broker.create_topic(name, partitions)
+    return name
+
+
+def _direct(kafka_service: Any) -> DirectBroker:
+    broker = open_for_producer(kafka_service.url)
+    assert isinstance(broker, DirectBroker)
+    return broker
+
+
+def _read_all(kafka_service: Any, topic: str, partition: int = 0) -> list[Any]:
+    with idempotent.Reader(kafka_service.url, topic, partition=partition) as reader:
+        return list(reader)
+
+
+def test_a_restarted_named_producer_answers_resends_with_their_original_offsets(kafka_service: Any) -> None:
+    topic = _topic(kafka_service)
+    name = f"named-{uuid.uuid4().hex[:6]}"
+    first = _direct(kafka_service)
+    session = first.init_producer(name)
+    stored = [
+        first.produce(
+            topic, 0, session.producer_id, session.producer_epoch, 5 * i, [b"%d" % j for j in range(5 * i, 5 * i + 5)]
+        )
+        for i in range(3)
+    ]
+    assert [r.outcome for r in stored] == [Outcome.ACCEPTED] * 3
+    first.close()  # as if killed after the commits: the state went with them
+
+    again = _direct(kafka_service)
+    restarted = again.init_producer(name)
+    assert restarted.producer_id == session.producer_id and restarted.producer_epoch > session.producer_epoch
+    assert again.last_sequence(topic, 0) == 14
+    for i in range(3):  # every stored batch sent again by the new instance
+        resend = again.produce(
+            topic,
+            0,
+            restarted.producer_id,
+            restarted.producer_epoch,
+            5 * i,
+            [b"%d" % j for j in range(5 * i, 5 * i + 5)],
+        )
+        assert resend.outcome is Outcome.DUPLICATE and resend.base_offset == stored[i].base_offset
+    nxt = again.produce(topic, 0, restarted.producer_id, restarted.producer_epoch, 15, [b"15"])
+    assert nxt.outcome is Outcome.ACCEPTED
+    again.close()
+    assert [m.value for m in _read_all(kafka_service, topic)] == [b"%d" % j for j in range(16)]
+
+
+def test_an_older_instance_is_fenced_at_its_next_write(kafka_service: Any) -> None:
+    topic = _topic(kafka_service)
+    name = f"zombie-{uuid.uuid4().hex[:6]}"
+    old = _direct(kafka_service)
+    s_old = old.init_producer(name)
+    assert old.produce(topic, 0, s_old.producer_id, s_old.producer_epoch, 0, [b"a"]).outcome is Outcome.ACCEPTED
+    new = _direct(kafka_service)
+    s_new = new.init_producer(name)
+    began = time.monotonic()
+    with pytest.raises(ProducerFencedError):
+        old.produce(topic, 0, s_old.producer_id, s_old.producer_epoch, 1, [b"zombie"])
+    assert time.monotonic() - began < 30  # at once, not after a delivery timeout
+    assert new.produce(topic, 0, s_new.producer_id, s_new.producer_epoch, 1, [b"b"]).outcome is Outcome.ACCEPTED
+    old.close()
+    new.close()
+    assert [m.value for m in _read_all(kafka_service, topic)] == [b"a", b"b"]
+
+
+def test_producers_writing_one_partition_at_once_each_store_whole_batches_once(kafka_service: Any) -> None:
+    """Three producers (one named) write one partition concurrently: no fencing between
+    them, every record once, and every batch read back whole with its producer's identity."""
+    topic = _topic(kafka_service)
+    results: dict[int, list[Any]] = {}
+
+    def write(index: int) -> None:
+        broker = _direct(kafka_service)
+        session = broker.init_producer(f"writer-{uuid.uuid4().hex[:6]}" if index == 0 else None)
+        out = []
+        for b in range(20):
+            values = [b"%d-%d-%d" % (index, b, i) for i in range(50)]
+            out.append(broker.produce(topic, 0, session.producer_id, session.producer_epoch, 50 * b, values))
+        results[index] = [session.producer_id, out]
+        broker.close()
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert sorted(results) == [0, 1, 2]
+    assert all(r.outcome is Outcome.ACCEPTED for _, out in results.values() for r in out)
+    stored = _read_all(kafka_service, topic)
+    assert len(stored) == 3 * 20 * 50 and all(n == 1 for n in Counter(m.value for m in stored).values())
+    by_offset = {m.offset: m for m in stored}
+    for producer_id, out in results.values():
+        for b, result in enumerate(out):  # the batch's records are consecutive, with its identity
+            batch = [by_offset[result.base_offset + i] for i in range(50)]
+            assert [(m.producer_id, m.sequence) for m in batch] == [(producer_id, 50 * b + i) for i in range(50)]
+
+
+@pytest.mark.parametrize("opener", ["direct", "broker"])
+def test_records_are_read_back_with_their_own_times_or_their_batchs(kafka_service: Any, opener: str) -> None:
+    """A batch whose records carry times stores each record's own (Kafka CreateTime); a batch
+    without reads back every record with the batch's time, whichever writer wrote it."""
+    topic = _topic(kafka_service)
+    broker: Any = _direct(kafka_service) if opener == "direct" else idempotent.connect(kafka_service.url)
+    session = broker.init_producer()
+    times = [1_000_000_000_000 + 1000 * i for i in range(2000)]
+    timed = RecordColumns([b"t%d" % i for i in range(2000)], None, times)
+    plain = RecordColumns([b"p%d" % i for i in range(12_000)])
+    pid, epoch = session.producer_id, session.producer_epoch
+    assert broker.produce(topic, 0, pid, epoch, 0, timed).outcome is Outcome.ACCEPTED
+    assert broker.produce(topic, 0, pid, epoch, 2000, plain).outcome is Outcome.ACCEPTED
+    assert broker.produce(topic, 0, pid, epoch, 14_000, [Record(b"one", timestamp=1_500_000_000_000)]).outcome is (
+        Outcome.ACCEPTED
+    )
+    broker.close()
+    stored = _read_all(kafka_service, topic)
+    assert [m.timestamp for m in stored[:2000]] == [t / 1000 for t in times]
+    assert len({m.timestamp for m in stored[2000:14_000]}) == 1
+    assert stored[14_000].timestamp == 1_500_000_000
+    # a fresh reader starting inside the plain batch finds its head and its time
+    with idempotent.Reader(kafka_service.url, topic, idempotent.MessageId(topic, 0, stored[9000].offset)) as reader:
+        inside = next(iter(reader))
+    assert inside.timestamp == stored[2000].timestamp and inside.sequence == 9001
