@@ -448,22 +448,25 @@ def _noise(length: int) -> str:
     return "".join(random.Random(length).choices(string.ascii_letters + string.digits, k=length))
 
 
-#: every refusal of a token that can be triggered: (token, what the message says)
+IN_A_DAY = time.time() + 86_400
+
+#: every refusal of a token that can be triggered: (token, what the message says). Minted at
+#: import, so every token that is not meant to expire is valid for a day, as ALICE is.
 REFUSED_TOKENS = [
     (tok("alice", secret=b"y" * 32, audience=AUDIENCE, ttl=86_400), "signature"),
     (tok("alice", audience=AUDIENCE, ttl=60, now=time.time() - 3600), "expired"),
     (tok("alice", audience="another-service", ttl=86_400), "audience"),
     (tok("alice", ttl=86_400), "'aud'"),
-    (jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": time.time() + 600}, None, algorithm="none"), "algorithm"),
-    (jwt.encode({"aud": AUDIENCE, "exp": time.time() + 600}, SECRET, algorithm="HS256"), "'sub'"),
+    (jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": IN_A_DAY}, None, algorithm="none"), "algorithm"),
+    (jwt.encode({"aud": AUDIENCE, "exp": IN_A_DAY}, SECRET, algorithm="HS256"), "'sub'"),
     (jwt.encode({"sub": "alice", "aud": AUDIENCE}, SECRET, algorithm="HS256"), "'exp'"),
-    (jwt.encode({"sub": "al\nice", "aud": AUDIENCE, "exp": time.time() + 600}, SECRET, algorithm="HS256"), "control"),
-    (jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": time.time() + 600, "nbf": time.time() + 3600}, SECRET), "yet"),
+    (jwt.encode({"sub": "al\nice", "aud": AUDIENCE, "exp": IN_A_DAY}, SECRET, algorithm="HS256"), "control"),
+    (jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": IN_A_DAY, "nbf": time.time() + 3600}, SECRET), "yet"),
     (
-        jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": time.time() + 600, "iat": time.time() + 3600}, SECRET),
+        jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": IN_A_DAY, "iat": time.time() + 3600}, SECRET),
         "future",
     ),
-    (jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": time.time() + 600, "roles": [1]}, SECRET), "list of strings"),
+    (jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": IN_A_DAY, "roles": [1]}, SECRET), "list of strings"),
     (jwt.encode({"sub": "alice", "aud": AUDIENCE, "exp": "tomorrow"}, SECRET, algorithm="HS256"), "number"),
     ("garbage-" + _noise(200), "malformed"),
     (groups_token(17_000), "16384"),  # validly signed, and longer than any token is taken

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...delivery import DeliveryFuture
 from ...errors import ProducerError, QueueFullError
@@ -24,9 +24,6 @@ from ._errors import (
 )
 from ._ids import MessageId, _message_id, native_message_id
 from ._options import _MAX_SEQUENCE_ID, EVENT_TIME_HEADER, ORDERING_KEY_HEADER, _check_send_options
-
-if TYPE_CHECKING:
-    from ._client import Client
 
 
 class Producer:
@@ -48,7 +45,7 @@ class Producer:
         block_if_full: bool,
         logger: logging.Logger,
         schema: Any = None,
-        client: Client | None = None,
+        client: object | None = None,
         direct: bool = False,
         name: str | None = None,
         router: Callable[[Any, int], int] | None = None,
@@ -58,7 +55,8 @@ class Producer:
         #: says the topic)
         self._name = name
         self._schema = schema
-        # as pulsar-client's producer, keep the client (and so its broker) alive while in use
+        # as pulsar-client's producer, keep the client (and so its broker) alive while in use; held,
+        # never called, so typed as any object (the client module imports this one)
         self._client = client
         self._full_topic = full_topic
         self._topic = topic
