@@ -14,9 +14,13 @@ whole. ``args`` and ``result`` are maps with string keys; ``error`` is the map
 ``{"code", "name", "message", "recovery", "fields"}`` of an :mod:`idempotent.errors` class.
 
 Everything here is pure: :class:`FrameDecoder` turns bytes into frame bodies,
-:func:`parse_request` turns a body into a validated :class:`Request` or a
+:func:`parse_request` turns a body into a validated :class:`Request`, a :class:`Produce`
+(a ``produce`` request parsed once into the :class:`~idempotent._request.ProduceRequest`
+the broker takes: the network edge is the only place a batch off the wire is checked) or a
 :class:`BadRequest`, and the ``encode_*``/``decode_*`` functions convert the broker's value
-types to and from plain MessagePack values.
+types to and from plain MessagePack values. A batch whose records have no headers travels
+as columns both ways (:class:`~idempotent._records.RecordColumns`: a ``records`` array of
+bare values and, with the ``keys`` extension, a ``keys`` array), with no object per record.
 """
 
 from __future__ import annotations
@@ -29,8 +33,11 @@ from typing import Any, Final, NamedTuple
 import attrs
 import msgpack
 
+from ._checker import make_header, validate_header
 from ._outcomes import Outcome, ProduceResult
 from ._records import _ONLY_BYTES, Record, RecordColumns, StoredRecord, trusted_record, value_record
+from ._request import ProduceRequest, measure
+from ._topics import canonical_topic
 from ._types import MAX_APPLICATION_SEQUENCE, MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID, TopicPartition
 from ._values import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
 from .errors import (
@@ -141,6 +148,17 @@ class Request(NamedTuple):
     correlation_id: int
     op: str
     args: dict[str, Any]
+
+
+class Produce(NamedTuple):
+    """A valid ``produce`` request: the batch, parsed once into the value the broker takes."""
+
+    correlation_id: int
+    request: ProduceRequest
+
+    @property
+    def op(self) -> str:
+        return "produce"
 
 
 class BadRequest(NamedTuple):
@@ -407,7 +425,30 @@ _COMBINE: Final[dict[str, Callable[[dict[str, Any]], None]]] = {"produce": _with
 EXTENSIONS: Final = ("keys",)
 
 
-def parse_request(body: bytes) -> Request | BadRequest:
+def parse_produce(args: Any) -> ProduceRequest:
+    """The arguments of a ``produce`` request as the one :class:`ProduceRequest` the broker
+    takes: every field checked once (the schema, then the canonical topic name and the
+    sequence range of the whole batch), the records decoded without a
+    :class:`~idempotent._records.Record` per record when they are bare values (with or
+    without ``keys``), measured once; then the trusted constructor.
+
+    Raises:
+        LocalProtocolError: not a map, or a required argument missing.
+        InvalidTopicError: a bad topic name or partition number.
+        InvalidBatchError: a bad producer id, epoch, sequence, record or key.
+    """
+    a = validate_args("produce", args)
+    records = a["records"]
+    topic = canonical_topic(a["topic"])
+    header = make_header(
+        a["producer_id"], a["producer_epoch"], a["base_sequence"], len(records), a["previous_sequence"]
+    )
+    validate_header(header)  # the ranges of the batch as a whole (its last sequence)
+    size, largest = measure(records)
+    return ProduceRequest(topic, a["partition"], header, records, size, largest)
+
+
+def parse_request(body: bytes) -> Request | Produce | BadRequest:
     """Decode and validate one request frame body. Never raises."""
     try:
         value = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
@@ -425,6 +466,8 @@ def parse_request(body: bytes) -> Request | BadRequest:
     if type(op) is not str:
         return BadRequest(correlation_id, LocalProtocolError("op must be a string"), False)
     try:
+        if op == "produce":
+            return Produce(correlation_id, parse_produce(args))
         return Request(correlation_id, op, validate_args(op, args))
     except ProducerError as exc:
         return BadRequest(correlation_id, exc, False, op)
@@ -562,6 +605,59 @@ def encode_result(result: ProduceResult) -> dict[str, Any]:
     }
 
 
+def _packed_int(value: int) -> bytes:
+    """An int as MessagePack packs it: the shortest encoding (unsigned for positive values)."""
+    if 0 <= value < 0x80 or -32 <= value < 0:
+        return _BYTE[value & 0xFF]
+    if value > 0:
+        if value <= 0xFF:
+            return b"\xcc" + _BYTE[value]
+        if value <= 0xFFFF:
+            return b"\xcd" + value.to_bytes(2, "big")
+        if value <= 0xFFFFFFFF:
+            return b"\xce" + value.to_bytes(4, "big")
+        return b"\xcf" + value.to_bytes(8, "big")
+    if value >= -0x80:
+        return b"\xd0" + value.to_bytes(1, "big", signed=True)
+    if value >= -0x8000:
+        return b"\xd1" + value.to_bytes(2, "big", signed=True)
+    if value >= -0x80000000:
+        return b"\xd2" + value.to_bytes(4, "big", signed=True)
+    return b"\xd3" + value.to_bytes(8, "big", signed=True)
+
+
+_BYTE: Final = [bytes([i]) for i in range(256)]
+_NIL: Final = b"\xc0"
+#: the packed ``[1, ...`` of a response and the keys of a produce result, in the order of
+#: :func:`encode_result`, so :func:`encode_produced` writes what ``encode_response`` would
+_RESPONSE_HEAD: Final = b"\x93\x01"
+_RESULT_KEYS: Final = [msgpack.packb(k) for k in ("outcome", "base_offset", "expected_sequence", "producer_epoch")]
+_OUTCOMES: Final = {outcome: msgpack.packb(outcome.value) for outcome in Outcome}
+
+
+def encode_produced(correlation_id: int, result: ProduceResult) -> bytes:
+    """``encode_response(correlation_id, encode_result(result))``, byte for byte, without
+    building the map: the answer of every produce request."""
+    key_outcome, key_offset, key_expected, key_epoch = _RESULT_KEYS
+    offset, expected, epoch = result.base_offset, result.expected_sequence, result.producer_epoch
+    body = b"".join(
+        (
+            _RESPONSE_HEAD,
+            _packed_int(correlation_id),
+            b"\x84",
+            key_outcome,
+            _OUTCOMES[result.outcome],
+            key_offset,
+            _NIL if offset is None else _packed_int(offset),
+            key_expected,
+            _NIL if expected is None else _packed_int(expected),
+            key_epoch,
+            _NIL if epoch is None else _packed_int(epoch),
+        )
+    )
+    return _LENGTH.pack(len(body)) + body
+
+
 def decode_result(value: Mapping[str, Any]) -> ProduceResult:
     """The inverse of :func:`encode_result`."""
     return ProduceResult(
@@ -654,12 +750,14 @@ __all__ = [
     "BadRequest",
     "FrameDecoder",
     "FrameTooLarge",
+    "Produce",
     "Request",
     "decode_result",
     "decode_session",
     "decode_stats",
     "decode_stored",
     "encode_error",
+    "encode_produced",
     "encode_records",
     "encode_request",
     "encode_response",
@@ -671,6 +769,7 @@ __all__ = [
     "error_to_wire",
     "frame",
     "pack",
+    "parse_produce",
     "parse_request",
     "validate_args",
 ]

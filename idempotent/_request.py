@@ -35,7 +35,7 @@ from .errors import InvalidBatchError, InvalidRecordError, InvalidTopicError, Pr
 if TYPE_CHECKING:
     from ._outcomes import ProduceResult
 
-__all__ = ["ProduceRequest", "ProduceShortcuts"]
+__all__ = ["ProduceRequest", "ProduceShortcuts", "measure"]
 
 
 def _is_int(value: object) -> bool:
@@ -124,6 +124,19 @@ class ProduceRequest:
             assert measured is not None
         size, largest = measured
         return cls(topic, partition, header, records, size, largest)  # type: ignore[arg-type]
+
+
+def measure(records: Sequence[Record]) -> tuple[int, int]:
+    """``(total, largest)`` of the records' :attr:`Record.size`, in one pass, for records
+    that are :class:`Record` objects or a :class:`RecordColumns` (a decoder's output).
+
+    Raises:
+        TypeError: an item that is not a :class:`Record` (a bug of the caller).
+    """
+    measured = _measure(records)
+    if measured is None:
+        raise TypeError("measure() takes Record objects or RecordColumns")
+    return measured
 
 
 def _measure(records: Sequence[object]) -> tuple[int, int] | None:

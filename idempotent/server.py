@@ -9,13 +9,18 @@ An asyncio shell around the pure :mod:`idempotent._protocol` and an in-process
     ...
     server.close()                 # stop accepting, answer what is in flight, close the broker
 
-Threads: one event loop thread does all socket I/O and framing. Produce requests go to a
+Threads: one event loop thread does all socket I/O and framing, and parses each request once
+(:func:`idempotent._protocol.parse_request`: a ``produce`` becomes the one
+:class:`~idempotent._request.ProduceRequest` the broker takes). Produce requests go to a
 fixed set of *lanes* (threads), a partition always to the same lane, so batches of one
-partition reach ``Broker.submit_produce`` in the order they arrived, across connections.
-Handshakes (``hello``) and ``ping`` run on their own small pool, so they never wait behind
-other work. Every other request goes to a :class:`~idempotent.fairqueue.FairQueue` served by
-the worker threads one connection at a time in turn, so one client's backlog delays another
-client by at most one request. Answers go back through the loop.
+partition reach ``Broker.submit_request`` in the order they arrived, across connections; the
+requests of one pass of the loop reach a lane as one group (one hand-off, not one per
+batch). Handshakes (``hello``) and ``ping`` run on their own small pool, so they never wait
+behind other work. Every other request goes to a :class:`~idempotent.fairqueue.FairQueue`
+served by the worker threads one connection at a time in turn, so one client's backlog delays
+another client by at most one request. Answers go back through the loop: whichever thread
+finishes a request queues its answer, and the loop is woken once for everything queued
+since it last looked (produce answers are encoded there).
 
 Backpressure: a connection stops being read while it has ``max_in_flight`` requests
 unanswered or while its peer does not read its answers; the workers skip a connection whose
@@ -56,7 +61,9 @@ import attrs
 
 from . import __version__, tls
 from . import _protocol as wire
+from ._outcomes import ProduceResult
 from ._registry import ProducerRecord
+from ._request import ProduceRequest
 from ._topics import canonical_topic
 from .auth import ANONYMOUS, Principal
 from .broker import Broker
@@ -191,6 +198,7 @@ class _Connection(asyncio.Protocol):
         self.closing = True
         self.server._work.drop(self)  # nobody is left to answer
         self.server._connections.discard(self)
+        self.server._paused.discard(self)
         self.server._pending -= len(self.backlog)
         self.backlog.clear()
         self.server._resume_all()
@@ -268,13 +276,19 @@ class _Connection(asyncio.Protocol):
         )
         if want_pause and not self.read_paused:
             self.read_paused = True
+            server._paused.add(self)
             self.transport.pause_reading()
         elif not want_pause and self.read_paused:
             self.read_paused = False
+            server._paused.discard(self)
             self.transport.resume_reading()
 
     def handle(self, body: bytes) -> None:
         request = wire.parse_request(body)
+        if type(request) is wire.Produce and self.greeted:  # the common case first
+            self.in_flight += 1
+            self.server._dispatch_produce(self, request)
+            return
         if isinstance(request, wire.BadRequest):
             error = request.error
             if not self.greeted and request.op != "hello":
@@ -286,7 +300,7 @@ class _Connection(asyncio.Protocol):
                 self.send(frame)
             return
         if not self.greeted:
-            if request.op != "hello":
+            if not isinstance(request, wire.Request) or request.op != "hello":
                 self.fail(
                     wire.encode_error(request.correlation_id, LocalProtocolError("the first request must be 'hello'"))
                 )
@@ -295,6 +309,7 @@ class _Connection(asyncio.Protocol):
             self.in_flight += 1
             self.server._control.submit(self.server._hello, self, request)
             return
+        assert isinstance(request, wire.Request)
         if request.op == "hello":
             self.send(wire.encode_error(request.correlation_id, LocalProtocolError("'hello' was already answered")))
             return
@@ -418,8 +433,17 @@ class BrokerServer:
         self._control = ThreadPoolExecutor(self.config.control_workers, thread_name_prefix="idempotent-control")
         self._work: FairQueue[_Connection, wire.Request] = FairQueue(_held)
         self._workers: list[threading.Thread] = []
-        self._lanes: list[queue.SimpleQueue[tuple[_Connection, wire.Request] | None]] = []
+        self._lanes: list[queue.SimpleQueue[list[tuple[_Connection, wire.Produce]] | None]] = []
         self._lane_threads: list[threading.Thread] = []
+        #: produce requests read in this pass of the loop, per lane, handed over at its end
+        self._lane_pending: list[list[tuple[_Connection, wire.Produce]]] = [[] for _ in range(self.config.lanes)]
+        self._lanes_due = False
+        #: answers finished on other threads, for the loop to send: (connection, correlation
+        #: id, a produce's future or a ready frame, keywords of _Connection.answered)
+        self._answers: deque[tuple[_Connection, int, Future[ProduceResult] | bytes, dict[str, Any] | None]] = deque()
+        self._answers_due = False
+        #: connections whose reading is paused (see _Connection.update_reading)
+        self._paused: set[_Connection] = set()
         self._closed = False
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -495,7 +519,7 @@ class BrokerServer:
         sock = self._server.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         for i in range(self.config.lanes):
-            lane: queue.SimpleQueue[tuple[_Connection, wire.Request] | None] = queue.SimpleQueue()
+            lane: queue.SimpleQueue[list[tuple[_Connection, wire.Produce]] | None] = queue.SimpleQueue()
             thread = threading.Thread(target=self._lane_loop, args=(lane,), name=f"idempotent-lane-{i}", daemon=True)
             thread.start()
             self._lanes.append(lane)
@@ -580,16 +604,31 @@ class BrokerServer:
             self._resume_all()
 
     def _resume_all(self) -> None:
-        for conn in list(self._connections):
-            if conn.read_paused:
+        if self._paused:
+            for conn in list(self._paused):
                 conn.update_reading()
 
+    def _dispatch_produce(self, conn: _Connection, produce: wire.Produce) -> None:
+        """Queue a produce request for its partition's lane; the requests of one pass of
+        the loop are handed to each lane at its end, as one group."""
+        request = produce.request
+        self._lane_pending[(zlib.crc32(request.topic.encode()) + request.partition) % len(self._lanes)].append(
+            (conn, produce)
+        )
+        if not self._lanes_due:
+            self._lanes_due = True
+            self._loop.call_soon(self._hand_to_lanes)
+
+    def _hand_to_lanes(self) -> None:
+        self._lanes_due = False
+        pending = self._lane_pending
+        for index, group in enumerate(pending):
+            if group:
+                pending[index] = []
+                self._lanes[index].put(group)
+
     def _dispatch(self, conn: _Connection, request: wire.Request) -> None:
-        if request.op == "produce":
-            args = request.args
-            lane = zlib.crc32(args["topic"].encode()) + args["partition"]
-            self._lanes[lane % len(self._lanes)].put((conn, request))
-        elif request.op == "ping":
+        if request.op == "ping":
             self._control.submit(self._run_request, conn, request)
         else:
             self._work.put(conn, request)
@@ -604,9 +643,34 @@ class BrokerServer:
     # -- workers ---------------------------------------------------------------------------------
 
     def _reply(self, conn: _Connection, frame: bytes, **kw: Any) -> None:
-        # a RuntimeError means the loop is gone (hard stop): nobody is left to answer
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(lambda: conn.answered(frame, **kw))
+        self._post(conn, 0, frame, kw or None)
+
+    def _post(
+        self, conn: _Connection, cid: int, answer: Future[ProduceResult] | bytes, kw: dict[str, Any] | None
+    ) -> None:
+        """Queue an answer for the loop (any thread); wake the loop unless a wake-up is due.
+
+        The loop clears ``_answers_due`` before it empties the queue, so an answer queued
+        while it is emptying is either taken by it or wakes it again: none is left behind.
+        """
+        self._answers.append((conn, cid, answer, kw))
+        if not self._answers_due:
+            self._answers_due = True
+            # a RuntimeError means the loop is gone (hard stop): nobody is left to answer
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._send_answers)
+
+    def _send_answers(self) -> None:
+        """Send every queued answer (loop thread)."""
+        self._answers_due = False
+        answers = self._answers
+        while answers:
+            conn, cid, answer, kw = answers.popleft()
+            frame = answer if type(answer) is bytes else _produced(cid, answer)  # type: ignore[arg-type]
+            if kw is None:
+                conn.answered(frame)
+            else:
+                conn.answered(frame, **kw)
 
     def _hello(self, conn: _Connection, request: wire.Request) -> None:
         try:
@@ -645,49 +709,27 @@ class BrokerServer:
         }
         self._reply(conn, wire.encode_response(cid, result), greeted=principal)
 
-    def _lane_loop(self, lane: queue.SimpleQueue[tuple[_Connection, wire.Request] | None]) -> None:
-        while True:
-            item = lane.get()
-            if item is None:
-                return
-            conn, request = item
-            cid = request.correlation_id
-            try:
-                future = self._submit_produce(conn, request)
-            except ProducerError as exc:
-                self._reply(conn, wire.encode_error(cid, exc))
-                continue
-            except Exception as exc:  # a bug: logged, answered FATAL (never retried)
-                self._reply(conn, wire.encode_error(cid, internal_error("submitting a produce", exc, log)))
-                continue
-            future.add_done_callback(lambda f, c=conn, i=cid: self._produced(c, i, f))  # type: ignore[misc]
+    def _lane_loop(self, lane: queue.SimpleQueue[list[tuple[_Connection, wire.Produce]] | None]) -> None:
+        while (group := lane.get()) is not None:
+            for conn, produce in group:
+                self._submit_produce(conn, produce)
 
-    def _submit_produce(self, conn: _Connection, request: wire.Request) -> Future[Any]:
-        a = request.args
-        self.authorizer(conn.principal, "produce", a)
-        self._check_owner(a["topic"], a["partition"])
-        return self.broker.submit_produce(  # validated into one ProduceRequest there
-            a["topic"],
-            a["partition"],
-            a["producer_id"],
-            a["producer_epoch"],
-            a["base_sequence"],
-            a["records"],
-            a["previous_sequence"],
-        )
-
-    def _produced(self, conn: _Connection, cid: int, future: Future[Any]) -> None:
-        try:  # every request gets its answer, or the connection's in-flight count never drops
-            exc = future.exception()
-            if exc is None:
-                frame = wire.encode_response(cid, wire.encode_result(future.result()))
-            elif isinstance(exc, ProducerError):
-                frame = wire.encode_error(cid, exc)
-            else:  # the broker sets only errors of the tree: anything else is a bug
-                frame = wire.encode_error(cid, internal_error("producing", exc, log))
-        except Exception as failure:  # a bug (an answer that cannot be encoded): logged
-            frame = wire.encode_error(cid, internal_error("answering a produce", failure, log))
-        self._reply(conn, frame)
+    def _submit_produce(self, conn: _Connection, produce: wire.Produce) -> None:
+        """Hand one parsed batch to the broker; its answer comes back through :meth:`_post`."""
+        request, cid = produce.request, produce.correlation_id
+        try:
+            if self.authorizer is not allow_all:
+                self.authorizer(conn.principal, "produce", produce_args(request))
+            if self.owner_of is not None:
+                self._check_owner(request.topic, request.partition)
+            future = self.broker.submit_request(request)  # parsed once, at the edge: trusted here
+        except ProducerError as exc:
+            self._post(conn, cid, wire.encode_error(cid, exc), None)
+            return
+        except Exception as exc:  # a bug: logged, answered FATAL (never retried)
+            self._post(conn, cid, wire.encode_error(cid, internal_error("submitting a produce", exc, log)), None)
+            return
+        future.add_done_callback(functools.partial(self._post, conn, cid, kw=None))
 
     def _check_owner(self, topic: str, partition: int) -> None:
         if self.owner_of is None:
@@ -775,6 +817,36 @@ class BrokerServer:
             else:
                 out[name] = [self.advertised_address] * count
         return {"broker": self.advertised_address, "topics": out}
+
+
+def produce_args(request: ProduceRequest) -> dict[str, Any]:
+    """The arguments of a parsed ``produce`` request, as an authorizer sees them (the topic
+    by its stored name, the records as decoded)."""
+    header = request.header
+    return {
+        "topic": request.topic,
+        "partition": request.partition,
+        "producer_id": header.producer_id,
+        "producer_epoch": header.producer_epoch,
+        "base_sequence": header.base_sequence,
+        "records": request.records,
+        "previous_sequence": header.previous_sequence,
+    }
+
+
+def _produced(cid: int, future: Future[ProduceResult]) -> bytes:
+    """The answer frame of a produce request whose future is done. Every request gets its
+    answer, or the connection's in-flight count never drops."""
+    try:
+        exc = future.exception()
+        if exc is None:
+            return wire.encode_produced(cid, future.result())
+        if isinstance(exc, ProducerError):
+            return wire.encode_error(cid, exc)
+        # the broker sets only errors of the tree: anything else is a bug
+        return wire.encode_error(cid, internal_error("producing", exc, log))
+    except Exception as failure:  # a bug (an answer that cannot be encoded): logged
+        return wire.encode_error(cid, internal_error("answering a produce", failure, log))
 
 
 def _held(conn: _Connection) -> bool:
