@@ -112,10 +112,13 @@ class FrameDecoder:
         """Bytes of an incomplete frame held back."""
         return len(self._buffer)
 
-    def feed(self, data: bytes) -> list[bytes | FrameTooLarge]:
-        """Add received bytes; return the frames completed by them, in order."""
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | FrameTooLarge]:
+        """Add received bytes; return the frames completed by them, in order. ``data`` is
+        not kept (a reader may pass a view of a buffer it reuses)."""
         if self._broken:
             return []
+        if not self._buffer:  # nothing held back: split ``data`` itself, keep only its tail
+            return self._split(data)
         buffer = self._buffer
         buffer += data
         out: list[bytes | FrameTooLarge] = []
@@ -136,6 +139,25 @@ class FrameDecoder:
             buffer.clear()
         elif start:
             del buffer[:start]
+        return out
+
+    def _split(self, data: bytes | bytearray | memoryview) -> list[bytes | FrameTooLarge]:
+        out: list[bytes | FrameTooLarge] = []
+        start = 0
+        with memoryview(data) as view:
+            end = len(view)
+            while end - start >= 4:
+                (length,) = _LENGTH.unpack_from(view, start)
+                if length > self.max_frame:
+                    self._broken = True
+                    out.append(FrameTooLarge(length, self.max_frame))
+                    return out
+                if end - start - 4 < length:
+                    break
+                out.append(bytes(view[start + 4 : start + 4 + length]))
+                start += 4 + length
+            if start < end:
+                self._buffer += view[start:]
         return out
 
 

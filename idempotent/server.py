@@ -154,8 +154,16 @@ class ServerConfig:
             raise ConfigError("lanes, workers, control_workers and read_chunk must be at least 1")
 
 
-class _Connection(asyncio.Protocol):
-    """One client connection: framing, handshake, flow control. Runs on the loop thread."""
+#: bytes one read takes from a socket: the loop reads every connection into one buffer of
+#: this size (asyncio's default reader makes a new 256 KiB bytes object per read)
+READ_BUFFER = 256 * 1024
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """One client connection: framing, handshake, flow control. Runs on the loop thread.
+
+    Reads land in the server's one read buffer (:meth:`get_buffer`); the frame decoder
+    copies what it keeps before the next read."""
 
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
@@ -178,7 +186,13 @@ class _Connection(asyncio.Protocol):
         self.last_frame_at = now
         self.partial_since: float | None = None
 
-    # -- asyncio.Protocol --------------------------------------------------------------------
+    # -- asyncio.BufferedProtocol ------------------------------------------------------------
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.server._read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.server._read_buffer[:nbytes])
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -203,7 +217,7 @@ class _Connection(asyncio.Protocol):
         self.backlog.clear()
         self.server._resume_all()
 
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes | memoryview) -> None:
         if self.closing:
             return
         frames = self.decoder.feed(data)
@@ -338,7 +352,7 @@ class _Connection(asyncio.Protocol):
         self.out.append(frame)
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            self.server._loop.call_soon(self.flush)
+            self.server._flush_later(self)
 
     def flush(self) -> None:
         self.flush_scheduled = False
@@ -444,6 +458,10 @@ class BrokerServer:
         self._answers_due = False
         #: connections whose reading is paused (see _Connection.update_reading)
         self._paused: set[_Connection] = set()
+        #: connections with answers to write at the end of this pass of the loop
+        self._unflushed: list[_Connection] = []
+        self._flush_due = False
+        self._read_buffer = memoryview(bytearray(READ_BUFFER))
         self._closed = False
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -661,16 +679,34 @@ class BrokerServer:
                 self._loop.call_soon_threadsafe(self._send_answers)
 
     def _send_answers(self) -> None:
-        """Send every queued answer (loop thread)."""
+        """Send every queued answer (loop thread), each connection's in one write."""
         self._answers_due = False
+        due, self._flush_due = self._flush_due, True  # written below, not in a pass of their own
         answers = self._answers
-        while answers:
-            conn, cid, answer, kw = answers.popleft()
-            frame = answer if type(answer) is bytes else _produced(cid, answer)  # type: ignore[arg-type]
-            if kw is None:
-                conn.answered(frame)
-            else:
-                conn.answered(frame, **kw)
+        try:
+            while answers:
+                conn, cid, answer, kw = answers.popleft()
+                frame = answer if type(answer) is bytes else _produced(cid, answer)  # type: ignore[arg-type]
+                if kw is None:
+                    conn.answered(frame)
+                else:
+                    conn.answered(frame, **kw)
+        finally:
+            if not due:
+                self._flush_all()
+
+    def _flush_later(self, conn: _Connection) -> None:
+        """Write ``conn``'s answers at the end of this pass of the loop (loop thread)."""
+        self._unflushed.append(conn)
+        if not self._flush_due:
+            self._flush_due = True
+            self._loop.call_soon(self._flush_all)
+
+    def _flush_all(self) -> None:
+        self._flush_due = False
+        unflushed, self._unflushed = self._unflushed, []
+        for conn in unflushed:
+            conn.flush()
 
     def _hello(self, conn: _Connection, request: wire.Request) -> None:
         try:

@@ -325,3 +325,20 @@ def test_produce_answers_are_encoded_as_encode_response_would() -> None:
             result = ProduceResult(outcome, value, value, epoch)
             for cid in (1, 127, 128, 65536, 2**32 - 1):
                 assert wire.encode_produced(cid, result) == wire.encode_response(cid, wire.encode_result(result))
+
+
+def test_decoder_keeps_nothing_of_a_view_it_was_fed() -> None:
+    """The server reads every connection into one buffer and feeds the decoder a view of
+    it: what the decoder returns or holds back must survive the buffer being overwritten."""
+    one = wire.pack([0, 1, "ping", {}])
+    stream = one + wire.pack([0, 2, "topics", {}])
+    shared = bytearray(64)
+    decoder = wire.FrameDecoder()
+    cut = len(stream) - 3  # the second frame arrives in two reads
+    shared[:cut] = stream[:cut]
+    first = decoder.feed(memoryview(shared)[:cut])
+    shared[:] = b"\xff" * len(shared)  # the next read overwrites the buffer
+    shared[:3] = stream[cut:]
+    second = decoder.feed(memoryview(shared)[:3])
+    assert first == [one[4:]] and decoder.buffered == 0
+    assert [msgpack.unpackb(b) for b in first + second] == [[0, 1, "ping", {}], [0, 2, "topics", {}]]
