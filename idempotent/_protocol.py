@@ -607,6 +607,27 @@ def produce_args(records: Sequence[Record | bytes | str | None], args: dict[str,
         args["records"] = encode_records(records)
 
 
+def encode_produce(correlation_id: int, request: ProduceRequest, *, keys: bool = True) -> bytes:
+    """A complete ``produce`` request frame for ``request``: its records as columns when they
+    are a :class:`RecordColumns` (the values, and with ``keys`` the keys extension; else the
+    keys folded into the records, for a server that does not list it). Raises TypeError or
+    ValueError for a value MessagePack cannot carry."""
+    header = request.header
+    args: dict[str, Any] = {
+        "topic": request.topic,
+        "partition": request.partition,
+        "producer_id": header.producer_id,
+        "producer_epoch": header.producer_epoch,
+        "base_sequence": header.base_sequence,
+    }
+    produce_args(request.records, args)
+    if header.previous_sequence is not None:  # absent: the broker applies the rule without it
+        args["previous_sequence"] = header.previous_sequence
+    if not keys and "keys" in args:
+        args = without_keys(args)
+    return encode_request(correlation_id, "produce", args)
+
+
 def without_keys(args: dict[str, Any]) -> dict[str, Any]:
     """The arguments of ``produce`` with the ``keys`` extension folded into the records
     (``[value, key, []]``), for a server that does not list it."""
@@ -779,6 +800,7 @@ __all__ = [
     "decode_stats",
     "decode_stored",
     "encode_error",
+    "encode_produce",
     "encode_produced",
     "encode_records",
     "encode_request",
