@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import attrs
 
@@ -22,7 +22,7 @@ from ._request import ProduceRequest, ProduceShortcuts
 from ._topics import canonical_topic
 from ._types import TopicPartition
 from ._values import LastSequences
-from .client_remote import RemoteBroker, parse_url
+from .client_remote import ClientOptions, RemoteBroker, parse_url
 from .errors import (
     BrokerConnectionError,
     ConfigError,
@@ -90,7 +90,7 @@ class ClusterBroker(ProduceShortcuts):
         timeout: float = 30.0,
         attempt_timeout: float = 10.0,
         connect_timeout: float = 0.5,
-        **options: Any,
+        **options: Unpack[ClientOptions],
     ) -> None:
         self._scheme, self._bootstrap = parse_bootstrap(url)
         self._url = url
@@ -99,7 +99,7 @@ class ClusterBroker(ProduceShortcuts):
         self.timeout = float(timeout)
         self._quarantine = max(1.0, float(attempt_timeout))
         # each link fails fast; this client does the retrying, on another broker
-        self._options = {
+        self._options: dict[str, Any] = {
             **options,
             "timeout": min(timeout, attempt_timeout),
             "connect_timeout": connect_timeout,

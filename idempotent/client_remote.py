@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import urlsplit
 
 import msgpack
@@ -53,6 +53,20 @@ if TYPE_CHECKING:
 
 #: Port of ``idem://host`` without an explicit port.
 DEFAULT_PORT = 7650
+
+
+class ClientOptions(TypedDict, total=False):
+    """The credentials and TLS options of a :class:`RemoteBroker` (see there), which a
+    :class:`~idempotent.client.ClusterBroker` passes to each broker's client."""
+
+    token: str | None
+    cafile: str | None
+    verify: bool
+    certfile: str | None
+    keyfile: str | None
+    ssl_context: ssl.SSLContext | None
+    client_name: str | None
+
 
 #: Operations whose repetition has no further effect: retried after transport errors.
 _REPEATABLE = frozenset(wire.SCHEMAS) - {"hello", "init_producer", "produce"}
@@ -495,4 +509,4 @@ class RemoteBroker(ProduceShortcuts):
         self.close()
 
 
-__all__ = ["DEFAULT_PORT", "RemoteBroker", "parse_url"]
+__all__ = ["DEFAULT_PORT", "ClientOptions", "RemoteBroker", "parse_url"]
