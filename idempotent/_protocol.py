@@ -35,7 +35,7 @@ import msgpack
 
 from ._checker import make_header, validate_header
 from ._outcomes import Outcome, ProduceResult
-from ._records import _ONLY_BYTES, Record, RecordColumns, StoredRecord, trusted_record, value_record
+from ._records import _ONLY_BYTES, BatchHeader, Record, RecordColumns, StoredRecord, trusted_record, value_record
 from ._request import ProduceRequest, measure
 from ._topics import canonical_topic
 from ._types import MAX_APPLICATION_SEQUENCE, MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID, TopicPartition
@@ -454,11 +454,49 @@ def parse_produce(args: Any) -> ProduceRequest:
     :class:`~idempotent._records.Record` per record when they are bare values (with or
     without ``keys``), measured once; then the trusted constructor.
 
+    A batch of bare values whose fields are all in range (what clients send) is checked in
+    one pass of plain comparisons; anything else goes through the schema, which finds the
+    first bad field and raises its error (both give the same request for the same arguments).
+
     Raises:
         LocalProtocolError: not a map, or a required argument missing.
         InvalidTopicError: a bad topic name or partition number.
         InvalidBatchError: a bad producer id, epoch, sequence, record or key.
     """
+    if type(args) is dict:
+        get = args.get
+        topic, partition, records = get("topic"), get("partition"), get("records")
+        producer_id, producer_epoch, base_sequence = get("producer_id"), get("producer_epoch"), get("base_sequence")
+        previous, keys = get("previous_sequence"), get("keys")
+        if (
+            type(topic) is str
+            and len(topic) <= MAX_STRING
+            and type(partition) is int
+            and 0 <= partition < MAX_PARTITIONS
+            and type(producer_id) is int
+            and 0 <= producer_id <= MAX_PRODUCER_ID
+            and type(producer_epoch) is int
+            and 0 <= producer_epoch <= MAX_EPOCH
+            and type(base_sequence) is int
+            and 0 <= base_sequence
+            and (previous is None or (type(previous) is int and -1 <= previous <= MAX_APPLICATION_SEQUENCE))
+            and type(records) is list
+            and 1 <= (count := len(records)) <= MAX_BATCH_RECORDS
+            and base_sequence <= MAX_APPLICATION_SEQUENCE - count + 1
+            and _ONLY_BYTES.issuperset(map(type, records))
+            and (
+                keys is None
+                or (type(keys) is list and len(keys) == count and _ONLY_BYTES.issuperset(map(type, keys)))
+            )
+        ):
+            columns = RecordColumns(records, keys)
+            header = BatchHeader(producer_id, producer_epoch, base_sequence, count, previous)  # type: ignore[arg-type]
+            if keys is None and None not in records:  # Record.size of bare values, per column
+                lengths = list(map(len, records))
+                size, largest = 16 * count + sum(lengths), 16 + max(lengths)
+            else:
+                size, largest = measure(columns)
+            return ProduceRequest(canonical_topic(topic), partition, header, columns, size, largest)
     a = validate_args("produce", args)
     records = a["records"]
     topic = canonical_topic(a["topic"])
