@@ -13,7 +13,9 @@ answers with the same id, in any order); 0 in an error frame means the connectio
 whole. ``args`` and ``result`` are maps with string keys; ``error`` is the map
 ``{"code", "name", "message", "recovery", "fields"}`` of an :mod:`idempotent.errors` class.
 
-Everything here is pure: :class:`FrameDecoder` turns bytes into frame bodies,
+Everything here is pure: :class:`FrameDecoder` turns bytes into frame bodies (framing in
+:mod:`idempotent._framing`, the value encodings in :mod:`idempotent._codec`; both
+re-exported here),
 :func:`parse_request` turns a body into a validated :class:`Request`, a :class:`Produce`
 (a ``produce`` request parsed once into the :class:`~idempotent._request.ProduceRequest`
 the broker takes: the network edge is the only place a batch off the wire is checked) or a
@@ -26,25 +28,49 @@ bare values and, with the ``keys`` extension, a ``keys`` array), with no object 
 from __future__ import annotations
 
 import enum
-import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
 import attrs
 import msgpack
 
 from ._checker import make_header, validate_header
-from ._outcomes import Outcome, ProduceResult
-from ._records import _ONLY_BYTES, BatchHeader, Record, RecordColumns, StoredRecord, trusted_record, value_record
+from ._codec import (
+    decode_result,
+    decode_session,
+    decode_stats,
+    decode_stored,
+    encode_produce,
+    encode_produced,
+    encode_records,
+    encode_result,
+    encode_session,
+    encode_stats,
+    encode_stored,
+    produce_args,
+    without_keys,
+)
+from ._framing import (
+    DEFAULT_MAX_FRAME,
+    ERROR,
+    REQUEST,
+    RESPONSE,
+    FrameDecoder,
+    FrameTooLarge,
+    encode_request,
+    encode_response,
+    frame,
+    pack,
+)
+from ._records import _ONLY_BYTES, BatchHeader, Record, RecordColumns, trusted_record, value_record
 from ._request import ProduceRequest, measure
 from ._topics import canonical_topic
-from ._types import MAX_APPLICATION_SEQUENCE, MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID, TopicPartition
-from ._values import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
+from ._types import MAX_APPLICATION_SEQUENCE, MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID
+from ._values import MAX_PARTITIONS
 from .errors import (
     AuthenticationError,
     ConfigError,
     InvalidBatchError,
-    InvalidRecordError,
     InvalidTopicError,
     LocalProtocolError,
     ProducerError,
@@ -55,12 +81,6 @@ from .errors import (
 PROTOCOL_VERSION: Final = 1
 #: Every version this module can serve.
 SUPPORTED_VERSIONS: Final = frozenset({1})
-#: Default largest frame body (bytes) either side accepts; the server announces its own.
-DEFAULT_MAX_FRAME: Final = 16 * 1024 * 1024
-#: Frame kinds (first element of every frame).
-REQUEST: Final = 0
-RESPONSE: Final = 1
-ERROR: Final = 2
 #: Highest correlation id (unsigned 32-bit).
 MAX_CORRELATION_ID: Final = 2**32 - 1
 #: Largest ``max_records`` of one ``read``.
@@ -72,93 +92,6 @@ MAX_STRING: Final = 4096
 MAX_TOKEN_LENGTH: Final = 16 * 1024
 #: Longest ``timeout`` argument in seconds.
 MAX_TIMEOUT: Final = 3600.0
-
-_LENGTH = struct.Struct(">I")
-
-
-# -- framing -------------------------------------------------------------------------------
-
-
-def frame(body: bytes) -> bytes:
-    """Prefix ``body`` with its length."""
-    return _LENGTH.pack(len(body)) + body
-
-
-def pack(value: Any) -> bytes:
-    """One MessagePack value as a complete frame."""
-    return frame(msgpack.packb(value, use_bin_type=True))
-
-
-class FrameTooLarge(NamedTuple):
-    """The peer announced a frame over the limit; the stream cannot be trusted any more."""
-
-    length: int
-    limit: int
-
-
-class FrameDecoder:
-    """Splits a byte stream into frame bodies. Feed it whatever arrives; it keeps partial frames.
-
-    After a :class:`FrameTooLarge` event it yields nothing more (the connection must close).
-    """
-
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
-        self.max_frame = max_frame
-        self._buffer = bytearray()
-        self._broken = False
-
-    @property
-    def buffered(self) -> int:
-        """Bytes of an incomplete frame held back."""
-        return len(self._buffer)
-
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | FrameTooLarge]:
-        """Add received bytes; return the frames completed by them, in order. ``data`` is
-        not kept (a reader may pass a view of a buffer it reuses)."""
-        if self._broken:
-            return []
-        if not self._buffer:  # nothing held back: split ``data`` itself, keep only its tail
-            return self._split(data)
-        buffer = self._buffer
-        buffer += data
-        out: list[bytes | FrameTooLarge] = []
-        start = 0
-        end = len(buffer)
-        with memoryview(buffer) as view:  # one copy per frame (a bytearray slice would add one)
-            while end - start >= 4:
-                (length,) = _LENGTH.unpack_from(buffer, start)
-                if length > self.max_frame:
-                    self._broken = True
-                    out.append(FrameTooLarge(length, self.max_frame))
-                    break
-                if end - start - 4 < length:
-                    break
-                out.append(bytes(view[start + 4 : start + 4 + length]))
-                start += 4 + length
-        if self._broken:  # the view is released: the buffer may be resized again
-            buffer.clear()
-        elif start:
-            del buffer[:start]
-        return out
-
-    def _split(self, data: bytes | bytearray | memoryview) -> list[bytes | FrameTooLarge]:
-        out: list[bytes | FrameTooLarge] = []
-        start = 0
-        with memoryview(data) as view:
-            end = len(view)
-            while end - start >= 4:
-                (length,) = _LENGTH.unpack_from(view, start)
-                if length > self.max_frame:
-                    self._broken = True
-                    out.append(FrameTooLarge(length, self.max_frame))
-                    return out
-                if end - start - 4 < length:
-                    break
-                out.append(bytes(view[start + 4 : start + 4 + length]))
-                start += 4 + length
-            if start < end:
-                self._buffer += view[start:]
-        return out
 
 
 # -- requests ------------------------------------------------------------------------------
@@ -478,15 +411,14 @@ def parse_produce(args: Any) -> ProduceRequest:
             and type(producer_epoch) is int
             and 0 <= producer_epoch <= MAX_EPOCH
             and type(base_sequence) is int
-            and 0 <= base_sequence
+            and base_sequence >= 0
             and (previous is None or (type(previous) is int and -1 <= previous <= MAX_APPLICATION_SEQUENCE))
             and type(records) is list
             and 1 <= (count := len(records)) <= MAX_BATCH_RECORDS
             and base_sequence <= MAX_APPLICATION_SEQUENCE - count + 1
             and _ONLY_BYTES.issuperset(map(type, records))
             and (
-                keys is None
-                or (type(keys) is list and len(keys) == count and _ONLY_BYTES.issuperset(map(type, keys)))
+                keys is None or (type(keys) is list and len(keys) == count and _ONLY_BYTES.issuperset(map(type, keys)))
             )
         ):
             columns = RecordColumns(records, keys)
@@ -533,16 +465,6 @@ def parse_request(body: bytes) -> Request | Produce | BadRequest:
         return BadRequest(correlation_id, exc, False, op)
     except Exception as exc:  # a record or value the broker's types refuse
         return BadRequest(correlation_id, LocalProtocolError(f"bad argument of {op!r}: {exc}"), False, op)
-
-
-def encode_request(correlation_id: int, op: str, args: Mapping[str, Any]) -> bytes:
-    """A complete request frame."""
-    return pack([REQUEST, correlation_id, op, dict(args)])
-
-
-def encode_response(correlation_id: int, result: Mapping[str, Any]) -> bytes:
-    """A complete response frame."""
-    return pack([RESPONSE, correlation_id, dict(result)])
 
 
 # -- errors --------------------------------------------------------------------------------
@@ -600,234 +522,22 @@ def error_from_wire(value: Any) -> ProducerError:
         return cls(value["message"])
 
 
-# -- value types ---------------------------------------------------------------------------
-
-
-def encode_records(records: Sequence[Record | bytes | str | None]) -> list[Any]:
-    """Records as the ``records`` argument of ``produce``: bin/nil for a bare value, else
-    ``[value, key, headers]``. Raises TypeError for a value that is not a record."""
-    out: list[Any] = []
-    append = out.append
-    for item in records:
-        if type(item) is Record:  # the producer's records: the common case first
-            headers = item.headers
-            if headers:
-                append([item.value, item.key, [list(h) for h in headers]])
-            elif item.key is None:
-                append(item.value)
-            else:
-                append([item.value, item.key, []])
-        elif item is None or type(item) is bytes:
-            append(item)
-        elif isinstance(item, str):
-            append(item.encode())
-        elif isinstance(item, Record):
-            if item.key is None and not item.headers:
-                append(item.value)
-            else:
-                append([item.value, item.key, [list(h) for h in item.headers]])
-        elif isinstance(item, bytearray | memoryview):
-            append(bytes(item))
-        else:
-            raise InvalidRecordError(f"records must be bytes, str, None or Record, not {type(item).__name__}")
-    return out
-
-
-def produce_args(records: Sequence[Record | bytes | str | None], args: dict[str, Any]) -> None:
-    """Put ``records`` into the arguments of ``produce``: a :class:`RecordColumns` as its
-    value column (bare values, version 1) and, when it has keys, the ``keys`` extension;
-    anything else by :func:`encode_records`."""
-    if type(records) is RecordColumns:
-        args["records"] = records.values
-        if records.keys is not None:
-            args["keys"] = records.keys
-    else:
-        args["records"] = encode_records(records)
-
-
-def encode_produce(correlation_id: int, request: ProduceRequest, *, keys: bool = True) -> bytes:
-    """A complete ``produce`` request frame for ``request``: its records as columns when they
-    are a :class:`RecordColumns` (the values, and with ``keys`` the keys extension; else the
-    keys folded into the records, for a server that does not list it). Raises TypeError or
-    ValueError for a value MessagePack cannot carry."""
-    header = request.header
-    args: dict[str, Any] = {
-        "topic": request.topic,
-        "partition": request.partition,
-        "producer_id": header.producer_id,
-        "producer_epoch": header.producer_epoch,
-        "base_sequence": header.base_sequence,
-    }
-    produce_args(request.records, args)
-    if header.previous_sequence is not None:  # absent: the broker applies the rule without it
-        args["previous_sequence"] = header.previous_sequence
-    if not keys and "keys" in args:
-        args = without_keys(args)
-    return encode_request(correlation_id, "produce", args)
-
-
-def without_keys(args: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of ``produce`` with the ``keys`` extension folded into the records
-    (``[value, key, []]``), for a server that does not list it."""
-    out = {name: value for name, value in args.items() if name != "keys"}
-    out["records"] = [
-        value if key is None else [value, key, []] for value, key in zip(args["records"], args["keys"], strict=True)
-    ]
-    return out
-
-
-def encode_result(result: ProduceResult) -> dict[str, Any]:
-    """The result map of ``produce``."""
-    return {
-        "outcome": result.outcome.value,
-        "base_offset": result.base_offset,
-        "expected_sequence": result.expected_sequence,
-        "producer_epoch": result.producer_epoch,
-    }
-
-
-def _packed_int(value: int) -> bytes:
-    """An int as MessagePack packs it: the shortest encoding (unsigned for positive values)."""
-    if 0 <= value < 0x80 or -32 <= value < 0:
-        return _BYTE[value & 0xFF]
-    if value > 0:
-        if value <= 0xFF:
-            return b"\xcc" + _BYTE[value]
-        if value <= 0xFFFF:
-            return b"\xcd" + value.to_bytes(2, "big")
-        if value <= 0xFFFFFFFF:
-            return b"\xce" + value.to_bytes(4, "big")
-        return b"\xcf" + value.to_bytes(8, "big")
-    if value >= -0x80:
-        return b"\xd0" + value.to_bytes(1, "big", signed=True)
-    if value >= -0x8000:
-        return b"\xd1" + value.to_bytes(2, "big", signed=True)
-    if value >= -0x80000000:
-        return b"\xd2" + value.to_bytes(4, "big", signed=True)
-    return b"\xd3" + value.to_bytes(8, "big", signed=True)
-
-
-_BYTE: Final = [bytes([i]) for i in range(256)]
-_NIL: Final = b"\xc0"
-#: the packed ``[1, ...`` of a response and the keys of a produce result, in the order of
-#: :func:`encode_result`, so :func:`encode_produced` writes what ``encode_response`` would
-_RESPONSE_HEAD: Final = b"\x93\x01"
-_RESULT_KEYS: Final = [msgpack.packb(k) for k in ("outcome", "base_offset", "expected_sequence", "producer_epoch")]
-_OUTCOMES: Final = {outcome: msgpack.packb(outcome.value) for outcome in Outcome}
-
-
-def encode_produced(correlation_id: int, result: ProduceResult) -> bytes:
-    """``encode_response(correlation_id, encode_result(result))``, byte for byte, without
-    building the map: the answer of every produce request."""
-    key_outcome, key_offset, key_expected, key_epoch = _RESULT_KEYS
-    offset, expected, epoch = result.base_offset, result.expected_sequence, result.producer_epoch
-    body = b"".join(
-        (
-            _RESPONSE_HEAD,
-            _packed_int(correlation_id),
-            b"\x84",
-            key_outcome,
-            _OUTCOMES[result.outcome],
-            key_offset,
-            _NIL if offset is None else _packed_int(offset),
-            key_expected,
-            _NIL if expected is None else _packed_int(expected),
-            key_epoch,
-            _NIL if epoch is None else _packed_int(epoch),
-        )
-    )
-    return _LENGTH.pack(len(body)) + body
-
-
-def decode_result(value: Mapping[str, Any]) -> ProduceResult:
-    """The inverse of :func:`encode_result`."""
-    return ProduceResult(
-        Outcome(value["outcome"]), value.get("base_offset"), value.get("expected_sequence"), value.get("producer_epoch")
-    )
-
-
-def encode_session(session: ProducerSession) -> dict[str, Any]:
-    """The result map of ``init_producer`` (``elsewhere`` only when not empty: partitions
-    whose last sequence the client asks their owner with ``last_sequence``)."""
-    out = {
-        "producer_id": session.producer_id,
-        "producer_epoch": session.producer_epoch,
-        "producer_name": session.producer_name,
-        "last_sequences": [[tp.topic, tp.partition, seq] for tp, seq in session.last_sequences.items()],
-        "state_lost": session.state_lost,
-    }
-    if session.max_record_bytes is not None:
-        out["max_record_bytes"] = session.max_record_bytes
-    if session.max_batch_bytes is not None:
-        out["max_batch_bytes"] = session.max_batch_bytes
-    if session.elsewhere:
-        out["elsewhere"] = [[t, p] for t, p in session.elsewhere]
-    return out
-
-
-def decode_session(value: Mapping[str, Any]) -> ProducerSession:
-    """The inverse of :func:`encode_session`."""
-    return ProducerSession(
-        value["producer_id"],
-        value["producer_epoch"],
-        value["producer_name"],
-        LastSequences({TopicPartition(t, p): s for t, p, s in value["last_sequences"]}),
-        bool(value.get("state_lost", False)),
-        tuple((str(t), int(p)) for t, p in value.get("elsewhere", ())),
-        _limit(value.get("max_record_bytes")),
-        _limit(value.get("max_batch_bytes")),
-    )
-
-
-def _limit(value: Any) -> int | None:
-    """A size limit from an answer: a positive int, else None (not told)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def encode_stored(record: StoredRecord) -> list[Any]:
-    """One record of a ``read`` result."""
-    return [
-        record.offset,
-        record.producer_id,
-        record.producer_epoch,
-        record.sequence,
-        record.key,
-        record.value,
-        [list(h) for h in record.headers],
-        record.timestamp,
-    ]
-
-
-def decode_stored(value: Sequence[Any]) -> StoredRecord:
-    """The inverse of :func:`encode_stored`."""
-    offset, producer_id, producer_epoch, sequence, key, val, headers, timestamp = value
-    return StoredRecord(
-        offset, producer_id, producer_epoch, sequence, key, val, tuple((n, v) for n, v in headers), timestamp
-    )
-
-
-def encode_stats(stats: PartitionStats) -> dict[str, Any]:
-    """One partition of a ``stats`` result."""
-    out = attrs.asdict(stats, recurse=False)
-    out["producers"] = [attrs.asdict(p) for p in stats.producers]
-    return out
-
-
-def decode_stats(value: Mapping[str, Any]) -> PartitionStats:
-    """The inverse of :func:`encode_stats`."""
-    names = [f.name for f in attrs.fields(PartitionStats)]
-    kwargs = {name: value[name] for name in names if name != "producers"}
-    producers = tuple(ProducerStats(**p) for p in value["producers"])
-    return PartitionStats(**kwargs, producers=producers)
-
-
 __all__ = [
+    "ADMIN_OPS",
     "DEFAULT_MAX_FRAME",
     "ERROR",
+    "EXTENSIONS",
+    "MAX_CORRELATION_ID",
+    "MAX_READ_RECORDS",
+    "MAX_STRING",
+    "MAX_TIMEOUT",
+    "MAX_TOKEN_LENGTH",
     "PROTOCOL_VERSION",
     "REQUEST",
     "RESPONSE",
     "SCHEMAS",
+    "SUPPORTED_VERSIONS",
+    "WRITE_OPS",
     "BadRequest",
     "FrameDecoder",
     "FrameTooLarge",
@@ -853,5 +563,7 @@ __all__ = [
     "pack",
     "parse_produce",
     "parse_request",
+    "produce_args",
     "validate_args",
+    "without_keys",
 ]

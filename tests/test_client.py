@@ -517,7 +517,7 @@ def test_a_round_of_batches_goes_out_in_one_write(
 def test_columns_cross_the_wire_without_a_record_per_record(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch of RecordColumns goes from RemoteBroker through the server and the broker into
     SQLite as columns: nothing on the way makes a Record (or a list per record) of it."""
-    from idempotent import _protocol
+    from idempotent import _codec, _protocol
     from idempotent._records import RecordColumns
 
     broker = idempotent.connect(f"sqlite:///{tmp_path}/columns.db")
@@ -533,7 +533,7 @@ def test_columns_cross_the_wire_without_a_record_per_record(tmp_path: Any, monke
         with monkeypatch.context() as patched:
             patched.setattr(RecordColumns, "__iter__", per_record)
             patched.setattr(RecordColumns, "__getitem__", per_record)
-            patched.setattr(_protocol, "encode_records", per_record)
+            patched.setattr(_codec, "encode_records", per_record)
             patched.setattr(_protocol, "trusted_record", per_record)
             patched.setattr(_protocol, "value_record", per_record)
             request = idempotent.ProduceRequest.build("cols", 0, s.producer_id, s.producer_epoch, 0, columns)
