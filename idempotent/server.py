@@ -47,22 +47,18 @@ import functools
 import logging
 import queue
 import signal
-import socket
 import ssl
 import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
-import attrs
-
-from . import __version__, tls
+from . import __version__
 from . import _protocol as wire
 from ._outcomes import ProduceResult
-from ._registry import ProducerRecord
 from ._request import ProduceRequest
 from ._topics import canonical_topic
 from .auth import ANONYMOUS, Principal
@@ -74,317 +70,22 @@ from .errors import (
     NotOwnerError,
     ProducerClosedError,
     ProducerError,
-    RequestTimeoutError,
     internal_error,
 )
 from .fairqueue import FairQueue
+from .server_config import (
+    Authenticator,
+    Authorizer,
+    Claimer,
+    ServerConfig,
+    allow_all,
+    allow_anonymous,
+    parse_listen,
+    server_ssl_context,
+)
+from .server_connection import READ_BUFFER, Connection, held
 
 log = logging.getLogger("idempotent.server")
-
-
-class Authenticator(Protocol):
-    """Turns the handshake's token into a principal; raises AuthenticationError to refuse.
-
-    It runs on a worker thread before any other request of the connection, so it may block.
-    """
-
-    def __call__(self, token: str | None) -> object: ...
-
-
-class Authorizer(Protocol):
-    """Sees every request (after the handshake) before it runs; raises (for example
-    AuthorizationError) to refuse it. ``args`` are the validated arguments of ``op``."""
-
-    def __call__(self, principal: object, op: str, args: Mapping[str, Any]) -> None: ...
-
-
-class Claimer(Protocol):
-    """Decides, under the broker lock, whether ``principal`` may initialise ``producer_name``
-    (None: an anonymous producer) whose current record is ``previous`` (None when new), and
-    returns the principal name to record as its owner; raises (AuthorizationError) to refuse.
-    See :meth:`idempotent.auth.AccessPolicy.claim`."""
-
-    def __call__(self, principal: object, producer_name: str | None, previous: ProducerRecord | None) -> str | None: ...
-
-
-def allow_anonymous(token: str | None) -> object:
-    """The default authenticator: every connection is :data:`ANONYMOUS`, tokens are ignored."""
-    return ANONYMOUS
-
-
-def allow_all(principal: object, op: str, args: Mapping[str, Any]) -> None:
-    """The default authorizer: everything is allowed."""
-
-
-@attrs.frozen
-class ServerConfig:
-    """Limits of a broker server.
-
-    Attributes:
-        max_frame: largest frame body accepted (and announced in ``hello``).
-        max_in_flight: unanswered requests per connection before it stops being read.
-        max_pending: unanswered requests over all connections before the server stops reading.
-        lanes: threads that submit produce requests (a partition always uses the same one).
-        workers: threads for every other request but ``hello`` and ``ping``.
-        control_workers: threads for ``hello`` and ``ping``.
-        read_chunk: most records one ``read`` fetches from the backend (a client asking for
-            more gets fewer and asks again).
-        handshake_timeout: seconds a new connection has to complete ``hello``.
-        idle_timeout: seconds a connection may stay silent with nothing in flight.
-        frame_timeout: seconds a started frame may take to arrive completely (slow senders).
-        drain_timeout: seconds ``close`` waits for in-flight requests to be answered.
-    """
-
-    max_frame: int = wire.DEFAULT_MAX_FRAME
-    max_in_flight: int = 64
-    max_pending: int = 4096
-    lanes: int = 4
-    workers: int = 8
-    control_workers: int = 2
-    read_chunk: int = 1000
-    handshake_timeout: float = 10.0
-    idle_timeout: float = 300.0
-    frame_timeout: float = 30.0
-    drain_timeout: float = 30.0
-
-    def __attrs_post_init__(self) -> None:
-        if self.max_frame < 1024 or self.max_in_flight < 1 or self.max_pending < 1:
-            raise ConfigError("max_frame must be at least 1024, max_in_flight and max_pending at least 1")
-        if self.lanes < 1 or self.workers < 1 or self.control_workers < 1 or self.read_chunk < 1:
-            raise ConfigError("lanes, workers, control_workers and read_chunk must be at least 1")
-
-
-#: bytes one read takes from a socket: the loop reads every connection into one buffer of
-#: this size (asyncio's default reader makes a new 256 KiB bytes object per read)
-READ_BUFFER = 256 * 1024
-
-
-class _Connection(asyncio.BufferedProtocol):
-    """One client connection: framing, handshake, flow control. Runs on the loop thread.
-
-    Reads land in the server's one read buffer (:meth:`get_buffer`); the frame decoder
-    copies what it keeps before the next read."""
-
-    def __init__(self, server: BrokerServer) -> None:
-        self.server = server
-        self.decoder = wire.FrameDecoder(server.config.max_frame)
-        self.transport: asyncio.Transport | None = None
-        self.peer = "?"
-        self.principal: object = None
-        self.greeted = False
-        self.greeting = False
-        self.closing = False
-        self.in_flight = 0
-        self.backlog: deque[bytes] = deque()
-        self.out: list[bytes] = []
-        self.flush_scheduled = False
-        self.write_paused = False
-        self.read_paused = False
-        self.eof = False
-        now = time.monotonic()
-        self.opened_at = now
-        self.last_frame_at = now
-        self.partial_since: float | None = None
-
-    # -- asyncio.BufferedProtocol ------------------------------------------------------------
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.server._read_buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self.server._read_buffer[:nbytes])
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        self.server._connections.add(self)
-        if self.server._draining:
-            self.fail(wire.encode_error(0, ProducerClosedError("the broker server is shutting down")))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
-        self.server._work.drop(self)  # nobody is left to answer
-        self.server._connections.discard(self)
-        self.server._paused.discard(self)
-        self.server._pending -= len(self.backlog)
-        self.backlog.clear()
-        self.server._resume_all()
-
-    def data_received(self, data: bytes | memoryview) -> None:
-        if self.closing:
-            return
-        frames = self.decoder.feed(data)
-        for item in frames:
-            if isinstance(item, wire.FrameTooLarge):
-                self.fail(
-                    wire.encode_error(
-                        0, LocalProtocolError(f"frame of {item.length} bytes exceeds the limit of {item.limit}")
-                    )
-                )
-                return
-            self.backlog.append(item)
-            self.server._pending += 1
-        now = time.monotonic()
-        if frames:
-            self.last_frame_at = now
-        if not self.decoder.buffered:
-            self.partial_since = None
-        elif self.partial_since is None or frames:  # a new frame started
-            self.partial_since = now
-        self.pump()
-
-    def eof_received(self) -> bool:
-        """The peer finished sending: answer what it sent, then close (half-close)."""
-        self.eof = True
-        if self.decoder.buffered:  # a frame that can never complete
-            self.fail(wire.encode_error(0, LocalProtocolError("connection ended inside a frame")))
-        else:
-            self.close_if_done()
-        return self.server.ssl_context is None  # TLS cannot half-close: the transport closes
-
-    def close_if_done(self) -> None:
-        if self.eof and not self.in_flight and not self.backlog and self.transport is not None and not self.closing:
-            self.flush()
-            self.closing = True
-            self.transport.close()
-
-    def pause_writing(self) -> None:
-        self.write_paused = True
-        self.update_reading()
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-        self.server._work.wake()  # the workers skipped this connection while it was paused
-        self.update_reading()
-
-    # -- request flow ------------------------------------------------------------------------
-
-    def pump(self) -> None:
-        """Dispatch backlogged frames while the in-flight limit allows."""
-        limit = self.server.config.max_in_flight
-        while self.backlog and self.in_flight < limit and not self.closing:
-            if self.greeting:  # nothing else runs before the handshake has been answered
-                break
-            body = self.backlog.popleft()
-            self.server._pending -= 1
-            self.handle(body)
-        self.update_reading()
-        self.close_if_done()
-
-    def update_reading(self) -> None:
-        if self.transport is None or self.closing:
-            return
-        server = self.server
-        want_pause = (
-            self.write_paused
-            or self.in_flight + len(self.backlog) >= server.config.max_in_flight
-            or server._pending >= server.config.max_pending
-            or server._draining
-        )
-        if want_pause and not self.read_paused:
-            self.read_paused = True
-            server._paused.add(self)
-            self.transport.pause_reading()
-        elif not want_pause and self.read_paused:
-            self.read_paused = False
-            server._paused.discard(self)
-            self.transport.resume_reading()
-
-    def handle(self, body: bytes) -> None:
-        request = wire.parse_request(body)
-        if type(request) is wire.Produce and self.greeted:  # the common case first
-            self.in_flight += 1
-            self.server._dispatch_produce(self, request)
-            return
-        if isinstance(request, wire.BadRequest):
-            error = request.error
-            if not self.greeted and request.op != "hello":
-                error = LocalProtocolError("the first request must be 'hello'")
-            frame = wire.encode_error(request.correlation_id, error)
-            if request.fatal or not self.greeted:  # a refused first request ends the connection
-                self.fail(frame)
-            else:
-                self.send(frame)
-            return
-        if not self.greeted:
-            if not isinstance(request, wire.Request) or request.op != "hello":
-                self.fail(
-                    wire.encode_error(request.correlation_id, LocalProtocolError("the first request must be 'hello'"))
-                )
-                return
-            self.greeting = True
-            self.in_flight += 1
-            self.server._control.submit(self.server._hello, self, request)
-            return
-        assert isinstance(request, wire.Request)
-        if request.op == "hello":
-            self.send(wire.encode_error(request.correlation_id, LocalProtocolError("'hello' was already answered")))
-            return
-        self.in_flight += 1
-        self.server._dispatch(self, request)
-
-    def answered(self, frame: bytes, *, greeted: object = None, fatal: bool = False) -> None:
-        """A worker finished a request (called on the loop thread)."""
-        self.in_flight -= 1
-        if self.greeting:
-            self.greeting = False
-            if not fatal:
-                self.greeted = True
-                self.principal = greeted
-        if fatal:
-            self.fail(frame)
-            return
-        self.send(frame)
-        self.pump()
-        self.close_if_done()
-        self.server._request_done()
-
-    def send(self, frame: bytes) -> None:
-        if self.closing or self.transport is None:
-            return
-        self.out.append(frame)
-        if not self.flush_scheduled:
-            self.flush_scheduled = True
-            self.server._flush_later(self)
-
-    def flush(self) -> None:
-        self.flush_scheduled = False
-        if self.out and self.transport is not None and not self.transport.is_closing():
-            data = b"".join(self.out)
-            self.out.clear()
-            self.transport.write(data)
-
-    def fail(self, frame: bytes) -> None:
-        """Send a last error frame and close (after what is queued for the peer)."""
-        if self.closing or self.transport is None:
-            return
-        self.out.append(frame)
-        self.flush()
-        self.closing = True
-        self.server._pending -= len(self.backlog)
-        self.backlog.clear()
-        self.server._work.drop(self)
-        self.transport.close()
-
-    def check_timeouts(self, now: float) -> None:
-        cfg = self.server.config
-        if self.closing:
-            return
-        if not self.greeted and not self.greeting and now - self.opened_at > cfg.handshake_timeout:
-            self.fail(wire.encode_error(0, LocalProtocolError(f"no 'hello' within {cfg.handshake_timeout:g} s")))
-        elif self.partial_since is not None and now - self.partial_since > cfg.frame_timeout:
-            self.fail(
-                wire.encode_error(0, LocalProtocolError(f"a frame took longer than {cfg.frame_timeout:g} s to arrive"))
-            )
-        elif self.in_flight == 0 and not self.backlog and now - self.last_frame_at > cfg.idle_timeout:
-            self.fail(wire.encode_error(0, RequestTimeoutError(f"connection idle for {cfg.idle_timeout:g} s")))
 
 
 class BrokerServer:
@@ -437,7 +138,7 @@ class BrokerServer:
         self._advertised = advertised_address
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._server: asyncio.Server | None = None
-        self._connections: set[_Connection] = set()
+        self._connections: set[Connection] = set()
         self._pending = 0
         self._draining = False
         self._stopped: asyncio.Event | None = None
@@ -445,21 +146,21 @@ class BrokerServer:
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
         self._control = ThreadPoolExecutor(self.config.control_workers, thread_name_prefix="idempotent-control")
-        self._work: FairQueue[_Connection, wire.Request] = FairQueue(_held)
+        self._work: FairQueue[Connection, wire.Request] = FairQueue(held)
         self._workers: list[threading.Thread] = []
-        self._lanes: list[queue.SimpleQueue[list[tuple[_Connection, wire.Produce]] | None]] = []
+        self._lanes: list[queue.SimpleQueue[list[tuple[Connection, wire.Produce]] | None]] = []
         self._lane_threads: list[threading.Thread] = []
         #: produce requests read in this pass of the loop, per lane, handed over at its end
-        self._lane_pending: list[list[tuple[_Connection, wire.Produce]]] = [[] for _ in range(self.config.lanes)]
+        self._lane_pending: list[list[tuple[Connection, wire.Produce]]] = [[] for _ in range(self.config.lanes)]
         self._lanes_due = False
         #: answers finished on other threads, for the loop to send: (connection, correlation
-        #: id, a produce's future or a ready frame, keywords of _Connection.answered)
-        self._answers: deque[tuple[_Connection, int, Future[ProduceResult] | bytes, dict[str, Any] | None]] = deque()
+        #: id, a produce's future or a ready frame, keywords of Connection.answered)
+        self._answers: deque[tuple[Connection, int, Future[ProduceResult] | bytes, dict[str, Any] | None]] = deque()
         self._answers_due = False
-        #: connections whose reading is paused (see _Connection.update_reading)
-        self._paused: set[_Connection] = set()
+        #: connections whose reading is paused (see Connection.update_reading)
+        self._paused: set[Connection] = set()
         #: connections with answers to write at the end of this pass of the loop
-        self._unflushed: list[_Connection] = []
+        self._unflushed: list[Connection] = []
         self._flush_due = False
         self._read_buffer = memoryview(bytearray(READ_BUFFER))
         self._closed = False
@@ -523,7 +224,7 @@ class BrokerServer:
         self._stopped = asyncio.Event()
         try:
             self._server = await self._loop.create_server(
-                lambda: _Connection(self),
+                lambda: Connection(self),
                 self.host,
                 self.port,
                 ssl=self.ssl_context,
@@ -537,7 +238,7 @@ class BrokerServer:
         sock = self._server.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         for i in range(self.config.lanes):
-            lane: queue.SimpleQueue[list[tuple[_Connection, wire.Produce]] | None] = queue.SimpleQueue()
+            lane: queue.SimpleQueue[list[tuple[Connection, wire.Produce]] | None] = queue.SimpleQueue()
             thread = threading.Thread(target=self._lane_loop, args=(lane,), name=f"idempotent-lane-{i}", daemon=True)
             thread.start()
             self._lanes.append(lane)
@@ -626,7 +327,7 @@ class BrokerServer:
             for conn in list(self._paused):
                 conn.update_reading()
 
-    def _dispatch_produce(self, conn: _Connection, produce: wire.Produce) -> None:
+    def _dispatch_produce(self, conn: Connection, produce: wire.Produce) -> None:
         """Queue a produce request for its partition's lane; the requests of one pass of
         the loop are handed to each lane at its end, as one group."""
         request = produce.request
@@ -645,7 +346,7 @@ class BrokerServer:
                 pending[index] = []
                 self._lanes[index].put(group)
 
-    def _dispatch(self, conn: _Connection, request: wire.Request) -> None:
+    def _dispatch(self, conn: Connection, request: wire.Request) -> None:
         if request.op == "ping":
             self._control.submit(self._run_request, conn, request)
         else:
@@ -660,11 +361,11 @@ class BrokerServer:
 
     # -- workers ---------------------------------------------------------------------------------
 
-    def _reply(self, conn: _Connection, frame: bytes, **kw: Any) -> None:
+    def _reply(self, conn: Connection, frame: bytes, **kw: Any) -> None:
         self._post(conn, 0, frame, kw or None)
 
     def _post(
-        self, conn: _Connection, cid: int, answer: Future[ProduceResult] | bytes, kw: dict[str, Any] | None
+        self, conn: Connection, cid: int, answer: Future[ProduceResult] | bytes, kw: dict[str, Any] | None
     ) -> None:
         """Queue an answer for the loop (any thread); wake the loop unless a wake-up is due.
 
@@ -695,7 +396,7 @@ class BrokerServer:
             if not due:
                 self._flush_all()
 
-    def _flush_later(self, conn: _Connection) -> None:
+    def _flush_later(self, conn: Connection) -> None:
         """Write ``conn``'s answers at the end of this pass of the loop (loop thread)."""
         self._unflushed.append(conn)
         if not self._flush_due:
@@ -708,14 +409,14 @@ class BrokerServer:
         for conn in unflushed:
             conn.flush()
 
-    def _hello(self, conn: _Connection, request: wire.Request) -> None:
+    def _hello(self, conn: Connection, request: wire.Request) -> None:
         try:
             self._greet(conn, request)
         except Exception as exc:  # a bug: logged; the connection still gets its answer
             error = internal_error("answering hello", exc, log)
             self._reply(conn, wire.encode_error(request.correlation_id, error), fatal=True)
 
-    def _greet(self, conn: _Connection, request: wire.Request) -> None:
+    def _greet(self, conn: Connection, request: wire.Request) -> None:
         args = request.args
         cid = request.correlation_id
         if args["version"] not in wire.SUPPORTED_VERSIONS:
@@ -745,12 +446,12 @@ class BrokerServer:
         }
         self._reply(conn, wire.encode_response(cid, result), greeted=principal)
 
-    def _lane_loop(self, lane: queue.SimpleQueue[list[tuple[_Connection, wire.Produce]] | None]) -> None:
+    def _lane_loop(self, lane: queue.SimpleQueue[list[tuple[Connection, wire.Produce]] | None]) -> None:
         while (group := lane.get()) is not None:
             for conn, produce in group:
                 self._submit_produce(conn, produce)
 
-    def _submit_produce(self, conn: _Connection, produce: wire.Produce) -> None:
+    def _submit_produce(self, conn: Connection, produce: wire.Produce) -> None:
         """Hand one parsed batch to the broker; its answer comes back through :meth:`_post`."""
         request, cid = produce.request, produce.correlation_id
         try:
@@ -779,7 +480,7 @@ class BrokerServer:
                 owner or "",
             )
 
-    def _run_request(self, conn: _Connection, request: wire.Request) -> None:
+    def _run_request(self, conn: Connection, request: wire.Request) -> None:
         cid = request.correlation_id
         try:
             self.authorizer(conn.principal, request.op, request.args)
@@ -885,33 +586,14 @@ def _produced(cid: int, future: Future[ProduceResult]) -> bytes:
         return wire.encode_error(cid, internal_error("answering a produce", failure, log))
 
 
-def _held(conn: _Connection) -> bool:
-    """A connection whose peer does not read its answers waits (FairQueue's ``held``)."""
-    return conn.write_paused and not conn.closing
-
-
 def _principal_name(principal: object) -> str | None:
     name = getattr(principal, "name", None)
     return None if name is None else str(name)
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port``) -> (host, port). Raises ConfigError."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"expected host:port, got {text!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def server_ssl_context(certfile: str, keyfile: str | None = None, cafile: str | None = None) -> ssl.SSLContext:
-    """A TLS server context from a certificate chain and key; with ``cafile``, clients must
-    present a certificate signed by it (see :func:`idempotent.tls.server_context`).
-    Raises ConfigError when the files cannot be loaded."""
-    return tls.server_context(certfile, keyfile, client_ca=cafile or None)
-
-
 __all__ = [
     "ANONYMOUS",
+    "READ_BUFFER",
     "Authenticator",
     "Authorizer",
     "BrokerServer",
@@ -921,5 +603,6 @@ __all__ = [
     "allow_all",
     "allow_anonymous",
     "parse_listen",
+    "produce_args",
     "server_ssl_context",
 ]
