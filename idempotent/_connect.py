@@ -49,12 +49,12 @@ class ConnectOptions(TypedDict, total=False):
     service_url: str | None
     meta_topic: str | None
     max_entry_bytes: int | None
-    # kafka:// and pulsar://; ``timeout`` also idem:// (seconds per answer, not None there)
+    # kafka:// and pulsar://; ``timeout`` and ``connect_timeout`` also idem:// (not None there)
     timeout: float | None
+    connect_timeout: float | None
     read_only: bool | None
     # idem:// and idems://
     token: str | None
-    connect_timeout: float
     cafile: str | None
     verify: bool
     certfile: str | None

@@ -46,6 +46,7 @@ class ProducerOptions(ProducerConnectOptions, total=False):
     request_timeout_ms: float
     delivery_timeout_ms: float
     max_buffered_records: int
+    max_buffered_bytes: int | None
     init_timeout_ms: float
     metadata_max_age_ms: float
 
