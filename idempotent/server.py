@@ -47,6 +47,7 @@ import functools
 import logging
 import queue
 import signal
+import socket
 import ssl
 import threading
 import time
@@ -58,9 +59,8 @@ from typing import Any
 
 from . import __version__
 from . import _protocol as wire
+from . import server_ops as ops
 from ._outcomes import ProduceResult
-from ._request import ProduceRequest
-from ._topics import canonical_topic
 from .auth import ANONYMOUS, Principal
 from .broker import Broker
 from .errors import (
@@ -70,6 +70,7 @@ from .errors import (
     NotOwnerError,
     ProducerClosedError,
     ProducerError,
+    RequestTimeoutError,
     internal_error,
 )
 from .fairqueue import FairQueue
@@ -83,9 +84,242 @@ from .server_config import (
     parse_listen,
     server_ssl_context,
 )
-from .server_connection import READ_BUFFER, Connection, held
+from .server_ops import produce_args, produced
 
 log = logging.getLogger("idempotent.server")
+
+
+#: bytes one read takes from a socket: the loop reads every connection into one buffer of
+#: this size (asyncio's default reader makes a new 256 KiB bytes object per read)
+READ_BUFFER = 256 * 1024
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """One client connection: framing, handshake, flow control. Runs on the loop thread.
+
+    Reads land in the server's one read buffer (:meth:`get_buffer`); the frame decoder
+    copies what it keeps before the next read."""
+
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.decoder = wire.FrameDecoder(server.config.max_frame)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.principal: object = None
+        self.greeted = False
+        self.greeting = False
+        self.closing = False
+        self.in_flight = 0
+        self.backlog: deque[bytes] = deque()
+        self.out: list[bytes] = []
+        self.flush_scheduled = False
+        self.write_paused = False
+        self.read_paused = False
+        self.eof = False
+        now = time.monotonic()
+        self.opened_at = now
+        self.last_frame_at = now
+        self.partial_since: float | None = None
+
+    # -- asyncio.BufferedProtocol ------------------------------------------------------------
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.server._read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.server._read_buffer[:nbytes])
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        self.server._connections.add(self)
+        if self.server._draining:
+            self.fail(wire.encode_error(0, ProducerClosedError("the broker server is shutting down")))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server._work.drop(self)  # nobody is left to answer
+        self.server._connections.discard(self)
+        self.server._paused.discard(self)
+        self.server._pending -= len(self.backlog)
+        self.backlog.clear()
+        self.server._resume_all()
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        if self.closing:
+            return
+        frames = self.decoder.feed(data)
+        for item in frames:
+            if isinstance(item, wire.FrameTooLarge):
+                self.fail(
+                    wire.encode_error(
+                        0, LocalProtocolError(f"frame of {item.length} bytes exceeds the limit of {item.limit}")
+                    )
+                )
+                return
+            self.backlog.append(item)
+            self.server._pending += 1
+        now = time.monotonic()
+        if frames:
+            self.last_frame_at = now
+        if not self.decoder.buffered:
+            self.partial_since = None
+        elif self.partial_since is None or frames:  # a new frame started
+            self.partial_since = now
+        self.pump()
+
+    def eof_received(self) -> bool:
+        """The peer finished sending: answer what it sent, then close (half-close)."""
+        self.eof = True
+        if self.decoder.buffered:  # a frame that can never complete
+            self.fail(wire.encode_error(0, LocalProtocolError("connection ended inside a frame")))
+        else:
+            self.close_if_done()
+        return self.server.ssl_context is None  # TLS cannot half-close: the transport closes
+
+    def close_if_done(self) -> None:
+        if self.eof and not self.in_flight and not self.backlog and self.transport is not None and not self.closing:
+            self.flush()
+            self.closing = True
+            self.transport.close()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self.update_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self.server._work.wake()  # the workers skipped this connection while it was paused
+        self.update_reading()
+
+    # -- request flow ------------------------------------------------------------------------
+
+    def pump(self) -> None:
+        """Dispatch backlogged frames while the in-flight limit allows."""
+        limit = self.server.config.max_in_flight
+        while self.backlog and self.in_flight < limit and not self.closing:
+            if self.greeting:  # nothing else runs before the handshake has been answered
+                break
+            body = self.backlog.popleft()
+            self.server._pending -= 1
+            self.handle(body)
+        self.update_reading()
+        self.close_if_done()
+
+    def update_reading(self) -> None:
+        if self.transport is None or self.closing:
+            return
+        server = self.server
+        want_pause = (
+            self.write_paused
+            or self.in_flight + len(self.backlog) >= server.config.max_in_flight
+            or server._pending >= server.config.max_pending
+            or server._draining
+        )
+        if want_pause and not self.read_paused:
+            self.read_paused = True
+            server._paused.add(self)
+            self.transport.pause_reading()
+        elif not want_pause and self.read_paused:
+            self.read_paused = False
+            server._paused.discard(self)
+            self.transport.resume_reading()
+
+    def handle(self, body: bytes) -> None:
+        request = wire.parse_request(body)
+        if type(request) is wire.Produce and self.greeted:  # the common case first
+            self.in_flight += 1
+            self.server._dispatch_produce(self, request)
+            return
+        if isinstance(request, wire.BadRequest):
+            error = request.error
+            if not self.greeted and request.op != "hello":
+                error = LocalProtocolError("the first request must be 'hello'")
+            frame = wire.encode_error(request.correlation_id, error)
+            if request.fatal or not self.greeted:  # a refused first request ends the connection
+                self.fail(frame)
+            else:
+                self.send(frame)
+            return
+        if not self.greeted:
+            if not isinstance(request, wire.Request) or request.op != "hello":
+                self.fail(
+                    wire.encode_error(request.correlation_id, LocalProtocolError("the first request must be 'hello'"))
+                )
+                return
+            self.greeting = True
+            self.in_flight += 1
+            self.server._control.submit(self.server._hello, self, request)
+            return
+        assert isinstance(request, wire.Request)
+        if request.op == "hello":
+            self.send(wire.encode_error(request.correlation_id, LocalProtocolError("'hello' was already answered")))
+            return
+        self.in_flight += 1
+        self.server._dispatch(self, request)
+
+    def answered(self, frame: bytes, *, greeted: object = None, fatal: bool = False) -> None:
+        """A worker finished a request (called on the loop thread)."""
+        self.in_flight -= 1
+        if self.greeting:
+            self.greeting = False
+            if not fatal:
+                self.greeted = True
+                self.principal = greeted
+        if fatal:
+            self.fail(frame)
+            return
+        self.send(frame)
+        self.pump()
+        self.close_if_done()
+        self.server._request_done()
+
+    def send(self, frame: bytes) -> None:
+        if self.closing or self.transport is None:
+            return
+        self.out.append(frame)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.server._flush_later(self)
+
+    def flush(self) -> None:
+        self.flush_scheduled = False
+        if self.out and self.transport is not None and not self.transport.is_closing():
+            data = b"".join(self.out)
+            self.out.clear()
+            self.transport.write(data)
+
+    def fail(self, frame: bytes) -> None:
+        """Send a last error frame and close (after what is queued for the peer)."""
+        if self.closing or self.transport is None:
+            return
+        self.out.append(frame)
+        self.flush()
+        self.closing = True
+        self.server._pending -= len(self.backlog)
+        self.backlog.clear()
+        self.server._work.drop(self)
+        self.transport.close()
+
+    def check_timeouts(self, now: float) -> None:
+        cfg = self.server.config
+        if self.closing:
+            return
+        if not self.greeted and not self.greeting and now - self.opened_at > cfg.handshake_timeout:
+            self.fail(wire.encode_error(0, LocalProtocolError(f"no 'hello' within {cfg.handshake_timeout:g} s")))
+        elif self.partial_since is not None and now - self.partial_since > cfg.frame_timeout:
+            self.fail(
+                wire.encode_error(0, LocalProtocolError(f"a frame took longer than {cfg.frame_timeout:g} s to arrive"))
+            )
+        elif self.in_flight == 0 and not self.backlog and now - self.last_frame_at > cfg.idle_timeout:
+            self.fail(wire.encode_error(0, RequestTimeoutError(f"connection idle for {cfg.idle_timeout:g} s")))
 
 
 class BrokerServer:
@@ -138,7 +372,7 @@ class BrokerServer:
         self._advertised = advertised_address
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._server: asyncio.Server | None = None
-        self._connections: set[Connection] = set()
+        self._connections: set[_Connection] = set()
         self._pending = 0
         self._draining = False
         self._stopped: asyncio.Event | None = None
@@ -146,21 +380,21 @@ class BrokerServer:
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
         self._control = ThreadPoolExecutor(self.config.control_workers, thread_name_prefix="idempotent-control")
-        self._work: FairQueue[Connection, wire.Request] = FairQueue(held)
+        self._work: FairQueue[_Connection, wire.Request] = FairQueue(_held)
         self._workers: list[threading.Thread] = []
-        self._lanes: list[queue.SimpleQueue[list[tuple[Connection, wire.Produce]] | None]] = []
+        self._lanes: list[queue.SimpleQueue[list[tuple[_Connection, wire.Produce]] | None]] = []
         self._lane_threads: list[threading.Thread] = []
         #: produce requests read in this pass of the loop, per lane, handed over at its end
-        self._lane_pending: list[list[tuple[Connection, wire.Produce]]] = [[] for _ in range(self.config.lanes)]
+        self._lane_pending: list[list[tuple[_Connection, wire.Produce]]] = [[] for _ in range(self.config.lanes)]
         self._lanes_due = False
         #: answers finished on other threads, for the loop to send: (connection, correlation
-        #: id, a produce's future or a ready frame, keywords of Connection.answered)
-        self._answers: deque[tuple[Connection, int, Future[ProduceResult] | bytes, dict[str, Any] | None]] = deque()
+        #: id, a produce's future or a ready frame, keywords of _Connection.answered)
+        self._answers: deque[tuple[_Connection, int, Future[ProduceResult] | bytes, dict[str, Any] | None]] = deque()
         self._answers_due = False
-        #: connections whose reading is paused (see Connection.update_reading)
-        self._paused: set[Connection] = set()
+        #: connections whose reading is paused (see _Connection.update_reading)
+        self._paused: set[_Connection] = set()
         #: connections with answers to write at the end of this pass of the loop
-        self._unflushed: list[Connection] = []
+        self._unflushed: list[_Connection] = []
         self._flush_due = False
         self._read_buffer = memoryview(bytearray(READ_BUFFER))
         self._closed = False
@@ -224,7 +458,7 @@ class BrokerServer:
         self._stopped = asyncio.Event()
         try:
             self._server = await self._loop.create_server(
-                lambda: Connection(self),
+                lambda: _Connection(self),
                 self.host,
                 self.port,
                 ssl=self.ssl_context,
@@ -238,7 +472,7 @@ class BrokerServer:
         sock = self._server.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         for i in range(self.config.lanes):
-            lane: queue.SimpleQueue[list[tuple[Connection, wire.Produce]] | None] = queue.SimpleQueue()
+            lane: queue.SimpleQueue[list[tuple[_Connection, wire.Produce]] | None] = queue.SimpleQueue()
             thread = threading.Thread(target=self._lane_loop, args=(lane,), name=f"idempotent-lane-{i}", daemon=True)
             thread.start()
             self._lanes.append(lane)
@@ -327,7 +561,7 @@ class BrokerServer:
             for conn in list(self._paused):
                 conn.update_reading()
 
-    def _dispatch_produce(self, conn: Connection, produce: wire.Produce) -> None:
+    def _dispatch_produce(self, conn: _Connection, produce: wire.Produce) -> None:
         """Queue a produce request for its partition's lane; the requests of one pass of
         the loop are handed to each lane at its end, as one group."""
         request = produce.request
@@ -346,7 +580,7 @@ class BrokerServer:
                 pending[index] = []
                 self._lanes[index].put(group)
 
-    def _dispatch(self, conn: Connection, request: wire.Request) -> None:
+    def _dispatch(self, conn: _Connection, request: wire.Request) -> None:
         if request.op == "ping":
             self._control.submit(self._run_request, conn, request)
         else:
@@ -361,11 +595,11 @@ class BrokerServer:
 
     # -- workers ---------------------------------------------------------------------------------
 
-    def _reply(self, conn: Connection, frame: bytes, **kw: Any) -> None:
+    def _reply(self, conn: _Connection, frame: bytes, **kw: Any) -> None:
         self._post(conn, 0, frame, kw or None)
 
     def _post(
-        self, conn: Connection, cid: int, answer: Future[ProduceResult] | bytes, kw: dict[str, Any] | None
+        self, conn: _Connection, cid: int, answer: Future[ProduceResult] | bytes, kw: dict[str, Any] | None
     ) -> None:
         """Queue an answer for the loop (any thread); wake the loop unless a wake-up is due.
 
@@ -387,7 +621,7 @@ class BrokerServer:
         try:
             while answers:
                 conn, cid, answer, kw = answers.popleft()
-                frame = answer if type(answer) is bytes else _produced(cid, answer)  # type: ignore[arg-type]
+                frame = answer if type(answer) is bytes else produced(cid, answer)  # type: ignore[arg-type]
                 if kw is None:
                     conn.answered(frame)
                 else:
@@ -396,7 +630,7 @@ class BrokerServer:
             if not due:
                 self._flush_all()
 
-    def _flush_later(self, conn: Connection) -> None:
+    def _flush_later(self, conn: _Connection) -> None:
         """Write ``conn``'s answers at the end of this pass of the loop (loop thread)."""
         self._unflushed.append(conn)
         if not self._flush_due:
@@ -409,14 +643,14 @@ class BrokerServer:
         for conn in unflushed:
             conn.flush()
 
-    def _hello(self, conn: Connection, request: wire.Request) -> None:
+    def _hello(self, conn: _Connection, request: wire.Request) -> None:
         try:
             self._greet(conn, request)
         except Exception as exc:  # a bug: logged; the connection still gets its answer
             error = internal_error("answering hello", exc, log)
             self._reply(conn, wire.encode_error(request.correlation_id, error), fatal=True)
 
-    def _greet(self, conn: Connection, request: wire.Request) -> None:
+    def _greet(self, conn: _Connection, request: wire.Request) -> None:
         args = request.args
         cid = request.correlation_id
         if args["version"] not in wire.SUPPORTED_VERSIONS:
@@ -446,12 +680,12 @@ class BrokerServer:
         }
         self._reply(conn, wire.encode_response(cid, result), greeted=principal)
 
-    def _lane_loop(self, lane: queue.SimpleQueue[list[tuple[Connection, wire.Produce]] | None]) -> None:
+    def _lane_loop(self, lane: queue.SimpleQueue[list[tuple[_Connection, wire.Produce]] | None]) -> None:
         while (group := lane.get()) is not None:
             for conn, produce in group:
                 self._submit_produce(conn, produce)
 
-    def _submit_produce(self, conn: Connection, produce: wire.Produce) -> None:
+    def _submit_produce(self, conn: _Connection, produce: wire.Produce) -> None:
         """Hand one parsed batch to the broker; its answer comes back through :meth:`_post`."""
         request, cid = produce.request, produce.correlation_id
         try:
@@ -480,7 +714,7 @@ class BrokerServer:
                 owner or "",
             )
 
-    def _run_request(self, conn: Connection, request: wire.Request) -> None:
+    def _run_request(self, conn: _Connection, request: wire.Request) -> None:
         cid = request.correlation_id
         try:
             self.authorizer(conn.principal, request.op, request.args)
@@ -493,97 +727,21 @@ class BrokerServer:
         self._reply(conn, frame)
 
     def _call(self, op: str, a: dict[str, Any], principal: object = ANONYMOUS) -> dict[str, Any]:
-        broker = self.broker
-        if op == "ping":
-            return {}
-        if op == "init_producer":
-            name = a["producer_name"]
-            claim = None if self.claim is None else functools.partial(self.claim, principal, name)
-            return wire.encode_session(broker.init_producer(name, timeout=a["timeout"], claim=claim))
-        if op == "read":
-            records = broker.read(
-                a["topic"], a["partition"], a["offset"], min(a["max_records"], self.config.read_chunk)
-            )
-            budget = self.config.max_frame // 2
-            out: list[list[Any]] = []
-            for record in records:
-                budget -= 64 + len(record.value or b"") + len(record.key or b"")
-                budget -= sum(len(n) + len(v) + 8 for n, v in record.headers)
-                if budget < 0 and out:
-                    break
-                out.append(wire.encode_stored(record))
-            return {"records": out}
-        if op == "end_offset":
-            return {"offset": broker.end_offset(a["topic"], a["partition"])}
-        if op == "last_sequence":
-            sequence = broker.last_sequence(
-                a["topic"], a["partition"], a["producer_id"], a["producer_epoch"], timeout=a["timeout"]
-            )
-            return {"sequence": sequence}
-        if op == "create_topic":
-            broker.create_topic(a["name"], a["partitions"])
-            return {}
-        if op == "delete_topic":
-            broker.delete_topic(a["name"])
-            return {}
-        if op == "topics":
-            return {"topics": broker.topics()}
-        if op == "partitions_for":
-            return {"partitions": broker.partitions_for(a["topic"], create=a["create"])}
-        if op == "stats":
-            return {"partitions": [wire.encode_stats(s) for s in broker.stats(a["topic"])]}
-        if op == "set_deduplication":
-            broker.set_deduplication(a["enabled"], topic=a["topic"], namespace=a["namespace"])
-            return {}
-        if op == "set_policy":
-            broker.set_policy(a["policy"], topic=a["topic"], namespace=a["namespace"])
-            return {}
-        if op == "metadata":
-            return self._metadata(a["topics"], a["create"])
-        raise LocalProtocolError(f"unknown operation {op!r}")  # pragma: no cover - the schema refuses it first
-
-    def _metadata(self, topics: list[str] | None, create: bool) -> dict[str, Any]:
-        names = sorted(self.broker.topics()) if topics is None else [canonical_topic(t) for t in topics]
-        out: dict[str, list[str | None]] = {}
-        for name in names:
-            count = self.broker.partitions_for(name, create=create)
-            if self.owner_of is not None:
-                out[name] = [self.owner_of(name, p) for p in range(count)]
-            elif self.broker.config.broker_id is not None:  # several brokers: the ownership records
-                out[name] = [lease.address if lease is not None else None for lease in self.broker.owners(name)]
-            else:
-                out[name] = [self.advertised_address] * count
-        return {"broker": self.advertised_address, "topics": out}
+        return ops.call(
+            op,
+            a,
+            principal,
+            broker=self.broker,
+            config=self.config,
+            claim=self.claim,
+            owner_of=self.owner_of,
+            address=self.advertised_address,
+        )
 
 
-def produce_args(request: ProduceRequest) -> dict[str, Any]:
-    """The arguments of a parsed ``produce`` request, as an authorizer sees them (the topic
-    by its stored name, the records as decoded)."""
-    header = request.header
-    return {
-        "topic": request.topic,
-        "partition": request.partition,
-        "producer_id": header.producer_id,
-        "producer_epoch": header.producer_epoch,
-        "base_sequence": header.base_sequence,
-        "records": request.records,
-        "previous_sequence": header.previous_sequence,
-    }
-
-
-def _produced(cid: int, future: Future[ProduceResult]) -> bytes:
-    """The answer frame of a produce request whose future is done. Every request gets its
-    answer, or the connection's in-flight count never drops."""
-    try:
-        exc = future.exception()
-        if exc is None:
-            return wire.encode_produced(cid, future.result())
-        if isinstance(exc, ProducerError):
-            return wire.encode_error(cid, exc)
-        # the broker sets only errors of the tree: anything else is a bug
-        return wire.encode_error(cid, internal_error("producing", exc, log))
-    except Exception as failure:  # a bug (an answer that cannot be encoded): logged
-        return wire.encode_error(cid, internal_error("answering a produce", failure, log))
+def _held(conn: _Connection) -> bool:
+    """A connection whose peer does not read its answers waits (FairQueue's ``held``)."""
+    return conn.write_paused and not conn.closing
 
 
 def _principal_name(principal: object) -> str | None:
