@@ -15,6 +15,9 @@ ratio of server to in-process throughput.
     python bench/bench_server.py                          # sqlite, kafka, pulsar; 100 B and 1 KB
     python bench/bench_server.py --backends sqlite --records 20000
 
+For many small producers on one server (400 producers, a record each every 100 ms) and the
+server's CPU per batch and memory over time, see ``bench_server_load.py``.
+
 Kafka and Pulsar are started with ``idempotent.testing.services`` unless already running.
 Results are printed as Markdown and saved as JSON under ``bench/results/``.
 """

@@ -13,31 +13,64 @@ answers with the same id, in any order); 0 in an error frame means the connectio
 whole. ``args`` and ``result`` are maps with string keys; ``error`` is the map
 ``{"code", "name", "message", "recovery", "fields"}`` of an :mod:`idempotent.errors` class.
 
-Everything here is pure: :class:`FrameDecoder` turns bytes into frame bodies,
-:func:`parse_request` turns a body into a validated :class:`Request` or a
+Everything here is pure: :class:`FrameDecoder` turns bytes into frame bodies (framing in
+:mod:`idempotent._framing`, the value encodings in :mod:`idempotent._codec`; both
+re-exported here),
+:func:`parse_request` turns a body into a validated :class:`Request`, a :class:`Produce`
+(a ``produce`` request parsed once into the :class:`~idempotent._request.ProduceRequest`
+the broker takes: the network edge is the only place a batch off the wire is checked) or a
 :class:`BadRequest`, and the ``encode_*``/``decode_*`` functions convert the broker's value
-types to and from plain MessagePack values.
+types to and from plain MessagePack values. A batch whose records have no headers travels
+as columns both ways (:class:`~idempotent._records.RecordColumns`: a ``records`` array of
+bare values and, with the ``keys`` extension, a ``keys`` array), with no object per record.
 """
 
 from __future__ import annotations
 
 import enum
-import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
 import attrs
 import msgpack
 
-from ._outcomes import Outcome, ProduceResult
-from ._records import _ONLY_BYTES, Record, RecordColumns, StoredRecord, trusted_record, value_record
-from ._types import MAX_APPLICATION_SEQUENCE, MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID, TopicPartition
-from ._values import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
+from ._checker import make_header, validate_header
+from ._codec import (
+    decode_result,
+    decode_session,
+    decode_stats,
+    decode_stored,
+    encode_produce,
+    encode_produced,
+    encode_records,
+    encode_result,
+    encode_session,
+    encode_stats,
+    encode_stored,
+    produce_args,
+    without_keys,
+)
+from ._framing import (
+    DEFAULT_MAX_FRAME,
+    ERROR,
+    REQUEST,
+    RESPONSE,
+    FrameDecoder,
+    FrameTooLarge,
+    encode_request,
+    encode_response,
+    frame,
+    pack,
+)
+from ._records import _ONLY_BYTES, BatchHeader, Record, RecordColumns, trusted_record, value_record
+from ._request import ProduceRequest, measure
+from ._topics import canonical_topic
+from ._types import MAX_APPLICATION_SEQUENCE, MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID
+from ._values import MAX_PARTITIONS
 from .errors import (
     AuthenticationError,
     ConfigError,
     InvalidBatchError,
-    InvalidRecordError,
     InvalidTopicError,
     LocalProtocolError,
     ProducerError,
@@ -48,12 +81,6 @@ from .errors import (
 PROTOCOL_VERSION: Final = 1
 #: Every version this module can serve.
 SUPPORTED_VERSIONS: Final = frozenset({1})
-#: Default largest frame body (bytes) either side accepts; the server announces its own.
-DEFAULT_MAX_FRAME: Final = 16 * 1024 * 1024
-#: Frame kinds (first element of every frame).
-REQUEST: Final = 0
-RESPONSE: Final = 1
-ERROR: Final = 2
 #: Highest correlation id (unsigned 32-bit).
 MAX_CORRELATION_ID: Final = 2**32 - 1
 #: Largest ``max_records`` of one ``read``.
@@ -66,71 +93,6 @@ MAX_TOKEN_LENGTH: Final = 16 * 1024
 #: Longest ``timeout`` argument in seconds.
 MAX_TIMEOUT: Final = 3600.0
 
-_LENGTH = struct.Struct(">I")
-
-
-# -- framing -------------------------------------------------------------------------------
-
-
-def frame(body: bytes) -> bytes:
-    """Prefix ``body`` with its length."""
-    return _LENGTH.pack(len(body)) + body
-
-
-def pack(value: Any) -> bytes:
-    """One MessagePack value as a complete frame."""
-    return frame(msgpack.packb(value, use_bin_type=True))
-
-
-class FrameTooLarge(NamedTuple):
-    """The peer announced a frame over the limit; the stream cannot be trusted any more."""
-
-    length: int
-    limit: int
-
-
-class FrameDecoder:
-    """Splits a byte stream into frame bodies. Feed it whatever arrives; it keeps partial frames.
-
-    After a :class:`FrameTooLarge` event it yields nothing more (the connection must close).
-    """
-
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
-        self.max_frame = max_frame
-        self._buffer = bytearray()
-        self._broken = False
-
-    @property
-    def buffered(self) -> int:
-        """Bytes of an incomplete frame held back."""
-        return len(self._buffer)
-
-    def feed(self, data: bytes) -> list[bytes | FrameTooLarge]:
-        """Add received bytes; return the frames completed by them, in order."""
-        if self._broken:
-            return []
-        buffer = self._buffer
-        buffer += data
-        out: list[bytes | FrameTooLarge] = []
-        start = 0
-        end = len(buffer)
-        with memoryview(buffer) as view:  # one copy per frame (a bytearray slice would add one)
-            while end - start >= 4:
-                (length,) = _LENGTH.unpack_from(buffer, start)
-                if length > self.max_frame:
-                    self._broken = True
-                    out.append(FrameTooLarge(length, self.max_frame))
-                    break
-                if end - start - 4 < length:
-                    break
-                out.append(bytes(view[start + 4 : start + 4 + length]))
-                start += 4 + length
-        if self._broken:  # the view is released: the buffer may be resized again
-            buffer.clear()
-        elif start:
-            del buffer[:start]
-        return out
-
 
 # -- requests ------------------------------------------------------------------------------
 
@@ -141,6 +103,17 @@ class Request(NamedTuple):
     correlation_id: int
     op: str
     args: dict[str, Any]
+
+
+class Produce(NamedTuple):
+    """A valid ``produce`` request: the batch, parsed once into the value the broker takes."""
+
+    correlation_id: int
+    request: ProduceRequest
+
+    @property
+    def op(self) -> str:
+        return "produce"
 
 
 class BadRequest(NamedTuple):
@@ -407,7 +380,67 @@ _COMBINE: Final[dict[str, Callable[[dict[str, Any]], None]]] = {"produce": _with
 EXTENSIONS: Final = ("keys",)
 
 
-def parse_request(body: bytes) -> Request | BadRequest:
+def parse_produce(args: Any) -> ProduceRequest:
+    """The arguments of a ``produce`` request as the one :class:`ProduceRequest` the broker
+    takes: every field checked once (the schema, then the canonical topic name and the
+    sequence range of the whole batch), the records decoded without a
+    :class:`~idempotent._records.Record` per record when they are bare values (with or
+    without ``keys``), measured once; then the trusted constructor.
+
+    A batch of bare values whose fields are all in range (what clients send) is checked in
+    one pass of plain comparisons; anything else goes through the schema, which finds the
+    first bad field and raises its error (both give the same request for the same arguments).
+
+    Raises:
+        LocalProtocolError: not a map, or a required argument missing.
+        InvalidTopicError: a bad topic name or partition number.
+        InvalidBatchError: a bad producer id, epoch, sequence, record or key.
+    """
+    if type(args) is dict:
+        get = args.get
+        topic, partition, records = get("topic"), get("partition"), get("records")
+        producer_id, producer_epoch, base_sequence = get("producer_id"), get("producer_epoch"), get("base_sequence")
+        previous, keys = get("previous_sequence"), get("keys")
+        if (
+            type(topic) is str
+            and len(topic) <= MAX_STRING
+            and type(partition) is int
+            and 0 <= partition < MAX_PARTITIONS
+            and type(producer_id) is int
+            and 0 <= producer_id <= MAX_PRODUCER_ID
+            and type(producer_epoch) is int
+            and 0 <= producer_epoch <= MAX_EPOCH
+            and type(base_sequence) is int
+            and base_sequence >= 0
+            and (previous is None or (type(previous) is int and -1 <= previous <= MAX_APPLICATION_SEQUENCE))
+            and type(records) is list
+            and 1 <= (count := len(records)) <= MAX_BATCH_RECORDS
+            and base_sequence <= MAX_APPLICATION_SEQUENCE - count + 1
+            and _ONLY_BYTES.issuperset(map(type, records))
+            and (
+                keys is None or (type(keys) is list and len(keys) == count and _ONLY_BYTES.issuperset(map(type, keys)))
+            )
+        ):
+            columns = RecordColumns(records, keys)
+            header = BatchHeader(producer_id, producer_epoch, base_sequence, count, previous)  # type: ignore[arg-type]
+            if keys is None and None not in records:  # Record.size of bare values, per column
+                lengths = list(map(len, records))
+                size, largest = 16 * count + sum(lengths), 16 + max(lengths)
+            else:
+                size, largest = measure(columns)
+            return ProduceRequest(canonical_topic(topic), partition, header, columns, size, largest)
+    a = validate_args("produce", args)
+    records = a["records"]
+    topic = canonical_topic(a["topic"])
+    header = make_header(
+        a["producer_id"], a["producer_epoch"], a["base_sequence"], len(records), a["previous_sequence"]
+    )
+    validate_header(header)  # the ranges of the batch as a whole (its last sequence)
+    size, largest = measure(records)
+    return ProduceRequest(topic, a["partition"], header, records, size, largest)
+
+
+def parse_request(body: bytes) -> Request | Produce | BadRequest:
     """Decode and validate one request frame body. Never raises."""
     try:
         value = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
@@ -425,21 +458,13 @@ def parse_request(body: bytes) -> Request | BadRequest:
     if type(op) is not str:
         return BadRequest(correlation_id, LocalProtocolError("op must be a string"), False)
     try:
+        if op == "produce":
+            return Produce(correlation_id, parse_produce(args))
         return Request(correlation_id, op, validate_args(op, args))
     except ProducerError as exc:
         return BadRequest(correlation_id, exc, False, op)
     except Exception as exc:  # a record or value the broker's types refuse
         return BadRequest(correlation_id, LocalProtocolError(f"bad argument of {op!r}: {exc}"), False, op)
-
-
-def encode_request(correlation_id: int, op: str, args: Mapping[str, Any]) -> bytes:
-    """A complete request frame."""
-    return pack([REQUEST, correlation_id, op, dict(args)])
-
-
-def encode_response(correlation_id: int, result: Mapping[str, Any]) -> bytes:
-    """A complete response frame."""
-    return pack([RESPONSE, correlation_id, dict(result)])
 
 
 # -- errors --------------------------------------------------------------------------------
@@ -497,169 +522,34 @@ def error_from_wire(value: Any) -> ProducerError:
         return cls(value["message"])
 
 
-# -- value types ---------------------------------------------------------------------------
-
-
-def encode_records(records: Sequence[Record | bytes | str | None]) -> list[Any]:
-    """Records as the ``records`` argument of ``produce``: bin/nil for a bare value, else
-    ``[value, key, headers]``. Raises TypeError for a value that is not a record."""
-    out: list[Any] = []
-    append = out.append
-    for item in records:
-        if type(item) is Record:  # the producer's records: the common case first
-            headers = item.headers
-            if headers:
-                append([item.value, item.key, [list(h) for h in headers]])
-            elif item.key is None:
-                append(item.value)
-            else:
-                append([item.value, item.key, []])
-        elif item is None or type(item) is bytes:
-            append(item)
-        elif isinstance(item, str):
-            append(item.encode())
-        elif isinstance(item, Record):
-            if item.key is None and not item.headers:
-                append(item.value)
-            else:
-                append([item.value, item.key, [list(h) for h in item.headers]])
-        elif isinstance(item, bytearray | memoryview):
-            append(bytes(item))
-        else:
-            raise InvalidRecordError(f"records must be bytes, str, None or Record, not {type(item).__name__}")
-    return out
-
-
-def produce_args(records: Sequence[Record | bytes | str | None], args: dict[str, Any]) -> None:
-    """Put ``records`` into the arguments of ``produce``: a :class:`RecordColumns` as its
-    value column (bare values, version 1) and, when it has keys, the ``keys`` extension;
-    anything else by :func:`encode_records`."""
-    if type(records) is RecordColumns:
-        args["records"] = records.values
-        if records.keys is not None:
-            args["keys"] = records.keys
-    else:
-        args["records"] = encode_records(records)
-
-
-def without_keys(args: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of ``produce`` with the ``keys`` extension folded into the records
-    (``[value, key, []]``), for a server that does not list it."""
-    out = {name: value for name, value in args.items() if name != "keys"}
-    out["records"] = [
-        value if key is None else [value, key, []] for value, key in zip(args["records"], args["keys"], strict=True)
-    ]
-    return out
-
-
-def encode_result(result: ProduceResult) -> dict[str, Any]:
-    """The result map of ``produce``."""
-    return {
-        "outcome": result.outcome.value,
-        "base_offset": result.base_offset,
-        "expected_sequence": result.expected_sequence,
-        "producer_epoch": result.producer_epoch,
-    }
-
-
-def decode_result(value: Mapping[str, Any]) -> ProduceResult:
-    """The inverse of :func:`encode_result`."""
-    return ProduceResult(
-        Outcome(value["outcome"]), value.get("base_offset"), value.get("expected_sequence"), value.get("producer_epoch")
-    )
-
-
-def encode_session(session: ProducerSession) -> dict[str, Any]:
-    """The result map of ``init_producer`` (``elsewhere`` only when not empty: partitions
-    whose last sequence the client asks their owner with ``last_sequence``)."""
-    out = {
-        "producer_id": session.producer_id,
-        "producer_epoch": session.producer_epoch,
-        "producer_name": session.producer_name,
-        "last_sequences": [[tp.topic, tp.partition, seq] for tp, seq in session.last_sequences.items()],
-        "state_lost": session.state_lost,
-    }
-    if session.max_record_bytes is not None:
-        out["max_record_bytes"] = session.max_record_bytes
-    if session.max_batch_bytes is not None:
-        out["max_batch_bytes"] = session.max_batch_bytes
-    if session.elsewhere:
-        out["elsewhere"] = [[t, p] for t, p in session.elsewhere]
-    return out
-
-
-def decode_session(value: Mapping[str, Any]) -> ProducerSession:
-    """The inverse of :func:`encode_session`."""
-    return ProducerSession(
-        value["producer_id"],
-        value["producer_epoch"],
-        value["producer_name"],
-        LastSequences({TopicPartition(t, p): s for t, p, s in value["last_sequences"]}),
-        bool(value.get("state_lost", False)),
-        tuple((str(t), int(p)) for t, p in value.get("elsewhere", ())),
-        _limit(value.get("max_record_bytes")),
-        _limit(value.get("max_batch_bytes")),
-    )
-
-
-def _limit(value: Any) -> int | None:
-    """A size limit from an answer: a positive int, else None (not told)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def encode_stored(record: StoredRecord) -> list[Any]:
-    """One record of a ``read`` result."""
-    return [
-        record.offset,
-        record.producer_id,
-        record.producer_epoch,
-        record.sequence,
-        record.key,
-        record.value,
-        [list(h) for h in record.headers],
-        record.timestamp,
-    ]
-
-
-def decode_stored(value: Sequence[Any]) -> StoredRecord:
-    """The inverse of :func:`encode_stored`."""
-    offset, producer_id, producer_epoch, sequence, key, val, headers, timestamp = value
-    return StoredRecord(
-        offset, producer_id, producer_epoch, sequence, key, val, tuple((n, v) for n, v in headers), timestamp
-    )
-
-
-def encode_stats(stats: PartitionStats) -> dict[str, Any]:
-    """One partition of a ``stats`` result."""
-    out = attrs.asdict(stats, recurse=False)
-    out["producers"] = [attrs.asdict(p) for p in stats.producers]
-    return out
-
-
-def decode_stats(value: Mapping[str, Any]) -> PartitionStats:
-    """The inverse of :func:`encode_stats`."""
-    names = [f.name for f in attrs.fields(PartitionStats)]
-    kwargs = {name: value[name] for name in names if name != "producers"}
-    producers = tuple(ProducerStats(**p) for p in value["producers"])
-    return PartitionStats(**kwargs, producers=producers)
-
-
 __all__ = [
+    "ADMIN_OPS",
     "DEFAULT_MAX_FRAME",
     "ERROR",
+    "EXTENSIONS",
+    "MAX_CORRELATION_ID",
+    "MAX_READ_RECORDS",
+    "MAX_STRING",
+    "MAX_TIMEOUT",
+    "MAX_TOKEN_LENGTH",
     "PROTOCOL_VERSION",
     "REQUEST",
     "RESPONSE",
     "SCHEMAS",
+    "SUPPORTED_VERSIONS",
+    "WRITE_OPS",
     "BadRequest",
     "FrameDecoder",
     "FrameTooLarge",
+    "Produce",
     "Request",
     "decode_result",
     "decode_session",
     "decode_stats",
     "decode_stored",
     "encode_error",
+    "encode_produce",
+    "encode_produced",
     "encode_records",
     "encode_request",
     "encode_response",
@@ -671,6 +561,9 @@ __all__ = [
     "error_to_wire",
     "frame",
     "pack",
+    "parse_produce",
     "parse_request",
+    "produce_args",
     "validate_args",
+    "without_keys",
 ]

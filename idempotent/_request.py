@@ -1,14 +1,20 @@
 """One produce request as a value: a batch for one partition, validated once, at the edge.
 
-A :class:`ProduceRequest` is built where a batch enters the project (the producer, the broker
-server's decoder, the loose-argument ``produce``/``submit_produce`` conveniences) by
-:meth:`ProduceRequest.build`, which checks the topic spelling (``_topics``), the partition,
-the header's types and ranges (``_checker.validate_header``) and every record's type, and
-measures the batch, in one pass over the records. Everything behind the edge (the broker,
-fault injectors, cluster routing) passes the value on and trusts it: no record is coerced,
-measured or re-validated again. Only the limits that depend on the receiving broker
-(``max_record_bytes``, ``max_batch_bytes``, the partition count) are compared there, against
-:attr:`ProduceRequest.size` and :attr:`ProduceRequest.largest`.
+A :class:`ProduceRequest` is made where a batch enters the project and validated there, once:
+by :meth:`ProduceRequest.build` for batches given as Python values (the producer, the
+loose-argument conveniences of :class:`ProduceShortcuts`), which checks the topic spelling
+(``_topics``), the partition, the header's types and ranges (``_checker.validate_header``)
+and every record's type, and measures the batch, in one pass over the records; and by the
+broker server's decoder (``_protocol.parse_request``) for a frame off the wire, which checks
+the same while it decodes and then uses the trusted constructor. Everything behind the edge
+(the broker, fault injectors, cluster routing) passes the value on and trusts it: no record
+is coerced, measured or re-validated again. Only the limits that depend on the receiving
+broker (``max_record_bytes``, ``max_batch_bytes``, the partition count) are compared there,
+against :attr:`ProduceRequest.size` and :attr:`ProduceRequest.largest`.
+
+:class:`ProduceShortcuts` gives a broker handle ``produce`` and ``submit_produce`` with the
+batch as loose arguments, over its ``submit_request``; they are conveniences of the handles
+that offer them, not part of :class:`~idempotent.api.BrokerAPI`.
 
 Pure: no I/O.
 """
@@ -16,15 +22,20 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 import attrs
 
 from ._checker import make_header, validate_header
 from ._records import BatchHeader, Record, RecordColumns, as_record
 from ._topics import canonical_topic
-from .errors import InvalidBatchError, InvalidRecordError, InvalidTopicError
+from .errors import InvalidBatchError, InvalidRecordError, InvalidTopicError, ProducerError, RequestTimeoutError
 
-__all__ = ["ProduceRequest"]
+if TYPE_CHECKING:
+    from ._outcomes import ProduceResult
+
+__all__ = ["ProduceRequest", "ProduceShortcuts", "measure"]
 
 
 def _is_int(value: object) -> bool:
@@ -115,6 +126,19 @@ class ProduceRequest:
         return cls(topic, partition, header, records, size, largest)  # type: ignore[arg-type]
 
 
+def measure(records: Sequence[Record]) -> tuple[int, int]:
+    """``(total, largest)`` of the records' :attr:`Record.size`, in one pass, for records
+    that are :class:`Record` objects or a :class:`RecordColumns` (a decoder's output).
+
+    Raises:
+        TypeError: an item that is not a :class:`Record` (a bug of the caller).
+    """
+    measured = _measure(records)
+    if measured is None:
+        raise TypeError("measure() takes Record objects or RecordColumns")
+    return measured
+
+
 def _measure(records: Sequence[object]) -> tuple[int, int] | None:
     """``(total, largest)`` of the records' :attr:`Record.size`, in one pass; None as soon as
     one is not a :class:`Record`. The size is
@@ -134,3 +158,90 @@ def _measure(records: Sequence[object]) -> tuple[int, int] | None:
         if n > largest:
             largest = n
     return total, largest
+
+
+class ProduceShortcuts:
+    """``produce`` and ``submit_produce`` (loose arguments) of a broker handle, over its
+    ``submit_request``: each builds one :class:`ProduceRequest` (validated there, once) and
+    hands it on; and ``submit_requests``, which submits a group one batch at a time. A class
+    using it defines ``submit_request``, ``url`` and, when it waits, ``produce_timeout``."""
+
+    @property
+    def produce_timeout(self) -> float | None:
+        """Seconds ``produce`` waits for the answer (None: as long as it takes)."""
+        return None
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def submit_request(self, request: ProduceRequest) -> Future[ProduceResult]:
+        raise NotImplementedError
+
+    def submit_requests(self, requests: Sequence[ProduceRequest]) -> list[Future[ProduceResult]]:
+        """``submit_request`` of each batch, in order; a batch it refuses at once gets its
+        error on its future, and the others go on."""
+        out: list[Future[ProduceResult]] = []
+        for request in requests:
+            try:
+                out.append(self.submit_request(request))
+            except ProducerError as exc:
+                refused: Future[ProduceResult] = Future()
+                refused.set_exception(exc)
+                out.append(refused)
+        return out
+
+    def submit_produce(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
+    ) -> Future[ProduceResult]:
+        """Check a batch and store it if accepted; return at once with the future of its result.
+
+        Raises:
+            InvalidBatchError, InvalidTopicError: bad input (nothing sent).
+            And what ``submit_request`` raises; errors of the append end up on the future.
+        """
+        try:
+            request = ProduceRequest.build(
+                topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+            )
+        except ProducerError as exc:
+            self._refused(topic, partition, exc)
+            raise
+        return self.submit_request(request)
+
+    def _refused(self, topic: str, partition: int, error: ProducerError) -> None:
+        """Called when a batch given as loose arguments does not validate (a hook: the
+        in-process broker tells its observers)."""
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
+    ) -> ProduceResult:
+        """:meth:`submit_produce`, then wait for the result (up to ``produce_timeout``).
+
+        Raises:
+            RequestTimeoutError: no answer in time; the batch's outcome is unknown (resending
+                it is safe).
+            And what ``submit_produce`` raises or its future fails with.
+        """
+        future = self.submit_produce(
+            topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+        )
+        wait = self.produce_timeout
+        try:
+            return future.result(wait)
+        except TimeoutError:
+            raise RequestTimeoutError(f"no answer from {self.url} within {wait:g} s") from None

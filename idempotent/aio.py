@@ -12,8 +12,9 @@ import asyncio
 import functools
 from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as SequenceOf
-from typing import Any
+from typing import Unpack
 
+from ._connect import ProducerConnectOptions
 from ._outcomes import RecordMetadata
 from ._records import Record
 from .api import BrokerAPI
@@ -33,13 +34,33 @@ def _settle(
         future.set_result(metadata)  # type: ignore[arg-type]
 
 
+class ProducerOptions(ProducerConnectOptions, total=False):
+    """The keyword options of :class:`idempotent.Producer` (see there for what each means,
+    and their defaults), with the options it passes to :func:`idempotent.connect` for a URL.
+    ``tests/test_aio.py`` checks that they are the producer's, name for name."""
+
+    max_in_flight: int
+    linger_ms: float
+    batch_size: int
+    max_batch_records: int
+    request_timeout_ms: float
+    delivery_timeout_ms: float
+    max_buffered_records: int
+    max_buffered_bytes: int | None
+    init_timeout_ms: float
+    metadata_max_age_ms: float
+
+
 class AsyncProducer:
     """Exactly-once producer for asyncio. Use ``async with AsyncProducer(url) as p:``.
 
-    Accepts the same arguments as :class:`idempotent.Producer`.
+    Accepts the same arguments as :class:`idempotent.Producer` (``options``: see
+    :class:`ProducerOptions`).
     """
 
-    def __init__(self, url_or_broker: str | BrokerAPI, producer_name: str | None = None, **options: Any) -> None:
+    def __init__(
+        self, url_or_broker: str | BrokerAPI, producer_name: str | None = None, **options: Unpack[ProducerOptions]
+    ) -> None:
         self._args = (url_or_broker, producer_name)
         self._options = options
         self._producer: Producer | None = None

@@ -17,6 +17,7 @@ the outstanding appends have drained; until then requests get a retriable
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -68,14 +69,14 @@ _LOG = logging.getLogger("idempotent.broker")
 
 class _Completion:
     """An append handed to the backend: what the shell needs to finish it (one per batch;
-    a plain slotted class, as cheap to build as a tuple)."""
+    a plain slotted class, as cheap to build as a tuple). It does not hold the backend's
+    future: that future's done-callback holds it, and a reference back would make a cycle
+    per batch, garbage that only the cyclic collector frees."""
 
-    __slots__ = ("append", "appended", "out", "part", "started")
+    __slots__ = ("append", "out", "part", "started")
 
-    def __init__(
-        self, part: _Partition, append: Append, started: float, appended: Future[int], out: Future[ProduceResult]
-    ) -> None:
-        self.part, self.append, self.started, self.appended, self.out = part, append, started, appended, out
+    def __init__(self, part: _Partition, append: Append, started: float, out: Future[ProduceResult]) -> None:
+        self.part, self.append, self.started, self.out = part, append, started, out
 
 
 #: a partition of the broker: its lock and its core, and its recovery (partition_shell.py)
@@ -111,7 +112,7 @@ class Broker(ProduceShortcuts):
         )
         #: the open partitions (the map's dict: read without a lock, entries never removed)
         self._partitions = self._partition_map.parts
-        self._completions: queue.SimpleQueue[_Completion | None] = queue.SimpleQueue()
+        self._completions: queue.SimpleQueue[tuple[_Completion, Future[int]] | None] = queue.SimpleQueue()
         self._completer = threading.Thread(target=self._complete_loop, name="idempotent-completions", daemon=True)
         self._completer.start()
         self._maintainer: threading.Thread | None = None
@@ -525,16 +526,16 @@ class Broker(ProduceShortcuts):
             except BaseException as exc:
                 appended = Future()
                 appended.set_exception(exc)
-            completion = _Completion(part, append, started, appended, out)
+            completion = _Completion(part, append, started, out)
             if appended.done():
                 # A synchronous backend: complete it here, under the partition lock, so that a
                 # failed append marks the partition failed before any later batch of it is
                 # appended (the ordering contract of LogBackend.append).
-                self._appended(completion)
+                self._appended(completion, appended)
             else:
                 # An asynchronous backend: its thread only queues the completion, so it never
                 # waits for a broker lock (it may be needed to finish a snapshot write).
-                appended.add_done_callback(lambda _: self._completions.put(completion))
+                appended.add_done_callback(functools.partial(_queue_completion, self._completions.put, completion))
         return out
 
     def _complete_loop(self) -> None:
@@ -543,14 +544,14 @@ class Broker(ProduceShortcuts):
             if item is None:
                 return
             try:
-                self._appended(item)
+                self._appended(*item)
             except Exception as exc:  # a bug: logged; the future reports it, the others complete
-                future = item.out
+                future = item[0].out
                 if not future.done():
                     future.set_exception(internal_error("completing an append", exc, _LOG))
 
-    def _appended(self, completion: _Completion) -> None:
-        part, append, appended, out = completion.part, completion.append, completion.appended, completion.out
+    def _appended(self, completion: _Completion, appended: Future[int]) -> None:
+        part, append, out = completion.part, completion.append, completion.out
         exc = appended.exception()
         observers = self._observers
         if observers:
@@ -878,6 +879,13 @@ def _now_ms() -> float:
     """Wall-clock time in seconds, at millisecond precision: what every backend can store
     (Kafka and Pulsar keep milliseconds), so a replay sees the same timestamps as live."""
     return int(time.time() * 1000) / 1000
+
+
+def _queue_completion(
+    put: Callable[[tuple[_Completion, Future[int]]], None], completion: _Completion, appended: Future[int]
+) -> None:
+    """The backend's future is done: queue it for the completion thread (see _Completion)."""
+    put((completion, appended))
 
 
 def _done(result: ProduceResult) -> Future[ProduceResult]:

@@ -9,13 +9,18 @@ An asyncio shell around the pure :mod:`idempotent._protocol` and an in-process
     ...
     server.close()                 # stop accepting, answer what is in flight, close the broker
 
-Threads: one event loop thread does all socket I/O and framing. Produce requests go to a
+Threads: one event loop thread does all socket I/O and framing, and parses each request once
+(:func:`idempotent._protocol.parse_request`: a ``produce`` becomes the one
+:class:`~idempotent._request.ProduceRequest` the broker takes). Produce requests go to a
 fixed set of *lanes* (threads), a partition always to the same lane, so batches of one
-partition reach ``Broker.submit_produce`` in the order they arrived, across connections.
-Handshakes (``hello``) and ``ping`` run on their own small pool, so they never wait behind
-other work. Every other request goes to a :class:`~idempotent.fairqueue.FairQueue` served by
-the worker threads one connection at a time in turn, so one client's backlog delays another
-client by at most one request. Answers go back through the loop.
+partition reach ``Broker.submit_request`` in the order they arrived, across connections; the
+requests of one pass of the loop reach a lane as one group (one hand-off, not one per
+batch). Handshakes (``hello``) and ``ping`` run on their own small pool, so they never wait
+behind other work. Every other request goes to a :class:`~idempotent.fairqueue.FairQueue`
+served by the worker threads one connection at a time in turn, so one client's backlog delays
+another client by at most one request. Answers go back through the loop: whichever thread
+finishes a request queues its answer, and the loop is woken once for everything queued
+since it last looked (produce answers are encoded there).
 
 Backpressure: a connection stops being read while it has ``max_in_flight`` requests
 unanswered or while its peer does not read its answers; the workers skip a connection whose
@@ -48,16 +53,14 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
-import attrs
-
-from . import __version__, tls
+from . import __version__
 from . import _protocol as wire
-from ._registry import ProducerRecord
-from ._topics import canonical_topic
+from . import server_ops as ops
+from ._outcomes import ProduceResult
 from .auth import ANONYMOUS, Principal
 from .broker import Broker
 from .errors import (
@@ -71,84 +74,31 @@ from .errors import (
     internal_error,
 )
 from .fairqueue import FairQueue
+from .server_config import (
+    Authenticator,
+    Authorizer,
+    Claimer,
+    ServerConfig,
+    allow_all,
+    allow_anonymous,
+    parse_listen,
+    server_ssl_context,
+)
+from .server_ops import produce_args, produced
 
 log = logging.getLogger("idempotent.server")
 
 
-class Authenticator(Protocol):
-    """Turns the handshake's token into a principal; raises AuthenticationError to refuse.
-
-    It runs on a worker thread before any other request of the connection, so it may block.
-    """
-
-    def __call__(self, token: str | None) -> object: ...
+#: bytes one read takes from a socket: the loop reads every connection into one buffer of
+#: this size (asyncio's default reader makes a new 256 KiB bytes object per read)
+READ_BUFFER = 256 * 1024
 
 
-class Authorizer(Protocol):
-    """Sees every request (after the handshake) before it runs; raises (for example
-    AuthorizationError) to refuse it. ``args`` are the validated arguments of ``op``."""
+class _Connection(asyncio.BufferedProtocol):
+    """One client connection: framing, handshake, flow control. Runs on the loop thread.
 
-    def __call__(self, principal: object, op: str, args: Mapping[str, Any]) -> None: ...
-
-
-class Claimer(Protocol):
-    """Decides, under the broker lock, whether ``principal`` may initialise ``producer_name``
-    (None: an anonymous producer) whose current record is ``previous`` (None when new), and
-    returns the principal name to record as its owner; raises (AuthorizationError) to refuse.
-    See :meth:`idempotent.auth.AccessPolicy.claim`."""
-
-    def __call__(self, principal: object, producer_name: str | None, previous: ProducerRecord | None) -> str | None: ...
-
-
-def allow_anonymous(token: str | None) -> object:
-    """The default authenticator: every connection is :data:`ANONYMOUS`, tokens are ignored."""
-    return ANONYMOUS
-
-
-def allow_all(principal: object, op: str, args: Mapping[str, Any]) -> None:
-    """The default authorizer: everything is allowed."""
-
-
-@attrs.frozen
-class ServerConfig:
-    """Limits of a broker server.
-
-    Attributes:
-        max_frame: largest frame body accepted (and announced in ``hello``).
-        max_in_flight: unanswered requests per connection before it stops being read.
-        max_pending: unanswered requests over all connections before the server stops reading.
-        lanes: threads that submit produce requests (a partition always uses the same one).
-        workers: threads for every other request but ``hello`` and ``ping``.
-        control_workers: threads for ``hello`` and ``ping``.
-        read_chunk: most records one ``read`` fetches from the backend (a client asking for
-            more gets fewer and asks again).
-        handshake_timeout: seconds a new connection has to complete ``hello``.
-        idle_timeout: seconds a connection may stay silent with nothing in flight.
-        frame_timeout: seconds a started frame may take to arrive completely (slow senders).
-        drain_timeout: seconds ``close`` waits for in-flight requests to be answered.
-    """
-
-    max_frame: int = wire.DEFAULT_MAX_FRAME
-    max_in_flight: int = 64
-    max_pending: int = 4096
-    lanes: int = 4
-    workers: int = 8
-    control_workers: int = 2
-    read_chunk: int = 1000
-    handshake_timeout: float = 10.0
-    idle_timeout: float = 300.0
-    frame_timeout: float = 30.0
-    drain_timeout: float = 30.0
-
-    def __attrs_post_init__(self) -> None:
-        if self.max_frame < 1024 or self.max_in_flight < 1 or self.max_pending < 1:
-            raise ConfigError("max_frame must be at least 1024, max_in_flight and max_pending at least 1")
-        if self.lanes < 1 or self.workers < 1 or self.control_workers < 1 or self.read_chunk < 1:
-            raise ConfigError("lanes, workers, control_workers and read_chunk must be at least 1")
-
-
-class _Connection(asyncio.Protocol):
-    """One client connection: framing, handshake, flow control. Runs on the loop thread."""
+    Reads land in the server's one read buffer (:meth:`get_buffer`); the frame decoder
+    copies what it keeps before the next read."""
 
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
@@ -171,7 +121,13 @@ class _Connection(asyncio.Protocol):
         self.last_frame_at = now
         self.partial_since: float | None = None
 
-    # -- asyncio.Protocol --------------------------------------------------------------------
+    # -- asyncio.BufferedProtocol ------------------------------------------------------------
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.server._read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.server._read_buffer[:nbytes])
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -191,11 +147,12 @@ class _Connection(asyncio.Protocol):
         self.closing = True
         self.server._work.drop(self)  # nobody is left to answer
         self.server._connections.discard(self)
+        self.server._paused.discard(self)
         self.server._pending -= len(self.backlog)
         self.backlog.clear()
         self.server._resume_all()
 
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes | memoryview) -> None:
         if self.closing:
             return
         frames = self.decoder.feed(data)
@@ -268,13 +225,19 @@ class _Connection(asyncio.Protocol):
         )
         if want_pause and not self.read_paused:
             self.read_paused = True
+            server._paused.add(self)
             self.transport.pause_reading()
         elif not want_pause and self.read_paused:
             self.read_paused = False
+            server._paused.discard(self)
             self.transport.resume_reading()
 
     def handle(self, body: bytes) -> None:
         request = wire.parse_request(body)
+        if type(request) is wire.Produce and self.greeted:  # the common case first
+            self.in_flight += 1
+            self.server._dispatch_produce(self, request)
+            return
         if isinstance(request, wire.BadRequest):
             error = request.error
             if not self.greeted and request.op != "hello":
@@ -286,7 +249,7 @@ class _Connection(asyncio.Protocol):
                 self.send(frame)
             return
         if not self.greeted:
-            if request.op != "hello":
+            if not isinstance(request, wire.Request) or request.op != "hello":
                 self.fail(
                     wire.encode_error(request.correlation_id, LocalProtocolError("the first request must be 'hello'"))
                 )
@@ -295,6 +258,7 @@ class _Connection(asyncio.Protocol):
             self.in_flight += 1
             self.server._control.submit(self.server._hello, self, request)
             return
+        assert isinstance(request, wire.Request)
         if request.op == "hello":
             self.send(wire.encode_error(request.correlation_id, LocalProtocolError("'hello' was already answered")))
             return
@@ -323,7 +287,7 @@ class _Connection(asyncio.Protocol):
         self.out.append(frame)
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            self.server._loop.call_soon(self.flush)
+            self.server._flush_later(self)
 
     def flush(self) -> None:
         self.flush_scheduled = False
@@ -418,8 +382,21 @@ class BrokerServer:
         self._control = ThreadPoolExecutor(self.config.control_workers, thread_name_prefix="idempotent-control")
         self._work: FairQueue[_Connection, wire.Request] = FairQueue(_held)
         self._workers: list[threading.Thread] = []
-        self._lanes: list[queue.SimpleQueue[tuple[_Connection, wire.Request] | None]] = []
+        self._lanes: list[queue.SimpleQueue[list[tuple[_Connection, wire.Produce]] | None]] = []
         self._lane_threads: list[threading.Thread] = []
+        #: produce requests read in this pass of the loop, per lane, handed over at its end
+        self._lane_pending: list[list[tuple[_Connection, wire.Produce]]] = [[] for _ in range(self.config.lanes)]
+        self._lanes_due = False
+        #: answers finished on other threads, for the loop to send: (connection, correlation
+        #: id, a produce's future or a ready frame, keywords of _Connection.answered)
+        self._answers: deque[tuple[_Connection, int, Future[ProduceResult] | bytes, dict[str, Any] | None]] = deque()
+        self._answers_due = False
+        #: connections whose reading is paused (see _Connection.update_reading)
+        self._paused: set[_Connection] = set()
+        #: connections with answers to write at the end of this pass of the loop
+        self._unflushed: list[_Connection] = []
+        self._flush_due = False
+        self._read_buffer = memoryview(bytearray(READ_BUFFER))
         self._closed = False
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -495,7 +472,7 @@ class BrokerServer:
         sock = self._server.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         for i in range(self.config.lanes):
-            lane: queue.SimpleQueue[tuple[_Connection, wire.Request] | None] = queue.SimpleQueue()
+            lane: queue.SimpleQueue[list[tuple[_Connection, wire.Produce]] | None] = queue.SimpleQueue()
             thread = threading.Thread(target=self._lane_loop, args=(lane,), name=f"idempotent-lane-{i}", daemon=True)
             thread.start()
             self._lanes.append(lane)
@@ -580,16 +557,31 @@ class BrokerServer:
             self._resume_all()
 
     def _resume_all(self) -> None:
-        for conn in list(self._connections):
-            if conn.read_paused:
+        if self._paused:
+            for conn in list(self._paused):
                 conn.update_reading()
 
+    def _dispatch_produce(self, conn: _Connection, produce: wire.Produce) -> None:
+        """Queue a produce request for its partition's lane; the requests of one pass of
+        the loop are handed to each lane at its end, as one group."""
+        request = produce.request
+        self._lane_pending[(zlib.crc32(request.topic.encode()) + request.partition) % len(self._lanes)].append(
+            (conn, produce)
+        )
+        if not self._lanes_due:
+            self._lanes_due = True
+            self._loop.call_soon(self._hand_to_lanes)
+
+    def _hand_to_lanes(self) -> None:
+        self._lanes_due = False
+        pending = self._lane_pending
+        for index, group in enumerate(pending):
+            if group:
+                pending[index] = []
+                self._lanes[index].put(group)
+
     def _dispatch(self, conn: _Connection, request: wire.Request) -> None:
-        if request.op == "produce":
-            args = request.args
-            lane = zlib.crc32(args["topic"].encode()) + args["partition"]
-            self._lanes[lane % len(self._lanes)].put((conn, request))
-        elif request.op == "ping":
+        if request.op == "ping":
             self._control.submit(self._run_request, conn, request)
         else:
             self._work.put(conn, request)
@@ -604,9 +596,52 @@ class BrokerServer:
     # -- workers ---------------------------------------------------------------------------------
 
     def _reply(self, conn: _Connection, frame: bytes, **kw: Any) -> None:
-        # a RuntimeError means the loop is gone (hard stop): nobody is left to answer
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(lambda: conn.answered(frame, **kw))
+        self._post(conn, 0, frame, kw or None)
+
+    def _post(
+        self, conn: _Connection, cid: int, answer: Future[ProduceResult] | bytes, kw: dict[str, Any] | None
+    ) -> None:
+        """Queue an answer for the loop (any thread); wake the loop unless a wake-up is due.
+
+        The loop clears ``_answers_due`` before it empties the queue, so an answer queued
+        while it is emptying is either taken by it or wakes it again: none is left behind.
+        """
+        self._answers.append((conn, cid, answer, kw))
+        if not self._answers_due:
+            self._answers_due = True
+            # a RuntimeError means the loop is gone (hard stop): nobody is left to answer
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._send_answers)
+
+    def _send_answers(self) -> None:
+        """Send every queued answer (loop thread), each connection's in one write."""
+        self._answers_due = False
+        due, self._flush_due = self._flush_due, True  # written below, not in a pass of their own
+        answers = self._answers
+        try:
+            while answers:
+                conn, cid, answer, kw = answers.popleft()
+                frame = answer if type(answer) is bytes else produced(cid, answer)  # type: ignore[arg-type]
+                if kw is None:
+                    conn.answered(frame)
+                else:
+                    conn.answered(frame, **kw)
+        finally:
+            if not due:
+                self._flush_all()
+
+    def _flush_later(self, conn: _Connection) -> None:
+        """Write ``conn``'s answers at the end of this pass of the loop (loop thread)."""
+        self._unflushed.append(conn)
+        if not self._flush_due:
+            self._flush_due = True
+            self._loop.call_soon(self._flush_all)
+
+    def _flush_all(self) -> None:
+        self._flush_due = False
+        unflushed, self._unflushed = self._unflushed, []
+        for conn in unflushed:
+            conn.flush()
 
     def _hello(self, conn: _Connection, request: wire.Request) -> None:
         try:
@@ -645,49 +680,27 @@ class BrokerServer:
         }
         self._reply(conn, wire.encode_response(cid, result), greeted=principal)
 
-    def _lane_loop(self, lane: queue.SimpleQueue[tuple[_Connection, wire.Request] | None]) -> None:
-        while True:
-            item = lane.get()
-            if item is None:
-                return
-            conn, request = item
-            cid = request.correlation_id
-            try:
-                future = self._submit_produce(conn, request)
-            except ProducerError as exc:
-                self._reply(conn, wire.encode_error(cid, exc))
-                continue
-            except Exception as exc:  # a bug: logged, answered FATAL (never retried)
-                self._reply(conn, wire.encode_error(cid, internal_error("submitting a produce", exc, log)))
-                continue
-            future.add_done_callback(lambda f, c=conn, i=cid: self._produced(c, i, f))  # type: ignore[misc]
+    def _lane_loop(self, lane: queue.SimpleQueue[list[tuple[_Connection, wire.Produce]] | None]) -> None:
+        while (group := lane.get()) is not None:
+            for conn, produce in group:
+                self._submit_produce(conn, produce)
 
-    def _submit_produce(self, conn: _Connection, request: wire.Request) -> Future[Any]:
-        a = request.args
-        self.authorizer(conn.principal, "produce", a)
-        self._check_owner(a["topic"], a["partition"])
-        return self.broker.submit_produce(  # validated into one ProduceRequest there
-            a["topic"],
-            a["partition"],
-            a["producer_id"],
-            a["producer_epoch"],
-            a["base_sequence"],
-            a["records"],
-            a["previous_sequence"],
-        )
-
-    def _produced(self, conn: _Connection, cid: int, future: Future[Any]) -> None:
-        try:  # every request gets its answer, or the connection's in-flight count never drops
-            exc = future.exception()
-            if exc is None:
-                frame = wire.encode_response(cid, wire.encode_result(future.result()))
-            elif isinstance(exc, ProducerError):
-                frame = wire.encode_error(cid, exc)
-            else:  # the broker sets only errors of the tree: anything else is a bug
-                frame = wire.encode_error(cid, internal_error("producing", exc, log))
-        except Exception as failure:  # a bug (an answer that cannot be encoded): logged
-            frame = wire.encode_error(cid, internal_error("answering a produce", failure, log))
-        self._reply(conn, frame)
+    def _submit_produce(self, conn: _Connection, produce: wire.Produce) -> None:
+        """Hand one parsed batch to the broker; its answer comes back through :meth:`_post`."""
+        request, cid = produce.request, produce.correlation_id
+        try:
+            if self.authorizer is not allow_all:
+                self.authorizer(conn.principal, "produce", produce_args(request))
+            if self.owner_of is not None:
+                self._check_owner(request.topic, request.partition)
+            future = self.broker.submit_request(request)  # parsed once, at the edge: trusted here
+        except ProducerError as exc:
+            self._post(conn, cid, wire.encode_error(cid, exc), None)
+            return
+        except Exception as exc:  # a bug: logged, answered FATAL (never retried)
+            self._post(conn, cid, wire.encode_error(cid, internal_error("submitting a produce", exc, log)), None)
+            return
+        future.add_done_callback(functools.partial(self._post, conn, cid, kw=None))
 
     def _check_owner(self, topic: str, partition: int) -> None:
         if self.owner_of is None:
@@ -714,67 +727,16 @@ class BrokerServer:
         self._reply(conn, frame)
 
     def _call(self, op: str, a: dict[str, Any], principal: object = ANONYMOUS) -> dict[str, Any]:
-        broker = self.broker
-        if op == "ping":
-            return {}
-        if op == "init_producer":
-            name = a["producer_name"]
-            claim = None if self.claim is None else functools.partial(self.claim, principal, name)
-            return wire.encode_session(broker.init_producer(name, timeout=a["timeout"], claim=claim))
-        if op == "read":
-            records = broker.read(
-                a["topic"], a["partition"], a["offset"], min(a["max_records"], self.config.read_chunk)
-            )
-            budget = self.config.max_frame // 2
-            out: list[list[Any]] = []
-            for record in records:
-                budget -= 64 + len(record.value or b"") + len(record.key or b"")
-                budget -= sum(len(n) + len(v) + 8 for n, v in record.headers)
-                if budget < 0 and out:
-                    break
-                out.append(wire.encode_stored(record))
-            return {"records": out}
-        if op == "end_offset":
-            return {"offset": broker.end_offset(a["topic"], a["partition"])}
-        if op == "last_sequence":
-            sequence = broker.last_sequence(
-                a["topic"], a["partition"], a["producer_id"], a["producer_epoch"], timeout=a["timeout"]
-            )
-            return {"sequence": sequence}
-        if op == "create_topic":
-            broker.create_topic(a["name"], a["partitions"])
-            return {}
-        if op == "delete_topic":
-            broker.delete_topic(a["name"])
-            return {}
-        if op == "topics":
-            return {"topics": broker.topics()}
-        if op == "partitions_for":
-            return {"partitions": broker.partitions_for(a["topic"], create=a["create"])}
-        if op == "stats":
-            return {"partitions": [wire.encode_stats(s) for s in broker.stats(a["topic"])]}
-        if op == "set_deduplication":
-            broker.set_deduplication(a["enabled"], topic=a["topic"], namespace=a["namespace"])
-            return {}
-        if op == "set_policy":
-            broker.set_policy(a["policy"], topic=a["topic"], namespace=a["namespace"])
-            return {}
-        if op == "metadata":
-            return self._metadata(a["topics"], a["create"])
-        raise LocalProtocolError(f"unknown operation {op!r}")  # pragma: no cover - the schema refuses it first
-
-    def _metadata(self, topics: list[str] | None, create: bool) -> dict[str, Any]:
-        names = sorted(self.broker.topics()) if topics is None else [canonical_topic(t) for t in topics]
-        out: dict[str, list[str | None]] = {}
-        for name in names:
-            count = self.broker.partitions_for(name, create=create)
-            if self.owner_of is not None:
-                out[name] = [self.owner_of(name, p) for p in range(count)]
-            elif self.broker.config.broker_id is not None:  # several brokers: the ownership records
-                out[name] = [lease.address if lease is not None else None for lease in self.broker.owners(name)]
-            else:
-                out[name] = [self.advertised_address] * count
-        return {"broker": self.advertised_address, "topics": out}
+        return ops.call(
+            op,
+            a,
+            principal,
+            broker=self.broker,
+            config=self.config,
+            claim=self.claim,
+            owner_of=self.owner_of,
+            address=self.advertised_address,
+        )
 
 
 def _held(conn: _Connection) -> bool:
@@ -787,23 +749,9 @@ def _principal_name(principal: object) -> str | None:
     return None if name is None else str(name)
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port``) -> (host, port). Raises ConfigError."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"expected host:port, got {text!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def server_ssl_context(certfile: str, keyfile: str | None = None, cafile: str | None = None) -> ssl.SSLContext:
-    """A TLS server context from a certificate chain and key; with ``cafile``, clients must
-    present a certificate signed by it (see :func:`idempotent.tls.server_context`).
-    Raises ConfigError when the files cannot be loaded."""
-    return tls.server_context(certfile, keyfile, client_ca=cafile or None)
-
-
 __all__ = [
     "ANONYMOUS",
+    "READ_BUFFER",
     "Authenticator",
     "Authorizer",
     "BrokerServer",
@@ -813,5 +761,6 @@ __all__ = [
     "allow_all",
     "allow_anonymous",
     "parse_listen",
+    "produce_args",
     "server_ssl_context",
 ]

@@ -140,3 +140,44 @@ def test_a_fenced_producer_fails_its_sends_with_delivery_failed() -> None:
     assert failure.status is DeliveryStatus.NOT_PERSISTED
     assert isinstance(failure.__cause__, ProducerFencedError)
     assert [r.value for r in broker.read("t", 0, 0, 10)] == [b"a"]
+
+
+def test_the_typed_options_are_the_producers() -> None:
+    """AsyncProducer passes its options to Producer: their names and types are declared in
+    ProducerOptions, which must stay the producer's own keyword options plus connect's."""
+    import inspect
+
+    from idempotent._connect import ProducerConnectOptions
+    from idempotent.aio import ProducerOptions
+
+    producer = {
+        name
+        for name, parameter in inspect.signature(idempotent.Producer.__init__).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    assert set(ProducerOptions.__annotations__) == producer | set(ProducerConnectOptions.__annotations__)
+
+
+def test_options_reach_the_producer_and_its_backend(tmp_path: Path) -> None:
+    broker = memory_harness().open()
+    counts: list[int] = []
+    submit_request = broker.submit_request
+
+    def recording(request: idempotent.ProduceRequest) -> object:
+        counts.append(request.header.record_count)
+        return submit_request(request)
+
+    broker.submit_request = recording  # type: ignore[method-assign]
+
+    async def main() -> None:
+        async with idempotent.AsyncProducer(broker, max_batch_records=2, linger_ms=0) as producer:
+            await (await producer.send_many("t", [b"a", b"b", b"c"], partition=0))
+
+    asyncio.run(main())
+    assert counts == [2, 1]  # three records in batches of at most two
+
+    async def refused() -> None:
+        await idempotent.AsyncProducer(f"sqlite:///{tmp_path / 'p.db'}", check="nope").start()
+
+    with pytest.raises(idempotent.errors.ConfigError, match="check must be"):  # a backend's option
+        asyncio.run(refused())

@@ -426,3 +426,30 @@ def test_a_producers_own_kafka_broker_deletes_topics_too(kafka_service: Any) -> 
         assert broker.topics()[topic] == 3
     finally:
         broker.close()
+
+
+def test_a_batch_appended_later_leaves_no_reference_cycle(tmp_path: Path) -> None:
+    """An append the backend completes on its own thread (SQLite's writer) is freed by
+    reference counting when it ends: no cycle per batch waits for the cyclic collector, which
+    let a busy broker server's memory grow for minutes and spent its CPU walking the garbage."""
+    import gc
+
+    broker = idempotent.connect(f"sqlite:///{tmp_path}/cycles.db")
+    s = broker.init_producer()
+    broker.produce("t", 0, s.producer_id, s.producer_epoch, 0, [b"warm-up"])
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for sequence in range(1, 21):
+            assert broker.produce("t", 0, s.producer_id, s.producer_epoch, sequence, [b"x"]).outcome is Outcome.ACCEPTED
+        gc.collect()
+        left = [
+            type(o).__name__ for o in gc.garbage if isinstance(o, Future) or type(o).__module__.startswith("idempotent")
+        ]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+        broker.close()
+    assert left == []

@@ -472,3 +472,93 @@ def test_a_request_the_server_refuses_as_malformed_is_a_local_protocol_error(cli
     with pytest.raises(errors.LocalProtocolError) as raised:
         client.call("drop_everything", {})
     assert isinstance(raised.value, errors.UsageError) and isinstance(raised.value, errors.ProtocolError)
+
+
+# -- rounds of batches, and batches as columns ------------------------------------------------
+
+
+def _count_writes(client: RemoteBroker, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The produce requests of each write to the server, from now on."""
+    link = client._current()
+    counts: list[int] = []
+    send = link._send
+
+    def recording(data: bytes) -> None:
+        if produces := data.count(b"\xa7produce"):  # the op "produce", packed
+            counts.append(produces)
+        send(data)
+
+    monkeypatch.setattr(link, "_send", recording)
+    return counts
+
+
+def test_a_round_of_batches_goes_out_in_one_write(
+    server: BrokerServer, client: RemoteBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client.create_topic("round", 3)
+    s = client.init_producer()
+    writes = _count_writes(client, monkeypatch)
+    requests = [
+        idempotent.ProduceRequest.build("round", p, s.producer_id, s.producer_epoch, 0, [b"v%d" % p]) for p in range(3)
+    ]
+    answers = client.submit_requests(requests)
+    assert [a.result(10).outcome for a in answers] == [Outcome.ACCEPTED] * 3 and writes == [3]
+    writes.clear()
+    with Producer(client, linger_ms=50) as producer:  # the producer's sender hands a round over at once
+        for p in range(3):
+            producer.send("round", b"w%d" % p, partition=p)
+        assert producer.flush(10) == 0
+    assert writes == [3]
+    assert [[r.value for r in server.broker.read("round", p)] for p in range(3)] == [
+        [b"v%d" % p, b"w%d" % p] for p in range(3)
+    ]
+
+
+def test_columns_cross_the_wire_without_a_record_per_record(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of RecordColumns goes from RemoteBroker through the server and the broker into
+    SQLite as columns: nothing on the way makes a Record (or a list per record) of it."""
+    from idempotent import _codec, _protocol
+    from idempotent._records import RecordColumns
+
+    broker = idempotent.connect(f"sqlite:///{tmp_path}/columns.db")
+    assert isinstance(broker, Broker)
+    with BrokerServer(broker) as server, RemoteBroker(server.url) as client:
+        s = client.init_producer()
+        values, keys = [b"v%d" % i for i in range(1000)], [None if i % 3 else b"k%d" % i for i in range(1000)]
+        columns = RecordColumns(values, keys)
+
+        def per_record(*args: object, **kwargs: object) -> object:
+            raise AssertionError("a record was made of a batch of columns")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(RecordColumns, "__iter__", per_record)
+            patched.setattr(RecordColumns, "__getitem__", per_record)
+            patched.setattr(_codec, "encode_records", per_record)
+            patched.setattr(_protocol, "trusted_record", per_record)
+            patched.setattr(_protocol, "value_record", per_record)
+            request = idempotent.ProduceRequest.build("cols", 0, s.producer_id, s.producer_epoch, 0, columns)
+            assert client.submit_request(request).result(10).outcome is Outcome.ACCEPTED
+        stored = client.read("cols", 0, 0, 1000)
+    assert [(r.value, r.key, r.sequence) for r in stored] == [
+        (v, k, i) for i, (v, k) in enumerate(zip(values, keys, strict=True))
+    ]
+
+
+def test_cluster_client_sends_a_round_to_each_owner_in_one_write(
+    server: BrokerServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from idempotent.client import ClusterBroker
+
+    with ClusterBroker(server.url) as cluster:
+        cluster.create_topic("c", 2)
+        s = cluster.init_producer()
+        for p in range(2):  # learn the owners
+            assert cluster.produce("c", p, s.producer_id, s.producer_epoch, 0, [b"first"]).outcome is Outcome.ACCEPTED
+        writes = _count_writes(cluster._link(server.address), monkeypatch)
+        requests = [
+            idempotent.ProduceRequest.build("c", p, s.producer_id, s.producer_epoch, 1 + i, [b"x"])
+            for i in range(3)
+            for p in range(2)
+        ]
+        answers = cluster.submit_requests(requests)
+        assert [a.result(10).outcome for a in answers] == [Outcome.ACCEPTED] * 6 and writes == [6]

@@ -325,9 +325,9 @@ class _RefusesFirstBatch:
     def init_producer(self, name: str) -> object:
         return self.inner.init_producer(name)
 
-    def submit_produce(self, *args: object) -> Future[idempotent.ProduceResult]:
+    def submit_request(self, request: idempotent.ProduceRequest) -> Future[idempotent.ProduceResult]:
         if self.refused:
-            return self.inner.submit_produce(*args)  # type: ignore[arg-type]
+            return self.inner.submit_request(request)
         self.refused = True
         answer: Future[idempotent.ProduceResult] = Future()
         threading.Timer(0.3, answer.set_exception, [PartitionRecoveringError("recovering")]).start()

@@ -7,10 +7,13 @@ import socket
 import struct
 import uuid
 from pathlib import Path
+from typing import Any
 
 import attrs
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import idempotent
 import idempotent.errors as errors
@@ -52,8 +55,8 @@ def test_parse_request_fills_defaults_and_ignores_unknown_keys() -> None:
                                "records": [b"v", None, [b"w", b"k", [["h", b"x"]]]]}]
         )
     )  # fmt: skip
-    assert isinstance(produce, wire.Request)
-    assert produce.args["records"] == [Record(b"v"), Record(None), Record(b"w", b"k", (("h", b"x"),))]
+    assert isinstance(produce, wire.Produce) and produce.op == "produce"
+    assert produce.request.records == [Record(b"v"), Record(None), Record(b"w", b"k", (("h", b"x"),))]
 
 
 @pytest.mark.parametrize(
@@ -131,7 +134,7 @@ def test_documented_frames_are_well_formed() -> None:
         assert isinstance(body, bytes)
         if side == "client":
             request = wire.parse_request(body)
-            assert isinstance(request, wire.Request), request
+            assert isinstance(request, wire.Request | wire.Produce), request
             assert wire.encode_request(request.correlation_id, request.op, msgpack.unpackb(body)[3]) == data
         else:
             assert msgpack.unpackb(body)[0] in (wire.RESPONSE, wire.ERROR)
@@ -162,11 +165,12 @@ def _produce_args(**extra: object) -> dict[str, object]:
 def test_keys_extension_gives_the_bare_records_their_keys() -> None:
     from idempotent._records import RecordColumns
 
-    args = wire.validate_args("produce", _produce_args(records=[b"v1", b"v2", None], keys=[b"k1", None, b"k3"]))
-    assert type(args["records"]) is RecordColumns and "keys" not in args
-    assert list(args["records"]) == [Record(b"v1", b"k1"), Record(b"v2"), Record(None, b"k3")]
-    plain = wire.validate_args("produce", _produce_args(records=[b"v1", b"v2"]))
-    assert list(plain["records"]) == [Record(b"v1"), Record(b"v2")]
+    request = wire.parse_produce(_produce_args(records=[b"v1", b"v2", None], keys=[b"k1", None, b"k3"]))
+    assert type(request.records) is RecordColumns
+    assert list(request.records) == [Record(b"v1", b"k1"), Record(b"v2"), Record(None, b"k3")]
+    plain = wire.parse_produce(_produce_args(records=[b"v1", b"v2"]))
+    assert type(plain.records) is RecordColumns and plain.records.keys is None
+    assert list(plain.records) == [Record(b"v1"), Record(b"v2")]
 
 
 @pytest.mark.parametrize(
@@ -180,13 +184,13 @@ def test_keys_extension_gives_the_bare_records_their_keys() -> None:
 )
 def test_keys_extension_refuses_what_does_not_fit(records: list[object], keys: list[object], message: str) -> None:
     with pytest.raises(errors.InvalidBatchError, match=message):
-        wire.validate_args("produce", _produce_args(records=records, keys=keys))
+        wire.parse_produce(_produce_args(records=records, keys=keys))
 
 
 def test_keys_fold_into_records_for_a_server_without_the_extension() -> None:
     folded = wire.without_keys(_produce_args(records=[b"v1", b"v2"], keys=[b"k1", None]))
     assert "keys" not in folded and folded["records"] == [[b"v1", b"k1", []], b"v2"]
-    assert list(wire.validate_args("produce", folded)["records"]) == [Record(b"v1", b"k1"), Record(b"v2")]
+    assert list(wire.parse_produce(folded).records) == [Record(b"v1", b"k1"), Record(b"v2")]
 
 
 @pytest.mark.parametrize("server_lists_keys", [True, False])
@@ -217,3 +221,124 @@ def test_record_columns_cross_the_wire_with_their_keys(
         (b"v3", b"k3", 3),
         (b"v4", None, 4),
     ]
+
+
+# -- produce: one parse at the edge ---------------------------------------------------------------
+
+
+def test_a_produce_frame_is_parsed_once_into_the_request_the_broker_takes() -> None:
+    from idempotent._records import RecordColumns
+
+    args = _produce_args(topic="persistent://public/default/orders", partition=3, producer_id=7, producer_epoch=2)
+    body = msgpack.packb([0, 5, "produce", {**args, "base_sequence": 10, "records": [b"ab", None], "keys": [b"k", None],
+                                           "previous_sequence": 9}])  # fmt: skip
+    parsed = wire.parse_request(body)
+    assert isinstance(parsed, wire.Produce) and parsed.correlation_id == 5
+    request = parsed.request
+    assert (request.topic, request.partition) == ("orders", 3)  # the stored name
+    header = request.header
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 2, 10)
+    assert (header.record_count, header.previous_sequence) == (2, 9)
+    assert type(request.records) is RecordColumns  # bare values: columns, no Record per record
+    assert request.records.values == [b"ab", None] and request.records.keys == [b"k", None]
+    assert (request.size, request.largest) == (Record(b"ab", b"k").size + Record(None).size, Record(b"ab", b"k").size)
+    assert request == idempotent.ProduceRequest.build(
+        "orders", 3, 7, 2, 10, [Record(b"ab", b"k"), Record(None)], 9
+    )  # what the loose-argument path builds, field for field
+
+
+def _old_path(args: Any) -> idempotent.ProduceRequest:
+    """What the server did before produce was parsed once: the schema, then the broker's
+    ``ProduceRequest.build`` over the loose arguments (the errors to keep)."""
+    a = wire.validate_args("produce", args)
+    return idempotent.ProduceRequest.build(
+        a["topic"], a["partition"], a["producer_id"], a["producer_epoch"], a["base_sequence"], a["records"],
+        a["previous_sequence"],
+    )  # fmt: skip
+
+
+_any_value = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=6)
+_record = st.none() | st.binary(max_size=6) | _any_value | st.lists(
+    st.none() | st.binary(max_size=4) | st.lists(st.lists(st.text(max_size=3) | st.binary(max_size=3), max_size=3),
+                                                  max_size=2) | _any_value,
+    max_size=4,
+)  # fmt: skip
+
+
+@st.composite
+def produce_args(draw: st.DrawFn) -> Any:
+    """Produce arguments near valid ones: each field valid, missing or replaced by anything."""
+    n = draw(st.integers(1, 4))
+    fields: dict[str, Any] = {
+        "topic": st.sampled_from(["t", "persistent://public/default/t", "a/b/t", "bad name!", "x" * 300, "non-persistent://a/b/c"]),
+        "partition": st.integers(-1, 10_001),
+        "producer_id": st.integers(-1, 2**63),
+        "producer_epoch": st.integers(-1, 2**15),
+        "base_sequence": st.integers(-1, 2**63) | st.just(2**63 - 1),
+        "records": st.lists(st.none() | st.binary(max_size=6), min_size=n, max_size=n) | st.lists(_record, max_size=4),
+        "previous_sequence": st.none() | st.integers(-2, 2**63),
+        "keys": st.none() | st.lists(st.none() | st.binary(max_size=4), min_size=n, max_size=n)
+        | st.lists(_record, max_size=4),
+    }  # fmt: skip
+    args = {}
+    for name, strategy in fields.items():
+        choice = draw(st.integers(0, 9))
+        if choice == 0:
+            continue  # missing
+        args[name] = draw(_any_value) if choice == 1 else draw(strategy)
+    return args if draw(st.integers(0, 20)) else draw(_any_value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(args=produce_args())
+def test_produce_parsing_refuses_what_the_old_path_refused_with_the_same_error(args: Any) -> None:
+    try:
+        expected: idempotent.ProduceRequest | errors.ProducerError = _old_path(args)
+    except errors.ProducerError as exc:
+        expected = exc
+    try:
+        got: idempotent.ProduceRequest | errors.ProducerError = wire.parse_produce(args)
+    except errors.ProducerError as exc:
+        got = exc
+    if isinstance(expected, errors.ProducerError):
+        assert type(got) is type(expected) and isinstance(got, errors.ProducerError)
+        assert got.message == expected.message
+    else:
+        assert got == expected
+    parsed = wire.parse_request(msgpack.packb([0, 1, "produce", args]))  # and as a frame: never raises
+    if isinstance(got, errors.ProducerError):
+        assert isinstance(parsed, wire.BadRequest) and type(parsed.error) is type(got) and not parsed.fatal
+    else:
+        assert isinstance(parsed, wire.Produce) and parsed.request == got
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=st.binary(max_size=80) | st.builds(lambda a: msgpack.packb([0, 3, "produce", a]), produce_args()))
+def test_parse_request_never_raises(body: bytes) -> None:
+    assert isinstance(wire.parse_request(body), wire.Request | wire.Produce | wire.BadRequest)
+
+
+def test_produce_answers_are_encoded_as_encode_response_would() -> None:
+    for outcome in Outcome:
+        for value in (None, 0, 1, 127, 128, 255, 256, 2**16, 2**32 - 1, 2**32, 2**63 - 1, -1, -33, -129, -(2**31) - 1):
+            epoch = value if value is None or 0 <= value <= 32767 else 1
+            result = ProduceResult(outcome, value, value, epoch)
+            for cid in (1, 127, 128, 65536, 2**32 - 1):
+                assert wire.encode_produced(cid, result) == wire.encode_response(cid, wire.encode_result(result))
+
+
+def test_decoder_keeps_nothing_of_a_view_it_was_fed() -> None:
+    """The server reads every connection into one buffer and feeds the decoder a view of
+    it: what the decoder returns or holds back must survive the buffer being overwritten."""
+    one = wire.pack([0, 1, "ping", {}])
+    stream = one + wire.pack([0, 2, "topics", {}])
+    shared = bytearray(64)
+    decoder = wire.FrameDecoder()
+    cut = len(stream) - 3  # the second frame arrives in two reads
+    shared[:cut] = stream[:cut]
+    first = decoder.feed(memoryview(shared)[:cut])
+    shared[:] = b"\xff" * len(shared)  # the next read overwrites the buffer
+    shared[:3] = stream[cut:]
+    second = decoder.feed(memoryview(shared)[:3])
+    assert first == [one[4:]] and decoder.buffered == 0
+    assert [msgpack.unpackb(b) for b in first + second] == [[0, 1, "ping", {}], [0, 2, "topics", {}]]

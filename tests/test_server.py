@@ -263,8 +263,21 @@ BAD: list[tuple[str, bytes, int, bool]] = [
             ("topic", None, InvalidTopicError.code),
             ("topic", "x" * 5000, InvalidTopicError.code),
             ("topic", "bad name!", InvalidTopicError.code),
+            ("keys", [b"k1", b"k2"], InvalidBatchError.code),  # two keys for one record
+            ("keys", ["k"], InvalidBatchError.code),
+            ("keys", b"k", InvalidBatchError.code),
+            ("keys", [], InvalidBatchError.code),
+            ("previous_sequence", -2, InvalidBatchError.code),
+            ("base_sequence", 2**63 - 1, InvalidBatchError.code),  # fine alone, not with a second record
         ]
     ],
+    ("keys with records that are not bare",
+     frame(msgpack.packb([0, 7, "produce", {**GOOD, "records": [[b"v", None, []]], "keys": [b"k"]}])),
+     InvalidBatchError.code, False),
+    ("columns past the end of the sequences",
+     frame(msgpack.packb([0, 7, "produce", {**GOOD, "base_sequence": 2**63 - 1, "records": [b"v", None],
+                                             "keys": [None, b"k"]}])),
+     InvalidBatchError.code, False),
     ("read max_records 0", frame(msgpack.packb([0, 7, "read", {"topic": TOPIC, "partition": 0, "max_records": 0}])),
      ConfigError.code, False),
     ("second hello", frame(msgpack.packb([0, 7, "hello", {"version": 1}])), LocalProtocolError.code, False),
@@ -368,6 +381,10 @@ def test_connection_ending_mid_frame_or_half_closed(server: BrokerServer) -> Non
 
 SEEDS = [
     [0, 5, "ping", {}],
+    # columns (bare values, then with keys) of a producer the broker does not know: nothing stored
+    [0, 11, "produce", {**GOOD, "producer_id": 4, "records": [b"v1", None, b"v3"]}],
+    [0, 12, "produce", {**GOOD, "producer_id": 4, "records": [b"v1", None], "keys": [b"k1", None]}],
+    [0, 13, "produce", {**GOOD, "topic": "ghost", "records": [b"v1", b"v2"], "keys": [None, b"k2"]}],
     [0, 6, "read", {"topic": TOPIC, "partition": 0, "offset": 0, "max_records": 5}],
     [0, 7, "stats", {"topic": TOPIC}],
     [0, 8, "produce", {**GOOD, "topic": "ghost"}],  # an unknown topic (no auto-creation): nothing stored
@@ -409,6 +426,33 @@ def structured_frames(draw: st.DrawFn) -> bytes:
     return frame(msgpack.packb([draw(st.sampled_from([0, 0, 0, 1, 2])), draw(st.integers(0, 2**33)), op, args]))
 
 
+column_items = st.none() | st.binary(max_size=6) | scalars | st.lists(st.binary(max_size=3) | scalars, max_size=3)
+
+
+@st.composite
+def column_frames(draw: st.DrawFn) -> bytes:
+    """Produce requests in the columns form (``records`` of bare values, ``keys``), well-formed
+    or nearly, for the broker's topic under a producer it does not know or for an unknown
+    topic: whatever the server makes of them, nothing is stored."""
+    n = draw(st.integers(1, 5))
+    args: dict[str, Any] = {
+        **GOOD,
+        "topic": draw(st.sampled_from([TOPIC, "ghost", "persistent://public/default/" + TOPIC])),
+        "producer_id": draw(st.integers(1, 4)),
+        "partition": draw(st.integers(0, 1)),
+        "base_sequence": draw(st.integers(0, 2**63 - 1)),
+        "records": draw(st.lists(st.none() | st.binary(max_size=6), min_size=n, max_size=n) | st.lists(column_items)),
+    }
+    keys = draw(
+        st.none() | st.lists(st.none() | st.binary(max_size=4), min_size=n, max_size=n) | st.lists(column_items)
+    )
+    if keys is not None or draw(st.booleans()):
+        args["keys"] = keys
+    if draw(st.booleans()):
+        args["previous_sequence"] = draw(st.integers(-2, 2**63 - 1))
+    return frame(msgpack.packb([0, draw(st.integers(1, 2**32 - 1)), "produce", args]))
+
+
 @pytest.fixture(scope="module")
 def fuzz_target() -> Iterator[tuple[BrokerServer, RemoteBroker, tuple[Any, ...]]]:
     broker = open_broker(auto_create_topics=False)
@@ -422,7 +466,9 @@ def fuzz_target() -> Iterator[tuple[BrokerServer, RemoteBroker, tuple[Any, ...]]
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
-    chunks=st.lists(mutated_frames() | structured_frames() | st.binary(max_size=64), min_size=1, max_size=4),
+    chunks=st.lists(
+        mutated_frames() | structured_frames() | column_frames() | st.binary(max_size=64), min_size=1, max_size=4
+    ),
     hello=st.booleans(),
 )
 def test_fuzzed_frames_never_hurt_the_server(
@@ -449,6 +495,80 @@ def test_fuzzed_frames_never_hurt_the_server(
             assert {"code", "name", "message", "recovery", "fields"} <= set(body)
     assert good.ping() > 0
     assert snapshot(server.broker) == before
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(frames=st.lists(column_frames(), min_size=1, max_size=8))
+def test_column_batches_are_answered_one_by_one_and_store_nothing(
+    fuzz_target: tuple[BrokerServer, RemoteBroker, tuple[Any, ...]], frames: Sequence[bytes]
+) -> None:
+    """Every produce in the columns form gets exactly one answer (accepted by nobody here:
+    unknown producer or topic, or refused as bad input), the connection stays usable, and
+    nothing is stored."""
+    server, good, before = fuzz_target
+    raw = Raw(server.address)
+    raw.sock.settimeout(10)
+    raw.send(b"".join(frames))
+    sent = [msgpack.unpackb(f[4:])[1] for f in frames]
+    answers = [raw.frame() for _ in frames]
+    assert sorted(cid for _, cid, _ in answers) == sorted(sent)
+    for kind, _, body in answers:
+        if kind == 1:
+            assert body["outcome"] == "unknown_producer"
+        else:
+            assert kind == 2 and body["code"] in (InvalidBatchError.code, InvalidTopicError.code)
+    raw.request(1, "ping", {})
+    assert raw.frame() == [1, 1, {}]
+    raw.close()
+    assert good.ping() > 0
+    assert snapshot(server.broker) == before
+
+
+def test_the_server_hands_the_broker_the_request_it_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A produce frame is validated once, where it is parsed: the broker gets that
+    ProduceRequest through submit_request, and nothing rebuilds or re-checks it on the way."""
+    from idempotent import _protocol as wire
+    from idempotent._records import RecordColumns
+    from idempotent._request import ProduceRequest
+
+    broker = open_broker()
+    handed: list[ProduceRequest] = []
+    submit_request = broker.submit_request
+
+    def recording(request: ProduceRequest) -> Future[idempotent.ProduceResult]:
+        handed.append(request)
+        return submit_request(request)
+
+    monkeypatch.setattr(broker, "submit_request", recording)
+    with BrokerServer(broker) as server, RemoteBroker(server.url) as client:
+        s = client.init_producer()
+        parsed: list[Any] = []
+        parse = wire.parse_request
+
+        def counting(body: bytes) -> Any:
+            parsed.append(result := parse(body))
+            return result
+
+        monkeypatch.setattr(wire, "parse_request", counting)
+
+        def no_second_validation(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("a parsed batch was validated again")
+
+        monkeypatch.setattr(ProduceRequest, "build", no_second_validation)
+        request = ProduceRequest(
+            "persistent://public/default/once",
+            0,
+            idempotent._checker.make_header(s.producer_id, s.producer_epoch, 0, 2),
+            RecordColumns([b"v1", b"v2"], [b"k1", None]),
+            0,
+            0,
+        )  # fmt: skip  (the client encodes what it is given: the server measures and names it)
+        assert client.submit_request(request).result(10).outcome is Outcome.ACCEPTED
+        stored = [(r.value, r.key) for r in broker.read("once", 0)]
+    assert stored == [(b"v1", b"k1"), (b"v2", None)]
+    produces = [p for p in parsed if isinstance(p, wire.Produce)]
+    assert len(produces) == 1 and handed == [produces[0].request]
+    assert handed[0].topic == "once" and (handed[0].size, handed[0].largest) == ((16 + 2 + 2) + (16 + 2), 16 + 2 + 2)
 
 
 def test_frame_limit_on_both_sides() -> None:

@@ -18,12 +18,14 @@
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from .._request import ProduceRequest
-from ..api import BrokerAPI, ProduceShortcuts
+from ..api import BrokerAPI
 from ..errors import BrokerConnectionError, RequestTimeoutError
 
 if TYPE_CHECKING:
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from .._values import PartitionStats, ProducerSession
 
 
-class LinkInjector(ProduceShortcuts):
+class LinkInjector:
     """A :class:`BrokerAPI` in front of another that misbehaves on demand (thread-safe).
 
     ``arm_lost_ack()`` loses the answer to the next produce request after the broker has
@@ -41,6 +43,9 @@ class LinkInjector(ProduceShortcuts):
     delivers the next produce request twice; ``sever()`` makes every later call fail with
     :class:`BrokerConnectionError` and drops the answers still outstanding, which is what a
     producer instance sees of its own death. ``injected`` counts what happened.
+
+    A round of batches the producer hands over at once (``submit_requests``) reaches the
+    broker behind as one group too, a duplicated batch right behind its original.
     """
 
     def __init__(self, inner: BrokerAPI) -> None:
@@ -95,33 +100,45 @@ class LinkInjector(ProduceShortcuts):
         return self.inner.init_producer(producer_name, timeout=timeout)
 
     def submit_request(self, request: ProduceRequest) -> Future[ProduceResult]:
+        return self.submit_requests([request])[0]
+
+    def submit_requests(self, requests: Sequence[ProduceRequest]) -> list[Future[ProduceResult]]:
+        plan: list[tuple[bool, bool]] = []  # (lose the answer, send twice) per request
         with self._lock:
             self._check()
-            lose = self._lost_acks > 0
-            if lose:
-                self._lost_acks -= 1
-                self.injected["lost-ack"] += 1
-            duplicate = self._duplicates > 0
+            for _ in requests:
+                lose = self._lost_acks > 0
+                if lose:
+                    self._lost_acks -= 1
+                    self.injected["lost-ack"] += 1
+                duplicate = self._duplicates > 0
+                if duplicate:
+                    self._duplicates -= 1
+                    self.injected["duplicate-request"] += 1
+                plan.append((lose, duplicate))
+        sent: list[ProduceRequest] = []
+        for request, (_, duplicate) in zip(requests, plan, strict=True):
+            sent += (request, request) if duplicate else (request,)
+        answers = iter(self.inner.submit_requests(sent))
+        out: list[Future[ProduceResult]] = []
+        for lose, duplicate in plan:
+            answer = next(answers)
             if duplicate:
-                self._duplicates -= 1
-                self.injected["duplicate-request"] += 1
-        answer = self.inner.submit_request(request)
-        if duplicate:
-            self.inner.submit_request(request)
-        out: Future[ProduceResult] = Future()
-
-        def relay(done: Future[ProduceResult]) -> None:
-            if lose:
-                out.set_exception(RequestTimeoutError("answer lost (injected)"))
-            elif self._severed:
-                out.set_exception(BrokerConnectionError("link severed (injected)"))
-            elif (exc := done.exception()) is not None:
-                out.set_exception(exc)
-            else:
-                out.set_result(done.result())
-
-        answer.add_done_callback(relay)
+                next(answers)  # the copy's answer: the producer never sees it
+            relayed: Future[ProduceResult] = Future()
+            answer.add_done_callback(functools.partial(self._relay, relayed, lose))
+            out.append(relayed)
         return out
+
+    def _relay(self, out: Future[ProduceResult], lose: bool, done: Future[ProduceResult]) -> None:
+        if lose:
+            out.set_exception(RequestTimeoutError("answer lost (injected)"))
+        elif self._severed:
+            out.set_exception(BrokerConnectionError("link severed (injected)"))
+        elif (exc := done.exception()) is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result(done.result())
 
     def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[StoredRecord]:
         return self.inner.read(topic, partition, offset, max_records)

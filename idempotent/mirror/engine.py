@@ -49,6 +49,7 @@ import attrs
 
 from .._outcomes import Outcome, ProduceResult
 from .._records import Headers, Record, trusted_record
+from .._request import ProduceRequest
 from .._types import MAX_SEQUENCE
 from ..api import BrokerAPI
 from ..errors import ConfigError, ProducerError, ProducerFencedError, Recovery, SequenceDesyncError
@@ -428,9 +429,10 @@ class _PartitionWriter:
     def _submit(self, batch: list[Record], last: int) -> None:
         self.collect(block=True)  # the previous batch must be stored first
         task = self._task
-        future = self._broker.submit_produce(
+        request = ProduceRequest.build(
             task.to_topic, task.to_partition, self._producer_id, self._producer_epoch, last - len(batch) + 1, batch
         )
+        future = self._broker.submit_request(request)
         self._pending.append((last, len(batch), future))
 
     def collect(self, *, block: bool) -> None:
