@@ -2,13 +2,24 @@
 
 On the same broker, in one run, for each record size: the raw client without idempotence,
 the client with the backend's own idempotence (Kafka ``enable.idempotence``, Pulsar
-namespace deduplication), and this project's producer through its broker and checker.
-Each variant runs ``--repeats`` times in rotating order on a fresh topic; the table shows
-medians of records/s and of the p50/p99 send-to-acknowledgement latency (sampled on one
-message in 16), and the ratio of idempotent to the native idempotent/dedup client.
+namespace deduplication), and this project's producers, one call per record as applications
+make them:
+
+* ``idempotent``: ``Producer.send()``, a done-callback on each returned future;
+* ``idempotent-cb``: ``Producer.send(..., on_delivery=callback)``, no future;
+* ``kafka-drop-in``: the confluent-kafka drop-in's ``produce()``, used exactly as the native
+  client is (same configuration, same callback, ``poll(0)`` after each call);
+* ``pulsar-drop-in``: the pulsar-client drop-in's ``send_async()``, likewise.
+
+Each measurement runs in a fresh process, on a fresh topic; the variants of a round run in
+rotating order, ``--repeats`` rounds. The table shows medians of records/s and of the p50/p99
+send-to-acknowledgement latency (sampled on one message in 16), and each variant's ratio to
+the native idempotent/dedup client. ``--callbacks each`` (the default) gives every record a
+delivery callback on every side; ``--callbacks sampled`` only the sampled ones, on every side.
 
     python bench/bench_backends.py                      # both backends, 100 B and 1 KB
     python bench/bench_backends.py --backends kafka --records 20000 --repeats 5
+    python bench/bench_backends.py --backends kafka --callbacks sampled
 
 Latency is also measured at a fixed offered rate (``--latency-seconds``, 0 to skip): half the
 native idempotent/dedup client's median throughput from the same run, offered to the native
@@ -24,8 +35,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 import urllib.parse
@@ -39,23 +52,24 @@ from idempotent.testing import services
 from idempotent.testing.baselines import Baseline, IdempotentBaseline, KafkaBaseline, PulsarBaseline
 
 VARIANTS = {
-    "kafka": ("kafka-raw", "kafka-idempotent", "idempotent"),
-    "pulsar": ("pulsar-raw", "pulsar-dedup", "idempotent", "pulsar-drop-in"),
+    "kafka": ("kafka-raw", "kafka-idempotent", "idempotent", "idempotent-cb", "kafka-drop-in"),
+    "pulsar": ("pulsar-raw", "pulsar-dedup", "idempotent", "idempotent-cb", "pulsar-drop-in"),
 }
 #: variants also measured at a fixed rate, next to the native one
-RATE_VARIANTS = {"kafka": ("idempotent",), "pulsar": ("idempotent", "pulsar-drop-in")}
+RATE_VARIANTS = {"kafka": ("idempotent-cb", "kafka-drop-in"), "pulsar": ("idempotent-cb", "pulsar-drop-in")}
 
 
 class DropInPulsarBaseline:
     """The pulsar-client drop-in (``idempotent.compat.pulsar``), used as pulsar-dedup uses
     pulsar-client: ``send_async`` with a callback per message, batching on, no send timeout."""
 
-    def __init__(self, url: str, topic: str, *, sample_every: int = 16) -> None:
+    def __init__(self, url: str, topic: str, *, sample_every: int = 16, every_callback: bool = True) -> None:
         from idempotent.compat import pulsar as drop_in
         from idempotent.testing.baselines import LINGER_MS, _Sampler
 
         self.name = "pulsar-drop-in"
         self._sampler = _Sampler(sample_every)
+        self._every_callback = every_callback
         self.latencies = self._sampler.latencies
         self._ok = drop_in.Result.Ok
         self._client = drop_in.Client(url)
@@ -73,6 +87,9 @@ class DropInPulsarBaseline:
         started = self._sampler.start()
         sampler = self._sampler
         ok = self._ok
+        if started is None and not self._every_callback:
+            self._producer.send_async(value, _ignore, partition_key=key.decode() if key else None)
+            return
 
         def delivered(result: Any, message_id: Any) -> None:
             sampler.done(started, result == ok)
@@ -88,22 +105,27 @@ class DropInPulsarBaseline:
         self._client.close()
 
 
-def make(variant: str, info: services.ServiceInfo, topic: str) -> Baseline:
-    if variant == "kafka-raw":
-        return KafkaBaseline(info.bootstrap, topic, idempotence=False)
-    if variant == "kafka-idempotent":
-        return KafkaBaseline(info.bootstrap, topic, idempotence=True)
-    if variant == "pulsar-raw":
-        return PulsarBaseline(info.url, info.admin_url or "", topic, dedup=False)
-    if variant == "pulsar-dedup":
-        return PulsarBaseline(info.url, info.admin_url or "", topic, dedup=True)
+def _ignore(*_: Any) -> None:
+    """pulsar-client's ``send_async`` needs a callable."""
+
+
+def make(variant: str, info: services.ServiceInfo, topic: str, every_callback: bool = True) -> Baseline:
+    each = every_callback
+    if variant in ("kafka-raw", "kafka-idempotent", "kafka-drop-in"):
+        idempotence = variant != "kafka-raw"
+        return KafkaBaseline(
+            info.bootstrap, topic, idempotence=idempotence, every_callback=each, drop_in=variant == "kafka-drop-in"
+        )
+    if variant in ("pulsar-raw", "pulsar-dedup"):
+        dedup = variant == "pulsar-dedup"
+        return PulsarBaseline(info.url, info.admin_url or "", topic, dedup=dedup, every_callback=each)
     if variant == "pulsar-drop-in":
-        return DropInPulsarBaseline(f"{info.url}?{urllib.parse.urlencode({'admin_url': info.admin_url or ''})}", topic)
+        url = f"{info.url}?{urllib.parse.urlencode({'admin_url': info.admin_url or ''})}"
+        return DropInPulsarBaseline(url, topic, every_callback=each)
     options: dict[str, Any] = {}
-    url = info.url
     if info.name == "pulsar":
         options["admin_url"] = info.admin_url
-    return IdempotentBaseline(url, topic, **options)
+    return IdempotentBaseline(info.url, topic, every_callback=each, on_delivery=variant == "idempotent-cb", **options)
 
 
 def measure(producer: Baseline, size: int, records: int) -> dict[str, float]:
@@ -166,11 +188,39 @@ def measure_at_rate(producer: Baseline, size: int, rate: float, seconds: float) 
     }
 
 
-def run_once(variant: str, info: services.ServiceInfo, size: int, records: int) -> dict[str, float]:
-    return measure(make(variant, info, f"bench-{variant}-{size}-{uuid.uuid4().hex[:8]}"), size, records)
+def child(argv: list[str]) -> int:
+    """One measurement in this (fresh) process: ``--child BACKEND VARIANT SIZE RECORDS EACH RATE
+    SECONDS``; a rate of 0 measures throughput. Prints the result as one JSON line."""
+    backend, variant, size, records, each, rate, seconds = argv
+    info = services.up(backend)
+    kind = "rate" if float(rate) else "throughput"
+    producer = make(variant, info, f"bench-{kind}-{variant}-{size}-{uuid.uuid4().hex[:8]}", each == "each")
+    if float(rate):
+        result = measure_at_rate(producer, int(size), float(rate), float(seconds))
+    else:
+        result = measure(producer, int(size), int(records))
+    print(json.dumps(result))
+    return 0
+
+
+def run_fresh(
+    backend: str, variant: str, size: int, records: int, callbacks: str, rate: float = 0.0, seconds: float = 0.0
+) -> dict[str, float]:
+    """Run one measurement in a fresh Python process and return its result."""
+    argv = [backend, variant, str(size), str(records), callbacks, str(rate), str(seconds)]
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", *argv], capture_output=True, text=True, timeout=900, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{variant} {size} B failed:\n{done.stderr[-3000:]}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return child(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default="kafka,pulsar")
     parser.add_argument("--sizes", default="100,1000")
@@ -178,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--latency-seconds", type=float, default=3.0, help="length of a fixed-rate run; 0 skips them")
     parser.add_argument("--variants", default="", help="comma-separated variants to run (default: all)")
+    parser.add_argument(
+        "--callbacks",
+        choices=("each", "sampled"),
+        default="each",
+        help="a delivery callback on every record (each) or on the sampled ones only, on every side",
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args(argv)
     backends = [b for b in args.backends.split(",") if b]
@@ -189,13 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         for backend in backends:
             if services.status(backend) is None:
                 started_here.append(backend)
-            info = services.up(backend)
+            services.up(backend)
             rounds = [(size, repeat) for size in sizes for repeat in range(args.repeats)]
             for size, repeat in tqdm(rounds, desc=backend, unit="round", file=sys.stderr):
                 order = [v for v in VARIANTS[backend] if not args.variants or v in args.variants.split(",")]
                 order = order[repeat % len(order) :] + order[: repeat % len(order)]  # rotate to spread drift
                 for variant in order:
-                    result = run_once(variant, info, size, args.records)
+                    result = run_fresh(backend, variant, size, args.records, args.callbacks)
                     results.append({"backend": backend, "variant": variant, "size": size, "repeat": repeat, **result})
             if args.latency_seconds > 0:
                 native = VARIANTS[backend][1]
@@ -206,11 +262,14 @@ def main(argv: list[str] | None = None) -> int:
                         if r["backend"] == backend and r["size"] == size and r["variant"] == native
                     )
                     for repeat in range(args.repeats):
-                        order = [native, *RATE_VARIANTS[backend]]
+                        order = [
+                            v
+                            for v in (native, *RATE_VARIANTS[backend])
+                            if v == native or not args.variants or v in args.variants.split(",")
+                        ]
                         order = order[repeat % len(order) :] + order[: repeat % len(order)]
                         for variant in order:
-                            topic = f"bench-rate-{variant}-{size}-{uuid.uuid4().hex[:8]}"
-                            result = measure_at_rate(make(variant, info, topic), size, rate, args.latency_seconds)
+                            result = run_fresh(backend, variant, size, 0, args.callbacks, rate, args.latency_seconds)
                             latency.append(
                                 {"backend": backend, "variant": variant, "size": size, "repeat": repeat, **result}
                             )
@@ -224,7 +283,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    meta = {"records": args.records, "repeats": args.repeats, "python": platform.python_version(), "host_cpus": _cpus()}
+    meta = {
+        "records": args.records,
+        "repeats": args.repeats,
+        "callbacks": args.callbacks,
+        "python": platform.python_version(),
+        "host_cpus": _cpus(),
+        "load_average": os.getloadavg(),
+    }
     (out / f"backends-{stamp}.json").write_text(
         json.dumps({"meta": meta, "runs": results, "latency_runs": latency, "table": table}, indent=1)
     )
@@ -232,8 +298,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cpus() -> int:
-    import os
-
     return os.cpu_count() or 0
 
 
@@ -247,11 +311,13 @@ def summarize(results: list[dict[str, Any]], backends: list[str], sizes: list[in
             medians: dict[str, dict[str, float]] = {}
             for variant in VARIANTS[backend]:
                 runs = [r for r in results if r["backend"] == backend and r["size"] == size and r["variant"] == variant]
+                if not runs:
+                    continue
                 medians[variant] = {
                     k: statistics.median(r[k] for r in runs) for k in ("records_per_s", "p50_ms", "p99_ms")
                 }
                 medians[variant]["failed"] = sum(r["failed"] for r in runs)
-            native = medians[VARIANTS[backend][1]]["records_per_s"]
+            native = medians.get(VARIANTS[backend][1], {}).get("records_per_s", 0.0)
             for variant, m in medians.items():
                 ratio = m["records_per_s"] / native if native else float("nan")
                 lines.append(

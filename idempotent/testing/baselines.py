@@ -8,7 +8,14 @@ Each :class:`Baseline` publishes to one topic and records, for one message in
 * ``pulsar-raw``: pulsar-client on a namespace without deduplication;
 * ``pulsar-dedup``: pulsar-client with a producer name on a namespace whose deduplication was
   enabled through the admin REST API (and reported ``Enabled`` by the topic's stats);
-* ``idempotent``: this project's :class:`~idempotent.Producer` through its checker.
+* ``idempotent``: this project's :class:`~idempotent.Producer` through its checker, ``send()``
+  returning a future with a done-callback;
+* ``idempotent-cb``: the same producer, ``send(..., on_delivery=...)`` (no future);
+* ``kafka-drop-in``: the confluent-kafka drop-in (``idempotent.compat.confluent_kafka``),
+  used exactly as ``kafka-idempotent`` uses confluent-kafka.
+
+With ``every_callback=False`` only the sampled messages get a delivery callback (the same on
+every side), which measures a producer whose application does not ask for each outcome.
 
 All use the same batching settings where the client has them (linger 5 ms), acks from every
 replica (``acks=all``; Pulsar always waits for the bookie quorum).
@@ -70,14 +77,27 @@ class _Sampler:
 class KafkaBaseline:
     """confluent-kafka, with or without its idempotent producer."""
 
-    def __init__(self, bootstrap: str, topic: str, *, idempotence: bool, sample_every: int = 16) -> None:
-        from confluent_kafka import Producer as KafkaProducer
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        idempotence: bool,
+        sample_every: int = 16,
+        every_callback: bool = True,
+        drop_in: bool = False,
+    ) -> None:
+        if drop_in:
+            from ..compat import confluent_kafka as client
+        else:
+            import confluent_kafka as client  # type: ignore[no-redef]
 
-        self.name = "kafka-idempotent" if idempotence else "kafka-raw"
+        self.name = "kafka-drop-in" if drop_in else "kafka-idempotent" if idempotence else "kafka-raw"
         self.topic = topic
         self._sampler = _Sampler(sample_every)
+        self._every_callback = every_callback
         self.latencies = self._sampler.latencies
-        self._producer = KafkaProducer(
+        self._producer: Any = client.Producer(
             {
                 "bootstrap.servers": bootstrap,
                 "enable.idempotence": idempotence,
@@ -89,9 +109,11 @@ class KafkaBaseline:
     def send(self, value: bytes, key: bytes | None = None) -> None:
         started = self._sampler.start()
         sampler = self._sampler
+        delivered: Any = None
+        if started is not None or self._every_callback:
 
-        def delivered(err: Any, msg: Any) -> None:
-            sampler.done(started, err is None)
+            def delivered(err: Any, msg: Any) -> None:
+                sampler.done(started, err is None)
 
         while True:
             try:
@@ -149,7 +171,9 @@ def enable_pulsar_dedup(admin_url: str, namespace: str, topic: str, timeout: flo
 class PulsarBaseline:
     """pulsar-client, on a namespace with or without deduplication."""
 
-    def __init__(self, url: str, admin_url: str, topic: str, *, dedup: bool, sample_every: int = 16) -> None:
+    def __init__(
+        self, url: str, admin_url: str, topic: str, *, dedup: bool, sample_every: int = 16, every_callback: bool = True
+    ) -> None:
         import pulsar
 
         self.name = "pulsar-dedup" if dedup else "pulsar-raw"
@@ -157,6 +181,7 @@ class PulsarBaseline:
         if dedup:
             enable_pulsar_dedup(admin_url, namespace, topic)
         self._sampler = _Sampler(sample_every)
+        self._every_callback = every_callback
         self.latencies = self._sampler.latencies
         self._ok = pulsar.Result.Ok
         self._client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
@@ -174,6 +199,9 @@ class PulsarBaseline:
         sampler = self._sampler
 
         ok = self._ok
+        if started is None and not self._every_callback:
+            self._producer.send_async(value, _ignore, partition_key=key.decode() if key else None)
+            return
 
         def delivered(result: Any, message_id: Any) -> None:
             sampler.done(started, result == ok)
@@ -189,22 +217,47 @@ class PulsarBaseline:
         self._client.close()
 
 
-class IdempotentBaseline:
-    """This project's producer, through its broker and checker, on any backend URL."""
+def _ignore(*_: Any) -> None:
+    """pulsar-client's ``send_async`` needs a callable."""
 
-    def __init__(self, url: str, topic: str, *, sample_every: int = 16, **options: Any) -> None:
-        self.name = "idempotent"
+
+class IdempotentBaseline:
+    """This project's producer, through its broker and checker, on any backend URL:
+    ``send()`` and a done-callback on its future, or with ``on_delivery=True``,
+    ``send(..., on_delivery=callback)``."""
+
+    def __init__(
+        self,
+        url: str,
+        topic: str,
+        *,
+        sample_every: int = 16,
+        every_callback: bool = True,
+        on_delivery: bool = False,
+        **options: Any,
+    ) -> None:
+        self.name = "idempotent-cb" if on_delivery else "idempotent"
         self.topic = topic
         self._sampler = _Sampler(sample_every)
+        self._every_callback = every_callback
+        self._on_delivery = on_delivery
         self.latencies = self._sampler.latencies
         self._producer = Producer(url, linger_ms=LINGER_MS, **options)
-        self._futures: list[Any] = []
 
     def send(self, value: bytes, key: bytes | None = None) -> None:
         started = self._sampler.start()
-        future = self._producer.send(self.topic, value, key, partition=0)
         sampler = self._sampler  # a callback per message, like the native clients' delivery callbacks
-        future.add_done_callback(lambda f: sampler.done(started, f.exception() is None))
+        if started is None and not self._every_callback:
+            self._producer.send(self.topic, value, key, partition=0)
+        elif self._on_delivery:
+
+            def delivered(error: Any, metadata: Any) -> None:
+                sampler.done(started, error is None)
+
+            self._producer.send(self.topic, value, key, partition=0, on_delivery=delivered)
+        else:
+            future = self._producer.send(self.topic, value, key, partition=0)
+            future.add_done_callback(lambda f: sampler.done(started, f.exception() is None))
 
     def flush(self, timeout: float = 120.0) -> int:
         left = self._producer.flush(timeout)
