@@ -163,6 +163,28 @@ def test_buffer_error_on_kbytes(url: str) -> None:
     producer.close()
 
 
+def test_the_byte_budget_while_connecting_is_given_back_by_purge_and_timeouts() -> None:
+    """Records queued while the producer has not reached its cluster count against
+    ``queue.buffering.max.kbytes``, and the bytes of purged and timed-out records are given
+    back (the queue's bytes are a running total, no longer summed over the queue per record)."""
+    producer = compat.Producer(
+        {"bootstrap.servers": "127.0.0.1:1", "queue.buffering.max.kbytes": 1, "message.timeout.ms": 300}
+    )
+    try:
+        producer.produce("t", b"x" * 600)
+        with pytest.raises(BufferError):
+            producer.produce("t", b"x" * 600)
+        producer.purge()
+        producer.produce("t", b"x" * 600)  # the purged record's bytes are free again
+        time.sleep(0.4)  # its message.timeout.ms passes
+        producer.poll(0)  # which poll() finds
+        producer.produce("t", b"x" * 600)
+        with pytest.raises(BufferError):
+            producer.produce("t", b"x" * 600)
+    finally:
+        producer.purge()
+
+
 # -- errors --------------------------------------------------------------------------------
 
 

@@ -78,6 +78,7 @@ class Connecting:
     _reports: Reports
     _cond: threading.Condition
     _early: collections.deque[_Early]
+    _early_bytes: int  # the sizes of the records in ``_early``, kept as they come and go
     _inner: _Producer | None
     _clients: _Clients
     _stop: threading.Event
@@ -201,6 +202,7 @@ class Connecting:
                     self._cond.notify_all()
                     return
                 early = self._early.popleft()
+                self._early_bytes -= early.size
             try:
                 route = self._route(inner, early.topic)
                 partition = self._place(route, early.partition, early.key)
@@ -226,12 +228,14 @@ class Connecting:
         with self._cond:
             while self._early and self._early[0].created <= limit:
                 expired.append(self._early.popleft())
+                self._early_bytes -= expired[-1].size
         for early in expired:
             self._report_early(early, KafkaError(KafkaError._MSG_TIMED_OUT), MessageStatus.NOT_PERSISTED)
 
     def _fail_early(self, error: KafkaError) -> None:
         with self._cond:
             early, self._early = list(self._early), collections.deque()
+            self._early_bytes = 0
         for item in early:
             self._report_early(item, error, MessageStatus.NOT_PERSISTED)
 

@@ -127,6 +127,7 @@ class Producer(Connecting):
         self._reports = Reports()
         self._cond = self._reports.cond
         self._early: collections.deque[_Early] = collections.deque()
+        self._early_bytes = 0
         self._inner: _Producer | None = None
         self._routes: dict[str, Route] = {}
         self._random = random.Random()
@@ -377,12 +378,12 @@ class Producer(Connecting):
             inner = self._inner
             if inner is None:
                 queued = len(self._early) + len(self._reports.ready)
-                queued_bytes = sum(early.size for early in self._early)
-                if queued >= config.max_messages or (queued and queued_bytes + size > config.max_bytes):
+                if queued >= config.max_messages or (queued and self._early_bytes + size > config.max_bytes):
                     raise BufferError(KafkaError(KafkaError._QUEUE_FULL).str())
                 self._early.append(
                     _Early(topic, value, key, partition, report, timestamp, headers, sequence, size, time.monotonic())
                 )
+                self._early_bytes += size
                 return
         # connected meanwhile: the regular path
         self.produce(topic, value, key, partition, report, None, timestamp, headers, sequence=sequence)
