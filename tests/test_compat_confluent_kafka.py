@@ -183,6 +183,7 @@ def test_the_byte_budget_while_connecting_is_given_back_by_purge_and_timeouts() 
             producer.produce("t", b"x" * 600)
     finally:
         producer.purge()
+        producer.close(5)
 
 
 # -- errors --------------------------------------------------------------------------------

@@ -407,8 +407,18 @@ class Producer(Connecting):
             Whatever a callback raises (the remaining reports stay queued).
         """
         self._check_open()
+        if self._early:
+            self._expire_early()
+        reports = self._reports
+        if (
+            timeout == 0
+            and not (reports.spans or reports.ready or reports.errors)
+            and (self._stats_due is None or time.monotonic() < self._stats_due)
+        ):
+            # the poll(0) after every produce(): nothing to serve (a report queued meanwhile
+            # is served by the next poll, as librdkafka's would be)
+            return 0
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
-        self._expire_early()
         with self._cond:
             while not self._reports.pending():
                 now = time.monotonic()
