@@ -30,7 +30,14 @@ import attrs
 from ._checker import make_header, validate_header
 from ._records import BatchHeader, Record, RecordColumns, as_record
 from ._topics import canonical_topic
-from .errors import InvalidBatchError, InvalidRecordError, InvalidTopicError, ProducerError, RequestTimeoutError
+from .errors import (
+    InternalError,
+    InvalidBatchError,
+    InvalidRecordError,
+    InvalidTopicError,
+    ProducerError,
+    RequestTimeoutError,
+)
 
 if TYPE_CHECKING:
     from ._outcomes import ProduceResult
@@ -131,11 +138,11 @@ def measure(records: Sequence[Record]) -> tuple[int, int]:
     that are :class:`Record` objects or a :class:`RecordColumns` (a decoder's output).
 
     Raises:
-        TypeError: an item that is not a :class:`Record` (a bug of the caller).
+        InternalError: an item that is not a :class:`Record` (a bug of the caller).
     """
     measured = _measure(records)
     if measured is None:
-        raise TypeError("measure() takes Record objects or RecordColumns")
+        raise InternalError("measure() takes Record objects or RecordColumns")
     return measured
 
 
