@@ -49,167 +49,70 @@ producer owns its own records. The design, and why (docs/backends.md, "Pulsar"):
   exactly what is stored, with the original offsets of its latest batches. The read is
   bounded by what all producers stored on that partition since the state was written.
 
-Errors are translated once, with the shared backend's ``_map_errors``.
+This module is the writer itself (:class:`PulsarProducerLog`: group writes, pipelined
+writes, settling, the state's timing and fencing); its parts live by concern in
+``adapters/_pulsar_entries.py`` (a partition's writer, a batch as one entry and what its
+answers say), ``adapters/_pulsar_producer_state.py`` (the state topic: its name, its
+encoding, its fencing producer, the newest state) and ``adapters/_pulsar_recovery.py``
+(taking a partition topic, reading back what the producer stored there, finding an entry's
+offset). Errors are translated once, by ``adapters/_pulsar_errors.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
-import attrs
-import msgpack
-
-from adapters._meta import pack_snapshot, unpack_snapshot
-from adapters.pulsar import (
-    PulsarBackend,
-    _encode_record,
-    _map_errors,
-    _split_topic,
-    _start_id,
-    _translate,
-    encode_offset,
-    pulsar_topic_name,
+from adapters._pulsar_entries import (
+    BATCHING,
+    EVENT_TIME_HEADER,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_RECORDS,
+    EntryWriter,
+    GroupWait,
+    entry_offset,
+    noop_flush,
+    pulsar_producer_name,
+    send_entry,
 )
-from idempotent._checker import PartitionChecker
-from idempotent._records import BatchHeader, RecordColumns, Snapshot, StoredBatch
-from idempotent._types import Epoch, ProducerId
-from idempotent._types import Sequence as SequenceNumber
+from adapters._pulsar_entries import ORDERING_KEY_HEADER as ORDERING_KEY_HEADER
+from adapters._pulsar_errors import map_errors, translate
+from adapters._pulsar_producer_state import STATE_PREFIX as STATE_PREFIX
+from adapters._pulsar_producer_state import (
+    open_state_producer,
+    pack_states,
+    read_states,
+    state_topic,
+)
+from adapters._pulsar_producer_state import unpack_states as unpack_states
+from adapters._pulsar_recovery import locate, open_partition
+from adapters.pulsar import PulsarBackend
+from idempotent._records import BatchHeader, Snapshot
 from idempotent.backend import AppendBatch
 from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
-    CorruptDataError,
     OwnershipLostError,
     ProducerError,
 )
 
 try:
-    import _pulsar
     import pulsar
-    from pulsar import exceptions as pulsar_errors
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the pulsar backend needs pulsar-client: pip install 'idempotent[pulsar]'") from exc
 
 _LOG = logging.getLogger("idempotent.adapters.pulsar")
 
-STATE_PREFIX = "__idempotent_producer."
 #: seconds between two asynchronous state writes of a named producer (a restart reads at
 #: most about this much of every producer's traffic on each partition it wrote)
 STATE_INTERVAL = 0.5
-#: what a batch may hold (as ``Record.size`` counts) and how many records: one entry, with
-#: room for Pulsar's per-message metadata, well below the broker's 5 MiB ``maxMessageSize``
-MAX_BATCH_BYTES = 1024 * 1024
-MAX_BATCH_RECORDS = 10_000
-#: record headers this writer takes as the message's event time (milliseconds, decimal), not
-#: as a property: the pulsar-client drop-in's ``event_timestamp``
-EVENT_TIME_HEADER = "idem.event_time"
-#: likewise, the message's ordering key (``ordering_key``)
-ORDERING_KEY_HEADER = "idem.ordering_key"
-_OWN_FIELDS = (EVENT_TIME_HEADER, ORDERING_KEY_HEADER)
 #: pulsar-client producer settings a user may choose (the drop-in passes them)
 TUNABLE = frozenset({"compression_type", "pulsar_producer_name", "access_mode", "encryption_key", "crypto_key_reader"})
-_SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
-#: batching limits no batch reaches: our flush closes every entry
-_BATCHING = {
-    "batching_enabled": True,
-    "batching_max_messages": 1 << 30,
-    "batching_max_allowed_size_in_bytes": 1 << 30,
-    "batching_max_publish_delay_ms": 24 * 3600 * 1000,
-    "block_if_queue_full": True,
-    "max_pending_messages": 1 << 20,
-    "send_timeout_millis": 0,
-}
-
-
-def pulsar_producer_name(producer_key: str, named: bool) -> str:
-    """The Pulsar producer name of one of our producers on every partition topic (what plain
-    consumers see as ``producer_name()``): a named producer's own name."""
-    return producer_key if named else f"idempotent-p-{producer_key}"
-
-
-def state_topic(backend: PulsarBackend, producer_key: str) -> str:
-    """The topic holding a named producer's state, in the metadata topic's namespace."""
-    meta = _split_topic(backend.meta_topic)
-    local = producer_key if _SAFE_NAME.fullmatch(producer_key) else "x-" + producer_key.encode().hex()
-    return f"persistent://{meta.tenant}/{meta.namespace}/{STATE_PREFIX}{local}"
-
-
-def pack_states(states: dict[tuple[str, int], Snapshot]) -> bytes:
-    """Encode a producer's states (one per partition) as one message."""
-    packed: bytes = msgpack.packb([[topic, partition, pack_snapshot(s)] for (topic, partition), s in states.items()])
-    return packed
-
-
-def unpack_states(data: bytes) -> dict[tuple[str, int], Snapshot]:
-    """Decode :func:`pack_states`.
-
-    Raises:
-        CorruptDataError: not a state message.
-    """
-    try:
-        return {(str(t), int(p)): unpack_snapshot(s) for t, p, s in msgpack.unpackb(data)}
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise CorruptDataError(f"pulsar: an unreadable producer state ({exc!r})") from exc
-
-
-def _noop(result: Any, message_id: Any) -> None:
-    pass
-
-
-class _Writer:
-    """This producer's Pulsar producer on one partition topic."""
-
-    __slots__ = ("data_topic", "end", "next_id", "partition", "producer", "topic", "where")
-
-    def __init__(self, topic: str, partition: int, data_topic: str, producer: Any, next_id: int, end: int) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.data_topic = data_topic
-        self.where = f"{topic}[{partition}]"
-        self.producer = producer
-        #: the Pulsar sequence id of the next entry
-        self.next_id = next_id
-        #: an offset at or before the next entry of this producer (where a read for it starts)
-        self.end = end
-
-
-class _Wait:
-    """The answers of one group's messages: the first and last of each entry."""
-
-    def __init__(self, count: int) -> None:
-        self.cond = threading.Condition()
-        self.left = count
-        self.answers: dict[int, tuple[Any, Any]] = {}
-
-    def slot(self, key: int) -> Callable[[Any, Any], None]:
-        def callback(result: Any, message_id: Any) -> None:
-            try:  # an exception escaping a pulsar callback terminates the process
-                with self.cond:
-                    self.answers[key] = (result, message_id)
-                    self.left -= 1
-                    if self.left <= 0:
-                        self.cond.notify_all()
-            except BaseException:  # pragma: no cover - defensive
-                _LOG.exception("pulsar send callback failed")
-
-        return callback
-
-    def wait(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while self.left > 0:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self.cond.wait(remaining)
-        return True
 
 
 class _Unresolved:
@@ -238,7 +141,7 @@ class _Entry:
 
     def __init__(
         self,
-        writer: _Writer,
+        writer: EntryWriter,
         header: BatchHeader | None,
         count: int,
         entry_id: int,
@@ -289,8 +192,8 @@ class PulsarProducerLog:
         self.named = named
         options = dict(settings or {})
         self.name = str(options.pop("pulsar_producer_name", None) or pulsar_producer_name(producer_key, named))
-        self._options = {**_BATCHING, **options}
-        self._writers: dict[tuple[str, int], _Writer] = {}
+        self._options = {**BATCHING, **options}
+        self._writers: dict[tuple[str, int], EntryWriter] = {}
         #: the batches of the last write whose outcome is unknown; :meth:`resolve` settles them
         self._unresolved: list[_Unresolved] | None = None
         #: the newest state of every partition written (named producers)
@@ -306,9 +209,9 @@ class PulsarProducerLog:
         #: pipelining (:meth:`submit`): guards what the client's callbacks change
         self._mutex = threading.Condition()
         #: entries submitted and not answered yet, per writer
-        self._inflight: dict[_Writer, int] = {}
+        self._inflight: dict[EntryWriter, int] = {}
         #: writers of which an entry failed (their later entries must not be stored)
-        self._failed: dict[_Writer, ProducerError] = {}
+        self._failed: dict[EntryWriter, ProducerError] = {}
         #: entries that failed, settled by :meth:`resolve_entries`
         self._failures: list[_Entry] = []
         if named:
@@ -318,103 +221,20 @@ class PulsarProducerLog:
 
     def _open_state(self) -> None:
         """Open the state producer with ExclusiveWithFencing: fences every earlier instance."""
-        backend = self.backend
-        with _map_errors(f"open the state of producer {self.producer_key!r}"):
-            backend.ensure_topic(_split_topic(self._state_topic))
-            self._state_producer = backend._client.create_producer(
-                self._state_topic,
-                producer_name=self.name,
-                access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
-                send_timeout_millis=int(backend.timeout * 1000),
-                block_if_queue_full=True,
-            )
+        self._state_producer = open_state_producer(self.backend, self._state_topic, self.name, self.producer_key)
 
-    def _create(self, data_topic: str, where: str) -> Any:
-        """This producer's Pulsar producer on ``data_topic``; ProducerBusy (another instance
-        of the same producer is still connected) is retried until the backend's timeout."""
-        deadline = time.monotonic() + self.backend.timeout
-        delay = 0.05
-        while True:
-            try:
-                return self.backend._client.create_producer(data_topic, producer_name=self.name, **self._options)
-            except pulsar_errors.ProducerBusy as exc:
-                if time.monotonic() + delay > deadline:
-                    raise BackendUnavailableError(
-                        f"pulsar: another instance of producer {self.producer_key!r} is still connected to "
-                        f"{data_topic} (as {self.name!r}), so this one cannot write there: a named producer runs "
-                        "in one process at a time. A killed process's connection is dropped once the broker "
-                        "notices (seconds); a running one must be stopped first"
-                    ) from exc
-            except Exception as exc:
-                raise _translate(exc, f"open the writer of {where}") from exc
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-    def _open(self, topic: str, partition: int, base: Snapshot | None) -> tuple[_Writer, Snapshot]:
-        """Take this producer's writer of a partition: wait until no other instance of it
-        holds the partition topic, then read what it stored there since ``base`` (its newest
-        state; None: it never wrote the partition, which starts now at the topic's end).
+    def _open(self, topic: str, partition: int, base: Snapshot | None) -> tuple[EntryWriter, Snapshot]:
+        """Take this producer's writer of a partition (:func:`~adapters._pulsar_recovery.open_partition`:
+        from ``base``, its newest state there, or None when it never wrote it) and keep it.
 
         Returns:
             The writer and the producer's complete state on the partition.
         """
-        backend = self.backend
-        where = f"{topic}[{partition}]"
-        with _map_errors(f"prepare {where}"):
-            if topic not in backend.list_topics():  # adopt a topic made by Pulsar's own tools
-                backend.create_topic(topic, 1)
-            data_topic = backend.data_topic(topic, partition)
-            backend.ensure_deduplication(pulsar_topic_name(topic), data_topic)
-        producer = self._create(data_topic, where)
-        try:
-            with _map_errors(f"recover {where}"):
-                last_id = int(producer.last_sequence_id())
-                now = time.time()
-                if base is None:
-                    if last_id >= 0 and self.named:
-                        _LOG.warning(
-                            "pulsar: %s holds entries of %r that its stored state does not name; resends of "
-                            "them will not be recognised",
-                            where,
-                            self.name,
-                        )
-                    checker = PartitionChecker.restore(None, now=now)
-                    checker.position = backend._end(data_topic)
-                else:
-                    checker = PartitionChecker.restore(base, now=now)
-                    self._replay(checker, data_topic, where)
-                state = checker.snapshot(now)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                producer.close()
-            raise
-        writer = _Writer(topic, partition, data_topic, producer, max(last_id + 1, 1), state.position)
+        writer, state = open_partition(
+            self.backend, self.name, self.producer_key, self.named, self._options, topic, partition, base
+        )
         self._writers[(topic, partition)] = writer
         return writer, state
-
-    def _replay(self, checker: PartitionChecker, data_topic: str, where: str) -> None:
-        """Apply this producer's entries stored from ``checker.position`` to the end."""
-        for message in self.backend._read(data_topic, _start_id(checker.position)):
-            if message.producer_name() != self.name:
-                continue
-            properties = message.properties()
-            count = properties.get("idem.count")
-            if count is None or "idem.pid" not in properties:
-                continue
-            message_id = message.message_id()
-            offset = encode_offset(message_id.ledger_id(), message_id.entry_id(), max(message_id.batch_index(), 0))
-            if offset < checker.position:
-                continue
-            checker.apply(
-                StoredBatch(
-                    offset,
-                    ProducerId(int(properties["idem.pid"])),
-                    Epoch(int(properties["idem.epoch"])),
-                    SequenceNumber(int(properties["idem.seq"])),
-                    int(count),
-                    float(message.event_timestamp() or message.publish_timestamp()) / 1000,
-                )
-            )
 
     # -- ProducerLog -------------------------------------------------------------------------
 
@@ -430,9 +250,7 @@ class PulsarProducerLog:
         """
         if not self.named:
             return {}
-        with _map_errors(f"read the state of producer {self.producer_key!r}"):
-            last = self.backend._last(self._state_topic)
-        stored = {} if last is None or last.has_null_value() else unpack_states(last.data())
+        stored = read_states(self.backend, self._state_topic, self.producer_key)
         for (topic, partition), snapshot in stored.items():
             if (topic, partition) in self._writers:
                 continue
@@ -475,14 +293,14 @@ class PulsarProducerLog:
         if fresh and self.named:  # the state names every partition before its first entry
             self._write_state(wait=True)
         writers = [self._writers[(t, p)] for t, p, _ in batches]
-        wait = _Wait(2 * len(batches))
+        wait = GroupWait(2 * len(batches))
         entry_ids = []
         for index, ((_, _, batch), writer) in enumerate(zip(batches, writers, strict=True)):
             entry_id = writer.next_id
             writer.next_id += 1
             entry_ids.append(entry_id)
             try:
-                self._send(writer, batch, entry_id, wait.slot(2 * index), wait.slot(2 * index + 1))
+                send_entry(writer, batch, entry_id, wait.slot(2 * index), wait.slot(2 * index + 1))
             except ProducerError as exc:
                 self._abandon(writers[: index + 1], exc)
                 self._unresolved = [
@@ -518,6 +336,106 @@ class PulsarProducerLog:
             if time.monotonic() - self._state_at >= STATE_INTERVAL:
                 self._write_state(wait=False)
         return done
+
+    def _flush(self, writer: EntryWriter) -> None:
+        """Close the writer's entry without waiting (the private ``flush_async`` of
+        pulsar-client's extension; the blocking ``flush`` where it is missing)."""
+        producer = writer.producer
+        with map_errors(f"append to {writer.where}"):
+            flush_async = getattr(producer._producer, "flush_async", None) if self._flush_async else None
+            if flush_async is None:
+                self._flush_async = False
+                producer.flush()
+            else:
+                flush_async(noop_flush)
+
+    def _outcome(
+        self,
+        batches: Sequence[tuple[str, int, AppendBatch]],
+        writers: list[EntryWriter],
+        wait: GroupWait,
+        complete: bool,
+    ) -> tuple[list[int | None], ProducerError | None]:
+        """Each batch's base offset (None: failed or unknown), and the first error."""
+        offsets: list[int | None] = []
+        error: ProducerError | None = None
+        with wait.cond:
+            answers = dict(wait.answers)
+        for index, ((_, _, batch), writer) in enumerate(zip(batches, writers, strict=True)):
+            first, last = answers.get(2 * index), answers.get(2 * index + 1)
+            what = f"append to {writer.where}"
+            if first is None or last is None:
+                offsets.append(None)
+                error = error or BackendUnavailableError(
+                    f"pulsar: {what}: no acknowledgement within {self.backend.timeout} s"
+                )
+                continue
+            offset, refused = entry_offset(first, last, len(batch.records), what)
+            offsets.append(offset)
+            error = error or refused
+        if not complete and error is None:  # pragma: no cover - the wait ended early
+            error = BackendUnavailableError(f"pulsar: {self.name!r}: a write was not acknowledged")
+        return offsets, error
+
+    def _abandon(self, writers: Iterable[EntryWriter], error: ProducerError) -> None:
+        """Close the writers of failed entries: nothing they still hold may be sent later,
+        and reopening one (:meth:`resolve`) waits until Pulsar settled its writes."""
+        for writer in writers:
+            if self._writers.get((writer.topic, writer.partition)) is writer:
+                del self._writers[(writer.topic, writer.partition)]
+            with contextlib.suppress(Exception):
+                writer.producer._producer.close_async(noop_flush)
+        _LOG.warning("pulsar: a write of %r failed; its writers are reopened before the next: %s", self.name, error)
+
+    def resolve(self) -> list[int | None] | None:
+        """Settle the last write whose outcome was unknown: reopen the writer of each entry
+        in doubt (Pulsar lets the name in once the old writer's sends are settled) and ask
+        ``last_sequence_id()`` whether it is stored; a read from where it could start finds
+        its offset.
+
+        Returns:
+            Each batch's base offset when stored, None for one that was not (and never will
+            be), in the order of the write.
+
+        Raises:
+            BackendUnavailableError: Pulsar could not be reached; still unresolved.
+            OwnershipLostError: a newer instance of this producer fenced this one.
+        """
+        items = self._unresolved
+        if items is None:
+            return None
+        self._check_fenced()
+        for item in items:
+            if item.offset is not None:
+                continue
+            key = (item.topic, item.partition)
+            writer = self._writers.get(key)
+            if writer is None:
+                base = self._states.get(key)
+                writer, _ = self._open(item.topic, item.partition, None if base is None else base)
+            with map_errors(f"resolve a write to {writer.where}"):
+                stored = int(writer.producer.last_sequence_id()) >= item.entry_id
+                if stored:
+                    item.offset = self._locate(writer, item)
+            writer.next_id = max(writer.next_id, item.entry_id + 1)
+            if item.offset is None:
+                item.entry_id = -1  # settled: not stored
+        self._unresolved = None
+        out = [item.offset for item in items]
+        for item in items:
+            if item.offset is not None:
+                writer = self._writers[(item.topic, item.partition)]
+                writer.end = max(writer.end, item.offset + item.count)
+        return out
+
+    def _locate(self, writer: EntryWriter, item: _Unresolved) -> int:
+        """The base offset of an entry of ours known to be stored after ``item.floor``
+        (:func:`~adapters._pulsar_recovery.locate`).
+
+        Raises:
+            CorruptDataError: it is not there (the log lost it).
+        """
+        return locate(self.backend, self.name, writer, item.header, item.entry_id, item.floor)
 
     # -- pipelined writes ------------------------------------------------------------------
 
@@ -573,7 +491,7 @@ class PulsarProducerLog:
             with self._mutex:
                 self._inflight[writer] = self._inflight.get(writer, 0) + 1
             try:
-                self._send(writer, batch, entry.entry_id, partial(self._first, entry), partial(self._last, entry))
+                send_entry(writer, batch, entry.entry_id, partial(self._first, entry), partial(self._last, entry))
                 self._flush(writer)
             except ProducerError as exc:  # the client refused it: whatever it holds is in doubt
                 self._answer(entry, None, exc)
@@ -593,24 +511,8 @@ class PulsarProducerLog:
             what = f"append to {writer.where}"
             if first is None:
                 error = BackendUnavailableError(f"pulsar: {what}: the entry's first message was not answered")
-            elif first[0] != pulsar.Result.Ok or result != pulsar.Result.Ok:
-                error = _translate(first[0] if first[0] != pulsar.Result.Ok else result, what)
             else:
-                head = first[1]
-                if head.ledger_id() < 0:  # Pulsar's dedup: stored by an earlier attempt
-                    error = BackendUnavailableError(f"pulsar: {what}: the entry was stored before")
-                else:
-                    ledger, entry_index, index = head.ledger_id(), head.entry_id(), max(head.batch_index(), 0)
-                    if message_id is not None and (
-                        message_id.ledger_id() != ledger
-                        or message_id.entry_id() != entry_index
-                        or max(message_id.batch_index(), 0) != index + entry.count - 1
-                    ):
-                        error = BackendUnavailableError(
-                            f"pulsar: {what}: the batch was not stored as one entry with consecutive batch indexes"
-                        )
-                    else:
-                        offset = encode_offset(ledger, entry_index, index)
+                offset, error = entry_offset(first, (result, message_id), entry.count, what)
             self._answer(entry, offset, error)
         except BaseException:  # pragma: no cover - an exception escaping a callback ends the process
             _LOG.exception("pulsar: answering an entry failed")
@@ -682,7 +584,7 @@ class PulsarProducerLog:
                     base = self._states.get(key)
                 reopened, _ = self._open(writer.topic, writer.partition, base)
                 reopened.end = max(reopened.end, writer.end)
-            with _map_errors(f"settle the writes to {writer.where}"):
+            with map_errors(f"settle the writes to {writer.where}"):
                 last_id = int(reopened.producer.last_sequence_id())
             for entry in sorted((e for e in entries if e.writer is writer), key=lambda e: e.entry_id):
                 unresolved = _Unresolved(
@@ -696,213 +598,6 @@ class PulsarProducerLog:
                 self._inflight.pop(writer, None)
             self._failures = [e for e in self._failures if e.writer not in failed]
         return out
-
-    def _send(
-        self,
-        writer: _Writer,
-        batch: AppendBatch,
-        entry_id: int,
-        first: Callable[[Any, Any], None],
-        last: Callable[[Any, Any], None],
-    ) -> None:
-        """Hand one batch to the writer's batch container (sent by the flush as one entry)."""
-        records = batch.records
-        count = len(records)
-        header = batch.header
-        event_time = int(batch.timestamp * 1000)
-        identity = {"idem.count": str(count)}
-        if header is not None:
-            identity.update(
-                {
-                    "idem.pid": str(header.producer_id),
-                    "idem.epoch": str(header.producer_epoch),
-                    "idem.seq": str(header.base_sequence),
-                }
-            )
-        send = writer.producer._producer.send_async
-        builder = _pulsar.MessageBuilder
-        if count == 1:  # one message: its answer is the entry's first and last
-            first = _both(first, last)
-        with _map_errors(f"append to {writer.where}"):
-            if type(records) is RecordColumns and records.keys is None:
-                # the head carries the identity, the entry's sequence id (the one the broker
-                # records) and the batch's time; the others only their value
-                for index, value in enumerate(records.values):
-                    message = builder()
-                    if value is None:
-                        message.set_null_value()
-                    else:
-                        message.content(value)
-                    if index == 0:
-                        for name, text in identity.items():
-                            message.property(name, text)
-                        message.sequence_id(entry_id)
-                        message.event_timestamp(event_time)
-                    send(message.build(), first if index == 0 else last if index == count - 1 else _noop)
-                return
-            for index, record in enumerate(records):
-                own_time = event_time
-                ordering_key: str | None = None
-                headers = record.headers
-                if headers and any(name in _OWN_FIELDS for name, _ in headers):
-                    for name, data in headers:
-                        if name == EVENT_TIME_HEADER:
-                            own_time = int(data)
-                        elif name == ORDERING_KEY_HEADER:
-                            ordering_key = data.decode()
-                    record = attrs.evolve(record, headers=tuple((n, v) for n, v in headers if n not in _OWN_FIELDS))
-                encoded = _encode_record(record, identity if index == 0 else {}, own_time)
-                message = builder()
-                if encoded.content is None:
-                    message.set_null_value()
-                else:
-                    message.content(encoded.content)
-                for name, text in encoded.properties.items():
-                    message.property(name, text)
-                if encoded.partition_key:
-                    message.partition_key(encoded.partition_key)
-                if ordering_key:
-                    message.ordering_key(ordering_key)
-                message.sequence_id(entry_id)
-                if encoded.event_time > 0:
-                    message.event_timestamp(encoded.event_time)
-                send(message.build(), first if index == 0 else last if index == count - 1 else _noop)
-
-    def _flush(self, writer: _Writer) -> None:
-        """Close the writer's entry without waiting (the private ``flush_async`` of
-        pulsar-client's extension; the blocking ``flush`` where it is missing)."""
-        producer = writer.producer
-        with _map_errors(f"append to {writer.where}"):
-            flush_async = getattr(producer._producer, "flush_async", None) if self._flush_async else None
-            if flush_async is None:
-                self._flush_async = False
-                producer.flush()
-            else:
-                flush_async(_noop_flush)
-
-    def _outcome(
-        self,
-        batches: Sequence[tuple[str, int, AppendBatch]],
-        writers: list[_Writer],
-        wait: _Wait,
-        complete: bool,
-    ) -> tuple[list[int | None], ProducerError | None]:
-        """Each batch's base offset (None: failed or unknown), and the first error."""
-        offsets: list[int | None] = []
-        error: ProducerError | None = None
-        with wait.cond:
-            answers = dict(wait.answers)
-        for index, ((_, _, batch), writer) in enumerate(zip(batches, writers, strict=True)):
-            first, last = answers.get(2 * index), answers.get(2 * index + 1)
-            what = f"append to {writer.where}"
-            if first is None or last is None:
-                offsets.append(None)
-                error = error or BackendUnavailableError(
-                    f"pulsar: {what}: no acknowledgement within {self.backend.timeout} s"
-                )
-                continue
-            bad = next((r for r, _ in (first, last) if r != pulsar.Result.Ok), None)
-            if bad is not None:
-                offsets.append(None)
-                error = error or _translate(bad, what)
-                continue
-            message_id = first[1]
-            if message_id.ledger_id() < 0:  # Pulsar's dedup: stored by an earlier attempt
-                offsets.append(None)
-                error = error or BackendUnavailableError(f"pulsar: {what}: the entry was stored before")
-                continue
-            ledger, entry, index0 = message_id.ledger_id(), message_id.entry_id(), max(message_id.batch_index(), 0)
-            end = last[1]
-            count = len(batch.records)
-            if end is not None and (
-                end.ledger_id() != ledger or end.entry_id() != entry or max(end.batch_index(), 0) != index0 + count - 1
-            ):
-                offsets.append(None)
-                error = error or BackendUnavailableError(
-                    f"pulsar: {what}: the batch was not stored as one entry with consecutive batch indexes"
-                )
-                continue
-            offsets.append(encode_offset(ledger, entry, index0))
-        if not complete and error is None:  # pragma: no cover - the wait ended early
-            error = BackendUnavailableError(f"pulsar: {self.name!r}: a write was not acknowledged")
-        return offsets, error
-
-    def _abandon(self, writers: Iterable[_Writer], error: ProducerError) -> None:
-        """Close the writers of failed entries: nothing they still hold may be sent later,
-        and reopening one (:meth:`resolve`) waits until Pulsar settled its writes."""
-        for writer in writers:
-            if self._writers.get((writer.topic, writer.partition)) is writer:
-                del self._writers[(writer.topic, writer.partition)]
-            with contextlib.suppress(Exception):
-                writer.producer._producer.close_async(_noop_flush)
-        _LOG.warning("pulsar: a write of %r failed; its writers are reopened before the next: %s", self.name, error)
-
-    def resolve(self) -> list[int | None] | None:
-        """Settle the last write whose outcome was unknown: reopen the writer of each entry
-        in doubt (Pulsar lets the name in once the old writer's sends are settled) and ask
-        ``last_sequence_id()`` whether it is stored; a read from where it could start finds
-        its offset.
-
-        Returns:
-            Each batch's base offset when stored, None for one that was not (and never will
-            be), in the order of the write.
-
-        Raises:
-            BackendUnavailableError: Pulsar could not be reached; still unresolved.
-            OwnershipLostError: a newer instance of this producer fenced this one.
-        """
-        items = self._unresolved
-        if items is None:
-            return None
-        self._check_fenced()
-        for item in items:
-            if item.offset is not None:
-                continue
-            key = (item.topic, item.partition)
-            writer = self._writers.get(key)
-            if writer is None:
-                base = self._states.get(key)
-                writer, _ = self._open(item.topic, item.partition, None if base is None else base)
-            with _map_errors(f"resolve a write to {writer.where}"):
-                stored = int(writer.producer.last_sequence_id()) >= item.entry_id
-                if stored:
-                    item.offset = self._locate(writer, item)
-            writer.next_id = max(writer.next_id, item.entry_id + 1)
-            if item.offset is None:
-                item.entry_id = -1  # settled: not stored
-        self._unresolved = None
-        out = [item.offset for item in items]
-        for item in items:
-            if item.offset is not None:
-                writer = self._writers[(item.topic, item.partition)]
-                writer.end = max(writer.end, item.offset + item.count)
-        return out
-
-    def _locate(self, writer: _Writer, item: _Unresolved) -> int:
-        """The base offset of an entry of ours known to be stored after ``item.floor``.
-
-        Raises:
-            CorruptDataError: it is not there (the log lost it).
-        """
-        header = item.header
-        for message in self.backend._read(writer.data_topic, _start_id(item.floor)):
-            if message.producer_name() != self.name:
-                continue
-            properties = message.properties()
-            if "idem.count" not in properties:
-                continue
-            if header is not None and (
-                properties.get("idem.pid") != str(header.producer_id)
-                or properties.get("idem.seq") != str(header.base_sequence)
-                or properties.get("idem.epoch") != str(header.producer_epoch)
-            ):
-                continue
-            message_id = message.message_id()
-            return encode_offset(message_id.ledger_id(), message_id.entry_id(), max(message_id.batch_index(), 0))
-        raise CorruptDataError(
-            f"pulsar: {writer.where}: Pulsar says entry {item.entry_id} of {self.name!r} is stored, "
-            f"but it is not found after offset {item.floor}"
-        )
 
     # -- state -------------------------------------------------------------------------------
 
@@ -933,7 +628,7 @@ class PulsarProducerLog:
         producer = self._state_producer
         if wait:
             try:
-                with _map_errors(f"store the state of producer {self.producer_key!r}"):
+                with map_errors(f"store the state of producer {self.producer_key!r}"):
                     producer.send(data)
             except OwnershipLostError as exc:
                 self._fence(exc)
@@ -942,9 +637,9 @@ class PulsarProducerLog:
         def stored(result: Any, message_id: Any) -> None:
             if result != pulsar.Result.Ok:
                 with contextlib.suppress(BaseException):
-                    self._state_error = _translate(result, f"store the state of producer {self.producer_key!r}")
+                    self._state_error = translate(result, f"store the state of producer {self.producer_key!r}")
 
-        with _map_errors(f"store the state of producer {self.producer_key!r}"):
+        with map_errors(f"store the state of producer {self.producer_key!r}"):
             producer.send_async(data, stored)
 
     def close(self) -> None:
@@ -966,18 +661,6 @@ class PulsarProducerLog:
         for writer in writers:
             with contextlib.suppress(Exception):
                 writer.producer.close()
-
-
-def _both(first: Callable[[Any, Any], None], last: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
-    def callback(result: Any, message_id: Any) -> None:
-        first(result, message_id)
-        last(result, message_id)
-
-    return callback
-
-
-def _noop_flush(result: Any) -> None:
-    pass
 
 
 def open_producer_log(

@@ -13,13 +13,17 @@ newest snapshot plus a replay of the log written after it. When an append fails,
 is unknown, so the partition discards its in-flight state and rebuilds it from the log once
 the outstanding appends have drained; until then requests get a retriable
 :class:`~idempotent.errors.PartitionRecoveringError`.
+
+The broker composes one shell per concern: the producer records (``producer_records``), the
+topics (``topic_directory``), the settings (``broker_settings``), the partitions and their
+recovery (``partition_shell``), the leases (``leases``), becoming the backend's writer
+(``writer_claim``), the end of each append once the backend answered (``broker_appends``)
+and the background loops (``broker_loops``).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +32,7 @@ from concurrent.futures import Future
 from ._checker import PartitionChecker, Policy
 from ._outcomes import ProduceResult
 from ._ownership import RENEW_FRACTION, Lease
-from ._partition import Append, Fail, RefreshProducers, Reply, WriteSnapshot
+from ._partition import RefreshProducers, Reply, WriteSnapshot
 from ._records import StoredRecord
 from ._registry import Admission, ProducerRecord, ProducerRegistry, validate_name
 from ._request import ProduceRequest
@@ -39,7 +43,9 @@ from ._types import TopicPartition
 from ._values import LastSequences, PartitionStats, ProducerSession
 from .api import ProduceShortcuts
 from .backend import AppendBatch, LogBackend
+from .broker_appends import AppendCompletions, PendingAppend
 from .broker_config import BrokerConfig as BrokerConfig
+from .broker_loops import BackgroundLoops
 from .broker_settings import BrokerSettings
 from .errors import (
     ConfigError,
@@ -51,36 +57,20 @@ from .errors import (
     ProducerClosedError,
     ProducerError,
     UnknownProducerError,
-    internal_error,
 )
 from .leases import PartitionLeases
-from .observer import BrokerObserver, notify
+from .observer import BrokerObserver, notify, observe_produce
 from .partition_shell import PartitionMap, PartitionShell
 from .producer_records import ProducerRecords
 from .topic_directory import TopicDirectory
 from .topic_directory import validate_topic as validate_topic
+from .writer_claim import WriterClaim
 
 #: decisions one produce request may go through (admission refresh, evictions) before the
 #: partition is reported recovering: bounds the retries while snapshots cannot be stored
 _MAX_OFFERS = 4
 
 _LOG = logging.getLogger("idempotent.broker")
-
-
-class _Completion:
-    """An append handed to the backend: what the shell needs to finish it (one per batch;
-    a plain slotted class, as cheap to build as a tuple). It does not hold the backend's
-    future: that future's done-callback holds it, and a reference back would make a cycle
-    per batch, garbage that only the cyclic collector frees."""
-
-    __slots__ = ("append", "out", "part", "started")
-
-    def __init__(self, part: _Partition, append: Append, started: float, out: Future[ProduceResult]) -> None:
-        self.part, self.append, self.started, self.out = part, append, started, out
-
-
-#: a partition of the broker: its lock and its core, and its recovery (partition_shell.py)
-_Partition = PartitionShell
 
 
 class Broker(ProduceShortcuts):
@@ -112,26 +102,30 @@ class Broker(ProduceShortcuts):
         )
         #: the open partitions (the map's dict: read without a lock, entries never removed)
         self._partitions = self._partition_map.parts
-        self._completions: queue.SimpleQueue[tuple[_Completion, Future[int]] | None] = queue.SimpleQueue()
-        self._completer = threading.Thread(target=self._complete_loop, name="idempotent-completions", daemon=True)
-        self._completer.start()
-        self._maintainer: threading.Thread | None = None
+        #: whether the backend confirmed this broker as its writer (see _claim_writer)
+        self._writer = WriterClaim(
+            backend, self._lock, self._producers, self._topics, self._settings, self._partition_map
+        )
+        #: finishes the appends the backend answers (broker_appends.py)
+        self._appends = AppendCompletions(self._current_observers)
+        #: the maintenance sweep and the lease heartbeat, and a bug either hit (broker_loops.py)
+        self._loops = BackgroundLoops(self._stop)
         if self.config.maintenance_interval > 0:
-            self._maintainer = threading.Thread(target=self._maintain_loop, name="idempotent-maintenance", daemon=True)
-            self._maintainer.start()
-        #: the backend confirmed this broker as its writer (see _claim_writer)
-        self._writer = False
-        #: a bug a background loop hit (see _background): every later request raises it
-        self._failure: InternalError | None = None
-        self._writer_lock = threading.Lock()
+            self._loops.start(
+                "idempotent-maintenance", self.config.maintenance_interval, "maintenance", lambda: self.maintain()
+            )
         #: the leases of this broker, when it shares its backend with others (a broker_id)
         self._ownership: PartitionLeases | None = None
         if self.config.broker_id is not None:
             self._ownership = PartitionLeases(
                 backend, self.config.broker_id, self.config.advertised_address, self.config.lease_duration
             )
-            self._leaser = threading.Thread(target=self._lease_loop, name="idempotent-leases", daemon=True)
-            self._leaser.start()
+            self._loops.start(
+                "idempotent-leases",
+                self.config.lease_duration * RENEW_FRACTION / 2,
+                "renewing leases",
+                lambda: self.renew_leases(),
+            )
 
     @property
     def url(self) -> str:
@@ -207,7 +201,7 @@ class Broker(ProduceShortcuts):
         """
         return self._topics.partitions_for(validate_topic(topic), create=create)
 
-    def _partition(self, topic: str, partition: int, *, create: bool = True) -> _Partition:
+    def _partition(self, topic: str, partition: int, *, create: bool = True) -> PartitionShell:
         topic = validate_topic(topic)
         count = self._topics.count_covering(topic, partition, create=create)  # partitions may have been added
         if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < count:
@@ -438,25 +432,7 @@ class Broker(ProduceShortcuts):
         observers = self._observers
         if not observers:
             return self._submit(request)
-        topic, partition = request.topic, request.partition
-        started = time.monotonic()
-        try:
-            future = self._submit(request)
-        except BaseException as exc:
-            notify(observers, "produce_failed", topic, partition, exc, time.monotonic() - started)
-            raise
-        count, size = request.header.record_count, request.size
-
-        def done(f: Future[ProduceResult]) -> None:
-            seconds = time.monotonic() - started
-            exc = f.exception()
-            if exc is not None:
-                notify(observers, "produce_failed", topic, partition, exc, seconds)
-            else:
-                notify(observers, "produce_completed", topic, partition, f.result(), count, size, seconds)
-
-        future.add_done_callback(done)
-        return future
+        return observe_produce(observers, request, self._submit)
 
     def _refused(self, topic: str, partition: int, error: ProducerError) -> None:
         observers = self._observers
@@ -508,7 +484,7 @@ class Broker(ProduceShortcuts):
                     self._refresh_producers()
                     refreshable = False
                 elif isinstance(decision, WriteSnapshot):  # evictions, made durable first
-                    self._write_snapshot(part, decision)
+                    part.write_snapshot(decision)  # (PartitionShell.write_snapshot)
                     self._ready(part)
                 else:
                     break
@@ -526,59 +502,11 @@ class Broker(ProduceShortcuts):
             except BaseException as exc:
                 appended = Future()
                 appended.set_exception(exc)
-            completion = _Completion(part, append, started, out)
-            if appended.done():
-                # A synchronous backend: complete it here, under the partition lock, so that a
-                # failed append marks the partition failed before any later batch of it is
-                # appended (the ordering contract of LogBackend.append).
-                self._appended(completion, appended)
-            else:
-                # An asynchronous backend: its thread only queues the completion, so it never
-                # waits for a broker lock (it may be needed to finish a snapshot write).
-                appended.add_done_callback(functools.partial(_queue_completion, self._completions.put, completion))
+            # a synchronous backend's append is finished here, under the partition lock (a
+            # failed one marks the partition failed before any later batch of it is appended);
+            # an asynchronous backend's on the completion thread (broker_appends.py)
+            self._appends.track(PendingAppend(part, append, started, out), appended)
         return out
-
-    def _complete_loop(self) -> None:
-        while True:
-            item = self._completions.get()
-            if item is None:
-                return
-            try:
-                self._appended(*item)
-            except Exception as exc:  # a bug: logged; the future reports it, the others complete
-                future = item[0].out
-                if not future.done():
-                    future.set_exception(internal_error("completing an append", exc, _LOG))
-
-    def _appended(self, completion: _Completion, appended: Future[int]) -> None:
-        part, append, out = completion.part, completion.append, completion.out
-        exc = appended.exception()
-        observers = self._observers
-        if observers:
-            seconds = time.monotonic() - completion.started
-            notify(observers, "append_completed", part.tp.topic, part.tp.partition, seconds, exc is None)
-            if append.with_snapshot:
-                notify(observers, "snapshot_written", part.tp.topic, part.tp.partition, exc is None)
-        with part.lock:
-            actions = part.core.completed(append, appended.result() if exc is None else exc, time.time())
-            for action in actions[1:]:  # an overdue snapshot
-                assert isinstance(action, WriteSnapshot)
-                self._write_snapshot(part, action)
-            part.cond.notify_all()
-        answer = actions[0]
-        if isinstance(answer, Reply):
-            out.set_result(answer.result)
-            return
-        assert isinstance(answer, Fail)
-        error = answer.error
-        if not isinstance(error, ProducerError):  # the backend broke its contract: a bug
-            error = internal_error(f"appending to {part.tp}", error, _LOG)
-        out.set_exception(error)
-
-    def _write_snapshot(self, part: _Partition, action: WriteSnapshot) -> bool:
-        """Carry out a :class:`WriteSnapshot` of the core (:meth:`PartitionShell.write_snapshot`).
-        Needs part.lock."""
-        return part.write_snapshot(action)
 
     def _current_observers(self) -> tuple[BrokerObserver, ...]:
         return self._observers
@@ -597,32 +525,20 @@ class Broker(ProduceShortcuts):
         self._producers.mark_evicted(producer_ids)
 
     def _claim_writer(self) -> None:
-        """Become the backend's writer before deciding on a write. When the backend says this
-        broker just became it (SQLite: another process wrote the file until now), everything
-        read before is stale: producer records, settings, topics and every partition's checker
-        are rebuilt from what is stored now, never from what was cached while not the writer.
+        """Become the backend's writer before deciding on a write (:meth:`WriterClaim.claim`).
+        When the backend says this broker just became it (SQLite: another process wrote the
+        file until now), everything read before is stale: producer records, settings, topics
+        and every partition's checker are rebuilt from what is stored now, never from what was
+        cached while not the writer.
 
         Raises:
             ConfigError: another live process writes the backend (SQLite).
             BackendUnavailableError: the backend failed.
         """
-        if self._writer:
-            return
-        with self._writer_lock:
-            if self._writer:
-                return
-            if self.backend.claim_writer():
-                records = self.backend.load_producers()
-                settings = dict(self.backend.load_settings())
-                topics = dict(self.backend.list_topics())
-                with self._lock:
-                    self._producers.replace(records)
-                    self._topics.replace(topics)
-                    self._settings.replace(settings)
-                self._partition_map.forget_all()  # (outside self._lock: partition locks come first)
-            self._writer = True
+        if not self._writer.claimed:
+            self._writer.claim()
 
-    def _ready(self, part: _Partition) -> PartitionChecker:
+    def _ready(self, part: PartitionShell) -> PartitionChecker:
         """The partition's checker, recovered first if needed (:meth:`PartitionShell.ready`).
         Needs part.lock.
 
@@ -673,11 +589,11 @@ class Broker(ProduceShortcuts):
         """The partitions whose lease this broker holds now (empty without a ``broker_id``)."""
         return [] if self._ownership is None else self._ownership.owned()
 
-    def _serving(self, part: _Partition) -> bool:
+    def _serving(self, part: PartitionShell) -> bool:
         """Whether this broker may touch the partition's log now (write, snapshot, recover)."""
         return self._ownership is None or self._ownership.holds(part.tp)
 
-    def _own(self, part: _Partition) -> None:
+    def _own(self, part: PartitionShell) -> None:
         """Make sure this broker holds the partition's lease (:meth:`PartitionLeases.own`).
         A claim drops the partition's state: it is rebuilt from the newest snapshot and the
         log, and opening the partition again fences the previous writer. Needs part.lock.
@@ -704,11 +620,6 @@ class Broker(ProduceShortcuts):
         self._ownership.renew()  # backend I/O outside its lock: produce requests check leases under it
         self._refresh_producers()
         self.refresh_settings()  # keeps a change made here while the load was under way
-
-    def _lease_loop(self) -> None:
-        while not self._stop.wait(self.config.lease_duration * RENEW_FRACTION / 2):
-            if not self._background("renewing leases", self.renew_leases):
-                return
 
     def _refresh_producers(self) -> None:
         """Adopt producer records that other brokers stored (new producers, higher epochs)."""
@@ -804,7 +715,7 @@ class Broker(ProduceShortcuts):
         """Carry out :meth:`ProducerRegistry.sweep`: store the touched records, delete the
         expired ones. Only the backend's writer does it (a SQLite file read by another
         process is left alone)."""
-        if not self._writer:
+        if not self._writer.claimed:
             return
         if self._ownership is not None:
             self._refresh_producers()  # last uses other brokers noted
@@ -813,24 +724,11 @@ class Broker(ProduceShortcuts):
         if deleted:
             _LOG.info("deleted %d producer records idle for over %.0f s", deleted, retention)
 
-    def _maintain_loop(self) -> None:
-        while not self._stop.wait(self.config.maintenance_interval):
-            if not self._background("maintenance", self.maintain):
-                return
-
-    def _background(self, what: str, step: Callable[[], None]) -> bool:
-        """One step of a background loop. An error of the tree (the backend failed) is logged
-        and the step runs again next interval. Anything else is a bug: it is logged with its
-        traceback and kept as the broker's failure (every later request raises that FATAL
-        InternalError), and the loop stops. Returns whether the loop goes on."""
-        try:
-            step()
-        except ProducerError as exc:
-            _LOG.warning("%s failed, retried next interval: %s", what, exc)
-        except Exception as exc:
-            self._failure = internal_error(what, exc, _LOG)
-            return False
-        return True
+    @property
+    def _failure(self) -> InternalError | None:
+        """A bug a background loop hit (:class:`~idempotent.broker_loops.BackgroundLoops`):
+        every later request raises it."""
+        return self._loops.failure
 
     def _check_open(self) -> None:
         if self._failure is not None:
@@ -852,7 +750,7 @@ class Broker(ProduceShortcuts):
         if self._ownership is not None:
             self._ownership.release_all()
         self._closed = True
-        self._completions.put(None)
+        self._appends.stop()
         self.backend.close()
 
     def abandon(self) -> None:
@@ -861,7 +759,7 @@ class Broker(ProduceShortcuts):
         self._stop.set()
         self._stop_refresher()
         self._closed = True
-        self._completions.put(None)
+        self._appends.stop()
         self.backend.close()
 
     def _stop_refresher(self) -> None:
@@ -879,13 +777,6 @@ def _now_ms() -> float:
     """Wall-clock time in seconds, at millisecond precision: what every backend can store
     (Kafka and Pulsar keep milliseconds), so a replay sees the same timestamps as live."""
     return int(time.time() * 1000) / 1000
-
-
-def _queue_completion(
-    put: Callable[[tuple[_Completion, Future[int]]], None], completion: _Completion, appended: Future[int]
-) -> None:
-    """The backend's future is done: queue it for the completion thread (see _Completion)."""
-    put((completion, appended))
 
 
 def _done(result: ProduceResult) -> Future[ProduceResult]:

@@ -20,10 +20,15 @@ Rules for observers:
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from ._outcomes import ProduceResult
+    from ._request import ProduceRequest
 
 LOG = logging.getLogger("idempotent.observer")
 
@@ -78,4 +83,33 @@ def notify(observers: tuple[BrokerObserver, ...], event: str, *args: object) -> 
             LOG.exception("observer %r failed on %s", observer, event)
 
 
-__all__ = ["BrokerObserver", "notify"]
+def observe_produce(
+    observers: tuple[BrokerObserver, ...],
+    request: ProduceRequest,
+    submit: Callable[[ProduceRequest], Future[ProduceResult]],
+) -> Future[ProduceResult]:
+    """``submit(request)``, telling ``observers`` how the produce request ends:
+    ``produce_failed`` when ``submit`` raises (what it raised is raised again) or its future
+    fails, else ``produce_completed`` with the future's result; ``seconds`` from this call."""
+    topic, partition = request.topic, request.partition
+    started = time.monotonic()
+    try:
+        future = submit(request)
+    except BaseException as exc:
+        notify(observers, "produce_failed", topic, partition, exc, time.monotonic() - started)
+        raise
+    count, size = request.header.record_count, request.size
+
+    def done(f: Future[ProduceResult]) -> None:
+        seconds = time.monotonic() - started
+        exc = f.exception()
+        if exc is not None:
+            notify(observers, "produce_failed", topic, partition, exc, seconds)
+        else:
+            notify(observers, "produce_completed", topic, partition, f.result(), count, size, seconds)
+
+    future.add_done_callback(done)
+    return future
+
+
+__all__ = ["BrokerObserver", "notify", "observe_produce"]
