@@ -91,7 +91,7 @@ def test_unit_runs_cut_a_batch_where_the_split_or_file_changes() -> None:
     rows = [("/a", 0, 0), ("/a", 0, 1), ("/a", 100, 7), ("/b", 0, 0)]
     split = identity_of(_schema(_metadata(False)), Options(URL))
     runs = unit_runs(_metadata_batch(rows, False), split, 3)
-    assert [(r.start, r.stop, r.split, r.ordinals) for r in runs] == [
+    assert [(r.start, r.stop, r.split, r.positions) for r in runs] == [
         (0, 2, FileSplit("/a", 0, 100, 1000, 5), None),
         (2, 3, FileSplit("/a", 100, 100, 1000, 5), None),
         (3, 4, FileSplit("/b", 0, 100, 1000, 5), None),
@@ -99,7 +99,8 @@ def test_unit_runs_cut_a_batch_where_the_split_or_file_changes() -> None:
     assert runs[0].unit == "/a@0+100"
     position = identity_of(_schema(_metadata(True)), Options(URL))
     runs = unit_runs(_metadata_batch(rows, True), position, 3)
-    assert [(r.unit, r.start, r.stop, r.ordinals) for r in runs] == [("/a", 0, 3, [0, 1, 7]), ("/b", 3, 4, [0])]
+    assert [(r.unit, r.start, r.stop, r.ordinals()) for r in runs] == [("/a", 0, 3, [0, 1, 7]), ("/b", 3, 4, [0])]
+    assert [(r.first, r.last, r.increasing) for r in runs] == [(0, 7, True), (0, 0, True)]
 
 
 def test_unit_runs_of_position_columns_and_of_plain_rows() -> None:
@@ -110,7 +111,11 @@ def test_unit_runs_of_position_columns_and_of_plain_rows() -> None:
         names=["value", "src", "offset"],
     )
     runs = unit_runs(batch, identity, 0)
-    assert [(r.unit, r.ordinals) for r in runs] == [('["p0"]', [5, 6]), ('["p1"]', [5])]
+    assert [(r.unit, r.ordinals()) for r in runs] == [('["p0"]', [5, 6]), ('["p1"]', [5])]
+    backwards = pa.record_batch(
+        [pa.array([b"v"] * 3), pa.array(["p0"] * 3), pa.array([5, 7, 6], pa.int64())], names=["value", "src", "offset"]
+    )
+    assert not unit_runs(backwards, identity, 0)[0].increasing
     nulls = pa.record_batch(
         [pa.array([b"v"]), pa.array(["p0"]), pa.array([None], pa.int64())], names=["value", "src", "offset"]
     )

@@ -108,8 +108,29 @@ class UnitRun:
     start: int
     stop: int
     split: FileSplit | None = None
-    #: the rows' ordinals (position mode); None: they continue the unit's count
-    ordinals: list[int] | None = None
+    #: position mode: the rows' ordinals (an Arrow array); None: they continue the unit's count
+    positions: Any = None
+
+    @property
+    def first(self) -> int | None:
+        return None if self.positions is None else int(self.positions[0].as_py())
+
+    @property
+    def last(self) -> int | None:
+        return None if self.positions is None else int(self.positions[-1].as_py())
+
+    @property
+    def increasing(self) -> bool:
+        """Whether the ordinals strictly increase (True without ordinals)."""
+        if self.positions is None or len(self.positions) < 2:
+            return True
+        steps = pc.subtract(self.positions.slice(1), self.positions.slice(0, len(self.positions) - 1))
+        return bool(pc.min(steps).as_py() > 0)
+
+    def ordinals(self) -> list[int]:
+        """The ordinals as Python ints (position mode)."""
+        values: list[int] = self.positions.to_pylist()
+        return values
 
 
 def unit_runs(batch: Any, identity: Identity, spark_partition: int) -> list[UnitRun]:
@@ -130,14 +151,12 @@ def unit_runs(batch: Any, identity: Identity, spark_partition: int) -> list[Unit
     else:
         keys = [batch.column(name) for name in identity.position_columns[:-1]]
         ordinal_column = batch.column(identity.position_columns[-1])
-    bounds = _boundaries(keys, count)
-    ordinals: list[int] | None = None
     if ordinal_column is not None:
         if ordinal_column.null_count:
             raise ConfigError("a row has no position (its ordinal column is null): every row needs one")
-        ordinals = ordinal_column.to_pylist()
+        ordinal_column = ordinal_column.cast(pa.int64())
     runs = []
-    for start, stop in itertools.pairwise(bounds):
+    for start, stop in itertools.pairwise(_boundaries(keys, count)):
         split = None
         if identity.metadata:
             meta = batch.column(METADATA)
@@ -151,7 +170,8 @@ def unit_runs(batch: Any, identity: Identity, spark_partition: int) -> list[Unit
             unit = split.path if identity.mode is Mode.POSITION else split.key
         else:
             unit = json.dumps([column[start].as_py() for column in keys], default=str)
-        runs.append(UnitRun(unit, start, stop, split, None if ordinals is None else ordinals[start:stop]))
+        positions = None if ordinal_column is None else ordinal_column.slice(start, stop - start)
+        runs.append(UnitRun(unit, start, stop, split, positions))
     return runs
 
 

@@ -193,23 +193,21 @@ class TaskWriter:
         """
         count = len(values)
         current = self.open
-        ordinals = run.ordinals
+        first, last = run.first, run.last
         if current is None or current.segment.unit != run.unit:
-            first = ordinals[0] if ordinals is not None else 0
             digest = row_digest(values[0], keys[0] if keys else None) if self.plan and self.segments == 0 else None
-            current = self._start(run.unit, first, run.split, digest)
-        if ordinals is not None:
-            if ordinals[0] <= current.last_ordinal or any(b <= a for a, b in itertools.pairwise(ordinals)):
+            current = self._start(run.unit, first if first is not None else 0, run.split, digest)
+        if first is not None and last is not None:
+            if first <= current.last_ordinal or not run.increasing:
                 raise ConfigError(
                     f"positions of {run.unit} do not increase within a Spark partition: each partition must read "
                     "a unit's rows in increasing order of the ordinal column (sortWithinPartitions)"
                 )
-            current.last_ordinal = ordinals[-1]
-            contiguous = ordinals[-1] - ordinals[0] == count - 1
-            current.router.index = current.offset + ordinals[0]
+            current.last_ordinal = last
+            contiguous = last - first == count - 1
+            current.router.index = current.offset + first
         else:
-            ordinals_from = current.next_ordinal
-            current.last_ordinal = ordinals_from + count - 1
+            current.last_ordinal = current.next_ordinal + count - 1
             current.next_ordinal += count
             contiguous = True
         check = current.check
@@ -217,15 +215,14 @@ class TaskWriter:
             self.skipped += count
             return
         plan = self.plan
-        if plan is not None and ordinals is not None and ordinals[-1] > current.reached:
+        if plan is not None and last is not None and last > current.reached:
             segment = current.segment
-            self._record(progress_record(plan.job, plan.run, segment.producer, segment.index, ordinals[-1]))
-            current.reached = ordinals[-1]
+            self._record(progress_record(plan.job, plan.run, segment.producer, segment.index, last))
+            current.reached = last
         if not contiguous and (parts is None or None in parts) and (keys is None or None in keys):
-            parts = self._round_robin(current, ordinals or [], keys, parts)
-        if check is not None and check.row_by_row:
-            assert ordinals is not None  # row by row happens in position mode only
-            self._add_row_by_row(current, check, ordinals, values, keys, parts, headers)
+            parts = self._round_robin(current, run.ordinals(), keys, parts)
+        if check is not None and check.row_by_row:  # position mode only
+            self._add_row_by_row(current, check, run.ordinals(), values, keys, parts, headers)
             return
         prefix = check.prefix if check is not None else None
         base = current.router.base
