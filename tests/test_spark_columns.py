@@ -99,8 +99,12 @@ def test_unit_runs_cut_a_batch_where_the_split_or_file_changes() -> None:
     assert runs[0].unit == "/a@0+100"
     position = identity_of(_schema(_metadata(True)), Options(URL))
     runs = unit_runs(_metadata_batch(rows, True), position, 3)
-    assert [(r.unit, r.start, r.stop, r.ordinals()) for r in runs] == [("/a", 0, 3, [0, 1, 7]), ("/b", 3, 4, [0])]
-    assert [(r.first, r.last, r.increasing) for r in runs] == [(0, 7, True), (0, 0, True)]
+    assert [(r.unit, r.start, r.stop, r.ordinals()) for r in runs] == [
+        ("/a", 0, 2, [0, 1]),
+        ("/a", 2, 3, [7]),
+        ("/b", 3, 4, [0]),
+    ]
+    assert [(r.first, r.last, r.increasing) for r in runs] == [(0, 1, True), (7, 7, True), (0, 0, True)]
 
 
 def test_unit_runs_of_position_columns_and_of_plain_rows() -> None:

@@ -134,8 +134,9 @@ class UnitRun:
 
 
 def unit_runs(batch: Any, identity: Identity, spark_partition: int) -> list[UnitRun]:
-    """Cut an Arrow batch into runs of rows of one unit (one run per file split, file or
-    source unit the batch holds, in row order).
+    """Cut an Arrow batch into runs of rows of one unit (one run per file split or source
+    unit the batch holds, in row order; in position mode over files the unit is the file,
+    and each split of it a run of its own).
 
     Raises:
         ConfigError: a position is null.
@@ -146,7 +147,7 @@ def unit_runs(batch: Any, identity: Identity, spark_partition: int) -> list[Unit
     if identity.metadata:
         meta = batch.column(METADATA)
         paths = meta.field("file_path")
-        keys = [paths] if identity.mode is Mode.POSITION else [paths, meta.field("file_block_start")]
+        keys = [paths, meta.field("file_block_start")]  # a run per split, also in position mode
         ordinal_column = meta.field("row_index") if identity.mode is Mode.POSITION else None
     else:
         keys = [batch.column(name) for name in identity.position_columns[:-1]]

@@ -76,26 +76,52 @@ def _anchor(broker: BrokerAPI, topic: str, job: str, mode: Mode) -> tuple[int, M
     """Store the job's anchor once, or find it: ``(its offset in the runs partition, the
     job's mode)``.
 
+    The anchor is sequence 0 of the producer ``spark/<job>/anchor`` on the runs partition:
+    the first run stores it, every later one gets DUPLICATE with its offset. When the broker
+    no longer has that producer's state (evicted among over ``max_producers`` others, or
+    older than the producer expiry), the runs partition is scanned for the job's first
+    anchor instead.
+
     Raises:
-        ConfigError: another run of the job initialises its producers at the same moment.
+        ConfigError: another run of the job initialises its producers at the same moment, or
+            the anchor cannot be read.
     """
     ledger = ledger_topic(topic)
     session = broker.init_producer(f"spark/{job}/anchor")
     start = broker.end_offset(ledger, LEDGER_SEGMENTS)
     value = encode(job_record(job, mode, start))
     result = broker.produce(ledger, LEDGER_RUNS, session.producer_id, session.producer_epoch, 0, [value])
-    if result.outcome not in (Outcome.ACCEPTED, Outcome.DUPLICATE) or result.base_offset is None:
+    if result.outcome not in (Outcome.ACCEPTED, Outcome.DUPLICATE):
         raise ConfigError(
             f"job {job!r}: could not find or store its ledger anchor ({result.outcome.name}); is another run of "
             "the same job starting? Run one at a time"
         )
-    if result.outcome is Outcome.ACCEPTED:
-        return result.base_offset, mode
-    stored = broker.read(ledger, LEDGER_RUNS, result.base_offset, 1)
-    record = decode(stored[0].value) if stored else None
-    if record is None or record.get("kind") != "job":
-        raise ConfigError(f"job {job!r}: its ledger anchor at offset {result.base_offset} cannot be read")
-    return result.base_offset, Mode(record["mode"])
+    if result.outcome is Outcome.DUPLICATE and result.base_offset is not None:
+        stored = broker.read(ledger, LEDGER_RUNS, result.base_offset, 1)
+        record = decode(stored[0].value) if stored else None
+        if record is None or record.get("kind") != "job":
+            raise ConfigError(f"job {job!r}: its ledger anchor at offset {result.base_offset} cannot be read")
+        return result.base_offset, Mode(record["mode"])
+    if (
+        result.outcome is Outcome.ACCEPTED
+        and not session.state_lost
+        and session.last_sequences[ledger, LEDGER_RUNS] < 0
+    ):
+        assert result.base_offset is not None  # ACCEPTED carries it
+        return result.base_offset, mode  # the first run of the job
+    return _first_anchor(broker, topic, job)
+
+
+def _first_anchor(broker: BrokerAPI, topic: str, job: str) -> tuple[int, Mode]:
+    """The offset and mode of the job's first anchor, scanning the runs partition."""
+    position = 0
+    while records := broker.read(ledger_topic(topic), LEDGER_RUNS, position, LEDGER_READ):
+        for stored in records:
+            record = decode(stored.value)
+            if record is not None and record.get("kind") == "job" and record.get("job") == job:
+                return stored.offset, Mode(record["mode"])
+        position = records[-1].offset + 1
+    raise ConfigError(f"job {job!r}: its ledger anchor cannot be found in {ledger_topic(topic)}")
 
 
 @attrs.frozen
@@ -130,7 +156,7 @@ def plan_batch(options: Options, schema: StructType) -> BatchPlan:
     run = uuid.uuid4().hex[:12]
     with contextlib.closing(_connect(options.url)) as broker:
         runs_start, _ = _anchor(broker, topic, job, identity.mode)
-        with Producer(broker, producer_name=f"spark/{job}/runs") as producer:
+        with Producer(broker, linger_ms=0) as producer:  # anonymous: no producer record to store
             producer.send(ledger_topic(topic), encode(run_record(job, run)), partition=LEDGER_RUNS).result()
         runs = read_ledger(broker, topic, LEDGER_RUNS, runs_start)
         anchor = next(r for r in runs if r.get("kind") == "job" and r.get("job") == job)
