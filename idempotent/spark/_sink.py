@@ -194,7 +194,8 @@ class TaskWriter:
         count = len(values)
         current = self.open
         first, last = run.first, run.last
-        if current is None or current.segment.unit != run.unit:
+        if current is None or current.segment.unit != run.unit or current.segment.split != run.split:
+            # a segment per unit, and per file split: a rerun's tasks start where splits start
             digest = row_digest(values[0], keys[0] if keys else None) if self.plan and self.segments == 0 else None
             current = self._start(run.unit, first if first is not None else 0, run.split, digest)
         if first is not None and last is not None:
@@ -408,10 +409,9 @@ def write_task(
     with fewer_collections(), contextlib.ExitStack() as stack:
         producer = stack.enter_context(Producer(ensure_host(url), producer_name=producer_name, linger_ms=linger_ms))
         ledger = None
-        if batch_plan is not None:  # ledger records go out at once, not after the rows' linger
-            ledger = stack.enter_context(
-                Producer(producer.broker, producer_name=producer_name + "/ledger", linger_ms=0)
-            )
+        if batch_plan is not None and batch_plan.identity.mode is Mode.POSITION:
+            # a progress record precedes every Arrow batch: send it at once, not after a linger
+            ledger = stack.enter_context(Producer(producer.broker, linger_ms=0))  # anonymous: nothing to store
         runs_start = batch_plan.runs_start if batch_plan else 0
         writer = TaskWriter(producer, topic, plan=plan, base=base, runs_start=runs_start, ledger=ledger)
         for batch in batches:
@@ -492,7 +492,7 @@ class BatchWriter(DataSourceArrowWriter):
             self._record(done)
 
     def _record(self, records: list[dict[str, Any]]) -> None:
-        with Producer(ensure_host(self.options.url), producer_name=f"spark/{self.plan.rerun.job}/runs") as producer:
+        with Producer(ensure_host(self.options.url), linger_ms=0) as producer:  # anonymous: no record to store
             values = [encode(record) for record in records]
             producer.send_many(ledger_topic(self.options.topic), values, partition=LEDGER_SEGMENTS).result()
 
