@@ -151,6 +151,32 @@ def test_bad_input_is_refused_before_anything_is_written(spark: Any, tmp_path: P
         df.write.format("idempotent").option("url", url).option("topic", "bad").mode("append").save()
 
 
+def _first_reason(exc: BaseException) -> str:
+    """The first line of a Spark error after Spark's own framing line, if any."""
+    lines = str(exc).splitlines()
+    return lines[1] if lines[0].startswith("An exception was thrown from the Python worker") else lines[0]
+
+
+def test_read_errors_say_what_is_wrong_on_their_first_line(spark: Any, tmp_path: Path) -> None:
+    """A bad read is refused with its reason right after Spark's prefix, not after a page of
+    traceback."""
+    url = _url(tmp_path)
+    _write(spark.range(0, 3).selectExpr("cast(id as string) as value"), url, "t", "read-errors")
+    reads = {
+        "offsets must be 'earliest', 'latest' or JSON": {"topic": "t", "startingOffsets": "first"},
+        "topic 'absent' does not exist": {"topic": "absent"},
+    }
+    for expected, options in reads.items():
+        reader = spark.read.format("idempotent").option("url", url)
+        for name, value in options.items():
+            reader = reader.option(name, value)
+        with pytest.raises(Exception) as failed:
+            reader.load().collect()
+        reason = _first_reason(failed.value)
+        assert expected in reason, reason
+        assert "Traceback" not in str(failed.value)
+
+
 def test_host_directory_is_private_to_the_run(spark_hosts: Path) -> None:
     assert hosts_dir() == spark_hosts
     assert stop_host(f"sqlite:///{spark_hosts}/never-used-{uuid.uuid4().hex}.db") is False

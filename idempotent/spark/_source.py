@@ -117,6 +117,16 @@ def _range(partition: InputPartition) -> TopicRange:
 
 
 def _end_offsets(broker: BrokerAPI, topic: str) -> dict[int, int]:
+    """The end offset of each partition of ``topic``.
+
+    Raises:
+        ConfigError: the topic does not exist (a read never creates it).
+    """
+    if topic not in broker.topics():
+        raise ConfigError(
+            f"topic {topic!r} does not exist on the broker of option 'url': check option 'topic', or write to "
+            "the topic first (a read does not create it)"
+        )
     count = broker.partitions_for(topic, create=False)
     return {p: broker.end_offset(topic, p) for p in range(count)}
 
