@@ -18,6 +18,7 @@ from pyspark.sql.types import StructType
 import idempotent
 
 from .._outcomes import Outcome
+from .._request import ProduceRequest
 from ..api import BrokerAPI
 from ..errors import ConfigError
 from ..producer import Producer
@@ -90,7 +91,8 @@ def _anchor(broker: BrokerAPI, topic: str, job: str, mode: Mode) -> tuple[int, M
     session = broker.init_producer(f"spark/{job}/anchor")
     start = broker.end_offset(ledger, LEDGER_SEGMENTS)
     value = encode(job_record(job, mode, start))
-    result = broker.produce(ledger, LEDGER_RUNS, session.producer_id, session.producer_epoch, 0, [value])
+    request = ProduceRequest.build(ledger, LEDGER_RUNS, session.producer_id, session.producer_epoch, 0, [value])
+    result = broker.submit_request(request).result()  # the client fails it when no answer comes in time
     if result.outcome not in (Outcome.ACCEPTED, Outcome.DUPLICATE):
         raise ConfigError(
             f"job {job!r}: could not find or store its ledger anchor ({result.outcome.name}); is another run of "
