@@ -9,11 +9,14 @@ One local SparkSession (``local[2]``, driver memory 1g) writes one cached DataFr
 * ``spark-kafka``: ``format("kafka")`` (spark-sql-kafka-0-10, at-least-once) into a plain
   Kafka topic;
 * ``idempotent-kafka``: ``format("idempotent")`` with a ``kafka://`` URL on the same Kafka
-  broker (through the broker server the data source starts), a fresh job and topic per round;
+  broker (through the broker server the data source starts), a fresh job per round;
 * ``idempotent-sqlite`` (with ``--backends ... sqlite``): the same into the embedded backend.
 
-Variants alternate within each round, each on a fresh topic; the table shows medians of
-rows/s and the ratio to Spark's Kafka sink. Kafka is started with
+Each variant writes into one topic of its own, created and written once (1,000 rows) before
+the rounds, as a job writes a topic that exists (its partitions' writers, and for this sink
+its jobs' ledger topic, are set up then); ``--fresh-topics`` gives every write a new topic
+instead, so that the set-up is timed. Variants alternate within each round; the table shows
+medians of rows/s and the ratio to Spark's Kafka sink. Kafka is started with
 ``idempotent.testing.services`` unless it runs. Results go to ``bench/results/`` as JSON.
 
 A second table says where the CPU went: the CPU seconds (user + system, from ``/proc``, with
@@ -111,25 +114,37 @@ def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, f
     return used
 
 
-def write_once(spark: Any, df: Any, variant: str, kafka: services.ServiceInfo, workdir: Path, partitions: int) -> float:
-    """Seconds one write of ``df`` takes with ``variant`` into a fresh topic."""
+def create_topic(variant: str, kafka: services.ServiceInfo, workdir: Path, partitions: int) -> str:
+    """A fresh topic for ``variant`` (outside any timing)."""
     topic = f"bench-spark-{uuid.uuid4().hex[:10]}"
     if variant == "spark-kafka":
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
         admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-        started = time.perf_counter()
-        df.write.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", topic).save()
-        return time.perf_counter() - started
-    url = kafka.url if variant == "idempotent-kafka" else f"sqlite:///{workdir / 'bench.db'}"
+        return topic
     import idempotent
     import idempotent.spark
 
-    with idempotent.connect(idempotent.spark.broker_url(url)) as broker:
-        broker.create_topic(topic, partitions)  # outside the timing, like the Kafka topic
+    with idempotent.connect(idempotent.spark.broker_url(variant_url(variant, kafka, workdir))) as broker:
+        broker.create_topic(topic, partitions)
+    return topic
+
+
+def variant_url(variant: str, kafka: services.ServiceInfo, workdir: Path) -> str:
+    return kafka.url if variant == "idempotent-kafka" else f"sqlite:///{workdir / 'bench.db'}"
+
+
+def write_once(spark: Any, df: Any, variant: str, kafka: services.ServiceInfo, workdir: Path, topic: str) -> float:
+    """Seconds one write of ``df`` takes with ``variant`` into ``topic`` (a fresh job each time)."""
+    if variant == "spark-kafka":
+        started = time.perf_counter()
+        df.write.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", topic).save()
+        return time.perf_counter() - started
+    url = variant_url(variant, kafka, workdir)
+    job = f"bench-{uuid.uuid4().hex[:10]}"
     started = time.perf_counter()
-    df.write.format("idempotent").option("url", url).option("topic", topic).option("job", topic).mode("append").save()
+    df.write.format("idempotent").option("url", url).option("topic", topic).option("job", job).mode("append").save()
     return time.perf_counter() - started
 
 
@@ -140,6 +155,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2, help="Spark partitions and topic partitions")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--backends", nargs="+", default=["kafka"], choices=["kafka", "sqlite"])
+    parser.add_argument(
+        "--fresh-topics", action="store_true", help="a fresh topic per write (set-up of its partitions timed)"
+    )
     args = parser.parse_args()
 
     kafka = services.up("kafka")
@@ -159,13 +177,19 @@ def main() -> None:
     seconds: dict[str, list[float]] = {v: [] for v in variants}
     cpu: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
-        write_once(spark, df.limit(1000), "idempotent-kafka", kafka, Path(tmp), args.partitions)  # warm-up
-        write_once(spark, df.limit(1000), "spark-kafka", kafka, Path(tmp), args.partitions)
+        topics = {variant: create_topic(variant, kafka, Path(tmp), args.partitions) for variant in variants}
+        for variant in variants:  # warm-up, and the topics' first writes (writer set-up) before the rounds
+            write_once(spark, df.limit(1000), variant, kafka, Path(tmp), topics[variant])
         for round_number in range(args.repeats):
             order = variants[round_number % len(variants) :] + variants[: round_number % len(variants)]
             for variant in order:
+                topic = (
+                    topics[variant]
+                    if not args.fresh_topics
+                    else create_topic(variant, kafka, Path(tmp), args.partitions)
+                )
                 before = cpu_by_kind(kafka.pid)
-                took = write_once(spark, df, variant, kafka, Path(tmp), args.partitions)
+                took = write_once(spark, df, variant, kafka, Path(tmp), topic)
                 cpu[variant].append(cpu_used(before, cpu_by_kind(kafka.pid)))
                 seconds[variant].append(took)
                 print(f"round {round_number + 1} {variant}: {args.rows / took:,.0f} rows/s", flush=True)

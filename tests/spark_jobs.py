@@ -1,13 +1,21 @@
 """Spark driver programs that tests/test_spark_kill.py runs, kills with SIGKILL and reruns.
 
-    python tests/spark_jobs.py batch URL TOPIC JOB ROWS PARTITIONS [--slow]
+    python tests/spark_jobs.py batch URL TOPIC JOB ROWS PARTITIONS [--slow] [--positions]
+    python tests/spark_jobs.py files MASTER URL TOPIC JOB FORMAT PATH [--metadata] [--poison V,...]
+        [--same-partitioning]
     python tests/spark_jobs.py stream SOURCE SOURCE_TOPIC SINK SINK_TOPIC CHECKPOINT [--kill-at-commit B]
     python tests/spark_jobs.py speculate MASTER URL TOPIC ROWS MARKERS
 
 ``speculate`` runs on a standalone cluster (MASTER) with speculation on: the first attempt
 of Spark partition 0 stalls after most of its rows reached the sink, so Spark starts a
 speculative copy on the other worker; every attempt leaves a file ``<partition>-<attempt>``
-in MARKERS. ``batch`` writes ROWS rows (``value`` = the row number) under JOB. ``stream`` copies a topic
+in MARKERS. ``batch`` writes ROWS rows (``value`` = the row number) under JOB; with ``--positions`` the
+rows carry their number as a position (``positionColumns``). ``files`` writes a CSV or
+Parquet input (``value`` = column 0, ``key`` = column 1) on MASTER with
+``spark.sql.files.openCostInBytes`` at 64 KiB, so that the core count sets the split size;
+``--metadata`` adds Spark's ``_metadata`` column, ``--poison`` fails every attempt of the
+task that meets one of the listed values (after it stored the rows before it), and the
+exit status is 3 when the write failed with the sink's error (its first line printed). ``stream`` copies a topic
 into SINK_TOPIC, upper-casing values, in one availableNow run; SOURCE is an idempotent URL,
 or ``kafka+native://host:port`` for a plain Kafka topic read with Spark's own Kafka source.
 With ``--kill-at-commit B`` the sink's driver-side commit of micro-batch B kills this whole
@@ -67,7 +75,7 @@ def session(jars: str | None = None, master: str = "local[2]", **conf: str) -> A
     return spark
 
 
-def batch(url: str, topic: str, job: str, rows: int, partitions: int, slow: bool) -> None:
+def batch(url: str, topic: str, job: str, rows: int, partitions: int, slow: bool, positions: bool) -> None:
     from pyspark.sql import functions as F
 
     spark = session()
@@ -77,10 +85,51 @@ def batch(url: str, topic: str, job: str, rows: int, partitions: int, slow: bool
             time.sleep(0.05)
         return str(i)
 
-    df = spark.range(0, rows, numPartitions=partitions).select(F.udf(value, "string")("id").alias("value"))
+    df = spark.range(0, rows, numPartitions=partitions).select(
+        F.udf(value, "string")("id").alias("value"), F.col("id").alias("row")
+    )
+    if not positions:
+        df = df.drop("row")
+    writer = df.write.format("idempotent").option("url", url).option("topic", topic).option("job", job)
+    if positions:
+        writer = writer.option("positionColumns", "row")
     print("WRITING", flush=True)
-    df.write.format("idempotent").option("url", url).option("topic", topic).option("job", job).mode("append").save()
+    writer.mode("append").save()
     print("DONE", flush=True)
+
+
+def files(master: str, url: str, topic: str, job: str, kind: str, path: str, flags: list[str]) -> int:
+    """Write a CSV or Parquet input; 3 when the sink refused or failed the write."""
+    from pyspark.sql import functions as F
+
+    spark = session(None, master, **{"spark.sql.files.openCostInBytes": str(64 << 10)})
+    poison = set(flags[flags.index("--poison") + 1].split(",")) if "--poison" in flags else set()
+
+    def value(v: str) -> str:
+        if v in poison:
+            raise RuntimeError(f"poisoned row {v}")
+        return v
+
+    df = spark.read.csv(path) if kind == "csv" else spark.read.parquet(path)
+    first, second = df.columns[:2]
+    columns = [F.udf(value, "string")(F.col(first)).alias("value"), F.col(second).cast("string").alias("key")]
+    if "--metadata" in flags:
+        columns.append(F.col("_metadata"))
+    writer = df.select(*columns).write.format("idempotent").option("url", url).option("topic", topic)
+    writer = writer.option("job", job)
+    if "--same-partitioning" in flags:
+        writer = writer.option("samePartitioning", "true")
+    print(f"PARTITIONS {df.rdd.getNumPartitions()}", flush=True)
+    try:
+        writer.mode("append").save()
+    except Exception as exc:
+        lines = str(exc).splitlines()
+        framed = lines[0].startswith("An exception was thrown from the Python worker") and len(lines) > 1
+        print("FAILED " + lines[1 if framed else 0], flush=True)
+        print(str(exc), flush=True)
+        return 3
+    print("DONE", flush=True)
+    return 0
 
 
 def speculate(master: str, url: str, topic: str, rows: int, markers: str) -> None:
@@ -158,7 +207,9 @@ def stream(source: str, source_topic: str, sink: str, sink_topic: str, checkpoin
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     if command == "batch":
-        batch(args[0], args[1], args[2], int(args[3]), int(args[4]), "--slow" in args)
+        batch(args[0], args[1], args[2], int(args[3]), int(args[4]), "--slow" in args, "--positions" in args)
+    elif command == "files":
+        sys.exit(files(args[0], args[1], args[2], args[3], args[4], args[5], args[6:]))
     elif command == "speculate":
         speculate(args[0], args[1], args[2], int(args[3]), args[4])
     elif command == "stream":

@@ -26,44 +26,11 @@ import idempotent.spark
 from idempotent._records import StoredRecord
 from idempotent.spark._host import hosts_dir, stop_host
 
+pytest_plugins = ["tests.spark_session"]  # the fixtures spark and spark_hosts
+
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # a Spark JVM starts slowly on a busy machine
 
 ROWS_PER_PARTITION = 30_000  # large enough that a late failure comes after rows were stored
-
-
-@pytest.fixture(scope="session")
-def spark_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A hosts directory for this run; every host started in it is stopped at the end."""
-    path = tmp_path_factory.mktemp("spark-hosts")
-    os.environ["IDEMPOTENT_SPARK_HOSTS"] = str(path)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    yield path
-    for pid_file in path.glob("*.pid"):
-        url_key = pid_file.stem
-        _stop_key(path, url_key)
-
-
-def _stop_key(path: Path, key: str) -> None:
-    with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
-        os.kill(int((path / f"{key}.pid").read_text()), signal.SIGTERM)
-
-
-@pytest.fixture(scope="session")
-def spark(spark_hosts: Path) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2,4]")  # 2 threads, a task may fail 3 times
-        .appName("idempotent-tests")
-        .config("spark.driver.memory", "1g")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    idempotent.spark.register(session)
-    yield session
-    session.stop()
 
 
 def _url(tmp_path: Path, name: str = "log") -> str:
@@ -184,6 +151,32 @@ def test_bad_input_is_refused_before_anything_is_written(spark: Any, tmp_path: P
         df.write.format("idempotent").option("url", url).option("topic", "bad").mode("append").save()
 
 
+def _first_reason(exc: BaseException) -> str:
+    """The first line of a Spark error after Spark's own framing line, if any."""
+    lines = str(exc).splitlines()
+    return lines[1] if lines[0].startswith("An exception was thrown from the Python worker") else lines[0]
+
+
+def test_read_errors_say_what_is_wrong_on_their_first_line(spark: Any, tmp_path: Path) -> None:
+    """A bad read is refused with its reason right after Spark's prefix, not after a page of
+    traceback."""
+    url = _url(tmp_path)
+    _write(spark.range(0, 3).selectExpr("cast(id as string) as value"), url, "t", "read-errors")
+    reads = {
+        "offsets must be 'earliest', 'latest' or JSON": {"topic": "t", "startingOffsets": "first"},
+        "topic 'absent' does not exist": {"topic": "absent"},
+    }
+    for expected, options in reads.items():
+        reader = spark.read.format("idempotent").option("url", url)
+        for name, value in options.items():
+            reader = reader.option(name, value)
+        with pytest.raises(Exception) as failed:
+            reader.load().collect()
+        reason = _first_reason(failed.value)
+        assert expected in reason, reason
+        assert "Traceback" not in str(failed.value)
+
+
 def test_host_directory_is_private_to_the_run(spark_hosts: Path) -> None:
     assert hosts_dir() == spark_hosts
     assert stop_host(f"sqlite:///{spark_hosts}/never-used-{uuid.uuid4().hex}.db") is False
@@ -234,7 +227,7 @@ def _count(url: str, topic: str) -> int:
 def test_driver_kill_mid_job_then_rerun_is_exact(spark_hosts: Path, tmp_path: Path) -> None:
     url = _url(tmp_path)
     total = 60_000
-    child = _job("batch", url, "nightly", "job-1", str(total), "3", "--slow")
+    child = _job("batch", url, "nightly", "job-1", str(total), "3", "--slow", "--positions")
     deadline = time.monotonic() + 240
     while (stored := _count(url, "nightly")) < 3_000:
         assert child.poll() is None, "the job ended before it could be killed"
@@ -244,7 +237,7 @@ def test_driver_kill_mid_job_then_rerun_is_exact(spark_hosts: Path, tmp_path: Pa
     child.communicate(timeout=60)
     partial = _count(url, "nightly")
     assert stored <= partial < total, "the kill came before the job stored part of its output"
-    _finish(_job("batch", url, "nightly", "job-1", str(total), "3"))
+    _finish(_job("batch", url, "nightly", "job-1", str(total), "3", "--positions"))
     assert sorted(int(r.value) for r in _stored(url, "nightly")) == list(range(total))
 
 

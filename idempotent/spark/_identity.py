@@ -83,7 +83,7 @@ class RowRouter:
         if partition is None:
             partition = self.index % self.partitions if key is None else zlib.crc32(key) % self.partitions
         elif not 0 <= partition < self.partitions:
-            raise ConfigError(f"row {self.index}: partition {partition} is outside 0..{self.partitions - 1}")
+            raise ConfigError(_outside(partition, self.partitions))
         self.index += 1
         sequence = self.next_sequence[partition]
         if self.base and sequence - self.base >= 1 << BATCH_SEQUENCE_BITS:
@@ -122,7 +122,7 @@ class RowRouter:
                     key = keys[i] if keys is not None else None
                     partition = (index + i) % n if key is None else zlib.crc32(key) % n
                 elif not 0 <= partition < n:
-                    raise ConfigError(f"row {index + i}: partition {partition} is outside 0..{n - 1}")
+                    raise ConfigError(_outside(partition, n))
                 routed.append(partition)
         first = list(self.next_sequence)
         following = [first[p] + routed.count(p) for p in range(n)] if n > 1 else [first[0] + count]
@@ -151,6 +151,13 @@ class RowRouter:
             out.append((partition, offset, first))
         self.index += count
         return out
+
+
+def _outside(partition: object, partitions: int) -> str:
+    return (
+        f"the 'partition' column holds {partition!r}, but the topic has partitions 0..{partitions - 1}: fix the "
+        "column, or write to a topic with more partitions (option 'partitions' creates a new topic with that many)"
+    )
 
 
 def parse_offsets(text: str | None, topic: str, partitions: int, default: int) -> dict[int, int]:
