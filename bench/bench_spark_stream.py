@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from _results import save_run
 
 FILES = 4
 
@@ -196,23 +197,7 @@ def main() -> None:
         for phase in ("cold", "warm"):
             batch, stream = medians[name]["batch"][phase], medians[name]["stream"][phase]
             print(f"| {name} | {phase} | {batch:.2f} | {stream:.2f} | {stream / batch:.2f}x |")
-    out_file = Path(__file__).parent / "results" / f"spark-stream-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out_file.write_text(
-        json.dumps(
-            {
-                "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                "machine": platform.platform(),
-                "cpus": os.cpu_count(),
-                "load_average_before": load_before,
-                "load_average_after": load_after,
-                "seconds": seconds,
-                "medians": medians,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"\nsaved {out_file}")
+    save_run("spark-stream", args, load_before, load_after, seconds=seconds, medians=medians)
 
 
 if __name__ == "__main__":

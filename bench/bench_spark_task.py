@@ -26,7 +26,6 @@ import argparse
 import inspect
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from _results import save_run
 
 HERE = Path(__file__).resolve().parent.parent
 BATCH = 10_000
@@ -170,23 +171,7 @@ def main() -> None:
         rate = statistics.median(args.rows / r["seconds"] for r in runs)
         summary[name] = {"task_us_per_row": task, "server_us_per_row": host, "rows_per_s": rate}
         print(f"| {name} ({checkouts[name]}) | {task:.2f} | {host:.2f} | {rate:,.0f} |")
-    out_file = Path(__file__).parent / "results" / f"spark-task-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out_file.write_text(
-        json.dumps(
-            {
-                "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                "machine": platform.platform(),
-                "cpus": os.cpu_count(),
-                "load_average_before": load_before,
-                "load_average_after": load_after,
-                "runs": results,
-                "medians": summary,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"\nsaved {out_file}")
+    save_run("spark-task", args, load_before, load_after, runs=results, medians=summary)
 
 
 if __name__ == "__main__":
