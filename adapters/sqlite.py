@@ -47,7 +47,7 @@ import msgpack
 
 from adapters._sqlite_check import CHECKS, PROBLEMS_QUOTED, check_database, corrupt_file, is_corruption
 from adapters._sqlite_rows import MAX_OFFSET, MAX_PARTITION_NUMBER, insert_rows, layout_of
-from adapters._writer import GroupQueue
+from adapters._sqlite_writer import Append, SQLiteWriter
 from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
@@ -59,8 +59,6 @@ from idempotent.errors import (
     ConfigError,
     CorruptDataError,
     InvalidTopicError,
-    ProducerError,
-    internal_error,
 )
 
 _LOG = logging.getLogger("idempotent.adapters.sqlite")
@@ -158,7 +156,7 @@ class SQLiteBackend:
         self._partition_ids: dict[tuple[str, int], int] = {}
         timeout = self._timeout = float(options.get("timeout", 10))
         #: started by the first append
-        self._writer: _Writer | None = None
+        self._writer: SQLiteWriter | None = None
         self._closed = False
         try:
             self._db = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False, isolation_level=None)
@@ -308,7 +306,7 @@ class SQLiteBackend:
                 del cache[key]
 
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
-        """Queue the batch for the file's writer thread; see :class:`_Writer`.
+        """Queue the batch for the file's writer thread; see :class:`~adapters._sqlite_writer.SQLiteWriter`.
 
         Raises:
             ConfigError: another process writes the file; nothing was queued.
@@ -330,7 +328,7 @@ class SQLiteBackend:
         writer.submit((topic, partition, batch, snapshot, future))
         return future
 
-    def _start_writer(self) -> _Writer:
+    def _start_writer(self) -> SQLiteWriter:
         """The file's writer thread, started on first use (taking the write lock).
 
         Raises:
@@ -343,10 +341,11 @@ class SQLiteBackend:
             self._write_lock()
             writer = self._writer
             if writer is None:
-                writer = self._writer = _Writer(self)
+                # the commit is looked up per group, not bound once (tests replace it on a live backend)
+                writer = self._writer = SQLiteWriter(self.url, self.path, lambda items: self._commit(items))
             return writer
 
-    def _commit(self, items: list[_Append]) -> list[int]:
+    def _commit(self, items: list[Append]) -> list[int]:
         """Store a group of queued appends in one transaction; their base offsets, in order.
 
         Raises:
@@ -682,113 +681,6 @@ class SQLiteBackend:
                 if self._lockfile is not None:
                     self._lockfile.close()
                     self._lockfile = None
-
-
-#: a queued append: topic, partition, batch, snapshot and the future of its base offset; a
-#: snapshot written on its own (``write_snapshot``) is queued with no batch
-_Append = tuple[str, int, AppendBatch | None, Snapshot | None, Future[int]]
-
-
-class _Writer(GroupQueue[_Append]):
-    """The file's writer thread, with group commit.
-
-    ``append`` only queues; this thread takes everything queued (every partition's batches,
-    in order) and stores it in one transaction, then completes the futures: a batch's future
-    resolves only after its transaction committed. SQLite lets one transaction write a file
-    at a time, so one writer per file (not per partition) is what lets a producer pipeline
-    batches (``max_in_flight``) and lets the transactions grow with the load.
-
-    Snapshots written on their own (``write_snapshot``) are queued too, so every snapshot is
-    stored in the order it was handed over, never before an append handed over earlier (whose
-    snapshot would then replace it).
-
-    When a transaction fails, its appends fail, and so does every later append of the
-    partitions they belong to (queued or submitted after), until the partition is replayed,
-    which is how the broker rebuilds it: nothing is stored behind a failed append (the
-    ordering contract of ``LogBackend.append``).
-    """
-
-    def __init__(self, backend: SQLiteBackend) -> None:
-        super().__init__()
-        self._backend = backend
-        #: partitions with a failed append, refused until replayed
-        self._failed: dict[tuple[str, int], ProducerError] = {}
-        self.thread = threading.Thread(target=self._run, name=f"idempotent-sqlite-{backend.path}", daemon=True)
-        self.thread.start()
-
-    def submit(self, item: _Append) -> None:
-        with self._cond:
-            error = self._failed.get((item[0], item[1]))
-            if error is None and self._closed:
-                error = BackendUnavailableError(f"{self._backend.url} is closed")
-            if error is None:
-                self._queue.append(item)
-                self._cond.notify()
-                return
-        item[4].set_exception(error)
-
-    def replayed(self, topic: str, partition: int) -> None:
-        """The partition is being rebuilt from what is stored: take its appends again."""
-        with self._cond:
-            self._failed.pop((topic, partition), None)
-
-    def close(self, timeout: float) -> None:
-        """Store what is queued (the thread drains the queue before it ends), then stop; what
-        is still queued after ``timeout`` seconds fails with BackendUnavailableError."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        self.thread.join(timeout)
-        with self._cond:
-            left, self._queue = self._queue, []
-        error = BackendUnavailableError(f"{self._backend.url} was closed before the append was stored")
-        for item in left:
-            item[4].set_exception(error)
-
-    def store_now(self) -> None:
-        """Store everything queued at once, on the writer thread itself (a ``write_snapshot``
-        called back from an append this thread completed)."""
-        with self._cond:
-            items, self._queue = self._queue, []
-        if items:
-            self._store(items)
-
-    def _run(self) -> None:
-        while (items := self._take_group()) is not None:
-            self._store(items)
-
-    def _store(self, items: list[_Append]) -> None:
-        """Store one group in one transaction, then complete its futures."""
-        try:
-            offsets = self._backend._commit(items)
-        except ProducerError as exc:  # mapped by _mapped: unavailable, or a damaged file
-            self._fail(items, exc)
-            return
-        except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
-            self._fail(items, internal_error(f"sqlite: appending to {self._backend.url}", exc, _LOG))
-            return
-        for item, offset in zip(items, offsets, strict=True):
-            item[4].set_result(offset)
-
-    def _fail(self, items: list[_Append], error: ProducerError) -> None:
-        # a bug or a damaged file stays FATAL for everything behind it too: never retriable
-        failed: ProducerError = (
-            error
-            if not error.retriable
-            else BackendUnavailableError(f"{self._backend.url}: an earlier append of the partition failed: {error}")
-        )
-        with self._cond:
-            for topic, partition, batch, *_ in items:
-                if batch is not None:  # a failed snapshot alone leaves its partition's log as it was
-                    self._failed[(topic, partition)] = failed
-            behind = [item for item in self._queue if (item[0], item[1]) in self._failed]
-            self._queue = [item for item in self._queue if (item[0], item[1]) not in self._failed]
-        # the failed transaction's appends first (the broker marks their partitions failed),
-        # then those queued behind them, in order
-        for item in items:
-            item[4].set_exception(error)
-        for item in behind:
-            item[4].set_exception(failed)
 
 
 class _Transaction:
