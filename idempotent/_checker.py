@@ -55,23 +55,19 @@ from collections.abc import Iterable
 import attrs
 
 from ._outcomes import Outcome, ProduceResult
-from ._records import BatchHeader, Snapshot, StoredBatch
+from ._records import BatchHeader, Snapshot, StoredBatch, make_header, validate_header
 from ._sequence import advances, crosses_ring_end, distance, in_ring, last_sequence_of, next_sequence
 from ._snapshot import Columns, decode, encode
 from ._table import ProducerTable, epoch_of, original_offset, within
 from ._types import (
     DEFAULT_WINDOW,
-    MAX_APPLICATION_SEQUENCE,
     MAX_BATCH_RECORDS,
     MAX_EPOCH,
-    MAX_PRODUCER_ID,
     MAX_SEQUENCE,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     SEQUENCE_SPACE,
-    Epoch,
     ProducerId,
-    Sequence,
 )
 from .errors import ConfigError, CorruptDataError, InvalidBatchError
 
@@ -202,23 +198,6 @@ class _Pending:
     done: bool = False
     #: the backend refused it for good (:meth:`PartitionChecker.drop`): never applied
     dropped: bool = False
-
-
-def validate_header(header: BatchHeader) -> None:
-    """Raise :class:`InvalidBatchError` unless every field of ``header`` is in range."""
-    if not 0 <= header.producer_id <= MAX_PRODUCER_ID:
-        raise InvalidBatchError(f"producer_id {header.producer_id} out of range")
-    if not 0 <= header.producer_epoch <= MAX_EPOCH:
-        raise InvalidBatchError(f"producer_epoch {header.producer_epoch} out of range")
-    if not 0 <= header.base_sequence <= MAX_APPLICATION_SEQUENCE - header.record_count + 1:
-        raise InvalidBatchError(
-            f"batch at base_sequence {header.base_sequence} out of range (0..{MAX_APPLICATION_SEQUENCE})"
-        )
-    if not 1 <= header.record_count <= MAX_BATCH_RECORDS:
-        raise InvalidBatchError(f"record_count {header.record_count} out of range (1..{MAX_BATCH_RECORDS})")
-    previous = header.previous_sequence
-    if previous is not None and not NO_SEQUENCE <= previous <= MAX_APPLICATION_SEQUENCE:
-        raise InvalidBatchError(f"previous_sequence {previous} out of range (-1..{MAX_APPLICATION_SEQUENCE})")
 
 
 #: settled pushed views kept at least this many (see _Pushed)
@@ -799,10 +778,14 @@ class PartitionChecker:
         return checker, replayed
 
 
-def make_header(
-    producer_id: int, producer_epoch: int, base_sequence: int, record_count: int, previous_sequence: int | None = None
-) -> BatchHeader:
-    """Build a :class:`BatchHeader` from plain ints."""
-    return BatchHeader(
-        ProducerId(producer_id), Epoch(producer_epoch), Sequence(base_sequence), record_count, previous_sequence
-    )
+#: the header helpers live with BatchHeader; importable from here as before
+__all__ = [
+    "CheckerConfig",
+    "PartitionChecker",
+    "Policy",
+    "ProducerState",
+    "Ticket",
+    "WindowEntry",
+    "make_header",
+    "validate_header",
+]

@@ -11,8 +11,17 @@ from typing import Any, cast, overload
 
 import attrs
 
-from ._types import Epoch, ProducerId, Sequence
-from .errors import InvalidRecordError
+from ._types import (
+    MAX_APPLICATION_SEQUENCE,
+    MAX_BATCH_RECORDS,
+    MAX_EPOCH,
+    MAX_PRODUCER_ID,
+    NO_SEQUENCE,
+    Epoch,
+    ProducerId,
+    Sequence,
+)
+from .errors import InvalidBatchError, InvalidRecordError
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -324,3 +333,29 @@ class Snapshot:
     entries: int
     taken_at: float
     data: bytes
+
+
+def validate_header(header: BatchHeader) -> None:
+    """Raise :class:`InvalidBatchError` unless every field of ``header`` is in range."""
+    if not 0 <= header.producer_id <= MAX_PRODUCER_ID:
+        raise InvalidBatchError(f"producer_id {header.producer_id} out of range")
+    if not 0 <= header.producer_epoch <= MAX_EPOCH:
+        raise InvalidBatchError(f"producer_epoch {header.producer_epoch} out of range")
+    if not 0 <= header.base_sequence <= MAX_APPLICATION_SEQUENCE - header.record_count + 1:
+        raise InvalidBatchError(
+            f"batch at base_sequence {header.base_sequence} out of range (0..{MAX_APPLICATION_SEQUENCE})"
+        )
+    if not 1 <= header.record_count <= MAX_BATCH_RECORDS:
+        raise InvalidBatchError(f"record_count {header.record_count} out of range (1..{MAX_BATCH_RECORDS})")
+    previous = header.previous_sequence
+    if previous is not None and not NO_SEQUENCE <= previous <= MAX_APPLICATION_SEQUENCE:
+        raise InvalidBatchError(f"previous_sequence {previous} out of range (-1..{MAX_APPLICATION_SEQUENCE})")
+
+
+def make_header(
+    producer_id: int, producer_epoch: int, base_sequence: int, record_count: int, previous_sequence: int | None = None
+) -> BatchHeader:
+    """Build a :class:`BatchHeader` from plain ints."""
+    return BatchHeader(
+        ProducerId(producer_id), Epoch(producer_epoch), Sequence(base_sequence), record_count, previous_sequence
+    )
