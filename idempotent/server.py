@@ -666,6 +666,8 @@ class BrokerServer:
             self._reply(conn, wire.encode_error(cid, exc), fatal=True)
             return
         except Exception as exc:  # a hook's own failure: its text may repeat the token, so only its type
+            # a bug of the authenticator: logged (its type only) and refused for good, never retried
+            log.error("the authenticator failed with %s; the client is refused", type(exc).__name__)
             refused = AuthenticationError(f"authentication failed ({type(exc).__name__} in the authenticator)")
             self._reply(conn, wire.encode_error(cid, refused), fatal=True)
             return
