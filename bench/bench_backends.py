@@ -41,7 +41,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Any
@@ -59,56 +58,6 @@ VARIANTS = {
 RATE_VARIANTS = {"kafka": ("idempotent-cb", "kafka-drop-in"), "pulsar": ("idempotent-cb", "pulsar-drop-in")}
 
 
-class DropInPulsarBaseline:
-    """The pulsar-client drop-in (``idempotent.compat.pulsar``), used as pulsar-dedup uses
-    pulsar-client: ``send_async`` with a callback per message, batching on, no send timeout."""
-
-    def __init__(self, url: str, topic: str, *, sample_every: int = 16, every_callback: bool = True) -> None:
-        from idempotent.compat import pulsar as drop_in
-        from idempotent.testing.baselines import LINGER_MS, _Sampler
-
-        self.name = "pulsar-drop-in"
-        self._sampler = _Sampler(sample_every)
-        self._every_callback = every_callback
-        self.latencies = self._sampler.latencies
-        self._ok = drop_in.Result.Ok
-        self._client = drop_in.Client(url)
-        self._producer = self._client.create_producer(
-            topic,
-            producer_name=f"bench-{uuid.uuid4().hex[:8]}",
-            batching_enabled=True,
-            batching_max_publish_delay_ms=LINGER_MS,
-            block_if_queue_full=True,
-            max_pending_messages=1_000_000,
-            send_timeout_millis=0,
-        )
-
-    def send(self, value: bytes, key: bytes | None = None) -> None:
-        started = self._sampler.start()
-        sampler = self._sampler
-        ok = self._ok
-        if started is None and not self._every_callback:
-            self._producer.send_async(value, _ignore, partition_key=key.decode() if key else None)
-            return
-
-        def delivered(result: Any, message_id: Any) -> None:
-            sampler.done(started, result == ok)
-
-        self._producer.send_async(value, delivered, partition_key=key.decode() if key else None)
-
-    def flush(self, timeout: float = 120.0) -> int:
-        self._producer.flush()
-        return self._sampler.failed
-
-    def close(self) -> None:
-        self._producer.close()
-        self._client.close()
-
-
-def _ignore(*_: Any) -> None:
-    """pulsar-client's ``send_async`` needs a callable."""
-
-
 def make(variant: str, info: services.ServiceInfo, topic: str, every_callback: bool = True) -> Baseline:
     each = every_callback
     if variant in ("kafka-raw", "kafka-idempotent", "kafka-drop-in"):
@@ -120,8 +69,7 @@ def make(variant: str, info: services.ServiceInfo, topic: str, every_callback: b
         dedup = variant == "pulsar-dedup"
         return PulsarBaseline(info.url, info.admin_url or "", topic, dedup=dedup, every_callback=each)
     if variant == "pulsar-drop-in":
-        url = f"{info.url}?{urllib.parse.urlencode({'admin_url': info.admin_url or ''})}"
-        return DropInPulsarBaseline(url, topic, every_callback=each)
+        return PulsarBaseline(info.url, info.admin_url or "", topic, dedup=True, every_callback=each, drop_in=True)
     options: dict[str, Any] = {}
     if info.name == "pulsar":
         options["admin_url"] = info.admin_url

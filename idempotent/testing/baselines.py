@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from typing import Any, Protocol
@@ -33,6 +34,8 @@ from typing import Any, Protocol
 from ..producer import Producer
 
 LINGER_MS = 5
+#: the Pulsar producers' queue (pulsar-client's ``max_pending_messages``), the same on every side
+MAX_PENDING = 1_000_000
 
 
 class Baseline(Protocol):
@@ -169,28 +172,45 @@ def enable_pulsar_dedup(admin_url: str, namespace: str, topic: str, timeout: flo
 
 
 class PulsarBaseline:
-    """pulsar-client, on a namespace with or without deduplication."""
+    """pulsar-client, on a namespace with or without deduplication; with ``drop_in``, the
+    pulsar-client drop-in (``idempotent.compat.pulsar``) on the service URL plus ``admin_url``,
+    used the same way. Both sides get the same producer settings (batching, a queue that
+    blocks when full at the same size, no send timeout with deduplication)."""
 
     def __init__(
-        self, url: str, admin_url: str, topic: str, *, dedup: bool, sample_every: int = 16, every_callback: bool = True
+        self,
+        url: str,
+        admin_url: str,
+        topic: str,
+        *,
+        dedup: bool,
+        sample_every: int = 16,
+        every_callback: bool = True,
+        drop_in: bool = False,
     ) -> None:
         import pulsar
 
-        self.name = "pulsar-dedup" if dedup else "pulsar-raw"
-        namespace = "public/bench-dedup" if dedup else "public/default"
-        if dedup:
+        self.name = "pulsar-drop-in" if drop_in else "pulsar-dedup" if dedup else "pulsar-raw"
+        namespace = "public/bench-dedup" if dedup and not drop_in else "public/default"
+        if dedup and not drop_in:
             enable_pulsar_dedup(admin_url, namespace, topic)
         self._sampler = _Sampler(sample_every)
         self._every_callback = every_callback
         self.latencies = self._sampler.latencies
         self._ok = pulsar.Result.Ok
-        self._client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        if drop_in:
+            from ..compat import pulsar as drop_in_module
+
+            self._client: Any = drop_in_module.Client(f"{url}?{urllib.parse.urlencode({'admin_url': admin_url})}")
+        else:
+            self._client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         self._producer = self._client.create_producer(
             f"persistent://{namespace}/{topic}",
             producer_name=f"bench-{uuid.uuid4().hex[:8]}" if dedup else None,
             batching_enabled=True,
             batching_max_publish_delay_ms=LINGER_MS,
             block_if_queue_full=True,
+            max_pending_messages=MAX_PENDING,
             send_timeout_millis=0 if dedup else 30_000,
         )
 
