@@ -84,8 +84,6 @@ from collections import deque
 from collections.abc import Mapping
 from collections.abc import Sequence as SequenceOf
 
-import attrs
-
 from ._batches import BatchDelivered as BatchDelivered
 from ._batches import BatchFailed as BatchFailed
 from ._batches import Event as Event
@@ -95,10 +93,10 @@ from ._batches import check_sequence
 from ._batches import sequences_for as sequences_for
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult
 from ._records import Record, RecordColumns, record_sizes
+from ._send_window import SendWindow, continues, cut_at_frontier, link, seal, undecided
 from ._sequence import (
     at_or_before,
     crosses_ring_end,
-    distance,
     last_sequence_of,
     next_sequence,
     order_depends_on_policy,
@@ -121,23 +119,6 @@ from .errors import (
 #: is several times cheaper to read than an enum member
 _SEAL, _SEND, _RETRY = BatchTrigger.SEAL, BatchTrigger.SEND, BatchTrigger.RETRY
 _REFUSE, _DELIVER, _FAIL = BatchTrigger.REFUSE, BatchTrigger.DELIVER, BatchTrigger.FAIL
-
-
-@attrs.define(eq=False)
-class _Partition:
-    next_sequence: int
-    #: the last sequence of the latest batch sent (None: unknown); the next batch's predecessor
-    sent: int | None = NO_SEQUENCE
-    open: OutgoingBatch | None = None
-    queued: deque[OutgoingBatch] = attrs.field(factory=deque)
-    inflight: list[OutgoingBatch] = attrs.field(factory=list)
-    #: the base sequence of a batch the broker refused for good while later batches were in
-    #: flight: an OUT_OF_ORDER_SEQUENCE asking for it renumbers those from there
-    given_back: int | None = None
-    #: a batch of application sequences whose place the ring and the 64-bit line read
-    #: differently (``order_depends_on_policy`` against the next or the acknowledged
-    #: sequence): it is in flight alone, and its answer tells where the partition goes on
-    undecided: OutgoingBatch | None = None
 
 
 class ProducerSequencer:
@@ -185,7 +166,7 @@ class ProducerSequencer:
         self.request_timeout = request_timeout
         self.delivery_timeout = delivery_timeout
         self._last = {TopicPartition(*k): v for k, v in (last_sequences or {}).items()}
-        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._partitions: dict[TopicPartition, SendWindow] = {}
         self._batches: dict[int, OutgoingBatch] = {}
         self._events: deque[Event] = deque()
         self._next_batch_id = 0
@@ -274,7 +255,7 @@ class ProducerSequencer:
             batch.largest = size
         self.unfinished += 1
         if len(batch.records) >= self.max_batch_records or batch.size >= self.batch_size:
-            self._seal(ps)  # full: do not wait for linger
+            seal(ps)  # full: do not wait for linger
             self.wakeup = True
 
     def add_many(
@@ -360,15 +341,15 @@ class ProducerSequencer:
             self.unfinished += end - position
             position = end
             if len(batch.records) >= max_records or batch.size >= max_bytes:
-                self._seal(ps)  # full: do not wait for linger
+                seal(ps)  # full: do not wait for linger
                 self.wakeup = True
 
-    def _new_partition(self, tp: TopicPartition) -> _Partition:
+    def _new_partition(self, tp: TopicPartition) -> SendWindow:
         last = self._last.get(tp, NO_SEQUENCE)
-        return _Partition(next_sequence(last), last)
+        return SendWindow(next_sequence(last), last)
 
     def _batch_for(
-        self, ps: _Partition, topic: str, partition: int, size: int, sequence: int | None, now: float
+        self, ps: SendWindow, topic: str, partition: int, size: int, sequence: int | None, now: float
     ) -> OutgoingBatch:
         """The open batch that takes a record of ``size`` bytes (with explicit ``sequence``):
         the current one, or a new one after sealing the current one when it is full or the
@@ -379,9 +360,9 @@ class ProducerSequencer:
         if batch is not None and (
             len(batch.records) >= self.max_batch_records
             or batch.size + size > self.batch_size
-            or (not self._continues(batch, sequence) if sequence is not None else batch.explicit)
+            or (not continues(batch, sequence) if sequence is not None else batch.explicit)
         ):
-            self._seal(ps)
+            seal(ps)
             batch = None
         if batch is None:
             self.wakeup = True
@@ -393,45 +374,15 @@ class ProducerSequencer:
             ps.open = batch
         return batch
 
-    @staticmethod
-    def _continues(batch: OutgoingBatch, sequence: int) -> bool:
-        """Whether a record with explicit ``sequence`` may join the open ``batch``: the batch
-        is explicit and the sequence is its next one."""
-        return batch.explicit and sequence == next_sequence(batch.base_sequence, len(batch.records))
-
-    def _split_at_frontier(self, ps: _Partition, batch: OutgoingBatch) -> None:
+    def _split_at_frontier(self, ps: SendWindow, batch: OutgoingBatch) -> None:
         """Cut an explicit batch where it crosses the acknowledged sequence or the end of a
-        batch in flight: the broker refuses a batch that is half stored (or in flight) and half
-        new. The tail goes back to the front of the queue, so it is examined next."""
-        tp = batch.topic_partition
-        last = last_sequence_of(batch.base_sequence, len(batch.records))
-        cuts = [self._acked.get(tp, NO_SEQUENCE)]
-        cuts += [last_sequence_of(b.base_sequence, len(b.records)) for b in ps.inflight]
-        inside = [c for c in cuts if at_or_before(batch.base_sequence, c) and not at_or_before(last, c)]
-        if not inside:
-            return
-        cut = min(inside, key=lambda c: distance(batch.base_sequence, c))
-        keep = distance(batch.base_sequence, cut) + 1
-        tail = OutgoingBatch(
-            self._next_batch_id,
-            batch.topic,
-            batch.partition,
-            batch.records[keep:],
-            Spans(),
-            batch.created_at,
-            base_sequence=next_sequence(cut),
-            explicit=True,
-        )
-        tail.state = transition(tail.state, _SEAL)  # split off a sealed batch
-        tail.spans = batch.spans.split(keep)
-        tail_sizes = record_sizes(tail.records)
-        tail.size, tail.largest = sum(tail_sizes), max(tail_sizes)
-        self._next_batch_id += 1
-        self._batches[tail.batch_id] = tail
-        batch.records = batch.records[:keep]
-        batch.size -= tail.size
-        batch.largest = max(record_sizes(batch.records))
-        ps.queued.appendleft(tail)
+        batch in flight (see :func:`cut_at_frontier`); the tail goes back to the front of the
+        queue, so it is examined next."""
+        tail = cut_at_frontier(ps, batch, self._acked.get(batch.topic_partition, NO_SEQUENCE), self._next_batch_id)
+        if tail is not None:
+            self._next_batch_id += 1
+            self._batches[tail.batch_id] = tail
+            ps.queued.appendleft(tail)
 
     def flush(self) -> None:
         """Seal every open batch now, and keep sealing at once until :meth:`end_flush`."""
@@ -440,13 +391,6 @@ class ProducerSequencer:
     def end_flush(self) -> None:
         """Return to lingering."""
         self._flushing = False
-
-    @staticmethod
-    def _seal(ps: _Partition) -> None:
-        if ps.open is not None:
-            ps.open.state = transition(ps.open.state, _SEAL)
-            ps.queued.append(ps.open)
-            ps.open = None
 
     # -- output ----------------------------------------------------------------------------
 
@@ -470,11 +414,11 @@ class ProducerSequencer:
                     # the open batch is sealed when it is due and can leave at once
                     if ps.open is None or not (self._flushing or now >= ps.open.created_at + self.linger):
                         break
-                    self._seal(ps)
+                    seal(ps)
                 batch = ps.queued.popleft()
                 if batch.explicit:
                     self._split_at_frontier(ps, batch)
-                    if self._undecided(ps, batch):
+                    if undecided(ps, batch, self._acked.get(batch.topic_partition, NO_SEQUENCE)):
                         if ps.inflight:  # it goes alone, once every batch before it is answered
                             ps.queued.appendleft(batch)
                             break
@@ -486,31 +430,12 @@ class ProducerSequencer:
                     last = last_sequence_of(batch.base_sequence, len(batch.records))
                     if not order_depends_on_policy(ps.next_sequence, last) and at_or_before(ps.next_sequence, last):
                         ps.next_sequence = next_sequence(batch.base_sequence, len(batch.records))
-                self._link(ps, batch)
+                link(ps, batch)
                 ps.inflight.append(batch)
                 out.append(self._transmit(batch, now))
         return out
 
-    def _undecided(self, ps: _Partition, batch: OutgoingBatch) -> bool:
-        """Whether only the broker's policy can place a batch of application sequences: the
-        ring and the 64-bit line disagree on whether it lies at or beyond the partition's
-        next sequence, or beyond its acknowledged one (a jump of 2**30 or more, or a wrap)."""
-        last = last_sequence_of(batch.base_sequence, len(batch.records))
-        acked = self._acked.get(batch.topic_partition, NO_SEQUENCE)
-        return order_depends_on_policy(ps.next_sequence, last) or order_depends_on_policy(last, acked)
-
-    @staticmethod
-    def _link(ps: _Partition, batch: OutgoingBatch) -> None:
-        """Name the batch's predecessor: the last sequence of the batch sent before it (numbered
-        batches follow it; the application's sequences are compared as plain integers, as the
-        ``monotonic`` policy does). A resend of sequences at or below it names none."""
-        last = last_sequence_of(batch.base_sequence, len(batch.records))
-        if batch.explicit and ps.sent is not None and last <= ps.sent:
-            batch.previous_sequence = None
-        else:
-            batch.previous_sequence, ps.sent = ps.sent, last
-
-    def _has_room(self, ps: _Partition) -> bool:
+    def _has_room(self, ps: SendWindow) -> bool:
         """Whether a batch sealed now could be sent at once. Until then the open batch keeps
         taking records (as Kafka's accumulator closes a batch only when it drains it), so a
         partition whose window is full sends fuller batches instead of many small ones."""
@@ -643,7 +568,7 @@ class ProducerSequencer:
             )
 
     @staticmethod
-    def _place(ps: _Partition, batch: OutgoingBatch, outcome: Outcome) -> SequenceDesyncError | None:
+    def _place(ps: SendWindow, batch: OutgoingBatch, outcome: Outcome) -> SequenceDesyncError | None:
         """Move the partition's next sequence past a batch sent alone (``ps.undecided``) when
         its answer says it lies ahead: ACCEPTED (a broker stores only what follows its last
         sequence). DUPLICATE says it lies behind, unless an earlier attempt of it went
@@ -666,7 +591,7 @@ class ProducerSequencer:
             )
         return None
 
-    def _predecessor_pending(self, ps: _Partition, batch: OutgoingBatch, expected: int | None) -> bool:
+    def _predecessor_pending(self, ps: SendWindow, batch: OutgoingBatch, expected: int | None) -> bool:
         """Whether a ``monotonic`` broker refused ``batch`` because the batch it names as its
         predecessor had not arrived: the broker ``expected`` a sequence at or before that
         one's (with the application's sequences it may lie in a declared gap), and that batch
@@ -735,7 +660,7 @@ class ProducerSequencer:
         elif ps.next_sequence == next_sequence(batch.base_sequence, len(batch.records)):
             ps.next_sequence = batch.base_sequence
 
-    def _renumber(self, ps: _Partition, batch: OutgoingBatch, start: int) -> bool:
+    def _renumber(self, ps: SendWindow, batch: OutgoingBatch, start: int) -> bool:
         """``batch`` was refused OUT_OF_ORDER_SEQUENCE behind the hole a batch refused for good
         left at ``start``. Once every batch in flight behind the hole has been refused like
         this, number them again from ``start`` and resend them. False (the producer fails)
