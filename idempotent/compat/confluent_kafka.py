@@ -32,17 +32,17 @@ the installed module; ``KafkaException`` is confluent-kafka's own class. See
 ``docs/migration.md`` for every setting and method.
 
 The implementation lives in ``_kafka_config`` (settings), ``_kafka_errors``, ``_kafka_message``,
-``_kafka_reports`` (delivery reports), ``_kafka_connect`` (connecting in the background) and
-``_kafka_producer``.
+``_kafka_reports`` (delivery reports), ``_kafka_connect`` (connecting in the background),
+``_kafka_producer`` and ``_kafka_consumer`` (the passed-through consumers' ``consume()``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..clientlogs import route_kafka_attribute
 from . import _shared
 from ._kafka_config import ENV_BROKER_URL
+from ._kafka_consumer import route_consumer_attribute
 from ._kafka_errors import KafkaError, KafkaException, MessageStatus, kafka_error_for
 from ._kafka_message import (
     OFFSET_INVALID,
@@ -85,15 +85,16 @@ _NATIVE = "confluent_kafka"
 
 # ``import idempotent.compat.confluent_kafka.admin`` (and every other submodule) is the native one
 __path__: list[str] = []
-_shared.pass_through_submodules(__name__, _NATIVE, route_kafka_attribute)
+_shared.pass_through_submodules(__name__, _NATIVE, route_consumer_attribute)
 
 
 def __getattr__(name: str) -> Any:
     """The rest of confluent-kafka (``Consumer``, ``AdminClient``, ``TopicPartition``,
     ``admin``, ``serialization``, ...), passed through from the installed module. Its client
     classes log into Python logging unless given a ``logger`` (see
-    :func:`idempotent.clientlogs.route_kafka_attribute`)."""
-    return _shared.native_attribute(__name__, _NATIVE, name, route_kafka_attribute)
+    :func:`idempotent.clientlogs.route_kafka_attribute`), and its consumers' ``consume()``
+    stops for Ctrl-C (see :mod:`idempotent.compat._kafka_consumer`)."""
+    return _shared.native_attribute(__name__, _NATIVE, name, route_consumer_attribute)
 
 
 def version() -> str:

@@ -1,0 +1,82 @@
+"""The consumers the confluent-kafka drop-in passes through, with a ``consume()`` Ctrl-C stops.
+
+confluent-kafka's ``Consumer.consume()`` waits inside librdkafka for its whole timeout (for
+ever with the default ``timeout=-1``), so a ``KeyboardInterrupt`` only arrives when it returns;
+its ``poll()`` already wakes up for signals. The drop-in's consumer classes (``Consumer`` and
+its subclasses in confluent-kafka, each already routed into Python logging by
+:func:`idempotent.clientlogs.route_kafka_attribute`) wait in slices of
+:data:`CONSUME_SLICE` seconds instead, so the interpreter runs its signal handlers between
+slices. What ``consume()`` returns is unchanged: up to ``num_messages`` messages, as soon as
+that many arrived or the timeout passed.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+from ..clientlogs import route_kafka_attribute
+
+#: the longest ``consume()`` waits in librdkafka before the interpreter can act on a signal
+CONSUME_SLICE = 0.2
+
+
+@functools.cache
+def _native_consumer() -> type | None:
+    try:
+        from confluent_kafka import cimpl
+    except ImportError:
+        return None
+    consumer: type = cimpl.Consumer
+    return consumer
+
+
+@functools.cache
+def wakeable_consumer_class(native: Any) -> type:
+    """A subclass of the consumer class ``native`` whose ``consume()`` waits in slices (see
+    the module docstring); the same class for the same ``native``. Its instances are instances
+    of ``native``."""
+
+    class Wakeable(native):  # type: ignore[misc]
+        __doc__ = native.__doc__
+
+        def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Any]:
+            """As confluent-kafka's ``Consumer.consume``; a signal (Ctrl-C) interrupts the wait
+            within :data:`CONSUME_SLICE` seconds.
+
+            Raises:
+                KeyboardInterrupt: (or what the signal's handler raises) while waiting; the
+                    messages read so far in this call are dropped, as confluent-kafka does.
+                KafkaException, ValueError, RuntimeError: as confluent-kafka raises them (a
+                    closed consumer, ``num_messages`` out of range).
+            """
+            if timeout is None:
+                timeout = -1
+            if num_messages < 1 or 0 <= timeout <= CONSUME_SLICE:
+                return super().consume(num_messages, timeout)  # type: ignore[no-any-return]
+            deadline = None if timeout < 0 else time.monotonic() + timeout
+            out: list[Any] = []
+            while True:
+                wait = CONSUME_SLICE if deadline is None else max(0.0, min(CONSUME_SLICE, deadline - time.monotonic()))
+                out += super().consume(num_messages - len(out), wait)
+                if len(out) >= num_messages or (deadline is not None and time.monotonic() >= deadline):
+                    return out
+
+    wakeable: type = Wakeable
+    wakeable.__name__ = native.__name__
+    wakeable.__module__ = native.__module__
+    wakeable.__qualname__ = native.__qualname__
+    return wakeable
+
+
+def route_consumer_attribute(value: Any) -> Any:
+    """What the confluent-kafka drop-in passes through for a native name: as
+    :func:`~idempotent.clientlogs.route_kafka_attribute` does, and a consumer class (a subclass
+    of confluent-kafka's ``Consumer``) also as its :func:`wakeable_consumer_class`."""
+    routed: Any = route_kafka_attribute(value)
+    consumer = _native_consumer()
+    if consumer is not None and isinstance(routed, type) and issubclass(routed, consumer):
+        native: Any = routed
+        return wakeable_consumer_class(native)
+    return routed
