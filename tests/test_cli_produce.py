@@ -71,6 +71,23 @@ def test_produce_again_skips_everything(tmp_path: Path, capsys: pytest.CaptureFi
     assert_exactly_once(url, "t", [generated(i) for i in range(500)], 3)
 
 
+def test_blocks_that_start_mid_round_land_in_their_partitions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Records are read in blocks of CHUNK (5,000, not a multiple of 3): each block is dealt
+    to the partitions from where the previous one stopped, first fresh, then resumed after a
+    run that stored only part of the input."""
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    assert (
+        run(capsys, "produce", url, "t", "--generate", "7001", "--partitions", "3", "--producer-name", "grow")[0] == 0
+    )
+    assert_exactly_once(url, "t", [generated(i) for i in range(7001)], 3)
+    code, out, err = run(capsys, "produce", url, "t", "--generate", "16003", "--producer-name", "grow")
+    assert code == 0, err
+    assert summary(out) == {"sent": 9002, "skipped": 7001, "duplicates": 0}
+    assert_exactly_once(url, "t", [generated(i) for i in range(16003)], 3)
+
+
 def test_file_lines_and_a_grown_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'log.db'}"
     data = tmp_path / "in.txt"

@@ -101,12 +101,15 @@ class _Source:
     path: str | None = None
     size: int = 0
 
-    def records(self, start: int) -> Iterator[bytes]:
-        """Record ``start``, ``start + 1``, ... up to ``count``."""
+    def blocks(self, start: int, size: int) -> Iterator[list[bytes]]:
+        """Records ``start``, ``start + 1``, ... up to ``count``, in lists of ``size``."""
         if self.path is None:
             filler = _filler(self.size - GENERATED_PREFIX)
-            return (b"record-%012d%s" % (i, filler) for i in range(start, self.count))
-        return itertools.islice(_lines(self.path), start, self.count)
+            records: Iterator[bytes] = (b"record-%012d%s" % (i, filler) for i in range(start, self.count))
+        else:
+            records = itertools.islice(_lines(self.path), start, self.count)
+        while block := list(itertools.islice(records, size)):
+            yield block
 
     def records_at(self, indexes: set[int]) -> dict[int, bytes]:
         """The records at some indexes (one pass over a file)."""
@@ -302,14 +305,18 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
         sending = True
         try:
-            records = source.records(start)
             position = start
-            while block := list(itertools.islice(records, CHUNK)):
-                shares: list[list[bytes]] = [[] for _ in range(partitions)]
-                for i, value in enumerate(block, position):
-                    p = i % partitions
-                    if i // partitions > last[p]:
-                        shares[p].append(value)
+            highest = max(last, default=-1)
+            for block in source.blocks(start, CHUNK):
+                # record i goes to partition i % partitions, as sequence i // partitions
+                if position // partitions > highest:  # none of the block is stored: slice it
+                    shares = [block[(p - position) % partitions :: partitions] for p in range(partitions)]
+                else:
+                    shares = [[] for _ in range(partitions)]
+                    for i, value in enumerate(block, position):
+                        p = i % partitions
+                        if i // partitions > last[p]:
+                            shares[p].append(value)
                 position += len(block)
                 for p, share in enumerate(shares):
                     if share:
