@@ -18,6 +18,8 @@ is restarted and runs to the end: the duplicates are the records the target hold
 the source's (losses would show as fewer).
 
     python bench/bench_mirror.py --records 100000 --size 100 --partitions 3 --repeats 3
+
+The table is printed as Markdown; the runs are saved as JSON under ``bench/results/`` (or ``--out``).
 """
 
 from __future__ import annotations
@@ -471,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-kill", action="store_true", help="skip the kill -9 runs")
     parser.add_argument("--kill-only", action="store_true", help="only the kill -9 runs")
     parser.add_argument(
+        "--out", default=str(Path(__file__).resolve().parent / "results"), help="folder of the JSON results"
+    )
+    parser.add_argument(
         "--loop-child", nargs=4, metavar=("BOOTSTRAP", "SOURCE", "TARGET", "GROUP"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
@@ -524,8 +529,8 @@ def main(argv: list[str] | None = None) -> int:
             if other in medians:
                 lines.append(f"\nidempotent / {other} = {medians['idempotent'] / medians[other]:.2f}x")
     print("\n".join(lines))
-    out = Path(__file__).resolve().parent / "results" / f"mirror-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(exist_ok=True)
+    out = Path(args.out) / f"mirror-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
             {

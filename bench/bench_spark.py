@@ -17,7 +17,8 @@ the rounds, as a job writes a topic that exists (its partitions' writers, and fo
 its jobs' ledger topic, are set up then); ``--fresh-topics`` gives every write a new topic
 instead, so that the set-up is timed. Variants alternate within each round; the table shows
 medians of rows/s and the ratio to Spark's Kafka sink. Kafka is started with
-``idempotent.testing.services`` unless it runs. Results go to ``bench/results/`` as JSON.
+``idempotent.testing.services`` unless it runs. Results go to ``bench/results/`` (or
+``--out``) as JSON.
 
 A second table says where the CPU went: the CPU seconds (user + system, from ``/proc``, with
 reaped children) that each kind of process used during a write, per million rows, as
@@ -148,7 +149,7 @@ def write_once(spark: Any, df: Any, variant: str, kafka: services.ServiceInfo, w
     return time.perf_counter() - started
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=400_000)
     parser.add_argument("--size", type=int, default=100, help="value bytes per row")
@@ -158,7 +159,8 @@ def main() -> None:
     parser.add_argument(
         "--fresh-topics", action="store_true", help="a fresh topic per write (set-up of its partitions timed)"
     )
-    args = parser.parse_args()
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"), help="folder of the JSON results")
+    args = parser.parse_args(argv)
 
     kafka = services.up("kafka")
     spark = session(kafka_connector_jars())
@@ -223,7 +225,8 @@ def main() -> None:
         per_kind = result["cpu_seconds_per_million_rows"]
         cells = " | ".join(f"{per_kind[kind]:.2f}" for kind in PROCESS_KINDS)
         print(f"| {result['variant']} | {cells} | {sum(per_kind.values()):.2f} |")
-    out = Path(__file__).parent / "results" / f"spark-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    out = Path(args.out) / f"spark-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(
         json.dumps(
             {
