@@ -142,13 +142,44 @@ def child(argv: list[str]) -> int:
     backend, variant, size, records, each, rate, seconds = argv
     info = services.up(backend)
     kind = "rate" if float(rate) else "throughput"
-    producer = make(variant, info, f"bench-{kind}-{variant}-{size}-{uuid.uuid4().hex[:8]}", each == "each")
-    if float(rate):
-        result = measure_at_rate(producer, int(size), float(rate), float(seconds))
-    else:
-        result = measure(producer, int(size), int(records))
+    marker = uuid.uuid4().hex[:8]
+    producer = make(variant, info, f"bench-{kind}-{variant}-{size}-{marker}", each == "each")
+    try:
+        if float(rate):
+            result = measure_at_rate(producer, int(size), float(rate), float(seconds))
+        else:
+            result = measure(producer, int(size), int(records))
+    finally:
+        drop_topics(info, marker)
     print(json.dumps(result))
     return 0
+
+
+def drop_topics(info: services.ServiceInfo, marker: str) -> None:
+    """Delete every topic whose name holds ``marker`` (this measurement's), so that a long
+    run does not fill the memory the brokers keep their data in (``/dev/shm``). Best effort:
+    a failure is printed, not raised."""
+    try:
+        if info.name == "kafka":
+            from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+            admin = AdminClient({"bootstrap.servers": info.bootstrap})
+            names = [name for name in admin.list_topics(timeout=30).topics if marker in name]
+            for future in admin.delete_topics(names, operation_timeout=30).values() if names else ():
+                future.result(60)
+        elif info.name == "pulsar" and info.admin_url:
+            from idempotent.testing.baselines import pulsar_admin
+
+            for namespace in pulsar_admin(info.admin_url, "GET", "/admin/v2/namespaces/public") or []:
+                base = f"/admin/v2/persistent/{namespace}"
+                for name in pulsar_admin(info.admin_url, "GET", f"{base}/partitioned") or []:
+                    if marker in name:
+                        pulsar_admin(info.admin_url, "DELETE", f"{base}/{name.rsplit('/', 1)[1]}/partitions?force=true")
+                for name in pulsar_admin(info.admin_url, "GET", base) or []:
+                    if marker in name and "-partition-" not in name:
+                        pulsar_admin(info.admin_url, "DELETE", f"{base}/{name.rsplit('/', 1)[1]}?force=true")
+    except Exception as exc:  # clean-up only: the measurement stands
+        print(f"could not delete the topics of {marker}: {exc!r}", file=sys.stderr)
 
 
 def run_fresh(
