@@ -39,16 +39,14 @@ reported and the run goes on; its rows then say "not measured".
 Then prints one Markdown table: each target, what this run measured, and whether it is met.
 Each benchmark alternates its own variants and reports medians; see their docstrings.
 
-    python bench/bench_targets.py                   # every step: an estimated 30 to 40 minutes
+    python bench/bench_targets.py                   # every step: 18 minutes on the quiet 2-core machine
     python bench/bench_targets.py --quick           # every step small, for a smoke test: 3 to 5 minutes
     python bench/bench_targets.py --skip spark,mirror
 
-The default run's duration is an estimate, from the step sizes and the rates of a ``--quick``
-run on the 2-core machine, not a timed default run: embedded under 1 minute, backends 10 to 14,
-backends-sampled 6 to 9, server-load about 4, server 2 to 3, checker 1 to 3, spark 1 to 2,
-mirror about 2, and about 1 to start Kafka and Pulsar; more on a busy machine. Each step's
-time is printed with the table. The table and every benchmark's JSON go to
-``bench/results/targets-<time>/``.
+The default run took 18 minutes on the quiet 2-core machine (embedded 12 s, backends 396 s,
+backends-sampled 209 s, server-load 197 s, server 36 s, checker 101 s, spark 44 s, mirror 47 s,
+2026-11-26); more on a busy machine. Each step's time is printed with the table. The table
+and every benchmark's JSON go to ``bench/results/targets-<time>/``.
 """
 
 from __future__ import annotations
