@@ -234,3 +234,55 @@ def test_a_new_topic_is_made_as_pulsar_makes_it_and_access_modes_apply(pulsar_se
         f"{pulsar_service.admin_url}/admin/v2/persistent/public/default/{name}/partitions", timeout=30
     ) as response:
         assert json.load(response)["partitions"] == 0
+
+
+@pytest.mark.parametrize("partitions", [0, 2])
+def test_send_async_calls_back_with_the_ids_a_plain_reader_sees(pulsar_service: Any, partitions: int) -> None:
+    """The id ``send_async``'s callback gets is pulsar-client's id of the stored message
+    (ledger, entry, batch index; the partition on a partitioned topic, -1 on one that is
+    not), for every message of a batch, as a plain reader of the topic sees it."""
+    import threading
+
+    import pulsar
+
+    from idempotent.compat import pulsar as drop_in
+
+    name = topic_name("ids")
+    if partitions:
+        _make_topic(pulsar_service, name, partitions)
+    client = drop_in.Client(_url(pulsar_service))
+    got: dict[bytes, Any] = {}
+    lock = threading.Lock()
+    try:
+        producer = client.create_producer(
+            name, producer_name=f"{name}-p", batching_enabled=True, batching_max_publish_delay_ms=50
+        )
+        for i in range(20):
+            value = f"m{i}".encode()
+
+            def done(result: Any, message_id: Any, value: bytes = value) -> None:
+                with lock:
+                    got[value] = (result, message_id)
+
+            producer.send_async(value, done, partition_key=f"k{i}")
+        producer.flush()
+    finally:
+        client.close()
+    assert all(result == drop_in.Result.Ok for result, _ in got.values())
+    native = pulsar.Client(pulsar_service.bootstrap, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    seen: dict[bytes, Any] = {}
+    try:
+        parts = [f"-partition-{p}" for p in range(partitions)] or [""]
+        for suffix in parts:
+            reader = native.create_reader(f"persistent://public/default/{name}{suffix}", pulsar.MessageId.earliest)
+            while reader.has_message_available():
+                message = reader.read_next(20_000)
+                seen[message.data()] = message.message_id()
+    finally:
+        native.close()
+    assert set(seen) == set(got)
+    ids = {value: message_id for value, (_, message_id) in got.items()}
+    assert {v: (i.partition(), i.ledger_id(), i.entry_id(), i.batch_index()) for v, i in ids.items()} == {
+        v: (i.partition() if partitions else -1, i.ledger_id(), i.entry_id(), i.batch_index()) for v, i in seen.items()
+    }
+    assert len({i.batch_index() for i in ids.values()}) > 1  # several messages shared an entry

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ... import reader as _reader
@@ -210,16 +211,23 @@ def _native_message_id() -> Any:
     return native
 
 
-def native_message_id(partition: int, offset: int | None) -> Any:
-    """The pulsar-client id (``_pulsar.MessageId``, what pulsar-client's ``send`` returns) of
-    a message stored at ``offset`` of a Pulsar topic (``partition`` -1: not partitioned);
-    ``(-1,-1,-1,-1)`` for an unknown position (a duplicate out of the checker's window)."""
+def native_message_ids(partitioned: bool) -> Callable[[Any], Any]:
+    """The function from a stored record's metadata (``partition``, ``offset``) to its
+    pulsar-client id: ledger, entry and batch index from the offset, partition -1 on a topic
+    that is not ``partitioned``; ``(-1,-1,-1,-1)`` for an unknown position (a duplicate out
+    of the checker's window). Made once per producer, so that the per-record step of
+    ``send_async``'s callback resolves nothing but the offset."""
     import _pulsar
 
-    if offset is None or offset < 0:
-        return _pulsar.MessageId(-1, -1, -1, -1)
-    ledger, entry, index = offset >> 40, (offset >> 20) & 0xFFFFF, offset & 0xFFFFF
-    return _pulsar.MessageId(partition, ledger, entry, index)
+    new = _pulsar.MessageId
+
+    def message_id(metadata: Any) -> Any:
+        offset = metadata.offset
+        if offset is None or offset < 0:
+            return new(-1, -1, -1, -1)
+        return new(metadata.partition if partitioned else -1, offset >> 40, (offset >> 20) & 0xFFFFF, offset & 0xFFFFF)
+
+    return message_id
 
 
 def _special(kind: str) -> MessageId:

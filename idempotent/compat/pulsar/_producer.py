@@ -22,7 +22,7 @@ from ._errors import (
     Result,
     _exception_for,
 )
-from ._ids import MessageId, _message_id, native_message_id
+from ._ids import MessageId, _message_id, native_message_ids
 from ._options import _MAX_SEQUENCE_ID, EVENT_TIME_HEADER, ORDERING_KEY_HEADER, _check_send_options
 
 
@@ -80,8 +80,8 @@ class Producer:
         #: ``message_router(message, partition count)``, as pulsar-client calls it
         self._router = router
         self._plain = schema is None and initial_sequence_id is None and router is None
-        #: whether the topic is a partitioned Pulsar topic (its ids name the partition)
-        self._partitioned: bool | None = None
+        #: metadata -> the message id a caller gets (made on first use: see :meth:`_id_of`)
+        self._ids: Callable[[Any], Any] | None = None
         #: the partition count the last message was routed with
         self._partitions: int | None = partitions
 
@@ -208,11 +208,18 @@ class Producer:
     def _delivered(
         self, callback: Callable[[Result, MessageId], Any], error: BaseException | None, metadata: Any
     ) -> None:
-        """The producer's ``on_delivery`` for one ``send_async``: the MessageId is made here."""
+        """The producer's ``on_delivery`` for one ``send_async``: the MessageId is made here.
+        It runs on the producer's sender thread once per record, so it does no more than
+        make the id and call (an exception of the callback is logged)."""
         if error is None:
-            self._call(callback, Result.Ok, self._id_of(metadata))
+            ids = self._ids or self._id_maker()
+            result, message_id = Result.Ok, ids(metadata)
         else:
-            self._call(callback, _exception_for(error).result(), MessageId())
+            result, message_id = _exception_for(error).result(), MessageId()
+        try:
+            callback(result, message_id)
+        except Exception:
+            self._logger.exception("send_async callback raised")
 
     def _call(self, callback: Callable[[Result, MessageId], Any] | None, result: Result, msg_id: MessageId) -> None:
         if callback is None:
@@ -298,14 +305,19 @@ class Producer:
     def _id_of(self, metadata: Any) -> Any:
         """The message id for a stored message: on a Pulsar URL pulsar-client's own (as its
         consumers and readers see it: ledger, entry, batch index), else the drop-in's."""
+        return (self._ids or self._id_maker())(metadata)
+
+    def _id_maker(self) -> Callable[[Any], Any]:
+        """Make (once) the function from a stored message's metadata to its id: on a Pulsar
+        URL whether the topic is partitioned (its ids name the partition) is settled here."""
         if not self._direct:
-            return _message_id(metadata)
-        partitioned = self._partitioned
-        if partitioned is None:
+            ids: Callable[[Any], Any] = _message_id
+        else:
             backend = getattr(self._inner.broker, "backend", None)
             data_topic = getattr(backend, "data_topic", None)
-            partitioned = self._partitioned = data_topic is None or data_topic(self._topic, 0) != self._full_topic
-        return native_message_id(metadata.partition if partitioned else -1, metadata.offset)
+            ids = native_message_ids(data_topic is None or data_topic(self._topic, 0) != self._full_topic)
+        self._ids = ids
+        return ids
 
     def _routed(
         self, content: bytes | None, properties: Mapping[str, str] | None, partition_key: str | None, count: int
