@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
 
@@ -227,12 +227,23 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
                 keys = chunk.keys if chunk.keys is not None else itertools.repeat(None)
                 self._produce_bulk(producer, [{"value": v, "key": k} for v, k in zip(chunk.values, keys, strict=False)])
             elif timed or any(record.headers for record in chunk):
-                for record in chunk:  # a time or headers of its own: one by one (the bulk call takes neither)
-                    own = timestamp if record.timestamp is None else record.timestamp
-                    self._produce_one(producer, record, list(record.headers) or None, own, None)
+                self._produce_each(producer, chunk, timestamp)
             else:
                 self._produce_bulk(producer, [{"value": record.value, "key": record.key} for record in chunk])
             producer.poll(0)  # serve queued delivery reports and log lines
+
+    def _produce_each(self, producer: Any, records: Sequence[Record], timestamp: int) -> None:
+        """``produce`` records one by one (a time or headers of their own: the bulk call
+        takes neither), the record's time or else ``timestamp``; waits while librdkafka's
+        local queue is full."""
+        produce, topic, partition = producer.produce, self.kafka_topic, self.partition
+        for record in records:
+            own = timestamp if record.timestamp is None else record.timestamp
+            headers = list(record.headers) or None
+            try:
+                produce(topic, value=record.value, key=record.key, partition=partition, headers=headers, timestamp=own)
+            except BufferError:  # the client's local queue is full: wait for room there
+                self._produce_one(producer, record, headers, own, None)
 
     def _produce_one(
         self, producer: Any, record: Record, headers: list[tuple[str, bytes]] | None, timestamp: int, delivered: Any

@@ -790,3 +790,39 @@ def test_a_read_after_a_commit_waits_for_the_records_this_backend_committed() ->
     backend.note_written("t", 0, 3)
     backend._reader = _EarlyEndConsumer(list(events))
     assert [m.offset() for m in backend._read_range("t", 0, 0, None)] == [0, 1, 2]
+
+
+class _QueueFullOnce:
+    """A librdkafka producer whose local queue is full once, at the ``full_at``-th produce."""
+
+    def __init__(self, full_at: int) -> None:
+        self.full_at = full_at
+        self.calls = 0
+        self.queued: list[tuple[Any, ...]] = []
+
+    def produce(self, topic: str, **fields: Any) -> None:
+        self.calls += 1
+        if self.calls == self.full_at:
+            raise BufferError("Local: Queue full")
+        self.queued.append(
+            (topic, fields["value"], fields["key"], fields["partition"], fields["headers"], fields["timestamp"])
+        )
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_records_with_headers_are_produced_one_by_one_in_order_through_a_full_queue() -> None:
+    import types
+
+    from adapters._kafka_writer import PartitionWriter
+    from idempotent import Record
+
+    writer = types.SimpleNamespace(kafka_topic="t", partition=2)
+    writer._produce_one = types.MethodType(PartitionWriter._produce_one, writer)
+    producer = _QueueFullOnce(full_at=2)
+    records = [Record(b"v%d" % i, b"k", {"h": b"%d" % i}, None if i % 2 else 5_000) for i in range(4)]
+    PartitionWriter._produce_each(writer, producer, records, 1_000)  # type: ignore[arg-type]
+    assert producer.queued == [
+        ("t", b"v%d" % i, b"k", 2, [("h", b"%d" % i)], 1_000 if i % 2 else 5_000) for i in range(4)
+    ]

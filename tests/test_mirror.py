@@ -9,6 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
+import attrs
 import pytest
 
 import idempotent
@@ -25,7 +26,7 @@ from idempotent.mirror import (
     open_source,
     producer_name,
 )
-from idempotent.mirror.engine import source_headers
+from idempotent.mirror.engine import POLL_RECORDS, _with_coordinates, source_headers
 from idempotent.mirror.names import JobProducer, parse_producer_name
 
 
@@ -123,7 +124,8 @@ def test_topic_to_topic_keeps_partitions_keys_headers_and_order(tmp_path: Path) 
 def test_interrupted_copy_resumes_without_duplicates_or_losses(tmp_path: Path) -> None:
     src = f"sqlite:///{tmp_path / 's.db'}"
     dest = f"sqlite:///{tmp_path / 'd.db'}"
-    _fill(src, "t", 2, 20_000)
+    total = 2 * 3 * POLL_RECORDS  # three batches per partition
+    _fill(src, "t", 2, total)
     mirror: Mirror
 
     def stop_early(report: PartitionProgress) -> None:
@@ -132,9 +134,9 @@ def test_interrupted_copy_resumes_without_duplicates_or_losses(tmp_path: Path) -
 
     mirror = Mirror(src, dest, topic="t", job="j", progress=stop_early)
     first = mirror.run()
-    assert not first.completed and 3000 <= first.copied < 20_000
+    assert not first.completed and 3000 <= first.copied < total
     second = Mirror(src, dest, topic="t", job="j").run()
-    assert second.completed and first.copied + second.copied == 20_000
+    assert second.completed and first.copied + second.copied == total
     assert second.duplicates == 0
     source, copied = _stored(src, "t"), _stored(dest, "t")
     for p in (0, 1):
@@ -197,7 +199,8 @@ def test_follow_copies_new_records_until_stopped(tmp_path: Path) -> None:
 def test_two_runs_of_one_task_fence_each_other(tmp_path: Path) -> None:
     src = f"memory://{uuid.uuid4().hex}"
     reset_store(src[len("memory://") :])
-    _fill(src, "t", 1, 5000)
+    count = 3 * POLL_RECORDS  # several batches
+    _fill(src, "t", 1, count)
     dest = f"sqlite:///{tmp_path / 'd.db'}"
     mirror = Mirror(src, dest, topic="t", job="j")
     source = open_source(src)
@@ -216,7 +219,7 @@ def test_two_runs_of_one_task_fence_each_other(tmp_path: Path) -> None:
         with pytest.raises(ProducerFencedError):
             copy_partition(task, source=source, broker=broker, progress=take_over)
         assert fenced.is_set()
-        assert [r.value for r in broker.read("t", 0, 0, 10_000)] == [f"v{i}".encode() for i in range(5000)]
+        assert [r.value for r in broker.read("t", 0, 0, count)] == [f"v{i}".encode() for i in range(count)]
     finally:
         broker.close()
         source.close()
@@ -338,17 +341,85 @@ def test_a_batch_refused_for_a_passing_reason_is_not_overtaken(tmp_path: Path) -
     """Regression: batches were pipelined, so under the monotonic policy the batch behind a
     refused one was stored and the refused one lost for good."""
     source = tmp_path / "in.txt"
-    source.write_bytes(b"".join(b"line %d\n" % i for i in range(5000)))
+    count = 3 * POLL_RECORDS  # several batches
+    source.write_bytes(b"".join(b"line %d\n" % i for i in range(count)))
     dest = f"sqlite:///{tmp_path / 'd.db'}"
     broker = idempotent.connect(dest)
     try:
         (task,) = Mirror(f"file://{source}", dest, to_topic="t", job="j").plan(open_source(f"file://{source}"), broker)
         flaky = _RefusesFirstBatch(broker)
         summary = copy_partition(task, broker=flaky)  # type: ignore[arg-type]
-        assert flaky.refused and summary.copied == 5000
-        assert [r.value for r in broker.read("t", 0, 0, 10_000)] == [b"line %d" % i for i in range(5000)]
+        assert flaky.refused and summary.copied == count
+        assert [r.value for r in broker.read("t", 0, 0, count)] == [b"line %d" % i for i in range(count)]
     finally:
         broker.close()
+
+
+class _Limited:
+    """A destination that says it takes batches of at most ``max_batch_bytes`` (as a
+    Pulsar-backed broker says its entry size), and records the batches sent."""
+
+    def __init__(self, inner: idempotent.BrokerAPI, max_batch_bytes: int | None) -> None:
+        self.inner = inner
+        self.max_batch_bytes = max_batch_bytes
+        self.batches: list[tuple[int, int]] = []  # (records, size)
+
+    def init_producer(self, name: str) -> object:
+        return attrs.evolve(self.inner.init_producer(name), max_batch_bytes=self.max_batch_bytes)
+
+    def submit_request(self, request: idempotent.ProduceRequest) -> Future[idempotent.ProduceResult]:
+        self.batches.append((len(request.records), request.size))
+        return self.inner.submit_request(request)
+
+
+def _copy_file_through(tmp_path: Path, lines: list[bytes], max_batch_bytes: int | None) -> _Limited:
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"".join(line + b"\n" for line in lines))
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    broker = idempotent.connect(dest)
+    try:
+        (task,) = Mirror(f"file://{source}", dest, to_topic="t", job="j").plan(open_source(f"file://{source}"), broker)
+        limited = _Limited(broker, max_batch_bytes)
+        summary = copy_partition(task, broker=limited)  # type: ignore[arg-type]
+        assert summary.copied == len(lines)
+        assert [r.value for r in broker.read("t", 0, 0, len(lines) + 1)] == lines
+        return limited
+    finally:
+        broker.close()
+
+
+def test_batches_stay_within_the_destinations_batch_limit(tmp_path: Path) -> None:
+    """Regression: batches were cut at a fixed size whatever the destination takes, so a
+    destination with a smaller limit (a Pulsar entry) would refuse them."""
+    lines = [b"line %d" % i + b"x" * (i % 50) for i in range(3000)]
+    limited = _copy_file_through(tmp_path, lines, 4000)
+    assert len(limited.batches) > 1
+    assert all(size <= 4000 for _, size in limited.batches)
+    assert max(size for _, size in limited.batches) > 4000 - 200  # cut at the limit, not far below
+
+
+def test_a_poll_of_records_goes_as_one_batch(tmp_path: Path) -> None:
+    """Regression (throughput): each batch costs the destination one round trip (a Kafka
+    transaction), and batches were cut at 2,000 records; a poll of up to 10,000 goes as one."""
+    lines = [b"line %d" % i for i in range(10_000)]
+    limited = _copy_file_through(tmp_path, lines, None)
+    assert [records for records, _ in limited.batches] == [10_000]
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        SourceRecord(0, None, b"v"),
+        SourceRecord(2**62, b"key", None, (), 1_700_000_000.123),
+        SourceRecord(7, b"", b"", (("a", b"1"), ("idem.src.offset", b"3"), ("b", b"")), 0.0),
+        SourceRecord(12345, None, b"x" * 1000, (("idem.src.topic", b"old"),), None),
+    ],
+)
+def test_the_size_of_a_copied_record_is_what_the_destination_counts(record: SourceRecord) -> None:
+    topic, partition = ("idem.src.topic", b"persistent://public/default/t-partition-3"), ("idem.src.partition", b"3")
+    headers, size = _with_coordinates(record, topic, partition)
+    assert headers == source_headers(record, topic[1].decode(), 3)
+    assert size == idempotent.Record(record.value, record.key, headers).size
 
 
 # -- a job copies one source ----------------------------------------------------------------

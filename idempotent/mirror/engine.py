@@ -29,7 +29,10 @@ batch ``k`` were refused for a passing reason (a partition recovering, a connect
 while batch ``k+1``, sent behind it, was stored, ``k`` would be lost for good: nothing would
 ever ask for it again. A partition's copy therefore sends its next batch only once the
 previous one is answered stored; the source is read meanwhile, so reading and writing still
-overlap. Partitions are copied in parallel.
+overlap. Partitions are copied in parallel. Each batch thus costs the destination a round
+trip (a Kafka-backed one: a transaction), so batches are large: a poll of up to
+:data:`POLL_RECORDS` goes as one batch, cut only before :data:`BATCH_BYTES` or the
+destination's own limit (``ProducerSession.max_batch_bytes``/``max_batch_records``).
 
 :func:`copy_partition` is the unit (what a Spark task runs); :class:`.job.Mirror` plans the
 job (destination topics, policy, where each partition ends, which source the job copied) and
@@ -66,10 +69,13 @@ from .source import Source, SourceRecord
 
 _LOG = logging.getLogger("idempotent.mirror")
 
-#: Records read from the source per poll.
-POLL_RECORDS = 2000
-#: A batch is cut at this many bytes (or at the end of a poll's records).
-BATCH_BYTES = 512 * 1024
+#: Records read from the source per poll (at most one batch's worth).
+POLL_RECORDS = 10_000
+#: A batch is cut before it would pass this many bytes, as ``Record.size`` counts them, or
+#: the destination's own batch limit when that is lower (and at the end of a poll's records).
+#: With one batch in flight per partition, each batch costs the destination one round trip
+#: (a Kafka-backed destination: one transaction), so batches are as large as it takes.
+BATCH_BYTES = 4 * 1024 * 1024
 #: In-process restarts of a task after retriable failures, before its error is raised.
 RETRIES = 8
 #: Seconds between two questions to the source about a partition's lag, for progress reports.
@@ -79,17 +85,44 @@ LAG_INTERVAL = 1.0
 def source_headers(record: SourceRecord, topic: str, partition: int) -> Headers:
     """The record's own headers (without source coordinates of an earlier copy) followed by
     the ``idem.src.*`` coordinates of this copy."""
+    return _with_coordinates(record, (SOURCE_TOPIC, topic.encode()), (SOURCE_PARTITION, b"%d" % partition))[0]
+
+
+def _with_coordinates(
+    record: SourceRecord, topic_header: tuple[str, bytes], partition_header: tuple[str, bytes]
+) -> tuple[Headers, int]:
+    """:func:`source_headers` with the topic's and partition's headers made once per batch,
+    and the record's ``Record.size`` with these headers (computed here, where the headers'
+    lengths are known, rather than by a pass over them)."""
     own = record.headers
-    if own and any(name.startswith(SOURCE_PREFIX) for name, _ in own):
-        own = tuple(h for h in own if not h[0].startswith(SOURCE_PREFIX))
-    coordinates: Headers = (
-        (SOURCE_TOPIC, topic.encode()),
-        (SOURCE_PARTITION, b"%d" % partition),
-        (SOURCE_OFFSET, b"%d" % record.offset),
+    offset = b"%d" % record.offset
+    value, key = record.value, record.key
+    size = (
+        28  # Record.size's 16, and 4 per header
+        + len(topic_header[0])
+        + len(topic_header[1])
+        + len(partition_header[0])
+        + len(partition_header[1])
+        + len(SOURCE_OFFSET)
+        + len(offset)
+        + (len(value) if value is not None else 0)
+        + (len(key) if key is not None else 0)
     )
-    if record.timestamp is not None:
-        coordinates += ((SOURCE_TIMESTAMP, b"%d" % round(record.timestamp * 1000)),)
-    return own + coordinates if own else coordinates
+    timestamp = record.timestamp
+    coordinates: Headers
+    if timestamp is None:
+        coordinates = (topic_header, partition_header, (SOURCE_OFFSET, offset))
+    else:
+        millis = b"%d" % round(timestamp * 1000)
+        coordinates = (topic_header, partition_header, (SOURCE_OFFSET, offset), (SOURCE_TIMESTAMP, millis))
+        size += 4 + len(SOURCE_TIMESTAMP) + len(millis)
+    if not own:
+        return coordinates, size
+    if any(name.startswith(SOURCE_PREFIX) for name, _ in own):
+        own = tuple(h for h in own if not h[0].startswith(SOURCE_PREFIX))
+    for name, data in own:
+        size += len(name) + len(data) + 4
+    return own + coordinates, size
 
 
 @attrs.frozen
@@ -402,35 +435,55 @@ class _PartitionWriter:
             self.position = task.legacy_position
         self.totals = _Totals()
         self._pending: deque[tuple[int, int, Future[ProduceResult]]] = deque()
+        #: the largest batch sent, as ``Record.size`` counts (the destination's limit when
+        #: lower than BATCH_BYTES), and the most records in one (None: no limit)
+        self.batch_bytes = min(BATCH_BYTES, session.max_batch_bytes or BATCH_BYTES)
+        self.batch_records = session.max_batch_records
 
     def send(self, records: list[SourceRecord], source_topic: str) -> None:
         """Send ``records`` (offset order, above everything sent) as batches ending at the
-        source offset of their last record. A batch is cut at ``BATCH_BYTES`` and where the
-        offsets pass ``MAX_SEQUENCE`` (no batch may hold both sides of the int32 ring's end)."""
-        task = self._task
+        source offset of their last record. A batch is cut before a record that would take
+        it past :attr:`batch_bytes` (a record larger than that alone goes alone: the
+        destination refuses it, as it would any record too large), after
+        :attr:`batch_records` records, and where the offsets pass ``MAX_SEQUENCE`` (no batch
+        may hold both sides of the int32 ring's end)."""
+        topic_header = (SOURCE_TOPIC, source_topic.encode())
+        partition_header = (SOURCE_PARTITION, b"%d" % self._task.partition)
+        limit = self.batch_bytes
+        most = self.batch_records or len(records)
         batch: list[Record] = []
-        size = 0
-        partition = task.partition
-        for index, record in enumerate(records):
+        size = largest = 0
+        last = -1
+        for record in records:
             # a source hands out bytes (or None) and (str, bytes) headers: no conversion needed
-            headers = source_headers(record, source_topic, partition)
-            batch.append(trusted_record(record.value, record.key, headers))
-            size += 16 + len(record.value or b"") + len(record.key or b"") + 48 * len(headers)
-            following = records[index + 1].offset if index + 1 < len(records) else None
-            if (
-                following is None
-                or size >= BATCH_BYTES
-                or (record.offset <= MAX_SEQUENCE < following)  # the next one is past the ring
+            headers, record_size = _with_coordinates(record, topic_header, partition_header)
+            if batch and (
+                size + record_size > limit
+                or len(batch) >= most
+                or last <= MAX_SEQUENCE < record.offset  # this one is past the ring
             ):
-                self._submit(batch, record.offset)
+                self._submit(batch, last, size, largest)
                 batch = []
-                size = 0
+                size = largest = 0
+            batch.append(trusted_record(record.value, record.key, headers))
+            size += record_size
+            if record_size > largest:
+                largest = record_size
+            last = record.offset
+        if batch:
+            self._submit(batch, last, size, largest)
 
-    def _submit(self, batch: list[Record], last: int) -> None:
+    def _submit(self, batch: list[Record], last: int, size: int, largest: int) -> None:
         self.collect(block=True)  # the previous batch must be stored first
         task = self._task
         request = ProduceRequest.build(
-            task.to_topic, task.to_partition, self._producer_id, self._producer_epoch, last - len(batch) + 1, batch
+            task.to_topic,
+            task.to_partition,
+            self._producer_id,
+            self._producer_epoch,
+            last - len(batch) + 1,
+            batch,
+            measured=(size, largest),
         )
         future = self._broker.submit_request(request)
         self._pending.append((last, len(batch), future))

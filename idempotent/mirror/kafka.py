@@ -192,13 +192,13 @@ class KafkaPartitionReader:
                 continue
             caught_up = False
             kind, millis = message.timestamp()
-            headers = message.headers() or ()
+            headers = message.headers()
             records.append(
                 SourceRecord(
                     offset,
                     message.key(),
                     message.value(),
-                    tuple((name, b"" if value is None else bytes(value)) for name, value in headers),
+                    tuple((name, b"" if value is None else bytes(value)) for name, value in headers) if headers else (),
                     None if kind == 0 else millis / 1000,  # 0: TIMESTAMP_NOT_AVAILABLE
                 )
             )
