@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 import attrs
 
+from .._records import RecordColumns
 from .._types import SEQUENCE_SPACE
 from ..api import BrokerAPI
 from ..broker import validate_topic
@@ -101,11 +102,11 @@ class _Source:
     path: str | None = None
     size: int = 0
 
-    def blocks(self, start: int, size: int) -> Iterator[list[bytes]]:
+    def blocks(self, start: int, size: int) -> Iterator[list[bytes | None]]:
         """Records ``start``, ``start + 1``, ... up to ``count``, in lists of ``size``."""
         if self.path is None:
             filler = _filler(self.size - GENERATED_PREFIX)
-            records: Iterator[bytes] = (b"record-%012d%s" % (i, filler) for i in range(start, self.count))
+            records: Iterator[bytes | None] = (b"record-%012d%s" % (i, filler) for i in range(start, self.count))
         else:
             records = itertools.islice(_lines(self.path), start, self.count)
         while block := list(itertools.islice(records, size)):
@@ -310,7 +311,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
             for block in source.blocks(start, CHUNK):
                 # record i goes to partition i % partitions, as sequence i // partitions
                 if position // partitions > highest:  # none of the block is stored: slice it
-                    shares = [block[(p - position) % partitions :: partitions] for p in range(partitions)]
+                    shares: list[list[bytes | None]] = [
+                        block[(p - position) % partitions :: partitions] for p in range(partitions)
+                    ]
                 else:
                     shares = [[] for _ in range(partitions)]
                     for i, value in enumerate(block, position):
@@ -320,7 +323,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 position += len(block)
                 for p, share in enumerate(shares):
                     if share:
-                        pending.append(producer.send_many(topic, share, partition=p))
+                        # as columns: no Record per line (every value is bytes)
+                        pending.append(producer.send_many(topic, RecordColumns(share), partition=p))
                         queued += len(share)
                         sent += len(share)
                 if queued >= WINDOW:
