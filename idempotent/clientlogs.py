@@ -235,6 +235,15 @@ def open_pulsar_client(
     return client
 
 
+def named_as(subclass: type, native: Any) -> type:
+    """``subclass`` under the name, module and qualified name of the class ``native`` it
+    extends, so that reprs and messages show the native class's name."""
+    subclass.__name__ = native.__name__
+    subclass.__module__ = native.__module__
+    subclass.__qualname__ = native.__qualname__
+    return subclass
+
+
 @functools.cache
 def routed_kafka_class(native: Any) -> type:
     """A subclass of a confluent-kafka client class (``Consumer``, ``AdminClient``,
@@ -253,11 +262,7 @@ def routed_kafka_class(native: Any) -> type:
                 kwargs["logger"] = LIBRDKAFKA_LOG
             super().__init__(*args, **kwargs)
 
-    routed: type = Routed
-    routed.__name__ = native.__name__
-    routed.__module__ = native.__module__
-    routed.__qualname__ = native.__qualname__
-    return routed
+    return named_as(Routed, native)
 
 
 @functools.cache
@@ -308,11 +313,7 @@ def routed_pulsar_class(native: Any) -> type:
                 raise
             _RELAY.opened(self, path)
 
-    routed: type = Routed
-    routed.__name__ = native.__name__
-    routed.__module__ = native.__module__
-    routed.__qualname__ = native.__qualname__
-    return routed
+    return named_as(Routed, native)
 
 
 def route_pulsar_attribute(value: Any) -> Any:
@@ -332,6 +333,7 @@ __all__ = [
     "LibrdkafkaLog",
     "drain_pulsar_logs",
     "kafka_config",
+    "named_as",
     "open_pulsar_client",
     "pulsar_logger",
     "route_kafka_attribute",

@@ -16,7 +16,7 @@ import functools
 import time
 from typing import Any
 
-from ..clientlogs import route_kafka_attribute
+from ..clientlogs import named_as, route_kafka_attribute
 
 #: the longest ``consume()`` waits in librdkafka before the interpreter can act on a signal
 CONSUME_SLICE = 0.2
@@ -63,11 +63,7 @@ def wakeable_consumer_class(native: Any) -> type:
                 if len(out) >= num_messages or (deadline is not None and time.monotonic() >= deadline):
                     return out
 
-    wakeable: type = Wakeable
-    wakeable.__name__ = native.__name__
-    wakeable.__module__ = native.__module__
-    wakeable.__qualname__ = native.__qualname__
-    return wakeable
+    return named_as(Wakeable, native)
 
 
 def route_consumer_attribute(value: Any) -> Any:
