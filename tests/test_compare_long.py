@@ -11,10 +11,14 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from idempotent.cli import build_parser
 from idempotent.cli.compare import config_of
-from idempotent.compare import FAULTS, LONG, SYSTEMS
+from idempotent.compare import FAULTS, LONG, SYSTEMS, CompareConfig, run_compare
 from idempotent.compare.results import FILE_NAME
+from idempotent.compare.systems import SystemRun
+from idempotent.errors import BackendUnavailableError
 
 TINY = ["--systems", "memory,sqlite", "--faults", "none,lost-ack,producer-restart", "--schedules", "3",
         "--records", "100", "--capacity-records", "100"]  # fmt: skip
@@ -106,3 +110,30 @@ def test_a_results_file_of_other_records_is_not_continued(tmp_path: pathlib.Path
     before = (out / FILE_NAME).read_bytes()
     assert main([*args[:-4], "--records", "60", "--capacity-records", "0", "--out", str(out)]) == 2
     assert (out / FILE_NAME).read_bytes() == before
+
+
+def test_a_broker_unreachable_after_its_fault_fails_that_run_only(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a private Pulsar not back from a restart when its run read the records back
+    raised BackendUnavailableError out of the whole long run, 3,027 runs into 3,612. That run
+    is an error (carried out again on resume); the others go on."""
+    real = SystemRun.read_back
+
+    def unreachable(self: SystemRun, timeout: float = 60.0) -> list[int | None]:
+        if self.system == "sqlite":
+            raise BackendUnavailableError("pulsar: cannot connect to 127.0.0.1:1 within the connect timeout of 10 s")
+        return real(self, timeout)
+
+    monkeypatch.setattr(SystemRun, "read_back", unreachable)
+    config = CompareConfig(systems=("memory", "sqlite"), faults=("none",), records=50, capacity_records=0, seed=100)
+    out = tmp_path / "out"
+    first = {(r["system"], r["status"]) for r in run_compare(config, out, resume=True)}
+    assert first == {("memory", "ok"), ("sqlite", "error")}
+    (failed,) = [json.loads(line) for line in _lines(out / FILE_NAME)[1:] if '"sqlite"' in line]
+    assert "BackendUnavailableError: pulsar: cannot connect" in failed["notes"][0]
+    monkeypatch.setattr(SystemRun, "read_back", real)
+    lines: list[str] = []
+    again = run_compare(config, out, progress=lines.append, resume=True)
+    assert "2 runs planned, 1 already in" in lines[0]
+    assert {(r["system"], r["status"]) for r in again} == {("memory", "ok"), ("sqlite", "ok")}

@@ -28,12 +28,20 @@ from typing import IO, Any
 
 import attrs
 
+from ..errors import TransportError
 from .check import Ledger, check
 from .config import CompareConfig, PlannedRun
 from .report import write_report
 from .results import Results
 from .schedule import FaultEvent, schedule
 from .systems import Environment, SystemRun, is_ours, unsupported
+
+#: What makes one run fail without ending the comparison: a broker, server or producing process
+#: that did not start, and a broker still unreachable after its fault (the project's transport
+#: errors: a private Pulsar not back from a restart when the run reads its records back). The
+#: run is reported with status ``error`` and carried out again on resume; anything else (a bug:
+#: InternalError and every other exception) ends the comparison.
+RUN_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, OSError, TimeoutError, TransportError)
 
 READY_TIMEOUT = 120.0
 RUN_TIMEOUT = 600.0
@@ -247,7 +255,7 @@ class _Run:
             go = False
             try:
                 go = self._inject(event)
-            except (RuntimeError, OSError, TimeoutError) as exc:
+            except RUN_ERRORS as exc:
                 self.sink.notes.append(f"{event.fault}: {exc}")
                 go = True
             if go and self.producing is not None:
@@ -364,6 +372,7 @@ def run_one(
 
     Raises:
         RuntimeError: a broker, broker server or producing process did not start.
+        TransportError: a broker was unreachable when the run needed it (see RUN_ERRORS).
     """
     started = time.monotonic()
     reason = unsupported(system, fault)
@@ -374,7 +383,7 @@ def run_one(
     run = _Run(env, config, system, fault, seed, kind)
     try:
         result = run.execute()
-    except (RuntimeError, OSError, TimeoutError) as exc:
+    except RUN_ERRORS as exc:
         exc.add_note(_logs_note(env.discard(run.run_id, keep_logs=True)))
         raise
     except BaseException:  # interrupted: the next invocation carries the run out again
@@ -455,8 +464,9 @@ def run_compare(
     with ``resume`` the runs that file already holds are not carried out again, so an
     interrupted comparison continues where it stopped. The report (``report.json``,
     ``report.md``, ``report.html``) is rewritten every :data:`REPORT_EVERY` s and at the end,
-    also when interrupted. A run that cannot start is reported with status ``error`` (and
-    carried out again on resume) and the comparison goes on. ``env`` reuses private brokers
+    also when interrupted. A run that cannot start, or whose broker is unreachable after its
+    fault (:data:`RUN_ERRORS`), is reported with status ``error`` (and carried out again on
+    resume) and the comparison goes on. ``env`` reuses private brokers
     (tests); otherwise they are started in a scratch directory outside ``out``, stopped at
     the end and removed with it (also by the next comparison in ``out`` when this one is
     killed: see :data:`SCRATCH_MARKER`). Logs of failed runs are kept in ``out/logs/``.
@@ -490,7 +500,7 @@ def run_compare(
         for run in todo:
             try:
                 result = run_one(env, config, run.system, run.fault, run.seed, run.kind)
-            except (RuntimeError, OSError, TimeoutError) as exc:
+            except RUN_ERRORS as exc:
                 result = error_entry(run.system, run.fault, run.seed, exc, run.kind)
             results.add(result)
             clock.add(result)
