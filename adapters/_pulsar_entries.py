@@ -140,6 +140,9 @@ def send_entry(writer: EntryWriter, batch: AppendBatch, entry_id: int, first: An
     if count == 1:  # one message: its answer is the entry's first and last
         first = _both(first, last)
     with map_errors(f"append to {writer.where}"):
+        # A message between the entry's first and last gets no callback (None): the client
+        # then runs no Python for it, where a callback would take the interpreter lock once
+        # per record, away from the application's thread.
         if type(records) is RecordColumns and records.keys is None:
             # the head carries the identity, the entry's sequence id (the one the broker
             # records) and the batch's time; the others only their value
@@ -154,7 +157,7 @@ def send_entry(writer: EntryWriter, batch: AppendBatch, entry_id: int, first: An
                         message.property(name, text)
                     message.sequence_id(entry_id)
                     message.event_timestamp(event_time)
-                send(message.build(), first if index == 0 else last if index == count - 1 else noop)
+                send(message.build(), first if index == 0 else last if index == count - 1 else None)
             return
         for index, record in enumerate(records):
             own_time = event_time
@@ -182,7 +185,7 @@ def send_entry(writer: EntryWriter, batch: AppendBatch, entry_id: int, first: An
             message.sequence_id(entry_id)
             if encoded.event_time > 0:
                 message.event_timestamp(encoded.event_time)
-            send(message.build(), first if index == 0 else last if index == count - 1 else noop)
+            send(message.build(), first if index == 0 else last if index == count - 1 else None)
 
 
 def entry_offset(
@@ -207,10 +210,6 @@ def entry_offset(
             f"pulsar: {what}: the batch was not stored as one entry with consecutive batch indexes"
         )
     return encode_offset(ledger, entry, index), None
-
-
-def noop(result: Any, message_id: Any) -> None:
-    """The answer of a message neither first nor last in its entry: nothing to do."""
 
 
 def noop_flush(result: Any) -> None:
