@@ -30,6 +30,7 @@ from idempotent.errors import (
 )
 
 try:
+    import _pulsar
     import pulsar
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the pulsar backend needs pulsar-client: pip install 'idempotent[pulsar]'") from exc
@@ -213,13 +214,6 @@ class PartitionWriter(GroupQueue[_Item]):
                     f"(max_entry_bytes={self.backend.max_entry_bytes}, the broker's maxMessageSize)"
                 )
             ids = self._send_entry(messages)
-            first = ids[0]
-            expected = [(first[0], first[1], first[2] + i) for i in range(len(ids))]
-            if ids != expected:
-                raise BackendUnavailableError(
-                    f"pulsar: the batch of {self.where} was not stored as one entry with consecutive "
-                    f"batch indexes: {ids[:3]}...; check the producer's batching settings"
-                )
             position = 0
             for index, item in enumerate(group):
                 if item.messages:
@@ -231,52 +225,76 @@ class PartitionWriter(GroupQueue[_Item]):
         return offsets
 
     def _send_entry(self, messages: list[Message]) -> list[tuple[int, int, int]]:
-        results: list[tuple[Any, Any] | None] = [None] * len(messages)
-        done = threading.Condition()
-        pending = [len(messages)]
+        """Send ``messages`` as one entry and wait for it: each message's ``(ledger, entry,
+        batch index)``. Only the first and the last message get a callback: a message between
+        them gets None, so the client runs no Python for it (a callback per message took the
+        interpreter lock once per record); one entry is stored or fails whole, and its first
+        and last positions say whether its batch indexes are consecutive.
 
-        def delivered(index: int) -> Any:
+        Raises:
+            BackendUnavailableError: not acknowledged in time, not stored as one entry with
+                consecutive batch indexes, or stored by an earlier attempt (position unknown).
+            ProducerError: Pulsar refused it (translated).
+        """
+        count = len(messages)
+        answers: list[tuple[Any, Any] | None] = [None, None]
+        done = threading.Condition()
+
+        def answer(*slots: int) -> Any:
             def callback(result: Any, message_id: Any) -> None:
                 try:  # an exception escaping a pulsar callback terminates the process
                     with done:
-                        results[index] = (result, message_id)
-                        pending[0] -= 1
+                        for slot in slots:
+                            answers[slot] = (result, message_id)
                         done.notify_all()
                 except BaseException:  # pragma: no cover - defensive
                     _LOG.exception("pulsar send callback failed")
 
             return callback
 
+        first, last = (answer(0, 1), None) if count == 1 else (answer(0), answer(1))
         what = f"append to {self.where}"
-        producer = self._producer
+        send = self._producer._producer.send_async  # the extension's producer: no checks per call
+        builder = _pulsar.MessageBuilder
         with map_errors(what):
             for index, message in enumerate(messages):
-                producer.send_async(
-                    message.content,
-                    delivered(index),
-                    properties=message.properties,
-                    partition_key=message.partition_key,
-                    sequence_id=self._next_sequence,
-                    event_timestamp=message.event_time or None,
-                )
+                built = builder()
+                if message.content is None:
+                    built.set_null_value()
+                else:
+                    built.content(message.content)
+                for name, text in message.properties.items():
+                    built.property(name, text)
+                if message.partition_key:
+                    built.partition_key(message.partition_key)
+                if self._next_sequence:  # as pulsar-client's send_async: 0 leaves it to the client
+                    built.sequence_id(self._next_sequence)
+                if message.event_time:
+                    built.event_timestamp(message.event_time)
+                send(built.build(), first if index == 0 else last if index == count - 1 else None)
                 self._next_sequence += 1
-            producer.flush()
+            self._producer.flush()
         deadline = time.monotonic() + self.backend.timeout
         with done:
-            while pending[0] and done.wait(max(0.0, deadline - time.monotonic())):
+            while None in answers and done.wait(max(0.0, deadline - time.monotonic())):
                 pass
-        if pending[0]:
+            head, tail = answers
+        if head is None or tail is None:
             raise BackendUnavailableError(f"pulsar: {what}: no acknowledgement within {self.backend.timeout} s")
-        ids: list[tuple[int, int, int]] = []
-        for outcome in results:
-            assert outcome is not None
-            result, message_id = outcome
+        for result, _ in (head, tail):
             if result != pulsar.Result.Ok:
                 raise translate(result, what)
-            if message_id.ledger_id() < 0:  # Pulsar's dedup: stored before, position unknown
-                raise BackendUnavailableError(f"pulsar: {what}: the entry was stored by an earlier attempt")
-            ids.append((message_id.ledger_id(), message_id.entry_id(), max(message_id.batch_index(), 0)))
-        return ids
+        first_id, last_id = head[1], tail[1]
+        if first_id.ledger_id() < 0:  # Pulsar's dedup: stored before, position unknown
+            raise BackendUnavailableError(f"pulsar: {what}: the entry was stored by an earlier attempt")
+        ledger, entry, base = first_id.ledger_id(), first_id.entry_id(), max(first_id.batch_index(), 0)
+        end = (last_id.ledger_id(), last_id.entry_id(), max(last_id.batch_index(), 0))
+        if end != (ledger, entry, base + count - 1):
+            raise BackendUnavailableError(
+                f"pulsar: the batch of {self.where} was not stored as one entry with consecutive batch indexes: "
+                f"{(ledger, entry, base)} .. {end}; check the producer's batching settings"
+            )
+        return [(ledger, entry, base + i) for i in range(count)]
 
     def put_snapshot(self, snapshot: Snapshot) -> None:
         """Write a snapshot now (on the writer thread, or from a callback running on it)."""
