@@ -342,11 +342,7 @@ class KafkaBackend(MetadataDelegate):
         written = self._written.get((kafka_topic, partition), -1)
         with self._lock:
             consumer = self._reader
-            if kafka_topic not in self._reader_topics:
-                # A partition of a topic the consumer has no metadata for waits for
-                # librdkafka's once-a-second topic scan before its first fetch: ask now.
-                consumer.list_topics(kafka_topic, timeout=self.timeout)
-                self._reader_topics.add(kafka_topic)
+            self._know(kafka_topic)
             consumer.assign([KafkaTopicPartition(kafka_topic, partition, start)])
             try:
                 deadline = time.monotonic() + self.timeout
@@ -379,8 +375,17 @@ class KafkaBackend(MetadataDelegate):
             finally:
                 consumer.unassign()
 
+    def _know(self, kafka_topic: str) -> None:
+        """Make the reader learn ``kafka_topic``'s metadata now (the lock held): a partition
+        of a topic it has none for waits for librdkafka's once-a-second topic scan before its
+        first fetch, and its watermarks fail at once with ``_UNKNOWN_PARTITION``."""
+        if kafka_topic not in self._reader_topics:
+            self._reader.list_topics(kafka_topic, timeout=self.timeout)
+            self._reader_topics.add(kafka_topic)
+
     def _end_of(self, kafka_topic: str, partition: int) -> int:
         with self._lock:
+            self._know(kafka_topic)
             _low, high = self._reader.get_watermark_offsets(
                 KafkaTopicPartition(kafka_topic, partition), timeout=self.timeout, cached=False
             )
