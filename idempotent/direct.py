@@ -362,6 +362,12 @@ class DirectBroker(ProduceShortcuts):
     # -- producing -------------------------------------------------------------------------
 
     @property
+    def writes_on_submit(self) -> bool:
+        """Whether :meth:`submit_requests` writes the group before it returns, on the
+        caller's thread (a log without pipelined writes: Kafka's transactions)."""
+        return self._log is not None and not self._pipelined
+
+    @property
     def produce_timeout(self) -> float:
         """Seconds ``produce`` waits for the answer."""
         return self.config.append_timeout

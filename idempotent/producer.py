@@ -51,7 +51,7 @@ from .errors import (
     QueueFullError,
     UsageError,
 )
-from .sender import Route, SenderLoop, SpanListener
+from .sender import YIELD_WAIT, Route, SenderLoop, SpanListener
 
 _LOG = logging.getLogger("idempotent.producer")
 
@@ -193,6 +193,11 @@ class Producer(SenderLoop):
         self._closing = False
         self._closed = False
         self._span_listener: SpanListener | None = None
+        #: open (set) except while the sender writes a group itself with more records waiting
+        #: behind it than the group holds: then send() waits for it (see SenderLoop._submit)
+        self._gate = threading.Event()
+        self._gate.set()
+        self._yielding = False
         self._thread = threading.Thread(target=self._run, name="idempotent-sender", daemon=True)
         self._thread.start()
 
@@ -355,6 +360,8 @@ class Producer(SenderLoop):
             ProducerClosedError: the producer is closed.
             ProducerError: the producer failed earlier (fenced, unknown producer, ...).
         """
+        if self._yielding:
+            self._gate.wait(YIELD_WAIT)
         route = self._routes.get(topic)
         if route is None:
             route = self._route(topic)
@@ -444,6 +451,8 @@ class Producer(SenderLoop):
             ProducerError: the producer failed earlier, or is closed.
             QueueFullError: ``max_buffered_records`` unfinished records.
         """
+        if self._yielding:
+            self._gate.wait(YIELD_WAIT)
         with self._lock:
             if self._halted is not None:
                 raise self._halted

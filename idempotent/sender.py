@@ -36,6 +36,15 @@ from .errors import ProducerError, internal_error
 
 _LOG = logging.getLogger("idempotent.producer")
 
+#: the longest a ``send`` waits for the sender's write when it yields to it (see
+#: :meth:`SenderLoop._submit`); after that it goes on regardless
+YIELD_WAIT = 0.1
+#: the fewest records, or bytes (as ``Record.size`` counts), of a group written on the
+#: sender's thread for sends to wait for it (smaller groups are a producer well below its
+#: capacity: its sends never wait)
+YIELD_MIN_RECORDS = 1000
+YIELD_MIN_BYTES = 256 * 1024
+
 
 class Route:
     """A topic as callers spell it: its stored name, the current buffer of each partition,
@@ -87,6 +96,8 @@ class SenderLoop:
     _metadata_max_age: float
     _metadata_due: float
     _span_listener: SpanListener | None
+    _gate: threading.Event
+    _yielding: bool
 
     def _hand_over(self, route: Route, partition: int) -> None:
         """Give a partition's buffer to the sequencer whole (lock held) and start a new one.
@@ -317,6 +328,19 @@ class SenderLoop:
                 self._answered(batch.batch_id, batch.attempt, None, internal_error("building a request", exc, _LOG))
         if not requests:
             return
+        # A broker that writes the group on this thread before it returns (a Kafka producer's
+        # own transactions) needs the interpreter lock often while it waits: the client runs
+        # Python once per record to report its delivery. An application thread that sends as
+        # fast as it can holds the lock most of the time and so stretches every write, and
+        # its backlog grows. When the group is large (the application is producing near the
+        # producer's capacity), its sends wait for the write instead (at most YIELD_WAIT).
+        yielding = (
+            sum(len(batch.records) for batch in sent) >= YIELD_MIN_RECORDS
+            or sum(batch.size for batch in sent) >= YIELD_MIN_BYTES
+        ) and getattr(self._broker, "writes_on_submit", False)
+        if yielding:
+            self._gate.clear()
+            self._yielding = True
         try:
             answers = self._broker.submit_requests(requests)
         except ProducerError as exc:
@@ -328,6 +352,10 @@ class SenderLoop:
             for batch in sent:
                 self._answered(batch.batch_id, batch.attempt, None, error)
             return
+        finally:
+            if yielding:
+                self._yielding = False
+                self._gate.set()
         for batch, answer in zip(sent, answers, strict=True):
             answer.add_done_callback(self._answer_of(batch.batch_id, batch.attempt))
 

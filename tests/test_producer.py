@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -611,3 +612,65 @@ def test_ctrl_c_in_flush_leaves_the_lock_with_its_owner() -> None:
     with Producer("memory://") as producer:
         assert ctrl_c_while_retaking(producer._cond) == []
         assert producer.send("t", b"after").result(10).offset == 0  # and the producer works on
+
+
+# -- sends yield to a write on the sender's thread ------------------------------------------------
+
+
+class _HeldWrites:
+    """A broker whose ``submit_requests`` holds each group until released, as a slow write on
+    the caller's thread; ``writes_on_submit`` as given (a Kafka producer's own transactions say
+    True)."""
+
+    def __init__(self, inner: idempotent.Broker, writes_on_submit: bool) -> None:
+        self._inner = inner
+        self.writes_on_submit = writes_on_submit
+        self.writing = threading.Event()
+        self.release = threading.Event()
+        self.groups: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def submit_requests(self, requests: list[ProduceRequest]) -> Any:
+        self.groups.append(sum(len(request.records) for request in requests))
+        self.writing.set()
+        self.release.wait(10)
+        return self._inner.submit_requests(requests)
+
+
+def _send_during_a_held_write(records: int, writes_on_submit: bool, monkeypatch: pytest.MonkeyPatch) -> float:
+    """Seconds a ``send`` took while the sender's first group (``records`` records) was held
+    for 0.6 s; sends may wait for a write up to 10 s here."""
+    import idempotent.producer as producer_module
+
+    monkeypatch.setattr(producer_module, "YIELD_WAIT", 10.0)
+    broker = _HeldWrites(memory_harness().open(), writes_on_submit)
+    producer = Producer(broker, linger_ms=300)  # type: ignore[arg-type]
+    try:
+        for _ in range(records):
+            producer.send("t", b"x" * 300, partition=0)
+        assert broker.writing.wait(10)
+        threading.Timer(0.6, broker.release.set).start()
+        started = time.monotonic()
+        producer.send("t", b"late", partition=0)
+        took = time.monotonic() - started
+        broker.release.set()
+        producer.flush(10)
+    finally:
+        broker.release.set()
+        producer.close()
+    assert broker.groups[0] == records  # the first group held every record sent before it
+    return took
+
+
+def test_a_send_waits_for_a_large_group_written_on_the_senders_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1,000 records: the application is producing near the producer's capacity
+    assert _send_during_a_held_write(1000, True, monkeypatch) >= 0.5
+
+
+def test_a_send_does_not_wait_for_a_small_group_or_a_broker_that_writes_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _send_during_a_held_write(10, True, monkeypatch) < 0.3
+    assert _send_during_a_held_write(1000, False, monkeypatch) < 0.3
