@@ -39,13 +39,13 @@ reported and the run goes on; its rows then say "not measured".
 Then prints one Markdown table: each target, what this run measured, and whether it is met.
 Each benchmark alternates its own variants and reports medians; see their docstrings.
 
-    python bench/bench_targets.py                   # every step: 18 minutes on the quiet 2-core machine
+    python bench/bench_targets.py                   # every step: 13 to 18 minutes on the quiet 2-core machine
     python bench/bench_targets.py --quick           # every step small, for a smoke test: 3 to 5 minutes
     python bench/bench_targets.py --skip spark,mirror
 
-The default run took 18 minutes on the quiet 2-core machine (embedded 12 s, backends 396 s,
-backends-sampled 209 s, server-load 197 s, server 36 s, checker 101 s, spark 44 s, mirror 47 s,
-2026-11-26); more on a busy machine. Each step's time is printed with the table. The table
+The default run took 13 minutes on the quiet 2-core machine (embedded 9 s, backends 288 s,
+backends-sampled 119 s, server-load 196 s, server 19 s, checker 74 s, spark 37 s, mirror 42 s,
+2026-11-28; 18 minutes on 2026-11-26); more on a busy machine. Each step's time is printed with the table. The table
 and every benchmark's JSON go to ``bench/results/targets-<time>/``.
 """
 
