@@ -70,8 +70,10 @@ class Route:
 
 
 #: Called by the sender for every span of a buffer that ended (the drop-ins serve delivery
-#: reports from it), after the buffer has recorded it.
-SpanListener = Callable[[RecordBuffer, Segment], None]
+#: reports from it), after the buffer has recorded it. Returns how many of the span's records
+#: it holds for its owner to serve later (they count against the buffer limits until
+#: :meth:`SenderLoop._served`); 0 when it served them already.
+SpanListener = Callable[[RecordBuffer, Segment], int]
 
 
 class SenderLoop:
@@ -242,8 +244,7 @@ class SenderLoop:
                     segment: Segment = (start, count, offset, sequence, duplicate, error, status)
                     owner.ended(segment)
                     if listener is not None:
-                        listener(owner, segment)
-                        held += count
+                        held += listener(owner, segment)
                 elif type(owner) is Part:
                     failure = None if error is None else (error, status)
                     owner.future.ended((owner, start, count, topic, partition, offset, sequence, duplicate, failure))
@@ -278,8 +279,7 @@ class SenderLoop:
             segment: Segment = (0, len(buffer), None, -1, False, error, DeliveryStatus.NOT_PERSISTED)
             buffer.ended(segment)
             if listener is not None:
-                listener(buffer, segment)
-                held += len(buffer)
+                held += listener(buffer, segment)
         purged = sum(len(buffer) for buffer in taken)
         with self._cond:
             self._outstanding -= purged

@@ -88,6 +88,27 @@ def test_send_async_calls_back_with_result_and_message_id(url: str) -> None:
     client.close()
 
 
+def test_send_async_calls_back_with_the_failure_when_its_message_is_not_stored(url: str) -> None:
+    client = compat.Client(url)
+    old = client.create_producer("t", producer_name="feed")
+    old.send(b"a")
+    client.create_producer("t", producer_name="feed")  # fences the older instance
+    done = threading.Event()
+    results: list[tuple[compat.Result, compat.MessageId]] = []
+
+    def callback(res: compat.Result, msg_id: compat.MessageId) -> None:
+        results.append((res, msg_id))
+        done.set()
+
+    old.send_async(b"b", callback)
+    assert done.wait(10)
+    [(res, msg_id)] = results
+    assert res == compat.Result.ProducerFenced
+    assert msg_id.offset() == -1
+    assert _values(client, "public/default/t") == [b"a"]
+    client.close()
+
+
 def test_initial_sequence_id_and_gaps_work_on_a_fresh_broker_with_default_settings(tmp_path: Any) -> None:
     client = compat.Client(f"sqlite:///{tmp_path / 'fresh.db'}")
     producer = client.create_producer("t", producer_name="p", initial_sequence_id=100)

@@ -89,9 +89,9 @@ class Reports:
             self.ready.append((report, message._error, message))
             self.cond.notify_all()
 
-    def ended(self, producer: _Producer, buffer: RecordBuffer, segment: Segment) -> None:
+    def ended(self, producer: _Producer, buffer: RecordBuffer, segment: Segment) -> int:
         """The span listener of ``producer``: queue a span's reports (their records count
-        against its buffer limits until served)."""
+        against its buffer limits until served). Returns how many records it holds."""
         error = segment[5]
         stopped = error is not None and producer._halted is error
         kafka_error = None if error is None else kafka_error_of(error, segment[6], stopped)
@@ -102,6 +102,7 @@ class Reports:
                 self.errors.append(kafka_error)
             self.spans.append(span)
             self.cond.notify_all()
+        return segment[1]
 
     def serve(self, error_cb: Callable[[KafkaError], Any] | None, only_errors: bool) -> int:
         """Serve everything queued, errors first. Returns how many events were served.

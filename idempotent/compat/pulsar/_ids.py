@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ... import reader as _reader
-from ..._outcomes import RecordMetadata
 from ..._topics import canonical_topic
 from ...errors import InvalidTopicError
 from ._errors import InvalidMessage, InvalidTopicName, OperationNotSupported
@@ -211,21 +210,20 @@ def _native_message_id() -> Any:
     return native
 
 
-def native_message_ids(partitioned: bool) -> Callable[[Any], Any]:
-    """The function from a stored record's metadata (``partition``, ``offset``) to its
-    pulsar-client id: ledger, entry and batch index from the offset, partition -1 on a topic
-    that is not ``partitioned``; ``(-1,-1,-1,-1)`` for an unknown position (a duplicate out
-    of the checker's window). Made once per producer, so that the per-record step of
+def native_message_ids(partitioned: bool) -> Callable[[int, int | None], Any]:
+    """The function from a stored record's partition and offset to its pulsar-client id:
+    ledger, entry and batch index from the offset, partition -1 on a topic that is not
+    ``partitioned``; ``(-1,-1,-1,-1)`` for an unknown position (None or negative: a duplicate
+    out of the checker's window). Made once per producer, so that the per-record step of
     ``send_async``'s callback resolves nothing but the offset."""
     import _pulsar
 
     new = _pulsar.MessageId
 
-    def message_id(metadata: Any) -> Any:
-        offset = metadata.offset
+    def message_id(partition: int, offset: int | None) -> Any:
         if offset is None or offset < 0:
             return new(-1, -1, -1, -1)
-        return new(metadata.partition if partitioned else -1, offset >> 40, (offset >> 20) & 0xFFFFF, offset & 0xFFFFF)
+        return new(partition if partitioned else -1, offset >> 40, (offset >> 20) & 0xFFFFF, offset & 0xFFFFF)
 
     return message_id
 
@@ -240,10 +238,11 @@ MessageId.earliest = _special("earliest")
 MessageId.latest = _special("latest")
 
 
-def _message_id(meta: RecordMetadata) -> MessageId:
-    if meta.offset is None:
+def _message_id(partition: int, offset: int | None) -> MessageId:
+    """The drop-in's own id of a stored record (``(-1, -1)`` when its offset is unknown)."""
+    if offset is None:
         return MessageId(-1, -1)
-    return MessageId(meta.partition, meta.offset)
+    return MessageId(partition, offset)
 
 
 def topic_name(topic: str) -> tuple[str, str]:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from ...delivery import DeliveryFuture
+from ...delivery import DeliveryFuture, RecordBuffer, Segment
 from ...errors import ProducerError, QueueFullError
 from ...producer import Producer as _Producer
 from .._partitioners import pulsar_partition
@@ -31,8 +31,8 @@ class Producer:
     ``topic()``, ``producer_name()``, ``last_sequence_id()``, ``is_connected()``.
 
     Created by :meth:`Client.create_producer`. ``send_async`` appends the message to its
-    partition's buffer with the callback (no future per message); the :class:`MessageId` is
-    built only for the callback.
+    partition's buffer with the callback (no future, no ``partial`` per message); the
+    :class:`MessageId` is built only for the callback, straight from the stored offsets.
     """
 
     def __init__(
@@ -80,10 +80,12 @@ class Producer:
         #: ``message_router(message, partition count)``, as pulsar-client calls it
         self._router = router
         self._plain = schema is None and initial_sequence_id is None and router is None
-        #: metadata -> the message id a caller gets (made on first use: see :meth:`_id_of`)
-        self._ids: Callable[[Any], Any] | None = None
+        #: (partition, offset) -> the message id a caller gets (made on first use: see
+        #: :meth:`_id_maker`)
+        self._ids: Callable[[int, int | None], Any] | None = None
         #: the partition count the last message was routed with
         self._partitions: int | None = partitions
+        inner._span_listener = self._span_ended
 
     @property
     def producer(self) -> _Producer:
@@ -173,15 +175,24 @@ class Producer:
             key = partition_key.encode() if partition_key and type(partition_key) is str else None
             if key is not None or partition_key is None:
                 route = self._partitions
+                inner = self._inner
                 try:
-                    if route is not None and route == self._inner.partitions_for(self._topic):
+                    if (
+                        route is not None
+                        and route == inner.partitions_for(self._topic)
+                        and len(content) + (0 if key is None else len(key)) <= inner._max_payload
+                    ):
                         partition = 0 if route == 1 else self._route(partition_key, route)
-                        self._inner.send(
-                            self._topic,
+                        # the callback goes to the buffer's reports column; _span_ended calls it
+                        inner._add(
+                            inner._routes.get(self._topic) or inner._route(self._topic),
+                            partition,
                             content,
                             key,
-                            partition,
-                            on_delivery=_ignore if callback is None else partial(self._delivered, callback),
+                            callback,
+                            None,
+                            None,
+                            None,
                         )
                         return
                 except QueueFullError:
@@ -212,8 +223,7 @@ class Producer:
         It runs on the producer's sender thread once per record, so it does no more than
         make the id and call (an exception of the callback is logged)."""
         if error is None:
-            ids = self._ids or self._id_maker()
-            result, message_id = Result.Ok, ids(metadata)
+            result, message_id = Result.Ok, self._id_of(metadata)
         else:
             result, message_id = _exception_for(error).result(), MessageId()
         try:
@@ -305,19 +315,51 @@ class Producer:
     def _id_of(self, metadata: Any) -> Any:
         """The message id for a stored message: on a Pulsar URL pulsar-client's own (as its
         consumers and readers see it: ledger, entry, batch index), else the drop-in's."""
-        return (self._ids or self._id_maker())(metadata)
+        return (self._ids or self._id_maker())(metadata.partition, metadata.offset)
 
-    def _id_maker(self) -> Callable[[Any], Any]:
-        """Make (once) the function from a stored message's metadata to its id: on a Pulsar
-        URL whether the topic is partitioned (its ids name the partition) is settled here."""
+    def _id_maker(self) -> Callable[[int, int | None], Any]:
+        """Make (once) the function from a stored message's partition and offset to its id:
+        on a Pulsar URL whether the topic is partitioned (its ids name the partition) is
+        settled here."""
         if not self._direct:
-            ids: Callable[[Any], Any] = _message_id
+            ids: Callable[[int, int | None], Any] = _message_id
         else:
             backend = getattr(self._inner.broker, "backend", None)
             data_topic = getattr(backend, "data_topic", None)
             ids = native_message_ids(data_topic is None or data_topic(self._topic, 0) != self._full_topic)
         self._ids = ids
         return ids
+
+    def _span_ended(self, buffer: RecordBuffer, segment: Segment) -> int:
+        """The producer's span listener: call the ``send_async`` callbacks of a span's
+        records (kept in the buffer's ``reports`` column) on the producer's sender thread,
+        each with its result and message id, made straight from the span's offsets. An
+        exception of a callback is logged. Returns 0: nothing is held."""
+        reports = buffer.reports
+        if reports is None:
+            return 0
+        start, count, base_offset, _, _, error, _ = segment
+        if error is None:
+            ids = self._ids or self._id_maker()
+            partition, ok = buffer.partition, Result.Ok
+            for index in range(start, start + count):
+                callback = reports[index]
+                if callback is not None:
+                    offset = None if base_offset is None else base_offset + index - start
+                    try:
+                        callback(ok, ids(partition, offset))  # type: ignore[operator]
+                    except Exception:
+                        self._logger.exception("send_async callback raised")
+            return 0
+        result = _exception_for(error).result()
+        for index in range(start, start + count):
+            callback = reports[index]
+            if callback is not None:
+                try:
+                    callback(result, MessageId())  # type: ignore[operator]
+                except Exception:
+                    self._logger.exception("send_async callback raised")
+        return 0
 
     def _routed(
         self, content: bytes | None, properties: Mapping[str, str] | None, partition_key: str | None, count: int
