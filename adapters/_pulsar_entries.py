@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from adapters._pulsar_errors import map_errors, translate
-from adapters._pulsar_messages import encode_record
+from adapters._pulsar_messages import build_message, encode_record
 from adapters._pulsar_names import encode_offset
 from idempotent._records import RecordColumns
 from idempotent.backend import AppendBatch
@@ -171,21 +171,8 @@ def send_entry(writer: EntryWriter, batch: AppendBatch, entry_id: int, first: An
                         ordering_key = data.decode()
                 record = attrs.evolve(record, headers=tuple((n, v) for n, v in headers if n not in _OWN_FIELDS))
             encoded = encode_record(record, identity if index == 0 else {}, own_time)
-            message = builder()
-            if encoded.content is None:
-                message.set_null_value()
-            else:
-                message.content(encoded.content)
-            for name, text in encoded.properties.items():
-                message.property(name, text)
-            if encoded.partition_key:
-                message.partition_key(encoded.partition_key)
-            if ordering_key:
-                message.ordering_key(ordering_key)
-            message.sequence_id(entry_id)
-            if encoded.event_time > 0:
-                message.event_timestamp(encoded.event_time)
-            send(message.build(), first if index == 0 else last if index == count - 1 else None)
+            built = build_message(encoded, entry_id, ordering_key)
+            send(built, first if index == 0 else last if index == count - 1 else None)
 
 
 def entry_offset(

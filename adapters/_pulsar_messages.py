@@ -14,6 +14,11 @@ import msgpack
 from adapters._pulsar_names import offset_of
 from idempotent._records import Record, StoredRecord
 
+try:
+    import _pulsar
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the pulsar backend needs pulsar-client: pip install 'idempotent[pulsar]'") from exc
+
 _PROPERTY_PREFIX = "idem."
 _MESSAGE_OVERHEAD = 64  # per message in an entry: metadata, generously
 
@@ -23,6 +28,28 @@ class Message(NamedTuple):
     properties: dict[str, str]
     partition_key: str | None
     event_time: int  # milliseconds
+
+
+def build_message(message: Message, sequence_id: int | None, ordering_key: str | None = None) -> Any:
+    """``message`` as pulsar-client's message, made with the client extension's builder (none
+    of the checks its ``send_async`` wrapper makes per call): the sequence id when not None,
+    the event time when positive."""
+    built = _pulsar.MessageBuilder()
+    if message.content is None:
+        built.set_null_value()
+    else:
+        built.content(message.content)
+    for name, text in message.properties.items():
+        built.property(name, text)
+    if message.partition_key:
+        built.partition_key(message.partition_key)
+    if ordering_key:
+        built.ordering_key(ordering_key)
+    if sequence_id is not None:
+        built.sequence_id(sequence_id)
+    if message.event_time > 0:
+        built.event_timestamp(message.event_time)
+    return built.build()
 
 
 def _b64(data: bytes) -> str:

@@ -14,7 +14,7 @@ import attrs
 
 from adapters._meta import pack_snapshot
 from adapters._pulsar_errors import map_errors, translate
-from adapters._pulsar_messages import Message, encode_record, message_size
+from adapters._pulsar_messages import Message, build_message, encode_record, message_size
 from adapters._pulsar_names import PulsarName, encode_offset, pulsar_topic_name
 from adapters._writer import GroupQueue
 from idempotent._records import Snapshot
@@ -30,7 +30,6 @@ from idempotent.errors import (
 )
 
 try:
-    import _pulsar
     import pulsar
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the pulsar backend needs pulsar-client: pip install 'idempotent[pulsar]'") from exc
@@ -255,23 +254,11 @@ class PartitionWriter(GroupQueue[_Item]):
         first, last = (answer(0, 1), None) if count == 1 else (answer(0), answer(1))
         what = f"append to {self.where}"
         send = self._producer._producer.send_async  # the extension's producer: no checks per call
-        builder = _pulsar.MessageBuilder
         with map_errors(what):
             for index, message in enumerate(messages):
-                built = builder()
-                if message.content is None:
-                    built.set_null_value()
-                else:
-                    built.content(message.content)
-                for name, text in message.properties.items():
-                    built.property(name, text)
-                if message.partition_key:
-                    built.partition_key(message.partition_key)
-                if self._next_sequence:  # as pulsar-client's send_async: 0 leaves it to the client
-                    built.sequence_id(self._next_sequence)
-                if message.event_time:
-                    built.event_timestamp(message.event_time)
-                send(built.build(), first if index == 0 else last if index == count - 1 else None)
+                # a sequence id of 0 is left to the client, as pulsar-client's send_async does
+                built = build_message(message, self._next_sequence or None)
+                send(built, first if index == 0 else last if index == count - 1 else None)
                 self._next_sequence += 1
             self._producer.flush()
         deadline = time.monotonic() + self.backend.timeout
