@@ -43,8 +43,8 @@ Each benchmark alternates its own variants and reports medians; see their docstr
     python bench/bench_targets.py --quick           # every step small, for a smoke test: 3 to 5 minutes
     python bench/bench_targets.py --skip spark,mirror
 
-The default run took 13 to 14 minutes on the quiet 2-core machine (embedded 9 s, backends 295 s,
-backends-sampled 125 s, server-load 196 s, server 24 s, checker 78 s, spark 42 s, mirror 40 s,
+The default run took 13 minutes on the quiet 2-core machine (embedded 9 s, backends 288 s,
+backends-sampled 119 s, server-load 196 s, server 19 s, checker 74 s, spark 37 s, mirror 42 s,
 2026-11-28; 18 minutes on 2026-11-26); more on a busy machine. Each step's time is printed with the table. The table
 and every benchmark's JSON go to ``bench/results/targets-<time>/``.
 """
