@@ -91,11 +91,23 @@ def ctrl_c_while_retaking(cond: threading.Condition) -> list[BaseException]:
     waits to take the lock back from another thread. Returns what that other thread raised
     when it released the lock: nothing, unless the interrupted wait gave the lock up and the
     main thread's ``with`` released the lock the other thread held."""
+    import signal
+
+    assert threading.current_thread() is threading.main_thread()
+    # Ctrl-C must raise KeyboardInterrupt here, whatever handler an earlier test left installed
+    # (signal.signal also puts the interpreter's own C handler back in place)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _ctrl_c_while_retaking(cond)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_while_retaking(cond: threading.Condition) -> list[BaseException]:
     import os
     import signal
     import time
 
-    assert threading.current_thread() is threading.main_thread()
     entered, errors = threading.Event(), []
 
     def holder() -> None:
