@@ -339,6 +339,7 @@ class Producer:
         if reports is None:
             return 0
         start, count, base_offset, _, _, error, _ = segment
+        call = self._call  # logs an exception of the callback
         if error is None:
             ids = self._ids or self._id_maker()
             partition, ok = buffer.partition, Result.Ok
@@ -346,19 +347,11 @@ class Producer:
                 callback = reports[index]
                 if callback is not None:
                     offset = None if base_offset is None else base_offset + index - start
-                    try:
-                        callback(ok, ids(partition, offset))  # type: ignore[operator]
-                    except Exception:
-                        self._logger.exception("send_async callback raised")
+                    call(callback, ok, ids(partition, offset))  # type: ignore[arg-type]
             return 0
         result = _exception_for(error).result()
         for index in range(start, start + count):
-            callback = reports[index]
-            if callback is not None:
-                try:
-                    callback(result, MessageId())  # type: ignore[operator]
-                except Exception:
-                    self._logger.exception("send_async callback raised")
+            call(reports[index], result, MessageId())  # type: ignore[arg-type]
         return 0
 
     def _routed(
