@@ -193,8 +193,8 @@ class Producer(SenderLoop):
         self._closing = False
         self._closed = False
         self._span_listener: SpanListener | None = None
-        #: open (set) except while the sender writes a group itself with more records waiting
-        #: behind it than the group holds: then send() waits for it (see SenderLoop._submit)
+        #: open (set) except while the sender writes a large group on its own thread: then
+        #: send() waits for it, at most YIELD_WAIT (see SenderLoop._submit)
         self._gate = threading.Event()
         self._gate.set()
         self._yielding = False
