@@ -482,6 +482,16 @@ class KafkaBackend(MetadataDelegate):
         self.metadata.note_count(topic, native)
         return native
 
+    def list_topics(self) -> dict[str, int]:
+        """The recorded topics whose Kafka topic exists: one deleted with Kafka's own tools
+        is left out (reading it would wait for records that are gone)."""
+        recorded = self.metadata.list_topics()
+        if not recorded:
+            return recorded
+        with _map_errors("list topics"):
+            present = self._list_topics()
+        return {topic: count for topic, count in recorded.items() if kafka_topic_name(topic, self.prefix) in present}
+
     def describe_topic(self, topic: str) -> int | None:
         name = kafka_topic_name(topic, self.prefix)
         with self._lock, _map_errors(f"describe topic {topic}"):

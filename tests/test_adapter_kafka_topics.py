@@ -215,3 +215,33 @@ def test_brokers_and_producers_learn_added_partitions_after_their_refresh_interv
             assert partitions == set(range(5))
     finally:
         broker.close()
+
+
+def test_a_topic_deleted_with_kafkas_tools_is_not_listed(
+    kafka_service: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``idempotent topics list`` waited 30 s reading a topic deleted with Kafka's tools (still
+    in the topic records), then failed with ``reading <topic>[0] timed out``."""
+    from .cli_helpers import run
+
+    kept, gone = topic_name("kept").replace("/", "."), topic_name("gone").replace("/", ".")
+    broker = idempotent.connect(kafka_service.url, small_config())
+    try:
+        for name in (kept, gone):
+            broker.create_topic(name, 1)
+            s = broker.init_producer()
+            assert broker.produce(name, 0, s.producer_id, s.producer_epoch, 0, [b"x"]).outcome is Outcome.ACCEPTED
+    finally:
+        broker.close()
+    admin = _admin(kafka_service)
+    for future in admin.delete_topics([gone]).values():
+        future.result(30)
+    deadline = time.monotonic() + 30
+    while gone in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    started = time.monotonic()
+    code, out, err = run(capsys, "topics", "list", kafka_service.url)
+    assert code == 0, err
+    assert kept in out and gone not in out
+    assert time.monotonic() - started < 20
