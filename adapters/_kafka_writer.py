@@ -9,7 +9,6 @@ batch they accompany.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -17,8 +16,9 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 from adapters._heads import BatchHead, identity_headers, records_timed
+from adapters._kafka_bulk import BulkWriter, bulk_columns
 from adapters._writer import GroupQueue
-from idempotent._records import Record, RecordColumns, Snapshot
+from idempotent._records import Record, Snapshot
 from idempotent._types import NO_PRODUCER_ID
 from idempotent.backend import AppendBatch
 from idempotent.errors import BackendUnavailableError, ProducerError, internal_error
@@ -74,6 +74,7 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
                 "queue.buffering.max.kbytes": 1_048_576,
             }
         )
+        self._bulk_writer: BulkWriter | None = None
         self._txn = TransactionalProducer(config, backend.timeout, f"{topic}[{partition}]")
         self._thread = threading.Thread(target=self._run, name=f"idempotent-kafka-{topic}-{partition}", daemon=True)
         self._thread.start()
@@ -223,13 +224,11 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
         )
         for start in range(1, len(records), _BULK):
             chunk = records[start : start + _BULK]
-            if type(chunk) is RecordColumns and not timed:
-                keys = chunk.keys if chunk.keys is not None else itertools.repeat(None)
-                self._produce_bulk(producer, [{"value": v, "key": k} for v, k in zip(chunk.values, keys, strict=False)])
-            elif timed or any(record.headers for record in chunk):
+            columns = None if timed else bulk_columns(chunk)  # the bulk calls take no time or headers
+            if columns is None:
                 self._produce_each(producer, chunk, timestamp)
             else:
-                self._produce_bulk(producer, [{"value": record.value, "key": record.key} for record in chunk])
+                self._produce_bulk(producer, *columns)
             producer.poll(0)  # serve queued delivery reports and log lines
 
     def _produce_each(self, producer: Any, records: Sequence[Record], timestamp: int) -> None:
@@ -264,25 +263,25 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
             except BufferError:  # the client's local queue is full: let it drain, then go on
                 producer.poll(0.05)
 
-    def _produce_bulk(self, producer: Any, messages: list[dict[str, Any]]) -> None:
-        """``produce_batch`` messages (value and key: no headers, and no timestamp, which
-        the bulk call cannot set: they are read back with their head's). librdkafka queues
-        a prefix of them when its local queue fills up; the rest are sent again once it has
-        drained."""
-        while messages:
-            queued = producer.produce_batch(self.kafka_topic, messages, partition=self.partition)
-            if queued == len(messages):
+    def _produce_bulk(self, producer: Any, values: list[Any], keys: list[Any] | None) -> None:
+        """Queue values and keys in bulk (no headers, and no timestamp, which the bulk call
+        cannot set: they are read back with their head's; see :mod:`adapters._kafka_bulk`).
+        librdkafka queues a prefix of them when its local queue fills up; the rest are queued
+        again once it has drained."""
+        bulk = self._bulk_writer
+        if bulk is None or bulk.producer is not producer:  # the transactional producer was replaced
+            bulk = self._bulk_writer = BulkWriter(producer)
+        while values:
+            queued, refused = bulk.produce(self.kafka_topic, self.partition, values, keys)
+            if not refused:
                 return
-            errors = [message.get("_error") for message in messages[queued:]]
-            if any(message.get("_error") is not None for message in messages[:queued]) or not all(
-                isinstance(error, KafkaError) and error.code() == KafkaError._QUEUE_FULL for error in errors
-            ):  # not just a full queue at the end: the records may be out of order
-                refused = sum(message.get("_error") is not None for message in messages)
+            if refused != "_QUEUE_FULL":  # not just a full queue at the end: the records may be out of order
                 raise BackendUnavailableError(
-                    f"kafka: the client refused {refused} of {len(messages)} records for "
-                    f"{self.topic}[{self.partition}]: {next((e for e in errors if e is not None), None)}"
+                    f"kafka: the client refused {len(values) - queued} of {len(values)} records for "
+                    f"{self.topic}[{self.partition}]: {refused}"
                 )
-            messages = [{k: v for k, v in message.items() if k != "_error"} for message in messages[queued:]]
+            values = values[queued:]
+            keys = None if keys is None else keys[queued:]
             producer.poll(0.05)
 
     def _fail(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], error: ProducerError) -> None:

@@ -38,11 +38,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from adapters._heads import BatchHead, identity_headers, records_timed
+from adapters._kafka_bulk import BulkWriter, bulk_columns
 from adapters._kafka_errors import map_errors, translate
 from adapters._kafka_txn import TransactionalProducer, TxnState
 from adapters._meta import pack_snapshot, unpack_snapshot
 from adapters.kafka import KafkaBackend, kafka_topic_name
-from idempotent._records import RecordColumns, Snapshot
+from idempotent._records import Snapshot
 from idempotent.backend import AppendBatch
 from idempotent.errors import BackendUnavailableError, ConfigError, ProducerError
 
@@ -194,6 +195,7 @@ class KafkaProducerLog:
         #: ended without saying whether Kafka stored it; :meth:`resolve` settles it
         self.unresolved: list[tuple[str, int, int]] | None = None
         self._late = False
+        self._bulk_writer: BulkWriter | None = None
         self._txn = TransactionalProducer(config, backend.timeout, f"the producer {transactional_id!r}")
 
     def load_states(self) -> dict[tuple[str, int], Snapshot]:
@@ -369,17 +371,6 @@ class KafkaProducerLog:
         timestamp = int(batch.timestamp * 1000)
         timed = records_timed(records)
         identity = identity_headers(header, count, timed)
-        bulk: list[dict[str, Any]] | None = None
-        if count > 1 and not timed:  # records with their own time go one by one (the bulk call cannot set it)
-            rest = records[1:]
-            if type(rest) is RecordColumns:
-                keys = rest.keys
-                if keys is None:
-                    bulk = [{"value": v} for v in rest.values]
-                else:
-                    bulk = [{"value": v, "key": k} for v, k in zip(rest.values, keys, strict=True)]
-            elif not any(record.headers for record in rest):
-                bulk = [{"value": r.value, "key": r.key} for r in rest]
         head = records[0]
         producer.produce(
             name,
@@ -392,26 +383,40 @@ class KafkaProducerLog:
         )
         if count == 1:
             return
-        if bulk is not None:
-            bulk[-1]["callback"] = last
-            queued = producer.produce_batch(name, bulk, partition=partition)
-            if queued != len(bulk):
-                refused = next((m.get("_error") for m in bulk if m.get("_error") is not None), None)
-                raise BackendUnavailableError(
-                    f"kafka: the client refused {len(bulk) - queued} of {len(bulk)} records for "
-                    f"{topic}[{partition}]: {refused}"
+        columns = None if timed else bulk_columns(records[1:])  # the bulk calls take no time or headers
+        if columns is None:
+            for index, record in enumerate(records[1:], 1):
+                producer.produce(
+                    name,
+                    value=record.value,
+                    key=record.key,
+                    partition=partition,
+                    headers=list(record.headers) or None,
+                    timestamp=timestamp if record.timestamp is None else record.timestamp,
+                    on_delivery=last if index == count - 1 else None,
                 )
             return
-        for index, record in enumerate(records[1:], 1):
-            producer.produce(
-                name,
-                value=record.value,
-                key=record.key,
-                partition=partition,
-                headers=list(record.headers) or None,
-                timestamp=timestamp if record.timestamp is None else record.timestamp,
-                on_delivery=last if index == count - 1 else None,
+        values, keys = columns
+        # all but the last in bulk, with no report each; the last reports the batch's end
+        if count > 2:
+            queued, refused = self._bulk(producer).produce(
+                name, partition, values[:-1], None if keys is None else keys[:-1]
             )
+            if queued != count - 2:
+                raise BackendUnavailableError(
+                    f"kafka: the client refused {count - 2 - queued} of {count - 2} records for "
+                    f"{topic}[{partition}]: {refused}"
+                )
+        producer.produce(
+            name, value=values[-1], key=None if keys is None else keys[-1], partition=partition, on_delivery=last
+        )
+
+    def _bulk(self, producer: Any) -> BulkWriter:
+        """The bulk writer of ``producer`` (the transactional producer may have replaced it)."""
+        bulk = self._bulk_writer
+        if bulk is None or bulk.producer is not producer:
+            bulk = self._bulk_writer = BulkWriter(producer)
+        return bulk
 
 
 def open_producer_log(
