@@ -30,15 +30,20 @@ from __future__ import annotations
 import logging
 import threading
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import Any, overload
+from functools import partial
+from itertools import repeat
+from typing import Any, cast, overload
 
 from ._outcomes import DeliveryStatus, RecordMetadata
 from ._records import Headers
 from ._sequence import sequence_at
+from ._types import MAX_SEQUENCE
 from .errors import DeliveryFailed, ProducerError
 
+#: a RecordMetadata from its fields' tuple, without a Python-level call per record
+_new_metadata = partial(tuple.__new__, RecordMetadata)
 _LOG = logging.getLogger("idempotent.producer")
 
 #: A callback per record of :meth:`Producer.send`: ``on_delivery(error, metadata)``, exactly
@@ -158,6 +163,18 @@ class RecordBuffer:
         sequence = sequence_at(base_sequence, k) if base_sequence >= 0 else -1
         return failed(error, status, self.topic, self.partition, sequence)
 
+    def _metadata(self, segment: Segment) -> Iterator[RecordMetadata]:
+        """The :class:`RecordMetadata` of each record of a stored span, in order (as
+        :meth:`_outcome` builds one)."""
+        _, count, base_offset, base_sequence, duplicate, _, _ = segment
+        offsets: Iterable[int | None] = repeat(None) if base_offset is None else range(base_offset, base_offset + count)
+        if base_sequence <= MAX_SEQUENCE < base_sequence + count - 1:  # wraps within the span
+            sequences: Iterable[int] = [sequence_at(base_sequence, k) for k in range(count)]
+        else:
+            sequences = range(base_sequence, base_sequence + count)
+        fields = zip(repeat(self.topic), repeat(self.partition), offsets, sequences, repeat(duplicate))
+        return map(_new_metadata, fields)
+
     def ended(self, segment: Segment) -> None:
         """Record how a span ended (the sender thread), then call the callbacks of its
         records and wake whoever waits on one. A callback's exception is logged; it does not
@@ -166,17 +183,21 @@ class RecordBuffer:
         start, count = segment[0], segment[1]
         callbacks = self.callbacks
         if callbacks is not None:
-            for index in range(start, start + count):
-                callback = callbacks[index]
-                if callback is not None:
-                    outcome = self._outcome(segment, index)
-                    try:
-                        if isinstance(outcome, RecordMetadata):
-                            callback(None, outcome)
-                        else:
-                            callback(outcome, None)
-                    except Exception:
-                        _LOG.exception("on_delivery callback of %s[%d] raised", self.topic, self.partition)
+            if segment[5] is None:  # stored: the metadata of the whole span, built in C loops
+                for callback, metadata in zip(callbacks[start : start + count], self._metadata(segment), strict=True):
+                    if callback is not None:
+                        try:
+                            callback(None, metadata)
+                        except Exception:
+                            _LOG.exception("on_delivery callback of %s[%d] raised", self.topic, self.partition)
+            else:
+                for index in range(start, start + count):
+                    callback = callbacks[index]
+                    if callback is not None:
+                        try:
+                            callback(cast(DeliveryFailed, self._outcome(segment, index)), None)
+                        except Exception:
+                            _LOG.exception("on_delivery callback of %s[%d] raised", self.topic, self.partition)
         if self._cond is None and self._waiting is None:
             return
         with _WAITERS:
