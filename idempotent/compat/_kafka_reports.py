@@ -37,6 +37,9 @@ _STATUS = {
 Report = Callable[[KafkaError | None, Message], Any]
 
 
+_new = object.__new__
+
+
 class _Span:
     """Records of one ended span whose reports are not served yet (``next`` is the first
     record still to serve)."""
@@ -144,15 +147,17 @@ class Reports:
         buffer, segment = span.buffer, span.segment
         start, count = segment[0], segment[1]
         end = start + count
-        reports = buffer.reports
+        reports = cast(list[Report | None] | None, buffer.reports)
         error, status, latency = span.error, span.status, span.latency
         if reports is not None and not (only_errors and error is None):
-            while span.next < end:
+            while span.next < end:  # re-read: a callback may serve the rest itself (poll inside it)
                 index = span.next
-                span.next += 1
-                report = cast(Report | None, reports[index])
+                span.next = index + 1
+                report = reports[index]
                 if report is not None:
-                    report(error, DeliveredMessage(buffer, index, segment, error, status, latency))
+                    message = _new(DeliveredMessage)  # its fields are filled on first read
+                    message.__dict__["_where"] = (buffer, index, segment, error, status, latency)
+                    report(error, message)
         with self.cond:
             if self.spans and self.spans[0] is span:
                 self.spans.popleft()
