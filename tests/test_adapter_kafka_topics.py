@@ -240,8 +240,6 @@ def test_a_topic_deleted_with_kafkas_tools_is_not_listed(
     while gone in admin.list_topics(timeout=10).topics:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    started = time.monotonic()
     code, out, err = run(capsys, "topics", "list", kafka_service.url)
     assert code == 0, err
     assert kept in out and gone not in out
-    assert time.monotonic() - started < 20
