@@ -9,17 +9,20 @@ producer owns its own records:
   (``idempotent-n-<name>`` for a named producer, ``idempotent-p-<id>`` for an anonymous one),
   and its ``init_transactions`` fences every earlier instance of that producer and aborts its
   open transaction. Two producers never fence each other.
-* **Atomicity**: each group of batches is one Kafka transaction (at most one batch per
-  partition). Readers use ``read_committed``.
+* **Atomicity**: each group of batches is one Kafka transaction (up to
+  :attr:`KafkaProducerLog.max_in_flight` batches per partition, in sequence order). Readers
+  use ``read_committed``.
 * **Layout**: a batch is stored as in the shared writer (``adapters/kafka.py``): its first
   record carries the identity headers and the count, the others go to librdkafka in bulk.
   Other producers' records may sit between two of this producer's batches, never inside one:
-  the writer holds every batch of a transaction back (a ``linger.ms`` far longer than a
-  transaction) and keeps it within one librdkafka message set (``batch.size``,
-  ``batch.num.messages``), so the commit sends each partition's batch as one request, which
-  Kafka appends whole. It checks this from the delivery reports of each batch's first and
-  last record and aborts the transaction (a retriable error; nothing stored) if a batch was
-  ever split.
+  the writer holds every batch back (a ``linger.ms`` far longer than a transaction), keeps
+  it within one librdkafka message set (``batch.size``, ``batch.num.messages``) and hands
+  the group over in rounds: the first batch of every partition, then a ``flush`` that sends
+  each as one request, which Kafka appends whole, then the second batch of every partition
+  that has one, and so on; then the commit. Each round costs a round trip, but not the
+  transaction's own (registering its partitions, about 1 ms in librdkafka, and the commit).
+  It checks the layout from the delivery reports of each batch's first and last record and
+  aborts the transaction (a retriable error; nothing stored) if a batch was ever split.
 * **State**: a named producer's checker state for each partition it wrote is written, in the
   same transaction as the batches it covers, to the compacted topic
   ``__idempotent_producer_state`` (key ``<name>\\0<topic>\\0<partition>``, partitioned by the
@@ -65,6 +68,8 @@ MESSAGE_SET_RECORDS = 100_000
 #: (about 10 to 70 bytes per record beyond Record.size's 16, and the head's headers)
 MAX_BATCH_BYTES = 600_000
 MAX_BATCH_RECORDS = 10_000
+#: batches of one partition in one transaction (each sent in a round of its own)
+MAX_IN_FLIGHT = 5
 #: librdkafka settings of a producer's writer that a user may choose (the drop-in passes them)
 TUNABLE = frozenset(
     {
@@ -162,6 +167,8 @@ class KafkaProducerLog:
     #: the largest batch (as ``Record.size`` counts) and record count this writer takes
     max_batch_bytes = MAX_BATCH_BYTES
     max_batch_records = MAX_BATCH_RECORDS
+    #: batches of one partition a group (one transaction) may hold
+    max_in_flight = MAX_IN_FLIGHT
 
     def __init__(
         self, backend: KafkaBackend, producer_key: str, named: bool, settings: dict[str, Any] | None = None
@@ -216,7 +223,7 @@ class KafkaProducerLog:
         batches: Sequence[tuple[str, int, AppendBatch]],
         states: Callable[[list[int]], Sequence[tuple[str, int, Snapshot]]] | None = None,
     ) -> list[int]:
-        """Store ``batches`` (at most one per partition) in one transaction, with, for a
+        """Store ``batches`` (in sequence order per partition) in one transaction, with, for a
         named producer, the states ``states(base offsets)`` returns (``(topic, partition,
         snapshot)``: its checker state on each partition once these batches are stored).
 
@@ -239,14 +246,21 @@ class KafkaProducerLog:
         self._late = False
         try:
             with self._txn.transaction(self._committed_late) as producer:
-                for index, (topic, partition, batch) in enumerate(batches):
-                    self._produce(
-                        producer, topic, partition, batch, _report(firsts[index], errors), _report(lasts[index], errors)
-                    )
-                # the delivery reports before the commit: every batch must be whole, and the
-                # states name the batches' offsets (the commit's own flush would wait as long)
-                if producer.flush(self.backend.timeout):
-                    raise BackendUnavailableError(f"kafka: {self.transactional_id!r}: records not acknowledged")
+                for round_ in _rounds(batches):
+                    for index in round_:
+                        topic, partition, batch = batches[index]
+                        self._produce(
+                            producer,
+                            topic,
+                            partition,
+                            batch,
+                            _report(firsts[index], errors),
+                            _report(lasts[index], errors),
+                        )
+                    # each round acknowledged before the next is handed over: every batch goes
+                    # in a message set of its own; and the states name the batches' offsets
+                    if producer.flush(self.backend.timeout):
+                        raise BackendUnavailableError(f"kafka: {self.transactional_id!r}: records not acknowledged")
                 self._check_layout(batches, firsts, lasts, errors)
                 if states is not None and self.named:
                     name = self.backend.prefix + STATE_TOPIC
@@ -429,6 +443,20 @@ def open_producer_log(
     return KafkaProducerLog(backend, producer_key, named, settings)
 
 
+def _rounds(batches: Sequence[tuple[str, int, AppendBatch]]) -> list[list[int]]:
+    """The indexes of ``batches`` in rounds: the first batch of each partition, then the
+    second of each that has one, and so on (in the given order within a round)."""
+    rounds: list[list[int]] = []
+    seen: dict[tuple[str, int], int] = {}
+    for index, (topic, partition, _) in enumerate(batches):
+        nth = seen.get((topic, partition), 0)
+        seen[(topic, partition)] = nth + 1
+        if nth == len(rounds):
+            rounds.append([])
+        rounds[nth].append(index)
+    return rounds
+
+
 def _report(slot: list[int], errors: list[Any]) -> Callable[[Any, Any], None]:
     def callback(err: Any, msg: Any) -> None:
         if err is not None:
@@ -450,6 +478,7 @@ def _both(first: Callable[[Any, Any], None], last: Callable[[Any, Any], None]) -
 __all__ = [
     "MAX_BATCH_BYTES",
     "MAX_BATCH_RECORDS",
+    "MAX_IN_FLIGHT",
     "STATE_TOPIC",
     "KafkaProducerLog",
     "ensure_state_topic",

@@ -13,8 +13,8 @@ The design (docs/architecture.md, "Who owns a write"):
 * **The checker decides**, as everywhere: one :class:`~idempotent._checker.PartitionChecker`
   per partition, tracking this producer only, with the topic's policy and deduplication
   switch from the shared settings. A batch is checked and pushed, written, then committed.
-* **One group, one write.** The producer's sender thread hands a group of batches (at most one
-  per partition: the session asks for one batch in flight) to :meth:`submit_requests`, which
+* **One group, one write.** The producer's sender thread hands a group of batches (up to the
+  log's ``max_in_flight`` per partition, in sequence order) to :meth:`submit_requests`, which
   writes them as one transaction and returns their answers, already complete: the same
   thread checks, writes, commits and (back in the producer) completes the callbacks.
 * **State.** A named producer's checker state on each partition is stored with every
@@ -377,7 +377,7 @@ class DirectBroker(ProduceShortcuts):
         return self.submit_requests([request])[0]
 
     def submit_requests(self, requests: Sequence[ProduceRequest]) -> list[Future[ProduceResult]]:
-        """Check a group of batches of this broker's producer (at most one per partition),
+        """Check a group of batches of this broker's producer (in sequence order per partition),
         write the accepted ones as one transaction, and return every answer, complete.
 
         Errors are set on the futures: a retriable one when the write failed (nothing stored,
@@ -507,9 +507,13 @@ class DirectBroker(ProduceShortcuts):
         of the log would apply them."""
 
         def states(offsets: list[int]) -> list[tuple[str, int, Snapshot]]:
-            out = []
+            # a group may hold several batches of a partition: each applies after the one before
+            afters: dict[tuple[str, int], PartitionChecker] = {}
             for (_, request, checker, _), offset in zip(accepted, offsets, strict=True):
-                after = PartitionChecker.restore(checker.snapshot(now), self.config.checker, now=now)
+                after = afters.get((request.topic, request.partition))
+                if after is None:
+                    after = PartitionChecker.restore(checker.snapshot(now), self.config.checker, now=now)
+                    afters[(request.topic, request.partition)] = after
                 header = request.header
                 after.apply(
                     StoredBatch(
@@ -521,8 +525,7 @@ class DirectBroker(ProduceShortcuts):
                         now,
                     )
                 )
-                out.append((request.topic, request.partition, after.snapshot(now)))
-            return out
+            return [(topic, partition, after.snapshot(now)) for (topic, partition), after in afters.items()]
 
         return states
 

@@ -153,3 +153,54 @@ def test_records_are_read_back_with_their_own_times_or_their_batchs(kafka_servic
     with idempotent.Reader(kafka_service.url, topic, idempotent.MessageId(topic, 0, stored[9000].offset)) as reader:
         inside = next(iter(reader))
     assert inside.timestamp == stored[2000].timestamp and inside.sequence == 9001
+
+
+def test_a_group_with_several_batches_of_a_partition_is_one_transaction_and_restarts_from_all_of_them(
+    kafka_service: Any,
+) -> None:
+    """A group may hold several batches of a partition (written in rounds, each batch in its
+    own message set): all are stored whole and in order, and the named producer's stored
+    state covers every one of them, so a restart answers a resend of any as a duplicate."""
+    from idempotent._request import ProduceRequest
+
+    topic = _topic(kafka_service, partitions=2)
+    name = f"rounds-{uuid.uuid4().hex[:6]}"
+    first = _direct(kafka_service)
+    session = first.init_producer(name)
+    assert session.max_in_flight is not None and session.max_in_flight >= 3
+    pid, epoch = session.producer_id, session.producer_epoch
+
+    def batch(partition: int, base: int, count: int) -> ProduceRequest:
+        values = [b"%d-%d" % (partition, j) for j in range(base, base + count)]
+        return ProduceRequest.build(topic, partition, pid, epoch, base, values)
+
+    group = [batch(0, 0, 4), batch(1, 0, 2), batch(0, 4, 3), batch(0, 7, 5), batch(1, 2, 1)]
+    answers = [future.result(30) for future in first.submit_requests(group)]
+    assert [a.outcome for a in answers] == [Outcome.ACCEPTED] * 5
+    assert [a.base_offset for a in answers] == [0, 0, 4, 7, 2]
+    first.close()
+
+    assert [m.value for m in _read_all(kafka_service, topic, 0)] == [b"0-%d" % j for j in range(12)]
+    assert [m.value for m in _read_all(kafka_service, topic, 1)] == [b"1-%d" % j for j in range(3)]
+    again = _direct(kafka_service)
+    restarted = again.init_producer(name)
+    assert again.last_sequence(topic, 0) == 11 and again.last_sequence(topic, 1) == 2
+    for request, answer in zip(group, answers, strict=True):
+        resend = again.produce(
+            topic,
+            request.partition,
+            restarted.producer_id,
+            restarted.producer_epoch,
+            request.header.base_sequence,
+            [r.value for r in request.records],
+        )
+        assert resend.outcome is Outcome.DUPLICATE and resend.base_offset == answer.base_offset
+    again.close()
+
+
+def test_rounds_take_the_nth_batch_of_every_partition_in_order() -> None:
+    from adapters.kafka_direct import _rounds
+
+    group: list[Any] = [("a", 0, None), ("a", 1, None), ("a", 0, None), ("b", 0, None), ("a", 0, None), ("a", 1, None)]
+    assert _rounds(group) == [[0, 1, 3], [2, 5], [4]]
+    assert _rounds([]) == []
