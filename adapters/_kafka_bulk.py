@@ -43,6 +43,7 @@ _PAYLOAD, _LEN, _KEY, _KEY_LEN = 3, 4, 5, 6
 _MSG_F_COPY = 0x2
 #: where a ``bytes`` object's data starts, from the object's address (CPython)
 _BYTES_DATA = sys.getsizeof(b"") - 1
+_ONLY_BYTES = frozenset({bytes})
 #: set to ``0`` to always use confluent-kafka's ``produce_batch`` (a fallback kept tested)
 DISABLE_ENV = "IDEMPOTENT_KAFKA_BULK"
 
@@ -112,12 +113,17 @@ class BulkProducer:
             first one that was not (``""`` when all were), such as ``_QUEUE_FULL``.
 
         Raises:
-            TypeError: a value or key is None (no pointer for it); nothing was queued.
+            TypeError: a value or key is not ``bytes`` (None included); nothing was queued.
         """
+        # only exact bytes have their data at _BYTES_DATA: anything else (a None included)
+        # goes through produce_batch, which checks and converts
+        if not _ONLY_BYTES.issuperset(map(type, values)) or (
+            keys is not None and not _ONLY_BYTES.issuperset(map(type, keys))
+        ):
+            raise TypeError("a value or key that is not bytes")
         count = len(values)
         messages = bytearray(8 * _WORDS * count)
         words = memoryview(messages).cast("Q")
-        # map(len, ...) raises TypeError on None before anything is queued
         words[_LEN::_WORDS] = array("Q", map(len, values))
         words[_PAYLOAD::_WORDS] = array("Q", map(add, map(id, values), repeat(_BYTES_DATA)))
         if keys is not None:
@@ -176,7 +182,7 @@ class BulkWriter:
         if self._direct is not None:
             try:
                 return self._direct.produce(topic, partition, values, keys)
-            except TypeError:  # a None: no pointer for it
+            except TypeError:  # a None, or not bytes: no pointer for it
                 pass
         messages = (
             [{"value": v} for v in values]

@@ -114,3 +114,14 @@ def test_bulk_columns_take_only_records_without_headers_or_times() -> None:
     assert bulk_columns([Record(b"a", b"k"), Record(b"b")]) == ([b"a", b"b"], [b"k", None])
     assert bulk_columns([Record(b"a", headers=(("h", b"1"),))]) is None
     assert bulk_columns([Record(b"a", timestamp=7)]) is None
+
+
+def test_only_exact_bytes_are_passed_by_address() -> None:
+    class Blob(bytes):
+        pass
+
+    bulk = attach(Producer({"bootstrap.servers": "127.0.0.1:1"}))
+    assert bulk is not None
+    for values, keys in (([b"a", None], None), ([b"a", "text"], None), ([b"a", Blob(b"b")], None), ([b"a"], [None])):
+        with pytest.raises(TypeError):
+            bulk.produce("never-written", 0, values, keys)
