@@ -118,8 +118,8 @@ class RecordBuffer:
         self.created_ms = 0
         self.segments: list[Segment] = []
         self._cond: threading.Condition | None = None
-        #: position -> callbacks added to that record's future before it ended
-        self._waiting: dict[int, list[Callable[[DeliveryFuture], object]]] | None = None
+        #: position -> (its future, a callback added to it) for each callback added before it ended
+        self._waiting: dict[int, list[tuple[DeliveryFuture, Callable[[DeliveryFuture], object]]]] | None = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -202,17 +202,23 @@ class RecordBuffer:
             return
         with _WAITERS:
             cond, waiting = self._cond, self._waiting
-            due: list[tuple[int, list[Callable[[DeliveryFuture], object]]]] = []
-            if waiting:
-                for index in [i for i in waiting if start <= i < start + count]:
-                    due.append((index, waiting.pop(index)))
+            due: list[list[tuple[DeliveryFuture, Callable[[DeliveryFuture], object]]]] = []
+            if waiting:  # whichever is shorter: the waiting records, or the span
+                if len(waiting) <= count:
+                    indexes = [i for i in waiting if start <= i < start + count]
+                else:
+                    indexes = [i for i in range(start, start + count) if i in waiting]
+                due = [waiting.pop(i) for i in indexes]
         if cond is not None:
             with cond:
                 cond.notify_all()
-        for index, functions in due:
-            future = DeliveryFuture(self, index)
-            for function in functions:
-                _call(function, future)
+        for entries in due:
+            for future, function in entries:
+                future._segment = segment
+                try:
+                    function(future)
+                except Exception:  # as concurrent.futures does: logged, not raised
+                    _LOG.exception("exception calling callback for %r", future)
 
     def wait(self, index: int, timeout: float | None) -> Segment | None:
         """Block until the record at ``index`` has ended (or ``timeout`` passed)."""
@@ -224,15 +230,20 @@ class RecordBuffer:
             cond.wait_for(lambda: self.segment_of(index) is not None, timeout)
         return self.segment_of(index)
 
-    def when_ended(self, index: int, function: Callable[[DeliveryFuture], object]) -> bool:
-        """Register ``function`` for the record at ``index``; False when it has already
-        ended (the caller calls it)."""
+    def when_ended(self, future: DeliveryFuture, function: Callable[[DeliveryFuture], object]) -> bool:
+        """Register ``function`` to be called with ``future`` once its record has ended;
+        False when it has already (the caller calls it)."""
+        index = future._index
         with _WAITERS:
-            if self.segment_of(index) is not None:
+            if self.segments and self.segment_of(index) is not None:
                 return False
             if self._waiting is None:
                 self._waiting = {}
-            self._waiting.setdefault(index, []).append(function)
+            entries = self._waiting.get(index)
+            if entries is None:
+                self._waiting[index] = [(future, function)]
+            else:
+                entries.append((future, function))
             return True
 
 
@@ -253,15 +264,17 @@ class DeliveryFuture:
     waiting makes one condition per buffer, shared by every record of it.
     """
 
-    __slots__ = ("_buffer", "_index")
+    __slots__ = ("_buffer", "_index", "_segment")
 
     def __init__(self, buffer: RecordBuffer, index: int) -> None:
         self._buffer = buffer
         self._index = index
+        #: how the record's span ended, once known here (it never changes after)
+        self._segment: Segment | None = None
 
     def done(self) -> bool:
         """Whether the record has ended (persisted, duplicate, or failed)."""
-        return self._buffer.segment_of(self._index) is not None
+        return self._segment is not None or self._buffer.segment_of(self._index) is not None
 
     def running(self) -> bool:
         """Whether the record is still on its way."""
@@ -275,14 +288,17 @@ class DeliveryFuture:
         """Refused (returns False): the record is on its way."""
         return False
 
-    def _ended(self, timeout: float | None) -> RecordMetadata | DeliveryFailed:
-        buffer, index = self._buffer, self._index
-        segment = buffer.segment_of(index)
+    def _ended(self, timeout: float | None) -> Segment:
+        segment = self._segment
         if segment is None:
-            segment = buffer.wait(index, timeout)
+            buffer, index = self._buffer, self._index
+            segment = buffer.segment_of(index)
             if segment is None:
-                raise TimeoutError(f"record {index} of {buffer.topic}[{buffer.partition}] has not ended yet")
-        return buffer._outcome(segment, index)
+                segment = buffer.wait(index, timeout)
+                if segment is None:
+                    raise TimeoutError(f"record {index} of {buffer.topic}[{buffer.partition}] has not ended yet")
+            self._segment = segment
+        return segment
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
         """Where the record landed.
@@ -291,7 +307,7 @@ class DeliveryFuture:
             DeliveryFailed: the record failed (``status`` says whether it may be stored).
             TimeoutError: ``timeout`` passed first (the record keeps going).
         """
-        outcome = self._ended(timeout)
+        outcome = self._buffer._outcome(self._ended(timeout), self._index)
         if isinstance(outcome, RecordMetadata):
             return outcome
         raise outcome
@@ -302,13 +318,15 @@ class DeliveryFuture:
         Raises:
             TimeoutError: ``timeout`` passed first.
         """
-        outcome = self._ended(timeout)
-        return None if isinstance(outcome, RecordMetadata) else outcome
+        segment = self._ended(timeout)
+        if segment[5] is None:  # stored: no metadata needs building
+            return None
+        return cast(DeliveryFailed, self._buffer._outcome(segment, self._index))
 
     def add_done_callback(self, function: Callable[[DeliveryFuture], object]) -> None:
         """Call ``function(self)`` once the record has ended (at once when it has). It runs
         on the producer's sender thread; an exception it raises is logged."""
-        if not self._buffer.when_ended(self._index, function):
+        if not self._buffer.when_ended(self, function):
             _call(function, self)
 
     def concurrent(self) -> Future[RecordMetadata]:

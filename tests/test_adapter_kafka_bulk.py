@@ -50,16 +50,26 @@ def topic(kafka_service: Any) -> str:
     return name
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct", "produce_batch"])
-def test_values_and_keys_are_stored_in_order_without_a_report_each(
-    kafka_service: Any, topic: str, direct: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if not direct:
+@pytest.fixture(params=[True, False], ids=["direct", "produce_batch"])
+def direct(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Both paths: librdkafka's own bulk call, and produce_batch (the fallback, forced)."""
+    if not request.param:
         monkeypatch.setenv(DISABLE_ENV, "0")
-    reports: list[Any] = []
-    producer = _producer(kafka_service, on_delivery=lambda err, msg: reports.append(err))
+    return bool(request.param)
+
+
+def _writer(producer: Producer, direct: bool) -> BulkWriter:
     writer = BulkWriter(producer)
     assert (writer._direct is not None) is direct
+    return writer
+
+
+def test_values_and_keys_are_stored_in_order_without_a_report_each(
+    kafka_service: Any, topic: str, direct: bool
+) -> None:
+    reports: list[Any] = []
+    producer = _producer(kafka_service, on_delivery=lambda err, msg: reports.append(err))
+    writer = _writer(producer, direct)
     values = [b"v%d" % i * (i % 7) for i in range(500)]  # b"" included
     keys = [b"k%d" % (i % 13) for i in range(500)]
     assert writer.produce(topic, 1, values[:250], keys[:250]) == (250, "")
@@ -82,15 +92,9 @@ def test_a_none_value_or_key_takes_produce_batch(kafka_service: Any, topic: str)
     assert [(v, k) for v, k, _ in _read(kafka_service, topic, 3)] == [(b"a", None), (None, b"k"), (b"c", b"l")]
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct", "produce_batch"])
-def test_a_full_queue_refuses_a_suffix_and_says_so(
-    kafka_service: Any, topic: str, direct: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if not direct:
-        monkeypatch.setenv(DISABLE_ENV, "0")
+def test_a_full_queue_refuses_a_suffix_and_says_so(kafka_service: Any, topic: str, direct: bool) -> None:
     producer = _producer(kafka_service, **{"queue.buffering.max.messages": 10, "linger.ms": 60_000})
-    writer = BulkWriter(producer)
-    assert (writer._direct is not None) is direct
+    writer = _writer(producer, direct)
     assert writer.produce(topic, 1, [b"%d" % i for i in range(25)], None) == (10, "_QUEUE_FULL")
     assert producer.flush(30) == 0
     assert [v for v, _, _ in _read(kafka_service, topic, 10)] == [b"%d" % i for i in range(10)]

@@ -62,3 +62,28 @@ def test_a_callback_that_raises_does_not_stop_the_others() -> None:
     buffer.callbacks = [boom, lambda e, m: seen.append(m.offset)]
     buffer.ended((0, 2, 7, 0, False, None, DeliveryStatus.PERSISTED))
     assert seen == [8]
+
+
+def test_done_callbacks_run_once_each_with_their_records_outcome_across_spans() -> None:
+    from idempotent.delivery import DeliveryFuture
+
+    buffer = RecordBuffer("orders", 1)
+    buffer.values = [b"v"] * 10
+    seen: list[tuple[int, Any]] = []
+    futures = [DeliveryFuture(buffer, i) for i in range(10)]
+    for i, future in enumerate(futures):
+        if i != 4:
+            future.add_done_callback(lambda f, i=i: seen.append((i, f.exception() or f.result().offset)))
+    futures[7].add_done_callback(lambda f: seen.append((70, f.done())))  # a second one on a record
+    failure = BackendUnavailableError("down")
+    buffer.ended((0, 3, 100, 0, False, None, DeliveryStatus.PERSISTED))
+    buffer.ended((3, 4, None, 3, False, failure, DeliveryStatus.NOT_PERSISTED))
+    assert [i for i, _ in seen] == [0, 1, 2, 3, 5, 6]
+    buffer.ended((7, 3, 200, 7, False, None, DeliveryStatus.PERSISTED))
+    assert seen[:3] == [(0, 100), (1, 101), (2, 102)]
+    assert all(isinstance(outcome, DeliveryFailed) for _, outcome in seen[3:6])
+    assert seen[6:] == [(7, 200), (70, True), (8, 201), (9, 202)]
+    late: list[Any] = []
+    futures[4].add_done_callback(late.append)  # already ended: called at once
+    assert late == [futures[4]] and isinstance(futures[4].exception(), DeliveryFailed)
+    assert futures[9].result().offset == 202 and futures[9].exception() is None
