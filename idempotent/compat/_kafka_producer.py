@@ -132,6 +132,11 @@ class Producer(Connecting):
         self._routes: dict[str, Route] = {}
         self._random = random.Random()
         self._sticky: dict[str, tuple[int, float]] = {}
+        #: whether a message without a key goes to its topic's sticky partition (decided once:
+        #: the partitioner and linger do not change)
+        self._keyless_sticky = librdkafka_partition(self._config.partitioner, None, 1) is None and librdkafka_sticky(
+            self._config.partitioner, None, self._config.sticky_linger
+        )
         self._clients = _Clients()
         self._stop = self._clients.stop
         self._txn_ready = False
@@ -184,12 +189,13 @@ class Producer(Connecting):
         """The partition the configured partitioner picks for ``key``, by librdkafka's rules;
         where librdkafka picks at random, so does this: the topic's sticky partition for
         ``sticky.partitioning.linger.ms`` or a random one per message."""
-        name = self._config.partitioner
-        chosen = librdkafka_partition(name, key, count)
-        if chosen is not None:
-            return chosen
-        if not librdkafka_sticky(name, key, self._config.sticky_linger):
-            return self._random.randrange(count)
+        if key is not None or not self._keyless_sticky:
+            name = self._config.partitioner
+            chosen = librdkafka_partition(name, key, count)
+            if chosen is not None:
+                return chosen
+            if not librdkafka_sticky(name, key, self._config.sticky_linger):
+                return self._random.randrange(count)
         now = time.monotonic()
         sticky = self._sticky.get(topic)
         if sticky is None or now >= sticky[1] or sticky[0] >= count:
