@@ -122,6 +122,8 @@ class BulkProducer:
         ):
             raise TypeError("a value or key that is not bytes")
         count = len(values)
+        if not count:
+            return 0, ""
         messages = bytearray(8 * _WORDS * count)
         words = memoryview(messages).cast("Q")
         words[_LEN::_WORDS] = array("Q", map(len, values))
