@@ -80,9 +80,11 @@ _unavailable = False
 def _load() -> _Library | None:
     global _library, _unavailable
     if _library is None and not _unavailable:
+        if sys.implementation.name != "cpython" or ctypes.sizeof(ctypes.c_void_p) != 8 or _BYTES_DATA != 32:
+            _unavailable = True
+            _LOG.info("kafka: records go through produce_batch (not 64-bit CPython)")
+            return None
         try:
-            if sys.implementation.name != "cpython" or ctypes.sizeof(ctypes.c_void_p) != 8 or _BYTES_DATA != 32:
-                raise OSError("not 64-bit CPython")
             _library = _Library()
         except (ImportError, OSError, AttributeError) as exc:
             _unavailable = True
@@ -104,23 +106,22 @@ class BulkProducer:
         self._producer = producer  # the handle lives as long as the producer object
         self._handle = handle
 
-    def produce(self, topic: str, partition: int, values: list[bytes], keys: list[bytes] | None) -> tuple[int, str]:
+    def produce(
+        self, topic: str, partition: int, values: list[bytes], keys: list[bytes] | None
+    ) -> tuple[int, str] | None:
         """Queue ``values`` (with ``keys``, as many, or none) to ``topic[partition]`` in
         order, stamped with the time of the call, without delivery reports.
 
         Returns:
             How many were queued (a prefix), and the name of librdkafka's error for the
-            first one that was not (``""`` when all were), such as ``_QUEUE_FULL``.
-
-        Raises:
-            TypeError: a value or key is not ``bytes`` (None included); nothing was queued.
+            first one that was not (``""`` when all were), such as ``_QUEUE_FULL``; None,
+            with nothing queued, when a value or key is not exactly ``bytes`` (None
+            included): only those are passed by address (use ``produce_batch``).
         """
-        # only exact bytes have their data at _BYTES_DATA: anything else (a None included)
-        # goes through produce_batch, which checks and converts
         if not _ONLY_BYTES.issuperset(map(type, values)) or (
             keys is not None and not _ONLY_BYTES.issuperset(map(type, keys))
         ):
-            raise TypeError("a value or key that is not bytes")
+            return None
         count = len(values)
         if not count:
             return 0, ""
@@ -182,10 +183,9 @@ class BulkWriter:
             queue drains); any other text, that nothing of the transaction may be committed.
         """
         if self._direct is not None:
-            try:
-                return self._direct.produce(topic, partition, values, keys)
-            except TypeError:  # a None, or not bytes: no pointer for it
-                pass
+            answer = self._direct.produce(topic, partition, values, keys)
+            if answer is not None:  # None: a value or key that is not bytes goes the other way
+                return answer
         messages = (
             [{"value": v} for v in values]
             if keys is None
