@@ -183,21 +183,21 @@ class RecordBuffer:
         start, count = segment[0], segment[1]
         callbacks = self.callbacks
         if callbacks is not None:
+            outcomes: Iterable[tuple[DeliveryCallback | None, DeliveryFailed | None, RecordMetadata | None]]
             if segment[5] is None:  # stored: the metadata of the whole span, built in C loops
-                for callback, metadata in zip(callbacks[start : start + count], self._metadata(segment), strict=True):
-                    if callback is not None:
-                        try:
-                            callback(None, metadata)
-                        except Exception:
-                            _LOG.exception("on_delivery callback of %s[%d] raised", self.topic, self.partition)
+                outcomes = zip(callbacks[start : start + count], repeat(None), self._metadata(segment), strict=False)
             else:
-                for index in range(start, start + count):
-                    callback = callbacks[index]
-                    if callback is not None:
-                        try:
-                            callback(cast(DeliveryFailed, self._outcome(segment, index)), None)
-                        except Exception:
-                            _LOG.exception("on_delivery callback of %s[%d] raised", self.topic, self.partition)
+                outcomes = (
+                    (callbacks[i], cast(DeliveryFailed, self._outcome(segment, i)), None)
+                    for i in range(start, start + count)
+                    if callbacks[i] is not None
+                )
+            for callback, failure, metadata in outcomes:
+                if callback is not None:
+                    try:
+                        callback(failure, metadata)
+                    except Exception:
+                        _LOG.exception("on_delivery callback of %s[%d] raised", self.topic, self.partition)
         if self._cond is None and self._waiting is None:
             return
         with _WAITERS:
@@ -215,10 +215,7 @@ class RecordBuffer:
         for entries in due:
             for future, function in entries:
                 future._segment = segment
-                try:
-                    function(future)
-                except Exception:  # as concurrent.futures does: logged, not raised
-                    _LOG.exception("exception calling callback for %r", future)
+                _call(function, future)
 
     def wait(self, index: int, timeout: float | None) -> Segment | None:
         """Block until the record at ``index`` has ended (or ``timeout`` passed)."""
