@@ -201,6 +201,12 @@ class BulkWriter:
         return prefix, _refusal(name, prefix != queued)
 
 
+def writer_for(current: BulkWriter | None, producer: Any) -> BulkWriter:
+    """``current`` when it writes through ``producer``, else a new :class:`BulkWriter` for it
+    (a writer's transactional producer may have been replaced since)."""
+    return current if current is not None and current.producer is producer else BulkWriter(producer)
+
+
 def bulk_columns(records: Sequence[Any]) -> tuple[list[Any], list[Any] | None] | None:
     """The values and keys (None: no record has a key) of records without headers or a
     time of their own, as a bulk call takes them; None when any record has either."""
@@ -233,4 +239,4 @@ def attach(producer: Any) -> BulkProducer | None:
     return BulkProducer(lib, producer, handle)
 
 
-__all__ = ["DISABLE_ENV", "BulkProducer", "BulkWriter", "attach", "bulk_columns"]
+__all__ = ["DISABLE_ENV", "BulkProducer", "BulkWriter", "attach", "bulk_columns", "writer_for"]

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 from adapters._heads import BatchHead, identity_headers, records_timed
-from adapters._kafka_bulk import BulkWriter, bulk_columns
+from adapters._kafka_bulk import BulkWriter, bulk_columns, writer_for
 from adapters._writer import GroupQueue
 from idempotent._records import Record, Snapshot
 from idempotent._types import NO_PRODUCER_ID
@@ -268,9 +268,7 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
         cannot set: they are read back with their head's; see :mod:`adapters._kafka_bulk`).
         librdkafka queues a prefix of them when its local queue fills up; the rest are queued
         again once it has drained."""
-        bulk = self._bulk_writer
-        if bulk is None or bulk.producer is not producer:  # the transactional producer was replaced
-            bulk = self._bulk_writer = BulkWriter(producer)
+        bulk = self._bulk_writer = writer_for(self._bulk_writer, producer)
         while values:
             queued, refused = bulk.produce(self.kafka_topic, self.partition, values, keys)
             if not refused:

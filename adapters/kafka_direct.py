@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from adapters._heads import BatchHead, identity_headers, records_timed
-from adapters._kafka_bulk import BulkWriter, bulk_columns
+from adapters._kafka_bulk import BulkWriter, bulk_columns, writer_for
 from adapters._kafka_errors import map_errors, translate
 from adapters._kafka_txn import TransactionalProducer, TxnState
 from adapters._meta import pack_snapshot, unpack_snapshot
@@ -413,9 +413,8 @@ class KafkaProducerLog:
         values, keys = columns
         # all but the last in bulk, with no report each; the last reports the batch's end
         if count > 2:
-            queued, refused = self._bulk(producer).produce(
-                name, partition, values[:-1], None if keys is None else keys[:-1]
-            )
+            bulk = self._bulk_writer = writer_for(self._bulk_writer, producer)
+            queued, refused = bulk.produce(name, partition, values[:-1], None if keys is None else keys[:-1])
             if queued != count - 2:
                 raise BackendUnavailableError(
                     f"kafka: the client refused {count - 2 - queued} of {count - 2} records for "
@@ -424,13 +423,6 @@ class KafkaProducerLog:
         producer.produce(
             name, value=values[-1], key=None if keys is None else keys[-1], partition=partition, on_delivery=last
         )
-
-    def _bulk(self, producer: Any) -> BulkWriter:
-        """The bulk writer of ``producer`` (the transactional producer may have replaced it)."""
-        bulk = self._bulk_writer
-        if bulk is None or bulk.producer is not producer:
-            bulk = self._bulk_writer = BulkWriter(producer)
-        return bulk
 
 
 def open_producer_log(
