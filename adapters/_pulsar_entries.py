@@ -203,6 +203,26 @@ def noop_flush(result: Any) -> None:
     """The answer of a flush or a close nobody waits for."""
 
 
+def close_entry(producer: Any) -> bool:
+    """Close the entry ``producer`` (a ``pulsar.Producer``) is filling, so that it is sent,
+    without waiting for its answer: the ``flush_async`` of pulsar-client's extension (not part
+    of its public Python API; present in the pinned versions). Where it is missing, the
+    blocking ``flush()`` closes the entry and waits until it is answered.
+
+    Returns:
+        Whether it returned without waiting (False: the blocking fallback was taken).
+
+    Raises:
+        Exception: what the client raises (callers translate it with ``map_errors``).
+    """
+    flush_async = getattr(producer._producer, "flush_async", None)
+    if flush_async is None:
+        producer.flush()
+        return False
+    flush_async(noop_flush)
+    return True
+
+
 def _both(first: Answer, last: Answer) -> Answer:
     def callback(result: Any, message_id: Any) -> None:
         first(result, message_id)

@@ -1,5 +1,7 @@
 """The writer of one Pulsar partition: the exclusive producer that owns it (and its snapshot
-topic), with a thread that writes queued batches in order, several at a time as one entry."""
+topic), with a thread that writes queued batches in order, several at a time as one entry,
+up to :data:`MAX_IN_FLIGHT` entries in flight, and that leaves what a failure put in doubt
+for the writer replacing it to check (:class:`Unsettled`)."""
 
 from __future__ import annotations
 
@@ -7,21 +9,25 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any, Protocol
 
 import attrs
 
 from adapters._meta import pack_snapshot
+from adapters._pulsar_entries import close_entry
 from adapters._pulsar_errors import map_errors, translate
 from adapters._pulsar_messages import Message, build_message, encode_record, message_size
-from adapters._pulsar_names import PulsarName, encode_offset, pulsar_topic_name
+from adapters._pulsar_names import PulsarName, encode_offset, pulsar_topic_name, start_id
 from adapters._writer import GroupQueue
 from idempotent._records import Snapshot
 from idempotent._sequence import sequence_at
 from idempotent.backend import AppendBatch
 from idempotent.errors import (
     BackendUnavailableError,
+    CorruptDataError,
     EntryTooLargeError,
     InvalidBatchError,
     OwnershipLostError,
@@ -37,6 +43,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 _LOG = logging.getLogger("idempotent.adapters.pulsar")
 OWNER_PREFIX = "idempotent-owner-"
 MAX_GROUP_RECORDS = 100_000  # records of several queued batches sent as one entry
+#: entries of one partition sent and not answered yet, at most (pipelining)
+MAX_IN_FLIGHT = 5
 
 
 class WriterHost(Protocol):
@@ -53,6 +61,21 @@ class WriterHost(Protocol):
 
     def open_owner(self, topic: str, name: str, *, batching: bool) -> Any: ...
 
+    def _end(self, data_topic: str) -> int: ...
+
+    def _read(self, topic: str, start: Any, limit: int | None = None) -> Iterator[Any]: ...
+
+
+@attrs.frozen
+class Unsettled:
+    """The entries a failed writer had sent and not seen answered (their Pulsar sequence
+    ids and message counts, in order), and an offset at or before the first of them: the
+    writer that replaces it checks that what Pulsar stored of them is a prefix (see
+    :meth:`PartitionWriter._settle`)."""
+
+    floor: int
+    entries: tuple[tuple[int, int], ...]
+
 
 @attrs.define
 class _Item:
@@ -63,11 +86,54 @@ class _Item:
     size: int = 0
 
 
+class _Sent:
+    """An entry sent and not answered yet: its batches, and the answers of its first and
+    last message (``(result, message id)``, set on the client's thread)."""
+
+    __slots__ = ("answers", "count", "deadline", "first_id", "items", "refused")
+
+    def __init__(self, items: list[_Item], count: int, deadline: float, first_id: int) -> None:
+        self.items = items
+        self.count = count
+        self.deadline = deadline
+        #: the Pulsar sequence id of its first message (the others follow it)
+        self.first_id = first_id
+        self.answers: list[tuple[Any, Any] | None] = [None, None]
+        #: refused for good before anything of it was sent: its batches fail alone, in turn
+        self.refused: InvalidBatchError | None = None
+
+    @property
+    def answered(self) -> bool:
+        return None not in self.answers
+
+    def answer(self, cond: threading.Condition, *slots: int) -> Any:
+        """The client's callback that records the answer in ``slots`` and wakes the writer."""
+
+        def callback(result: Any, message_id: Any) -> None:
+            try:  # an exception escaping a pulsar callback terminates the process
+                with cond:
+                    for slot in slots:
+                        self.answers[slot] = (result, message_id)
+                    cond.notify_all()
+            except BaseException:  # pragma: no cover - defensive
+                _LOG.exception("pulsar send callback failed")
+
+        return callback
+
+
 class PartitionWriter(GroupQueue[_Item]):
     """The exclusive producer that owns one partition (and its snapshot topic), with a thread
     that writes queued batches in order, several at a time as one entry."""
 
-    def __init__(self, backend: WriterHost, topic: str, partition: int) -> None:
+    def __init__(self, backend: WriterHost, topic: str, partition: int, unsettled: Unsettled | None = None) -> None:
+        """Take ownership of the partition (fencing any other owner) and start the writer.
+        ``unsettled``: what the writer this one replaces left in doubt (checked first).
+
+        Raises:
+            CorruptDataError: a later entry of ``unsettled`` is stored while an earlier one
+                is not (nothing opened is left behind).
+            ProducerError: the partition could not be taken (translated).
+        """
         super().__init__()
         self.backend = backend
         self.topic = topic
@@ -92,11 +158,50 @@ class PartitionWriter(GroupQueue[_Item]):
             except BaseException:
                 self._close_producers()
                 raise
-            # the broker remembers the first id of the last entry: continue above it; the
-            # sync API treats 0 as "unset", so never send 0
-            self._next_sequence = max(int(self._producer.last_sequence_id()) + 1, 1)
+            try:
+                # the broker remembers the first id of the last entry: continue above it; the
+                # sync API treats 0 as "unset", so never send 0
+                last = int(self._producer.last_sequence_id())
+                self._next_sequence = max(last + 1, 1)
+                if unsettled is not None:
+                    self._settle(unsettled, last, data_topic, owner)
+                #: an offset at or before the next entry: after the last one answered
+                self._floor = backend._end(data_topic)
+            except BaseException:
+                self._close_producers()
+                raise
+        #: what this writer left in doubt when it failed (see Unsettled)
+        self.unsettled: Unsettled | None = None
         self._thread = threading.Thread(target=self._run, name=f"idempotent-pulsar-{topic}-{partition}", daemon=True)
         self._thread.start()
+
+    def _settle(self, unsettled: Unsettled, last: int, data_topic: str, owner: str) -> None:
+        """Check what Pulsar stored of the entries a failed writer left in doubt. Holding the
+        partition (the failed writer's sends are settled), ``last`` (``last_sequence_id()``)
+        says which of them are stored, if the stored ones are a prefix: every entry up to the
+        last stored one. A later entry stored while an earlier one is not (Pulsar refused
+        one entry and stored the next) would let the replay answer the missing batches'
+        resends as duplicates: the owner's messages after ``unsettled.floor`` are counted
+        instead of trusted.
+
+        Raises:
+            CorruptDataError: the stored ones are not a prefix.
+            ProducerError: Pulsar could not be read (translated).
+        """
+        expected = sum(count for first_id, count in unsettled.entries if first_id <= last)
+        if not expected:
+            return
+        found = sum(
+            1
+            for message in self.backend._read(data_topic, start_id(unsettled.floor))
+            if message.producer_name() == owner
+        )
+        if found != expected:
+            raise CorruptDataError(
+                f"pulsar: {self.where}: of the entries a failed writer left in doubt, Pulsar stored a later one "
+                f"while an earlier one is missing ({found} of the {expected} messages up to sequence id {last} "
+                f"found after offset {unsettled.floor}); the missing batches would be taken for duplicates"
+            )
 
     @property
     def failed(self) -> ProducerError | None:
@@ -162,126 +267,167 @@ class PartitionWriter(GroupQueue[_Item]):
                     producer.close()
 
     # -- the writer thread -----------------------------------------------------------------
+    #
+    # Entries are pipelined: up to MAX_IN_FLIGHT of them are sent (each closed with a flush
+    # that does not wait) before the oldest is waited for, and they are answered in the
+    # order sent. Failure order: the owner's sends go out on one connection in order, and
+    # Pulsar stores a producer's entries in that order (the client resends its pending ones
+    # in order after a reconnect), so an entry never fails while a later one is stored. When
+    # one fails, the producers are closed (nothing the client still holds is sent) and
+    # every entry after it fails too, sent or not (see _fail).
 
     def _run(self) -> None:
-        while (items := self._take_group()) is not None:
-            start = 0
-            while start < len(items):
-                end = self._group_end(items, start)
-                group = items[start:end]
-                try:
-                    offsets = self._write(group)
-                except InvalidBatchError as exc:  # refused for good, nothing of it stored:
-                    for item in group:  # it fails alone, the ones after it go on
-                        item.future.set_exception(exc)
-                    start = end
+        sent: deque[_Sent] = deque()
+        taken: deque[_Item] = deque()  # taken from the queue, not sent yet
+        try:
+            while True:
+                with self._cond:
+                    while not (
+                        (sent and sent[0].answered)
+                        or ((taken or self._queue) and len(sent) < MAX_IN_FLIGHT)
+                        or (self._closed and not self._queue and not taken and not sent)
+                    ):
+                        if sent:  # the oldest entry's deadline
+                            if not self._cond.wait(max(0.0, sent[0].deadline - time.monotonic())):
+                                break  # no answer in time: _finish says so
+                        else:
+                            self._cond.wait()
+                    if not sent and not taken and not self._queue:
+                        return  # closed and drained
+                    taken.extend(self._queue)
+                    self._queue = []
+                oldest = sent[0] if sent else None
+                if oldest is not None and (
+                    oldest.answered or len(sent) >= MAX_IN_FLIGHT or not taken or oldest.deadline <= time.monotonic()
+                ):
+                    self._finish(oldest)  # raises when it failed: still in ``sent``, failed below
+                    sent.popleft()
                     continue
-                except ProducerError as exc:
-                    self._fail(items[start:], exc)
-                    return
-                except Exception as exc:  # a bug: logged, FATAL (never retried)
-                    self._fail(items[start:], internal_error(f"pulsar: appending to {self.where}", exc, _LOG))
-                    return
-                for item, offset in zip(group, offsets, strict=True):
-                    item.future.set_result(offset)
-                start = end
+                group = self._take_entry(taken)
+                try:
+                    sent.append(self._start(group))
+                except BaseException:
+                    taken.extendleft(reversed(group))
+                    raise
+        except ProducerError as exc:
+            self._fail_sent(sent, taken, exc)
+        except Exception as exc:  # a bug: logged, FATAL (never retried)
+            self._fail_sent(sent, taken, internal_error(f"pulsar: appending to {self.where}", exc, _LOG))
 
-    def _group_end(self, items: list[_Item], start: int) -> int:
-        """Queued batches from ``start`` on that fit into one entry together."""
+    def _fail_sent(self, sent: deque[_Sent], taken: deque[_Item], error: ProducerError) -> None:
+        """Fail the entries sent and not answered, and the batches taken after them, keeping
+        what the sent ones left in doubt for the writer that replaces this one."""
+        doubtful = tuple((entry.first_id, entry.count) for entry in sent if entry.count and entry.refused is None)
+        if doubtful:
+            self.unsettled = Unsettled(self._floor, doubtful)
+        self._fail([item for entry in sent for item in entry.items] + list(taken), error)
+
+    def _take_entry(self, taken: deque[_Item]) -> list[_Item]:
+        """The batches at the head of ``taken`` that fit into one entry together (at least one)."""
         size = records = 0
-        end = start
-        while end < len(items):
-            item = items[end]
-            if end > start and (
+        group: list[_Item] = []
+        while taken:
+            item = taken[0]
+            if group and (
                 size + item.size > self.backend.max_entry_bytes or records + len(item.messages) > MAX_GROUP_RECORDS
             ):
                 break
             size += item.size
             records += len(item.messages)
-            end += 1
-        return end
+            group.append(taken.popleft())
+        return group
 
-    def _write(self, group: list[_Item]) -> list[int]:
-        """Send a group of batches as one entry, then its newest snapshot. Offsets per item."""
+    def _start(self, group: list[_Item]) -> _Sent:
+        """Send a group of batches as one entry, without waiting for its answer. A group too
+        large for one entry is not sent: it is answered, in its turn, with EntryTooLargeError
+        (refused for good, nothing of it stored: it fails alone, the ones after it go on).
+
+        Raises:
+            ProducerError: the client refused a message (translated).
+        """
         messages = [m for item in group for m in item.messages]
-        offsets = [-1] * len(group)
-        if messages:
-            size = sum(item.size for item in group)
-            if size > self.backend.max_entry_bytes:
-                raise EntryTooLargeError(
+        entry = _Sent(group, len(messages), time.monotonic() + self.backend.timeout, self._next_sequence)
+        size = sum(item.size for item in group)
+        if not messages or size > self.backend.max_entry_bytes:  # snapshots only, or refused
+            entry.answers = [(pulsar.Result.Ok, None), (pulsar.Result.Ok, None)]
+            if messages:
+                entry.refused = EntryTooLargeError(
                     f"pulsar: a batch of {self.where} needs about {size} bytes, more than one Pulsar entry holds "
                     f"(max_entry_bytes={self.backend.max_entry_bytes}, the broker's maxMessageSize)"
                 )
-            ids = self._send_entry(messages)
-            position = 0
-            for index, item in enumerate(group):
-                if item.messages:
-                    offsets[index] = encode_offset(*ids[position])
-                    position += len(item.messages)
-        snapshots = [item.snapshot for item in group if item.snapshot is not None]
-        if snapshots:
-            self.put_snapshot(snapshots[-1])
-        return offsets
+            return entry
+        count = len(messages)
+        first, last = (
+            (entry.answer(self._cond, 0, 1), None)
+            if count == 1
+            else (entry.answer(self._cond, 0), entry.answer(self._cond, 1))
+        )
+        send = self._producer._producer.send_async  # the extension's producer: no checks per call
+        with map_errors(f"append to {self.where}"):
+            for index, message in enumerate(messages):
+                # A message between the entry's first and last gets no callback: the client
+                # then runs no Python for it (a callback per message took the interpreter
+                # lock once per record); one entry is stored or fails whole, and its first
+                # and last positions say whether its batch indexes are consecutive. A
+                # sequence id of 0 is left to the client, as pulsar-client's send_async does.
+                built = build_message(message, self._next_sequence or None)
+                send(built, first if index == 0 else last if index == count - 1 else None)
+                self._next_sequence += 1
+            close_entry(self._producer)
+        return entry
 
-    def _send_entry(self, messages: list[Message]) -> list[tuple[int, int, int]]:
-        """Send ``messages`` as one entry and wait for it: each message's ``(ledger, entry,
-        batch index)``. Only the first and the last message get a callback: a message between
-        them gets None, so the client runs no Python for it (a callback per message took the
-        interpreter lock once per record); one entry is stored or fails whole, and its first
-        and last positions say whether its batch indexes are consecutive.
+    def _finish(self, entry: _Sent) -> None:
+        """Wait for an entry's answer (until its deadline), write the newest snapshot of its
+        group, and answer its batches with their offsets.
 
         Raises:
             BackendUnavailableError: not acknowledged in time, not stored as one entry with
                 consecutive batch indexes, or stored by an earlier attempt (position unknown).
             ProducerError: Pulsar refused it (translated).
         """
-        count = len(messages)
-        answers: list[tuple[Any, Any] | None] = [None, None]
-        done = threading.Condition()
-
-        def answer(*slots: int) -> Any:
-            def callback(result: Any, message_id: Any) -> None:
-                try:  # an exception escaping a pulsar callback terminates the process
-                    with done:
-                        for slot in slots:
-                            answers[slot] = (result, message_id)
-                        done.notify_all()
-                except BaseException:  # pragma: no cover - defensive
-                    _LOG.exception("pulsar send callback failed")
-
-            return callback
-
-        first, last = (answer(0, 1), None) if count == 1 else (answer(0), answer(1))
+        if entry.refused is not None:
+            for item in entry.items:
+                item.future.set_exception(entry.refused)
+            return
         what = f"append to {self.where}"
-        send = self._producer._producer.send_async  # the extension's producer: no checks per call
-        with map_errors(what):
-            for index, message in enumerate(messages):
-                # a sequence id of 0 is left to the client, as pulsar-client's send_async does
-                built = build_message(message, self._next_sequence or None)
-                send(built, first if index == 0 else last if index == count - 1 else None)
-                self._next_sequence += 1
-            self._producer.flush()
-        deadline = time.monotonic() + self.backend.timeout
-        with done:
-            while None in answers and done.wait(max(0.0, deadline - time.monotonic())):
+        with self._cond:
+            while not entry.answered and self._cond.wait(max(0.0, entry.deadline - time.monotonic())):
                 pass
-            head, tail = answers
+            head, tail = entry.answers
         if head is None or tail is None:
             raise BackendUnavailableError(f"pulsar: {what}: no acknowledgement within {self.backend.timeout} s")
+        offsets = [-1] * len(entry.items)
+        if entry.count:
+            offsets = self._offsets(entry, head, tail, what)
+        snapshots = [item.snapshot for item in entry.items if item.snapshot is not None]
+        if snapshots:
+            self.put_snapshot(snapshots[-1])
+        for item, offset in zip(entry.items, offsets, strict=True):
+            item.future.set_result(offset)
+
+    def _offsets(self, entry: _Sent, head: tuple[Any, Any], tail: tuple[Any, Any], what: str) -> list[int]:
+        """Each batch's base offset from the answers of its entry's first and last message."""
         for result, _ in (head, tail):
             if result != pulsar.Result.Ok:
                 raise translate(result, what)
         first_id, last_id = head[1], tail[1]
         if first_id.ledger_id() < 0:  # Pulsar's dedup: stored before, position unknown
             raise BackendUnavailableError(f"pulsar: {what}: the entry was stored by an earlier attempt")
-        ledger, entry, base = first_id.ledger_id(), first_id.entry_id(), max(first_id.batch_index(), 0)
+        ledger, number, base = first_id.ledger_id(), first_id.entry_id(), max(first_id.batch_index(), 0)
         end = (last_id.ledger_id(), last_id.entry_id(), max(last_id.batch_index(), 0))
-        if end != (ledger, entry, base + count - 1):
+        if end != (ledger, number, base + entry.count - 1):
             raise BackendUnavailableError(
                 f"pulsar: the batch of {self.where} was not stored as one entry with consecutive batch indexes: "
-                f"{(ledger, entry, base)} .. {end}; check the producer's batching settings"
+                f"{(ledger, number, base)} .. {end}; check the producer's batching settings"
             )
-        return [(ledger, entry, base + i) for i in range(count)]
+        offsets = [-1] * len(entry.items)
+        position = base
+        for index, item in enumerate(entry.items):
+            if item.messages:
+                offsets[index] = encode_offset(ledger, number, position)
+                position += len(item.messages)
+        self._floor = encode_offset(ledger, number, position)
+        return offsets
 
     def put_snapshot(self, snapshot: Snapshot) -> None:
         """Write a snapshot now (on the writer thread, or from a callback running on it)."""

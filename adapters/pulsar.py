@@ -88,7 +88,7 @@ from adapters._pulsar_names import (
     start_id,
 )
 from adapters._pulsar_url import admin_ssl_context, flag, parse_url
-from adapters._pulsar_writer import MAX_GROUP_RECORDS, OWNER_PREFIX, PartitionWriter
+from adapters._pulsar_writer import MAX_GROUP_RECORDS, OWNER_PREFIX, PartitionWriter, Unsettled
 from adapters._reach import DEFAULT_CONNECT_TIMEOUT, check_connect_timeout, parse_addresses, wait_reachable
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
@@ -178,6 +178,8 @@ class PulsarBackend(MetadataDelegate):
         self._admin = Admin(admin, dict(admin_headers or {}), self.timeout, admin_ssl_context(admin, options))
         self._lock = threading.RLock()
         self._writers: dict[tuple[str, int], PartitionWriter] = {}
+        #: what failed writers left in doubt, until the writer replacing them checked it
+        self._unsettled: dict[tuple[str, int], Unsettled] = {}
         self.metadata: CompactedMetadataStore[tuple[int, int]] = CompactedMetadataStore(
             "pulsar", self._put_metas, self._meta_records, self._lock, timeout=self.timeout, writable=not read_only
         )
@@ -484,7 +486,10 @@ class PulsarBackend(MetadataDelegate):
                     return writer
                 writer.close()
                 del self._writers[key]
-            writer = self._writers[key] = PartitionWriter(self, topic, partition)
+                if writer.unsettled is not None:  # kept until a new writer has checked it
+                    self._unsettled[key] = writer.unsettled
+            writer = self._writers[key] = PartitionWriter(self, topic, partition, self._unsettled.get(key))
+            self._unsettled.pop(key, None)
             return writer
 
     def _check(self, topic: str, partition: int) -> None:

@@ -75,6 +75,7 @@ from adapters._pulsar_entries import (
     MAX_BATCH_RECORDS,
     EntryWriter,
     GroupWait,
+    close_entry,
     entry_offset,
     noop_flush,
     pulsar_producer_name,
@@ -205,7 +206,6 @@ class PulsarProducerLog:
         #: an error a state write reported asynchronously (fenced: sticky)
         self._state_error: ProducerError | None = None
         self._lost: OwnershipLostError | None = None
-        self._flush_async = True
         #: pipelining (:meth:`submit`): guards what the client's callbacks change
         self._mutex = threading.Condition()
         #: entries submitted and not answered yet, per writer
@@ -338,16 +338,10 @@ class PulsarProducerLog:
         return done
 
     def _flush(self, writer: EntryWriter) -> None:
-        """Close the writer's entry without waiting (the private ``flush_async`` of
-        pulsar-client's extension; the blocking ``flush`` where it is missing)."""
-        producer = writer.producer
+        """Close the writer's entry without waiting (:func:`~adapters._pulsar_entries.close_entry`;
+        the blocking ``flush`` where the client lacks ``flush_async``)."""
         with map_errors(f"append to {writer.where}"):
-            flush_async = getattr(producer._producer, "flush_async", None) if self._flush_async else None
-            if flush_async is None:
-                self._flush_async = False
-                producer.flush()
-            else:
-                flush_async(noop_flush)
+            close_entry(writer.producer)
 
     def _outcome(
         self,
