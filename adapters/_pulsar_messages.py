@@ -39,8 +39,8 @@ def build_message(message: Message, sequence_id: int | None, ordering_key: str |
         built.set_null_value()
     else:
         built.content(message.content)
-    for name, text in message.properties.items():
-        built.property(name, text)
+    if message.properties:
+        built.properties(message.properties)  # one call for all of them
     if message.partition_key:
         built.partition_key(message.partition_key)
     if ordering_key:

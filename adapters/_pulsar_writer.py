@@ -234,20 +234,25 @@ class PartitionWriter(GroupQueue[_Item]):
         batch = item.batch
         assert batch is not None
         header = batch.header
-        count = len(batch.records)
+        records = batch.records
+        count = len(records)
         event_time = round(batch.timestamp * 1000)
-        for i, record in enumerate(batch.records):
+        messages = item.messages
+        pid = epoch = ""
+        base = 0
+        if header is not None:  # per batch, not per record
+            pid, epoch, base = str(header.producer_id), str(header.producer_epoch), header.base_sequence
+        for i, record in enumerate(records):
             idem: dict[str, str] = {}
             if header is not None:
-                idem = {
-                    "idem.pid": str(header.producer_id),
-                    "idem.epoch": str(header.producer_epoch),
-                    "idem.seq": str(sequence_at(header.base_sequence, i)),
-                }
+                idem = {"idem.pid": pid, "idem.epoch": epoch, "idem.seq": str(sequence_at(base, i))}
                 if i == 0:
                     idem["idem.count"] = str(count)
-            item.messages.append(encode_record(record, idem, event_time))
-        item.size = sum(message_size(m) for m in item.messages) + 256
+            if record.key is None and not record.headers:  # what encode_record makes of it, directly
+                messages.append(Message(record.value, idem, None, event_time))
+            else:
+                messages.append(encode_record(record, idem, event_time))
+        item.size = sum(map(message_size, messages)) + 256
 
     def close(self) -> None:
         with self._cond:
