@@ -277,9 +277,11 @@ class PartitionWriter(GroupQueue[_Item]):
     # that does not wait) before the oldest is waited for, and they are answered in the
     # order sent. Failure order: the owner's sends go out on one connection in order, and
     # Pulsar stores a producer's entries in that order (the client resends its pending ones
-    # in order after a reconnect), so an entry never fails while a later one is stored. When
-    # one fails, the producers are closed (nothing the client still holds is sent) and
-    # every entry after it fails too, sent or not (see _fail).
+    # in order after a reconnect). When one fails, the producers are closed (nothing the
+    # client still holds is sent) and every entry after it fails too, sent or not (see
+    # _fail). Pulsar may still have refused one entry and stored the next (a checksum
+    # error refuses a single message): what was in flight is left as Unsettled, and the
+    # writer replacing this one checks that a prefix of it was stored (see _settle).
 
     def _run(self) -> None:
         sent: deque[_Sent] = deque()
