@@ -110,13 +110,12 @@ class _Sent:
         """The client's callback that records the answer in ``slots`` and wakes the writer."""
 
         def callback(result: Any, message_id: Any) -> None:
-            try:  # an exception escaping a pulsar callback terminates the process
-                with cond:
-                    for slot in slots:
-                        self.answers[slot] = (result, message_id)
-                    cond.notify_all()
-            except BaseException:  # pragma: no cover - defensive
-                _LOG.exception("pulsar send callback failed")
+            # nothing here can raise (an exception escaping a pulsar callback would end the
+            # process): two assignments and a notify under the writer's lock
+            with cond:
+                for slot in slots:
+                    self.answers[slot] = (result, message_id)
+                cond.notify_all()
 
         return callback
 
@@ -155,10 +154,6 @@ class PartitionWriter(GroupQueue[_Item]):
             try:
                 self._producer = backend.open_owner(data_topic, owner, batching=True)
                 self._snapshots = backend.open_owner(snapshot_topic, owner, batching=False)
-            except BaseException:
-                self._close_producers()
-                raise
-            try:
                 # the broker remembers the first id of the last entry: continue above it; the
                 # sync API treats 0 as "unset", so never send 0
                 last = int(self._producer.last_sequence_id())
@@ -286,6 +281,7 @@ class PartitionWriter(GroupQueue[_Item]):
     def _run(self) -> None:
         sent: deque[_Sent] = deque()
         taken: deque[_Item] = deque()  # taken from the queue, not sent yet
+        group: list[_Item] = []  # being sent
         try:
             while True:
                 with self._cond:
@@ -311,23 +307,20 @@ class PartitionWriter(GroupQueue[_Item]):
                     sent.popleft()
                     continue
                 group = self._take_entry(taken)
-                try:
-                    sent.append(self._start(group))
-                except BaseException:
-                    taken.extendleft(reversed(group))
-                    raise
+                sent.append(self._start(group))
+                group = []
         except ProducerError as exc:
-            self._fail_sent(sent, taken, exc)
+            self._fail_sent(sent, [*group, *taken], exc)
         except Exception as exc:  # a bug: logged, FATAL (never retried)
-            self._fail_sent(sent, taken, internal_error(f"pulsar: appending to {self.where}", exc, _LOG))
+            self._fail_sent(sent, [*group, *taken], internal_error(f"pulsar: appending to {self.where}", exc, _LOG))
 
-    def _fail_sent(self, sent: deque[_Sent], taken: deque[_Item], error: ProducerError) -> None:
+    def _fail_sent(self, sent: deque[_Sent], taken: list[_Item], error: ProducerError) -> None:
         """Fail the entries sent and not answered, and the batches taken after them, keeping
         what the sent ones left in doubt for the writer that replaces this one."""
         doubtful = tuple((entry.first_id, entry.count) for entry in sent if entry.count and entry.refused is None)
         if doubtful:
             self.unsettled = Unsettled(self._floor, doubtful)
-        self._fail([item for entry in sent for item in entry.items] + list(taken), error)
+        self._fail([item for entry in sent for item in entry.items] + taken, error)
 
     def _take_entry(self, taken: deque[_Item]) -> list[_Item]:
         """The batches at the head of ``taken`` that fit into one entry together (at least one)."""

@@ -215,3 +215,32 @@ def test_close_entry_waits_only_without_flush_async(with_flush_async: bool) -> N
     producer = _Producer(with_flush_async)
     assert close_entry(producer) is with_flush_async
     assert producer._producer.calls == (["flush_async"] if with_flush_async else ["flush"])
+
+
+@pytest.mark.pulsar
+def test_a_refused_send_fails_its_group_and_everything_after_it(
+    backend: LogBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client refuses while an entry is being sent (here: closing its 3rd entry): that
+    entry's batches and the ones queued fail, and the entries in flight before it are
+    answered too (stored, or failed with their outcome unknown)."""
+    import pulsar
+
+    import adapters._pulsar_writer as writer_module
+
+    closes: list[int] = [0]
+
+    def refusing_close(producer: Any) -> bool:
+        closes[0] += 1
+        if closes[0] == 3:
+            raise pulsar.ConnectError("refused")
+        return close_entry(producer)
+
+    monkeypatch.setattr(writer_module, "close_entry", refusing_close)
+    topic = topic_name("refused")
+    backend.create_topic(topic, 1)
+    futures, completed = _append_many(backend, topic, 10)
+    errors = [future.exception(60) for future in futures]
+    assert completed == list(range(10))
+    assert all(isinstance(e, BackendUnavailableError) for e in errors[2:])
+    assert all(e is None or isinstance(e, BackendUnavailableError) for e in errors[:2])
