@@ -24,6 +24,7 @@ from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
     EntryTooLargeError,
+    InvalidBatchError,
     InvalidTopicError,
     OwnershipLostError,
     ProducerError,
@@ -55,6 +56,17 @@ def map_errors(what: str, *, topic_may_be_new: bool = True) -> Iterator[None]:
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 #: A record or request larger than the broker or the client takes: stored nothing, for certain.
 TOO_LARGE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+#: The broker refused a record of a batch (its time outside the topic's bounds, a missing key
+#: on a compacted topic, a corrupt record), and librdkafka failed the records sent with it
+#: (``_INVALID_DIFFERENT_RECORD``): nothing of the batch is stored, and a resend is refused alike.
+REFUSED_CODES = frozenset(
+    {
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_TIMESTAMP,
+        KafkaError.INVALID_MSG,  # CORRUPT_MESSAGE
+        getattr(KafkaError, "_INVALID_DIFFERENT_RECORD", -138),
+    }
+)
 #: The backend refused the broker's credentials or rights: fix ``client_config`` or the ACLs.
 ACCESS_CODES = frozenset(
     {
@@ -171,7 +183,8 @@ def translate(error: Any, what: str, *, topic_may_be_new: bool = True) -> Produc
     :class:`InvalidTopicError`.
 
     In this order: fenced by a newer owner -> :class:`OwnershipLostError`; too large ->
-    :class:`EntryTooLargeError`; refused credentials or rights, or a bad setting ->
+    :class:`EntryTooLargeError`; a record the broker refuses (:data:`REFUSED_CODES`, unless flagged
+    retriable or abortable) -> :class:`InvalidBatchError`; refused credentials or rights, or a bad setting ->
     :class:`ConfigError`; a topic that is missing or invalid -> :class:`InvalidTopicError`;
     a call the client's state does not allow (:data:`CLIENT_STATE_CODES`: a bug here, or an
     instance that must be replaced, never a retry on it) or librdkafka's ``fatal()`` (the
@@ -189,6 +202,8 @@ def translate(error: Any, what: str, *, topic_may_be_new: bool = True) -> Produc
         return OwnershipLostError(f"kafka: {what}: fenced by a newer owner ({error.str()})")
     if code in TOO_LARGE_CODES:
         return EntryTooLargeError(f"kafka: {what}: a record is larger than message.max.bytes ({error.str()})")
+    if code in REFUSED_CODES and not (error.retriable() or error.txn_requires_abort()):
+        return InvalidBatchError(f"{text} (the broker refused a record; nothing of the batch is stored)")
     if code in ACCESS_CODES:
         return ConfigError(f"{text} (the cluster refused the broker's credentials or rights; check client_config)")
     if code in CONFIG_CODES:

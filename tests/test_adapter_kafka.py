@@ -407,7 +407,9 @@ def test_oversized_kafka_errors_store_nothing(code_name: str) -> None:
         ("_UNKNOWN_TOPIC", "InvalidTopicError"),
         ("_UNKNOWN_PARTITION", "InvalidTopicError"),
         ("TOPIC_EXCEPTION", "InvalidTopicError"),
-        ("INVALID_RECORD", "InternalError"),
+        ("INVALID_RECORD", "InvalidBatchError"),  # refused by the broker: the batch alone fails
+        ("INVALID_TIMESTAMP", "InvalidBatchError"),
+        ("_INVALID_DIFFERENT_RECORD", "InvalidBatchError"),
         ("UNKNOWN", "InternalError"),
         ("_FAIL", "InternalError"),
     ],
