@@ -15,14 +15,17 @@ producer owns its own records:
 * **Layout**: a batch is stored as in the shared writer (``adapters/kafka.py``): its first
   record carries the identity headers and the count, the others go to librdkafka in bulk.
   Other producers' records may sit between two of this producer's batches, never inside one:
-  the writer holds every batch back (a ``linger.ms`` far longer than a transaction), keeps
-  it within one librdkafka message set (``batch.size``, ``batch.num.messages``) and hands
-  the group over in rounds: the first batch of every partition, then a ``flush`` that sends
-  each as one request, which Kafka appends whole, then the second batch of every partition
-  that has one, and so on; then the commit. Each round costs a round trip, but not the
-  transaction's own (registering its partitions, about 1 ms in librdkafka, and the commit).
-  It checks the layout from the delivery reports of each batch's first and last record and
-  aborts the transaction (a retriable error; nothing stored) if a batch was ever split.
+  the writer holds every batch back (a ``linger.ms`` far longer than a transaction) and hands
+  the group over in rounds. A round holds one *run* of each partition: consecutive batches of
+  that partition whose records, with librdkafka's framing counted generously, fit one message
+  set (``batch.size``, ``batch.num.messages``); then a ``flush`` sends each run as one
+  request, which Kafka appends whole. A group whose batches fit (the usual case) takes one
+  round; the next run of a partition waits for the next round. Each round costs a round trip,
+  but not the transaction's own (registering its partitions, about 1 ms in librdkafka, and
+  the commit). Only a run's first and last record have a delivery report (the interpreter
+  lock is taken twice per run, not per record or per batch): their offsets prove the run
+  consecutive, which places every batch in it. A run that was ever split aborts the
+  transaction (a retriable error; nothing stored).
 * **State**: a named producer's checker state for each partition it wrote is written, in the
   same transaction as the batches it covers, to the compacted topic
   ``__idempotent_producer_state`` (key ``<name>\\0<topic>\\0<partition>``, partitioned by the
@@ -57,6 +60,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the kafka backend needs confluent-kafka: pip install 'idempotent[kafka]'") from exc
 
 _LOG = logging.getLogger("idempotent.adapters.kafka")
+#: librdkafka's code for records failed because another record of their message set was refused
+_WITH_ANOTHER_RECORD = getattr(KafkaError, "_INVALID_DIFFERENT_RECORD", -138)
 
 STATE_TOPIC = "__idempotent_producer_state"
 #: partitions of the state topic: a producer's keys all live in one of them (by its name)
@@ -64,12 +69,19 @@ STATE_PARTITIONS = 16
 #: librdkafka's message set bounds this writer sets; a batch must fit one message set
 MESSAGE_SET_BYTES = 1_000_000
 MESSAGE_SET_RECORDS = 100_000
-#: what a batch may hold, as ``Record.size`` counts, leaving room for librdkafka's own framing
-#: (about 10 to 70 bytes per record beyond Record.size's 16, and the head's headers)
-MAX_BATCH_BYTES = 600_000
+#: what a batch may hold, as ``Record.size`` counts, leaving room for librdkafka's own framing:
+#: Kafka's record format adds at most 9 bytes per record beyond ``Record.size``'s 16 (length,
+#: attributes, time and offset deltas, key and value lengths, header count, as varints for
+#: records under 2 MB) and 2 per header beyond its 4, so 10,000 records with up to 5 headers
+#: each, and the head's identity headers, fit a message set of MESSAGE_SET_BYTES
+MAX_BATCH_BYTES = 800_000
 MAX_BATCH_RECORDS = 10_000
-#: batches of one partition in one transaction (each sent in a round of its own)
+#: batches of one partition in one transaction
 MAX_IN_FLIGHT = 5
+#: librdkafka's framing per record counted when batches are packed into one message set (see
+#: MAX_BATCH_BYTES), and room left for the heads' identity headers
+RUN_FRAMING_BYTES = 20
+RUN_SLACK_BYTES = 50_000
 #: librdkafka settings of a producer's writer that a user may choose (the drop-in passes them)
 TUNABLE = frozenset(
     {
@@ -239,33 +251,37 @@ class KafkaProducerLog:
         """
         if self.unresolved is not None:
             raise BackendUnavailableError(f"kafka: {self.transactional_id!r}: a commit in doubt is not settled yet")
-        firsts: list[list[int]] = [[] for _ in batches]
-        lasts: list[list[int]] = [[] for _ in batches]
+        offsets = [-1] * len(batches)
         errors: list[Any] = []
         committing = False
         self._late = False
         try:
             with self._txn.transaction(self._committed_late) as producer:
-                for round_ in _rounds(batches):
-                    for index in round_:
-                        topic, partition, batch = batches[index]
-                        self._produce(
-                            producer,
-                            topic,
-                            partition,
-                            batch,
-                            _report(firsts[index], errors),
-                            _report(lasts[index], errors),
-                        )
-                    # each round acknowledged before the next is handed over: every batch goes
+                for round_ in _runs(batches):
+                    ends: list[tuple[list[int], list[int], list[int]]] = []
+                    for run in round_:
+                        first: list[int] = []
+                        last: list[int] = []
+                        ends.append((run, first, last))
+                        for position, index in enumerate(run):
+                            topic, partition, batch = batches[index]
+                            self._produce(
+                                producer,
+                                topic,
+                                partition,
+                                batch,
+                                _report(first, errors) if position == 0 else None,
+                                _report(last, errors) if position == len(run) - 1 else None,
+                            )
+                    # each round acknowledged before the next is handed over: every run goes
                     # in a message set of its own; and the states name the batches' offsets
                     if producer.flush(self.backend.timeout):
                         raise BackendUnavailableError(f"kafka: {self.transactional_id!r}: records not acknowledged")
-                self._check_layout(batches, firsts, lasts, errors)
+                    self._place(batches, ends, errors, offsets)
                 if states is not None and self.named:
                     name = self.backend.prefix + STATE_TOPIC
                     key = self.producer_key
-                    for topic, partition, snapshot in states([first[0] for first in firsts]):
+                    for topic, partition, snapshot in states(offsets):
                         producer.produce(
                             name,
                             key=state_key(key, topic, partition),
@@ -276,9 +292,8 @@ class KafkaProducerLog:
         except ProducerError:
             if committing and self._txn.state in (TxnState.IN_DOUBT, TxnState.REPLACE):
                 # every record was acknowledged: Kafka may have committed them
-                self.unresolved = [(t, p, first[0]) for (t, p, _), first in zip(batches, firsts, strict=True)]
+                self.unresolved = [(t, p, offset) for (t, p, _), offset in zip(batches, offsets, strict=True)]
             raise
-        offsets = [first[0] for first in firsts]
         self._note(batches, offsets)
         return offsets
 
@@ -334,35 +349,45 @@ class KafkaProducerLog:
                 )
                 self.backend.note_heads(name, partition, [head])
 
-    def _check_layout(
+    def _place(
         self,
         batches: Sequence[tuple[str, int, AppendBatch]],
-        firsts: list[list[int]],
-        lasts: list[list[int]],
+        ends: list[tuple[list[int], list[int], list[int]]],
         errors: list[Any],
+        offsets: list[int],
     ) -> None:
-        """Every batch was acknowledged, each as consecutive offsets (before the commit).
+        """Set the base offset of every batch of a round's runs (``(indexes, first, last)``:
+        the delivered offsets of each run's first and last record), once each run is proven
+        one piece of consecutive offsets (before the commit).
 
         Raises:
-            BackendUnavailableError: a record was refused or not acknowledged, or a batch was
+            BackendUnavailableError: a record was refused or not acknowledged, or a run was
                 split by another producer's records; the transaction is aborted.
         """
-        if errors:
-            raise translate(errors[0], f"deliver a batch of {self.transactional_id!r}")
-        for (topic, partition, batch), first, last in zip(batches, firsts, lasts, strict=True):
+        if errors:  # the cause, rather than librdkafka's "failed with another record"
+            cause = next((e for e in errors if e.code() != _WITH_ANOTHER_RECORD), errors[0])
+            raise translate(cause, f"deliver a batch of {self.transactional_id!r}")
+        for run, first, last in ends:
+            topic, partition, _ = batches[run[0]]
             if not first or not last:
                 raise BackendUnavailableError(f"kafka: {topic}[{partition}]: a record was not acknowledged")
-            if last[0] - first[0] != len(batch.records) - 1:
+            offset = first[0]
+            for index in run:
+                offsets[index] = offset
+                offset += len(batches[index][2].records)
+            if last[0] != offset - 1:
                 _LOG.warning(
-                    "kafka: a batch of %d records for %s[%d] was split (offsets %d..%d); its transaction is aborted",
-                    len(batch.records),
+                    "kafka: %d batches of %d records for %s[%d] were split (offsets %d..%d); "
+                    "their transaction is aborted",
+                    len(run),
+                    offset - first[0],
                     topic,
                     partition,
                     first[0],
                     last[0],
                 )
                 raise BackendUnavailableError(
-                    f"kafka: the batch for {topic}[{partition}] was split by other producers' records"
+                    f"kafka: the batches for {topic}[{partition}] were split by other producers' records"
                 )
 
     def _produce(
@@ -371,13 +396,13 @@ class KafkaProducerLog:
         topic: str,
         partition: int,
         batch: AppendBatch,
-        first: Callable[[Any, Any], None],
-        last: Callable[[Any, Any], None],
+        first: Callable[[Any, Any], None] | None,
+        last: Callable[[Any, Any], None] | None,
     ) -> None:
         """Hand one batch to the open transaction: the head (identity headers, its own time or
         the batch's) with ``first`` as its delivery report, the rest in bulk with ``last`` on
-        the final record. Records with headers or a time of their own are produced one by one
-        (the bulk call takes neither)."""
+        the final record (None: no report; a batch inside a run has neither). Records with
+        headers or a time of their own are produced one by one (the bulk call takes neither)."""
         name = kafka_topic_name(topic, self.backend.prefix)
         records = batch.records
         header = batch.header
@@ -411,18 +436,19 @@ class KafkaProducerLog:
                 )
             return
         values, keys = columns
-        # all but the last in bulk, with no report each; the last reports the batch's end
-        if count > 2:
+        if last is not None:  # the last record reports the batch's end; the others go in bulk
+            values, keys = values[:-1], None if keys is None else keys[:-1]
+        if values:
             bulk = self._bulk_writer = writer_for(self._bulk_writer, producer)
-            queued, refused = bulk.produce(name, partition, values[:-1], None if keys is None else keys[:-1])
-            if queued != count - 2:
+            queued, refused = bulk.produce(name, partition, values, keys)
+            if queued != len(values):
                 raise BackendUnavailableError(
-                    f"kafka: the client refused {count - 2 - queued} of {count - 2} records for "
+                    f"kafka: the client refused {len(values) - queued} of {len(values)} records for "
                     f"{topic}[{partition}]: {refused}"
                 )
-        producer.produce(
-            name, value=values[-1], key=None if keys is None else keys[-1], partition=partition, on_delivery=last
-        )
+        if last is not None:
+            tail = records[-1]
+            producer.produce(name, value=tail.value, key=tail.key, partition=partition, on_delivery=last)
 
 
 def open_producer_log(
@@ -435,17 +461,34 @@ def open_producer_log(
     return KafkaProducerLog(backend, producer_key, named, settings)
 
 
-def _rounds(batches: Sequence[tuple[str, int, AppendBatch]]) -> list[list[int]]:
-    """The indexes of ``batches`` in rounds: the first batch of each partition, then the
-    second of each that has one, and so on (in the given order within a round)."""
-    rounds: list[list[int]] = []
-    seen: dict[tuple[str, int], int] = {}
-    for index, (topic, partition, _) in enumerate(batches):
-        nth = seen.get((topic, partition), 0)
-        seen[(topic, partition)] = nth + 1
-        if nth == len(rounds):
-            rounds.append([])
-        rounds[nth].append(index)
+def _runs(batches: Sequence[tuple[str, int, AppendBatch]]) -> list[list[list[int]]]:
+    """The indexes of ``batches`` in rounds of runs: a run is consecutive batches of one
+    partition (in the given order) that fit one message set together, counted generously
+    (:data:`RUN_FRAMING_BYTES` per record beyond the measured size; a batch without a measured
+    size runs alone); a round holds the next run of each partition, in order of first index."""
+    runs: dict[tuple[str, int], list[list[int]]] = {}
+    room: dict[tuple[str, int], tuple[int, int]] = {}  # the last run's records and bytes
+    for index, (topic, partition, batch) in enumerate(batches):
+        key = (topic, partition)
+        count = len(batch.records)
+        size = MESSAGE_SET_BYTES if batch.size is None else batch.size + RUN_FRAMING_BYTES * count
+        held = runs.setdefault(key, [])
+        if held:
+            records, bytes_ = room[key]
+            if records + count <= MESSAGE_SET_RECORDS and bytes_ + size <= MESSAGE_SET_BYTES - RUN_SLACK_BYTES:
+                held[-1].append(index)
+                room[key] = (records + count, bytes_ + size)
+                continue
+        held.append([index])
+        room[key] = (count, size)
+    rounds: list[list[list[int]]] = []
+    for held in runs.values():
+        for nth, run in enumerate(held):
+            if nth == len(rounds):
+                rounds.append([])
+            rounds[nth].append(run)
+    for round_ in rounds:
+        round_.sort(key=lambda run: run[0])
     return rounds
 
 
@@ -459,7 +502,14 @@ def _report(slot: list[int], errors: list[Any]) -> Callable[[Any, Any], None]:
     return callback
 
 
-def _both(first: Callable[[Any, Any], None], last: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+def _both(
+    first: Callable[[Any, Any], None] | None, last: Callable[[Any, Any], None] | None
+) -> Callable[[Any, Any], None] | None:
+    """One delivery report for a record that is both a run's first and its last (either
+    may be None)."""
+    if first is None or last is None:
+        return first or last
+
     def callback(err: Any, msg: Any) -> None:
         first(err, msg)
         last(err, msg)

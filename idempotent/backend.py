@@ -40,12 +40,15 @@ from ._registry import ProducerRecord
 class AppendBatch:
     """A batch the checker accepted, ready to be stored.
 
-    ``header`` is None for records written without producer identity.
+    ``header`` is None for records written without producer identity. ``size`` is the
+    batch's size as :attr:`Record.size` counts it, when the caller measured it (a writer that
+    packs several batches into one request uses it; None: not measured).
     """
 
     header: BatchHeader | None
     records: Sequence[Record]
     timestamp: float
+    size: int | None = None
 
 
 class PartitionLog(Protocol):

@@ -474,7 +474,7 @@ class DirectBroker(ProduceShortcuts):
         session: ProducerSession,
     ) -> None:
         """Write a group synchronously, as one transaction (Kafka), and answer it."""
-        batches = [(r.topic, r.partition, AppendBatch(r.header, r.records, now)) for _, r, _, _ in accepted]
+        batches = [(r.topic, r.partition, AppendBatch(r.header, r.records, now, r.size)) for _, r, _, _ in accepted]
         try:
             offsets = log.write(batches, self._states_after(accepted, now))
         except OwnershipLostError as exc:

@@ -158,8 +158,8 @@ def test_records_are_read_back_with_their_own_times_or_their_batchs(kafka_servic
 def test_a_group_with_several_batches_of_a_partition_is_one_transaction_and_restarts_from_all_of_them(
     kafka_service: Any,
 ) -> None:
-    """A group may hold several batches of a partition (written in rounds, each batch in its
-    own message set): all are stored whole and in order, and the named producer's stored
+    """A group may hold several batches of a partition (packed into one message set when they
+    fit, else written in rounds): all are stored whole and in order, and the named producer's stored
     state covers every one of them, so a restart answers a resend of any as a duplicate."""
     from idempotent._request import ProduceRequest
 
@@ -198,9 +198,115 @@ def test_a_group_with_several_batches_of_a_partition_is_one_transaction_and_rest
     again.close()
 
 
-def test_rounds_take_the_nth_batch_of_every_partition_in_order() -> None:
-    from adapters.kafka_direct import _rounds
+@pytest.mark.parametrize("measured", [True, False])
+def test_the_producer_log_places_every_batch_of_a_group_packed_or_in_rounds(kafka_service: Any, measured: bool) -> None:
+    """Batches with a measured size share a message set; without one each goes in a round of
+    its own. Either way each batch's base offset is where its records are."""
+    from idempotent._request import ProduceRequest
+    from idempotent.backend import AppendBatch
 
-    group: list[Any] = [("a", 0, None), ("a", 1, None), ("a", 0, None), ("b", 0, None), ("a", 0, None), ("a", 1, None)]
-    assert _rounds(group) == [[0, 1, 3], [2, 5], [4]]
-    assert _rounds([]) == []
+    topic = _topic(kafka_service, partitions=2)
+    broker = _direct(kafka_service)
+    session = broker.init_producer()
+    pid, epoch = session.producer_id, session.producer_epoch
+    log: Any = broker._log
+    counts = [(0, 3), (1, 1), (0, 1), (0, 4), (1, 2)]
+    bases = {0: 0, 1: 0}
+    group = []
+    for partition, count in counts:
+        values = [b"%d-%d" % (partition, bases[partition] + j) for j in range(count)]
+        request = ProduceRequest.build(topic, partition, pid, epoch, bases[partition], values)
+        bases[partition] += count
+        size = request.size if measured else None
+        group.append((topic, partition, AppendBatch(request.header, request.records, time.time(), size)))
+    assert log.write(group) == [0, 0, 3, 4, 1]
+    broker.close()
+    assert [m.value for m in _read_all(kafka_service, topic, 0)] == [b"0-%d" % j for j in range(8)]
+    assert [m.value for m in _read_all(kafka_service, topic, 1)] == [b"1-%d" % j for j in range(3)]
+
+
+def test_the_largest_batch_the_writer_takes_fits_one_message_set(kafka_service: Any) -> None:
+    """A batch of MAX_BATCH_RECORDS records with five headers each and MAX_BATCH_BYTES in all
+    (as ``Record.size`` counts) is stored whole: librdkafka sends it as one message set, so
+    the writer's layout check passes."""
+    from adapters.kafka_direct import MAX_BATCH_BYTES, MAX_BATCH_RECORDS
+    from idempotent._request import ProduceRequest
+    from idempotent.backend import AppendBatch
+
+    topic = _topic(kafka_service, partitions=1)
+    broker = _direct(kafka_service)
+    session = broker.init_producer()
+    log: Any = broker._log
+    headers = [(f"h{i}", b"x") for i in range(5)]
+    value_bytes = MAX_BATCH_BYTES // MAX_BATCH_RECORDS - 16 - sum(4 + len(n) + len(v) for n, v in headers)
+    stamp = int(time.time() * 1000) - 3_600_000  # own times up to 8 days apart: long varints
+    records = [
+        Record(b"%0*d" % (value_bytes, j), headers=headers, timestamp=stamp - j * 70_000)
+        for j in range(MAX_BATCH_RECORDS)
+    ]
+    request = ProduceRequest.build(topic, 0, session.producer_id, session.producer_epoch, 0, records)
+    assert MAX_BATCH_BYTES - 100 < request.size <= MAX_BATCH_BYTES
+    batch = AppendBatch(request.header, request.records, time.time(), request.size)
+    assert log.write([(topic, 0, batch)]) == [0]
+    broker.close()
+    stored = _read_all(kafka_service, topic, 0)
+    assert len(stored) == MAX_BATCH_RECORDS and stored[-1].value == records[-1].value
+
+
+def test_a_run_is_placed_only_when_its_first_and_last_offsets_prove_it_whole() -> None:
+    from types import SimpleNamespace
+
+    from adapters.kafka_direct import KafkaProducerLog
+    from idempotent.backend import AppendBatch
+    from idempotent.errors import BackendUnavailableError
+
+    log: Any = SimpleNamespace(transactional_id="t")
+    batches: list[Any] = [("a", 0, AppendBatch(None, [None] * n, 0.0, 10)) for n in (3, 1, 4)]
+    offsets = [-1, -1, -1]
+    KafkaProducerLog._place(log, batches, [([0, 1, 2], [10], [17])], [], offsets)
+    assert offsets == [10, 13, 14]
+    with pytest.raises(BackendUnavailableError, match="split"):  # another producer's record inside
+        KafkaProducerLog._place(log, batches, [([0, 1, 2], [10], [18])], [], offsets)
+    with pytest.raises(BackendUnavailableError, match="not acknowledged"):
+        KafkaProducerLog._place(log, batches, [([0, 1, 2], [10], [])], [], offsets)
+
+
+def test_runs_pack_the_batches_of_a_partition_that_fit_one_message_set() -> None:
+    from adapters.kafka_direct import MESSAGE_SET_RECORDS, _runs
+    from idempotent.backend import AppendBatch
+
+    def group(size: int | None, count: int = 1) -> list[Any]:
+        places = [("a", 0), ("a", 1), ("a", 0), ("b", 0), ("a", 0), ("a", 1)]
+        return [(t, p, AppendBatch(None, [None] * count, 0.0, size)) for t, p in places]
+
+    # measured and small: one round, each partition's batches in one run, in order
+    assert _runs(group(100)) == [[[0, 2, 4], [1, 5], [3]]]
+    # unmeasured, or too large to share a message set: the nth batch of each in round n
+    for batches in (group(None), group(500_000), group(100, MESSAGE_SET_RECORDS // 2 + 1)):
+        assert _runs(batches) == [[[0], [1], [3]], [[2], [5]], [[4]]]
+    # two of a partition fit, the third does not
+    assert _runs(group(400_000)) == [[[0, 2], [1, 5], [3]], [[4]]]
+    assert _runs([]) == []
+
+
+def test_a_record_the_broker_refuses_fails_its_batch_alone_and_the_producer_goes_on(kafka_service: Any) -> None:
+    """A record stamped a month ahead is refused by Kafka (``log.message.timestamp.after.max.ms``):
+    the drop-in reports it failed with INVALID_RECORD, not fatal, and the producer keeps
+    working; the partition holds the records before and after it, numbered without a gap."""
+    from idempotent.compat.confluent_kafka import KafkaError, Producer
+
+    topic = _topic(kafka_service)
+    reports: list[tuple[Any, bytes]] = []
+    producer = Producer({"bootstrap.servers": kafka_service.bootstrap})
+    ahead = int(time.time() * 1000) + 30 * 86_400_000
+    for value, stamp in ((b"before", None), (b"ahead", ahead), (b"after", None)):
+        kwargs = {} if stamp is None else {"timestamp": stamp}
+        producer.produce(topic, value, partition=0, on_delivery=lambda e, m: reports.append((e, m.value())), **kwargs)
+        assert producer.flush(30) == 0
+    assert [value for _, value in reports] == [b"before", b"ahead", b"after"]
+    assert reports[0][0] is None and reports[2][0] is None
+    error = reports[1][0]
+    assert error.code() == KafkaError.INVALID_RECORD and not error.fatal() and not error.retriable()
+    stored = _read_all(kafka_service, topic)
+    assert [m.value for m in stored] == [b"before", b"after"]
+    assert [m.sequence for m in stored] == [0, 1]
