@@ -64,9 +64,19 @@ REFUSED_CODES = frozenset(
         KafkaError.INVALID_RECORD,
         KafkaError.INVALID_TIMESTAMP,
         KafkaError.INVALID_MSG,  # CORRUPT_MESSAGE
-        getattr(KafkaError, "_INVALID_DIFFERENT_RECORD", -138),
+        getattr(KafkaError, "_INVALID_DIFFERENT_RECORD", -138),  # WITH_ANOTHER_RECORD
     }
 )
+#: librdkafka's code for records failed only because another record of their message set was
+WITH_ANOTHER_RECORD = getattr(KafkaError, "_INVALID_DIFFERENT_RECORD", -138)
+
+
+def refused_record(error: Any) -> bool:
+    """Whether ``error`` (a delivery report's) says the broker refused this very record, not
+    only the message set it was sent in."""
+    return isinstance(error, KafkaError) and error.code() in REFUSED_CODES and error.code() != WITH_ANOTHER_RECORD
+
+
 #: The backend refused the broker's credentials or rights: fix ``client_config`` or the ACLs.
 ACCESS_CODES = frozenset(
     {

@@ -26,7 +26,7 @@ from idempotent.errors import BackendUnavailableError, ProducerError, internal_e
 try:
     from confluent_kafka import KafkaError, KafkaException
 
-    from adapters._kafka_errors import map_errors, translate
+    from adapters._kafka_errors import map_errors, refused_record, translate
     from adapters._kafka_txn import TransactionalProducer
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the kafka backend needs confluent-kafka: pip install 'idempotent[kafka]'") from exc
@@ -116,14 +116,17 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
 
     def _run(self) -> None:
         while (items := self._take_group()) is not None:
+            refused: list[Any] = [None] * len(items)  # a refusal of an item's head, from its report
             try:
-                offsets = self._commit(items)
+                offsets = self._commit(items, refused)
             except ProducerError as exc:
-                self._fail(items, exc)
+                self._fail(items, exc, refused)
                 continue
             except KafkaException as exc:  # mapped here, at the edge
                 self._fail(
-                    items, translate(exc.args[0] if exc.args else exc, f"append to {self.topic}[{self.partition}]")
+                    items,
+                    translate(exc.args[0] if exc.args else exc, f"append to {self.topic}[{self.partition}]"),
+                    refused,
                 )
                 continue
             except Exception as exc:  # a bug: logged, FATAL; the writer thread lives on
@@ -162,17 +165,24 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
             ],
         )
 
-    def _commit(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]]) -> list[int]:
+    def _commit(
+        self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], refused: list[Any]
+    ) -> list[int]:
         """Store a group in one transaction; the first offset of each item's batch (-1 for a
         snapshot alone). A commit in doubt raises; if it turns out committed later, the
-        group is noted as written then (``on_late_commit``), so reads wait for it."""
+        group is noted as written then (``on_late_commit``), so reads wait for it. The
+        report of an item whose head the broker refused is left in ``refused``."""
         first_offsets: list[list[int]] = [[] for _ in items]
         errors: list[KafkaError] = []
 
-        def delivered(slot: list[int]) -> Callable[[Any, Any], None]:
+        def delivered(index: int) -> Callable[[Any, Any], None]:
+            slot = first_offsets[index]
+
             def callback(err: Any, msg: Any) -> None:
                 if err is not None:
                     errors.append(err)
+                    if refused_record(err):
+                        refused[index] = err
                 else:
                     slot.append(msg.offset())
 
@@ -190,7 +200,7 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
                     self.backend.produce_snapshot(producer, self.topic, self.partition, snapshot)
                 if batch is None:
                     continue
-                self._produce(producer, batch, delivered(first_offsets[index]))
+                self._produce(producer, batch, delivered(index))
         if errors:
             raise translate(errors[0], f"deliver to {self.topic}[{self.partition}]")
         return offsets()
@@ -282,12 +292,20 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
             keys = None if keys is None else keys[queued:]
             producer.poll(0.05)
 
-    def _fail(self, items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]], error: ProducerError) -> None:
+    def _fail(
+        self,
+        items: list[tuple[AppendBatch | None, Snapshot | None, Future[int]]],
+        error: ProducerError,
+        refused: Sequence[Any] = (),
+    ) -> None:
         # Fail the failed transaction's appends first: their callbacks mark the partition
         # failed in the broker. Then fail everything queued behind them (the ordering
-        # contract of LogBackend.append): nothing after a failed append may be stored.
-        for _, _, future in items:
-            future.set_exception(error)
+        # contract of LogBackend.append): nothing after a failed append may be stored. A
+        # batch whose head the broker refused fails for good (InvalidBatchError: its resend
+        # would be refused alike), the others with ``error``.
+        for index, (_, _, future) in enumerate(items):
+            own = refused[index] if index < len(refused) else None
+            future.set_exception(error if own is None else translate(own, f"append to {self.topic}[{self.partition}]"))
         with self._cond:
             queued, self._queue = self._queue, []
         for _, _, future in queued:

@@ -45,7 +45,7 @@ from typing import Any
 
 from adapters._heads import BatchHead, identity_headers, records_timed
 from adapters._kafka_bulk import BulkWriter, bulk_columns, writer_for
-from adapters._kafka_errors import map_errors, translate
+from adapters._kafka_errors import map_errors, refused_record, translate
 from adapters._kafka_txn import TransactionalProducer, TxnState
 from adapters._meta import pack_snapshot, unpack_snapshot
 from adapters.kafka import KafkaBackend, kafka_topic_name
@@ -60,8 +60,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the kafka backend needs confluent-kafka: pip install 'idempotent[kafka]'") from exc
 
 _LOG = logging.getLogger("idempotent.adapters.kafka")
-#: librdkafka's code for records failed because another record of their message set was refused
-_WITH_ANOTHER_RECORD = getattr(KafkaError, "_INVALID_DIFFERENT_RECORD", -138)
 
 STATE_TOPIC = "__idempotent_producer_state"
 #: partitions of the state topic: a producer's keys all live in one of them (by its name)
@@ -365,7 +363,7 @@ class KafkaProducerLog:
                 split by another producer's records; the transaction is aborted.
         """
         if errors:  # the cause, rather than librdkafka's "failed with another record"
-            cause = next((e for e in errors if e.code() != _WITH_ANOTHER_RECORD), errors[0])
+            cause = next((e for e in errors if refused_record(e)), errors[0])
             raise translate(cause, f"deliver a batch of {self.transactional_id!r}")
         for run, first, last in ends:
             topic, partition, _ = batches[run[0]]

@@ -828,3 +828,34 @@ def test_records_with_headers_are_produced_one_by_one_in_order_through_a_full_qu
     assert producer.queued == [
         ("t", b"v%d" % i, b"k", 2, [("h", b"%d" % i)], 1_000 if i % 2 else 5_000) for i in range(4)
     ]
+
+
+def test_a_batch_the_kafka_broker_refuses_fails_alone_and_the_partition_goes_on(kafka_service: Any) -> None:
+    """A record stamped a month ahead is refused by Kafka (``log.message.timestamp.after.max.ms``):
+    the partition writer answers its batch with InvalidBatchError (a resend would be refused
+    alike), the producer's sequence is free again, and the next batch is stored (after at most
+    a few retriable answers while the writer's client recovers its own sequence numbers)."""
+    import time
+
+    import idempotent
+    from idempotent.errors import BackendUnavailableError, InvalidBatchError
+
+    topic = topic_name("refused")
+    with idempotent.connect(kafka_service.url) as broker:
+        broker.create_topic(topic, 1)
+        session = broker.init_producer()
+        pid, epoch = session.producer_id, session.producer_epoch
+        ahead = int(time.time() * 1000) + 30 * 86_400_000
+        with pytest.raises(InvalidBatchError, match="INVALID_TIMESTAMP"):
+            broker.produce(topic, 0, pid, epoch, 0, [Record(b"ahead", timestamp=ahead)])
+        retried = 0
+        while True:
+            try:
+                result = broker.produce(topic, 0, pid, epoch, 0, [Record(b"after")])
+                break
+            except BackendUnavailableError:
+                retried += 1
+                assert retried <= 3
+                time.sleep(0.1)
+        assert result.outcome is Outcome.ACCEPTED
+        assert [r.value for r in broker.read(topic, 0)] == [b"after"]
