@@ -57,13 +57,14 @@ FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaE
 #: A record or request larger than the broker or the client takes: stored nothing, for certain.
 TOO_LARGE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 #: The broker refused a record of a batch (its time outside the topic's bounds, a missing key
-#: on a compacted topic, a corrupt record), and librdkafka failed the records sent with it
+#: on a compacted topic), and librdkafka failed the records sent with it
 #: (``_INVALID_DIFFERENT_RECORD``): nothing of the batch is stored, and a resend is refused alike.
+#: Produce answers only: a corrupt record (``CORRUPT_MESSAGE``, which a read can meet too)
+#: stays an unexpected error.
 REFUSED_CODES = frozenset(
     {
         KafkaError.INVALID_RECORD,
         KafkaError.INVALID_TIMESTAMP,
-        KafkaError.INVALID_MSG,  # CORRUPT_MESSAGE
         getattr(KafkaError, "_INVALID_DIFFERENT_RECORD", -138),  # WITH_ANOTHER_RECORD
     }
 )
