@@ -185,8 +185,12 @@ CLIENT_STATE_CODES = frozenset(
 )
 
 
-def translate(error: Any, what: str, *, topic_may_be_new: bool = True) -> ProducerError:
+def translate(error: Any, what: str, *, topic_may_be_new: bool = True, delivery: bool = False) -> ProducerError:
     """The project error for a ``KafkaError`` (or whatever a ``KafkaException`` carried).
+
+    ``delivery``: the error is a produced record's delivery report, where the codes of
+    :data:`REFUSED_CODES` mean the broker refused the record's batch; elsewhere (a read, an
+    admin call) they are unexpected.
 
     ``topic_may_be_new``: Kafka's UNKNOWN_TOPIC_OR_PART is transient for topics this project
     creates (a new topic's metadata is still propagating); False where topics are read as
@@ -194,9 +198,10 @@ def translate(error: Any, what: str, *, topic_may_be_new: bool = True) -> Produc
     :class:`InvalidTopicError`.
 
     In this order: fenced by a newer owner -> :class:`OwnershipLostError`; too large ->
-    :class:`EntryTooLargeError`; a record the broker refuses (:data:`REFUSED_CODES`, unless flagged
-    retriable or abortable) -> :class:`InvalidBatchError`; refused credentials or rights, or a bad setting ->
-    :class:`ConfigError`; a topic that is missing or invalid -> :class:`InvalidTopicError`;
+    :class:`EntryTooLargeError`; in a delivery report, a record the broker refuses
+    (:data:`REFUSED_CODES`, unless flagged retriable or abortable) -> :class:`InvalidBatchError`;
+    refused credentials or rights, or a bad setting -> :class:`ConfigError`; a topic that is
+    missing or invalid -> :class:`InvalidTopicError`;
     a call the client's state does not allow (:data:`CLIENT_STATE_CODES`: a bug here, or an
     instance that must be replaced, never a retry on it) or librdkafka's ``fatal()`` (the
     client instance is unusable) -> FATAL :class:`InternalError`;
@@ -213,7 +218,7 @@ def translate(error: Any, what: str, *, topic_may_be_new: bool = True) -> Produc
         return OwnershipLostError(f"kafka: {what}: fenced by a newer owner ({error.str()})")
     if code in TOO_LARGE_CODES:
         return EntryTooLargeError(f"kafka: {what}: a record is larger than message.max.bytes ({error.str()})")
-    if code in REFUSED_CODES and not (error.retriable() or error.txn_requires_abort()):
+    if delivery and code in REFUSED_CODES and not (error.retriable() or error.txn_requires_abort()):
         return InvalidBatchError(f"{text} (the broker refused a record; nothing of the batch is stored)")
     if code in ACCESS_CODES:
         return ConfigError(f"{text} (the cluster refused the broker's credentials or rights; check client_config)")

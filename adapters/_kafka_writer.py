@@ -202,7 +202,7 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
                     continue
                 self._produce(producer, batch, delivered(index))
         if errors:
-            raise translate(errors[0], f"deliver to {self.topic}[{self.partition}]")
+            raise translate(errors[0], f"deliver to {self.topic}[{self.partition}]", delivery=True)
         return offsets()
 
     def _produce(self, producer: Any, batch: AppendBatch, delivered: Callable[[Any, Any], None]) -> None:
@@ -305,7 +305,8 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
         # would be refused alike), the others with ``error``.
         for index, (_, _, future) in enumerate(items):
             own = refused[index] if index < len(refused) else None
-            future.set_exception(error if own is None else translate(own, f"append to {self.topic}[{self.partition}]"))
+            where = f"append to {self.topic}[{self.partition}]"
+            future.set_exception(error if own is None else translate(own, where, delivery=True))
         with self._cond:
             queued, self._queue = self._queue, []
         for _, _, future in queued:

@@ -364,7 +364,7 @@ class KafkaProducerLog:
         """
         if errors:  # the cause, rather than librdkafka's "failed with another record"
             cause = next((e for e in errors if refused_record(e)), errors[0])
-            raise translate(cause, f"deliver a batch of {self.transactional_id!r}")
+            raise translate(cause, f"deliver a batch of {self.transactional_id!r}", delivery=True)
         for run, first, last in ends:
             topic, partition, _ = batches[run[0]]
             if not first or not last:

@@ -407,9 +407,7 @@ def test_oversized_kafka_errors_store_nothing(code_name: str) -> None:
         ("_UNKNOWN_TOPIC", "InvalidTopicError"),
         ("_UNKNOWN_PARTITION", "InvalidTopicError"),
         ("TOPIC_EXCEPTION", "InvalidTopicError"),
-        ("INVALID_RECORD", "InvalidBatchError"),  # refused by the broker: the batch alone fails
-        ("INVALID_TIMESTAMP", "InvalidBatchError"),
-        ("_INVALID_DIFFERENT_RECORD", "InvalidBatchError"),
+        ("INVALID_RECORD", "InternalError"),  # outside a delivery report, see below
         ("UNKNOWN", "InternalError"),
         ("_FAIL", "InternalError"),
     ],
@@ -421,6 +419,21 @@ def test_permanent_and_unknown_kafka_errors_are_fatal(code_name: str, expected: 
     # retriable() is false here, as librdkafka reports them: the outcome must not be a retry
     mapped = _translate(_kafka_error(code_name), "append to t[0]")
     assert type(mapped).__name__ == expected and mapped.recovery is Recovery.FATAL and not mapped.retriable
+
+
+@pytest.mark.parametrize("code_name", ["INVALID_RECORD", "INVALID_TIMESTAMP", "_INVALID_DIFFERENT_RECORD"])
+def test_a_delivery_report_of_a_refused_record_fails_its_batch_alone(code_name: str) -> None:
+    from adapters._kafka_errors import refused_record, translate
+    from idempotent.errors import InvalidBatchError, Recovery
+
+    # a produced record's report: the broker refused its batch (a resend is refused alike)
+    mapped = translate(_kafka_error(code_name), "deliver to t[0]", delivery=True)
+    assert type(mapped) is InvalidBatchError and mapped.recovery is Recovery.FATAL and code_name in str(mapped)
+    # librdkafka's "failed with another record" names no culprit of its own
+    assert refused_record(_kafka_error(code_name)) is (code_name != "_INVALID_DIFFERENT_RECORD")
+    # flagged retriable by librdkafka: retried, as any retriable code
+    retried = translate(_kafka_error(code_name, retriable=True), "deliver to t[0]", delivery=True)
+    assert retried.recovery is Recovery.RETRY
 
 
 @pytest.mark.parametrize("code_name", ["OUT_OF_ORDER_SEQUENCE_NUMBER", "_GAPLESS_GUARANTEE", "REQUEST_TIMED_OUT"])
