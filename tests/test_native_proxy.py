@@ -80,6 +80,27 @@ def test_cuts_the_connection_after_the_broker_answered_a_produce() -> None:
     assert proxy.injected == 1 and proxy.connections == 2
 
 
+def test_a_second_armed_cut_waits_for_the_next_connection() -> None:
+    """Two cuts armed while a client pipelines two produces on one connection: the first
+    answer is dropped and the link cut; the second cut is not spent on the same link (where
+    it would be lost with it) but on the next connection's produce."""
+    echo = _Echo()
+    with CutProxy(_free_port(), echo.port, cut=kafka_produce, cuts=2) as proxy:
+        client = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        client.sendall(_kafka_request(0, 1) + _kafka_request(0, 2))
+        assert _recv_frame(client) is None
+        client.close()
+        again = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        again.sendall(_kafka_request(0, 3))
+        assert _recv_frame(again) is None
+        again.close()
+        third = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        third.sendall(_kafka_request(0, 4))  # both cuts spent
+        assert _recv_frame(third) == struct.pack(">i", 4) + b"answer 127.0.0.1:11111"
+        third.close()
+    assert proxy.injected == 2 and proxy.connections == 3
+
+
 def test_pulsar_matchers_and_rewrite() -> None:
     send = struct.pack(">i", 10) + b"\x08\x06rest"
     receipt = struct.pack(">i", 10) + b"\x08\x07rest"

@@ -113,7 +113,9 @@ class _Link:
                 break
             self.proxy.wait_open()
             match = self.proxy.cut(frame[4:])
-            if match is not None and self.proxy.take_cut():
+            # one cut per link: a second armed cut waits for the next connection (taken here, it
+            # would replace the first one's matcher and be lost with the link)
+            if match is not None and self.answer is None and self.proxy.take_cut():
                 with self.lock:
                     self.answer = match
             try:
