@@ -56,20 +56,14 @@ def map_errors(what: str, *, topic_may_be_new: bool = True) -> Iterator[None]:
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 #: A record or request larger than the broker or the client takes: stored nothing, for certain.
 TOO_LARGE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+#: librdkafka's code for records failed only because another record of their message set was refused
+WITH_ANOTHER_RECORD = getattr(KafkaError, "_INVALID_DIFFERENT_RECORD", -138)
 #: The broker refused a record of a batch (its time outside the topic's bounds, a missing key
 #: on a compacted topic), and librdkafka failed the records sent with it
-#: (``_INVALID_DIFFERENT_RECORD``): nothing of the batch is stored, and a resend is refused alike.
+#: (:data:`WITH_ANOTHER_RECORD`): nothing of the batch is stored, and a resend is refused alike.
 #: Produce answers only: a corrupt record (``CORRUPT_MESSAGE``, which a read can meet too)
 #: stays an unexpected error.
-REFUSED_CODES = frozenset(
-    {
-        KafkaError.INVALID_RECORD,
-        KafkaError.INVALID_TIMESTAMP,
-        getattr(KafkaError, "_INVALID_DIFFERENT_RECORD", -138),  # WITH_ANOTHER_RECORD
-    }
-)
-#: librdkafka's code for records failed only because another record of their message set was
-WITH_ANOTHER_RECORD = getattr(KafkaError, "_INVALID_DIFFERENT_RECORD", -138)
+REFUSED_CODES = frozenset({KafkaError.INVALID_RECORD, KafkaError.INVALID_TIMESTAMP, WITH_ANOTHER_RECORD})
 
 
 def refused_record(error: Any) -> bool:

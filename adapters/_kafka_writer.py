@@ -303,9 +303,9 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
         # contract of LogBackend.append): nothing after a failed append may be stored. A
         # batch whose head the broker refused fails for good (InvalidBatchError: its resend
         # would be refused alike), the others with ``error``.
+        where = f"append to {self.topic}[{self.partition}]"
         for index, (_, _, future) in enumerate(items):
             own = refused[index] if index < len(refused) else None
-            where = f"append to {self.topic}[{self.partition}]"
             future.set_exception(error if own is None else translate(own, where, delivery=True))
         with self._cond:
             queued, self._queue = self._queue, []
