@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from adapters._heads import BatchHead, identity_headers, records_timed
 from adapters._kafka_bulk import BulkWriter, bulk_columns, writer_for
 from adapters._writer import GroupQueue
+from idempotent._future import LightFuture
 from idempotent._records import Record, Snapshot
 from idempotent._types import NO_PRODUCER_ID
 from idempotent.backend import AppendBatch
@@ -80,7 +81,7 @@ class PartitionWriter(GroupQueue[tuple[AppendBatch | None, Snapshot | None, Futu
         self._thread.start()
 
     def submit(self, batch: AppendBatch | None, snapshot: Snapshot | None) -> Future[int]:
-        future: Future[int] = Future()
+        future: Future[int] = LightFuture()
         with self._cond:
             if self.lost is not None:
                 future.set_exception(self.lost)

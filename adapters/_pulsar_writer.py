@@ -22,6 +22,7 @@ from adapters._pulsar_errors import map_errors, translate
 from adapters._pulsar_messages import Message, build_message, encode_record, message_size
 from adapters._pulsar_names import PulsarName, encode_offset, pulsar_topic_name, start_id
 from adapters._writer import GroupQueue
+from idempotent._future import LightFuture
 from idempotent._records import Snapshot
 from idempotent._sequence import sequence_at
 from idempotent.backend import AppendBatch
@@ -203,7 +204,7 @@ class PartitionWriter(GroupQueue[_Item]):
         return self.lost or self.broken
 
     def submit(self, batch: AppendBatch | None, snapshot: Snapshot | None) -> Future[int]:
-        future: Future[int] = Future()
+        future: Future[int] = LightFuture()
         item = _Item(batch, snapshot, future)
         if batch is not None:
             try:

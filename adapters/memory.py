@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from adapters._metadata import MetadataDelegate
+from idempotent._future import LightFuture
 from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
@@ -202,7 +203,7 @@ class MemoryBackend(MetadataDelegate):
 
     def append(self, topic: str, partition: int, batch: AppendBatch, snapshot: Snapshot | None) -> Future[int]:
         store = self._up()
-        future: Future[int] = Future()
+        future: Future[int] = LightFuture()
         with store.lock:
             faults = store.faults
             faults.appends += 1

@@ -48,6 +48,7 @@ import msgpack
 from adapters._sqlite_check import CHECKS, PROBLEMS_QUOTED, check_database, corrupt_file, is_corruption
 from adapters._sqlite_rows import MAX_OFFSET, MAX_PARTITION_NUMBER, insert_rows, layout_of
 from adapters._sqlite_writer import Append, SQLiteWriter
+from idempotent._future import LightFuture
 from idempotent._ownership import Lease, supersedes
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._registry import ProducerRecord, merge_record
@@ -311,7 +312,7 @@ class SQLiteBackend:
         Raises:
             ConfigError: another process writes the file; nothing was queued.
         """
-        future: Future[int] = Future()
+        future: Future[int] = LightFuture()
         if self._closed:
             future.set_exception(BackendUnavailableError(f"{self.url} is closed"))
             return future
@@ -514,7 +515,7 @@ class SQLiteBackend:
         writer = self._writer
         if writer is None or self._lockfile is None:
             writer = self._start_writer()
-        future: Future[int] = Future()
+        future: Future[int] = LightFuture()
         writer.submit((topic, partition, None, snapshot, future))
         if threading.current_thread() is writer.thread:
             writer.store_now()  # called back from a completed append: the queue cannot wait for us

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ._checker import make_header, validate_header
+from ._future import LightFuture
 from ._records import BatchHeader, Record, RecordColumns, as_record
 from ._topics import canonical_topic
 from .errors import (
@@ -193,7 +194,7 @@ class ProduceShortcuts:
             try:
                 out.append(self.submit_request(request))
             except ProducerError as exc:
-                refused: Future[ProduceResult] = Future()
+                refused: Future[ProduceResult] = LightFuture()
                 refused.set_exception(exc)
                 out.append(refused)
         return out

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 
 from ._checker import PartitionChecker, Policy
+from ._future import LightFuture
 from ._outcomes import ProduceResult
 from ._ownership import RENEW_FRACTION, Lease
 from ._partition import RefreshProducers, Reply, WriteSnapshot
@@ -494,13 +495,13 @@ class Broker(ProduceShortcuts):
                 self._note_partition(producer_id, part.tp)
             append = core.append(header, now)
             started = time.monotonic()
-            out: Future[ProduceResult] = Future()
+            out: Future[ProduceResult] = LightFuture()
             try:
                 appended = self.backend.append(
                     topic, partition, AppendBatch(header, request.records, now), append.snapshot
                 )
             except BaseException as exc:
-                appended = Future()
+                appended = LightFuture()
                 appended.set_exception(exc)
             # a synchronous backend's append is finished here, under the partition lock (a
             # failed one marks the partition failed before any later batch of it is appended);
@@ -780,6 +781,6 @@ def _now_ms() -> float:
 
 
 def _done(result: ProduceResult) -> Future[ProduceResult]:
-    future: Future[ProduceResult] = Future()
+    future: Future[ProduceResult] = LightFuture()
     future.set_result(result)
     return future

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import attrs
 
+from ._future import LightFuture
 from ._request import ProduceRequest, ProduceShortcuts
 from ._topics import canonical_topic
 from ._types import TopicPartition
@@ -230,7 +231,7 @@ class ClusterBroker(ProduceShortcuts):
         Raises:
             ProducerClosedError: this client is closed.
         """
-        outs: list[Future[ProduceResult]] = [Future() for _ in requests]
+        outs: list[Future[ProduceResult]] = [LightFuture() for _ in requests]
         deadline = time.monotonic() + self.timeout
         groups: dict[str, list[int]] = {}
         unrouted: list[int] = []

@@ -24,6 +24,7 @@ from typing import Any
 import msgpack
 
 from . import _protocol as wire
+from ._future import LightFuture
 from ._request import ProduceRequest
 from .errors import (
     BrokerConnectionError,
@@ -100,7 +101,7 @@ class Link:
         columns, with no object per record). Failures end up on the futures: a request that
         cannot be encoded or exceeds the server's frame limit fails alone, a failed write
         fails the link (and everything pending on it)."""
-        futures: list[Future[Any]] = [Future() for _ in requests]
+        futures: list[Future[Any]] = [LightFuture() for _ in requests]
         with self.lock:
             if not self.alive:
                 error = BrokerConnectionError(f"connection to {self.address} is closed")

@@ -30,6 +30,7 @@ import tenacity
 
 from . import _protocol as wire
 from . import tls as tls_contexts
+from ._future import LightFuture
 from ._request import ProduceRequest, ProduceShortcuts
 from .client_link import Decode, Link
 from .errors import (
@@ -313,7 +314,7 @@ class RemoteBroker(ProduceShortcuts):
         try:
             link = self._current()
         except (BrokerConnectionError, AuthenticationError, ProtocolError, ConfigError) as exc:
-            failed: Future[Any] = Future()
+            failed: Future[Any] = LightFuture()
             failed.set_exception(exc)
             return failed
         return link.submit(op, args, decode, self.timeout if timeout is None else timeout)
@@ -419,7 +420,7 @@ class RemoteBroker(ProduceShortcuts):
         except (BrokerConnectionError, AuthenticationError, ProtocolError, ConfigError) as exc:
             failed: list[Future[ProduceResult]] = []
             for _ in requests:
-                future: Future[ProduceResult] = Future()
+                future: Future[ProduceResult] = LightFuture()
                 future.set_exception(exc)
                 failed.append(future)
             return failed

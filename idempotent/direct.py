@@ -40,6 +40,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from ._checker import PartitionChecker
+from ._future import LightFuture
 from ._outcomes import Outcome, ProduceResult
 from ._records import Snapshot, StoredBatch, StoredRecord
 from ._registry import ProducerRegistry, validate_name
@@ -384,7 +385,7 @@ class DirectBroker(ProduceShortcuts):
         or its outcome is being settled; resending is safe), ProducerFencedError when a newer
         instance of the producer took over.
         """
-        futures: list[Future[ProduceResult]] = [Future() for _ in requests]
+        futures: list[Future[ProduceResult]] = [LightFuture() for _ in requests]
         with self._lock:
             try:
                 self._submit(requests, futures)

@@ -20,12 +20,13 @@ TREE = {name for name, value in vars(errors).items() if isinstance(value, type) 
 BUILTIN = {
     name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)
 }
-#: directories whose raises follow another API than the library's, and why
+#: directories (and a module) whose raises follow another API than the library's, and why
 FOREIGN = {
     "idempotent/compat/": "the drop-ins reproduce confluent_kafka's and pulsar-client's own exceptions",
     "idempotent/cli/": "argparse's ArgumentTypeError, and CliError, which cli.main turns into exit status 2",
     "idempotent/testing/": "test harnesses and the services tests start: their failures end a test",
     "idempotent/compare/": "the comparison harness (idempotent compare): its failures end a comparison run",
+    "idempotent/_future.py": "a concurrent.futures.Future: InvalidStateError, RuntimeError, as the standard one",
 }
 #: builtin exceptions that Python's own protocols require, anywhere
 PROTOCOL = {
