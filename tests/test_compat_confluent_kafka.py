@@ -20,7 +20,7 @@ import idempotent
 from adapters import open_backend
 from adapters.memory import reset_store
 from idempotent import DeliveryFailed, DeliveryStatus, ProducerFencedError, Recovery
-from idempotent.compat import _kafka_config
+from idempotent.compat import _kafka_config, _kafka_connect
 from idempotent.compat import confluent_kafka as compat
 from idempotent.compat._kafka_config import Config
 from idempotent.compat.confluent_kafka import KafkaError, KafkaException, MessageStatus
@@ -184,6 +184,59 @@ def test_the_byte_budget_while_connecting_is_given_back_by_purge_and_timeouts() 
     finally:
         producer.purge()
         producer.close(5)
+
+
+def test_an_application_that_never_pauses_reaches_the_opened_producer(url: str, monkeypatch: Any) -> None:
+    """Records produced while the drop-in connects wait in order; once its producer is open,
+    ``produce()`` helps hand them over. Before, the connector moved them one at a time against
+    the application's appends, and an application producing without pause stayed on the slow
+    connecting path (2,000,000 records at half the rate, on Kafka, never leaving it). Every
+    record is delivered once, in order."""
+    connect, hand_over = _kafka_connect.Connecting._connect_inner, _kafka_connect.Connecting._open
+    released = threading.Event()
+    produced, open_began = [0], []
+
+    def held(self: Any) -> Any:
+        released.wait(30)  # until 50,000 records wait
+        return connect(self)
+
+    def opening(self: Any, inner: Any) -> None:
+        open_began.append(produced[0])
+        hand_over(self, inner)
+
+    monkeypatch.setattr(_kafka_connect.Connecting, "_connect_inner", held)
+    monkeypatch.setattr(_kafka_connect.Connecting, "_open", opening)
+    producer = _producer(url)
+    delivered: list[int] = []
+    failed: list[Any] = []
+
+    def report(err: Any, msg: Any) -> None:
+        (delivered.append(int(msg.value())) if err is None else failed.append(err))
+
+    total, reached = 300_000, None
+    try:
+        for i in range(total):
+            produced[0] = i
+            if i == 50_000:
+                released.set()
+            while True:
+                try:
+                    producer.produce("t", b"%d" % i, on_delivery=report)
+                    break
+                except BufferError:
+                    producer.poll(0)
+            producer.poll(0)
+            if reached is None and producer._inner is not None:
+                reached = i
+        assert producer.flush(60) == 0
+    finally:
+        released.set()
+        producer.close(5)
+    assert open_began and reached is not None
+    # the records produced while the waiting ones were handed over (before: 50,000 and more)
+    assert reached - open_began[0] < 2_000, (open_began, reached)
+    assert not failed
+    assert delivered == list(range(total))
 
 
 # -- errors --------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from .._records import Headers
 from ..clientlogs import LIBRDKAFKA_LOG
 from ..direct import direct_scheme
-from ..errors import ProducerError
+from ..errors import ProducerError, QueueFullError
 from ..producer import Producer as _Producer
 from ..sender import Route
 from . import _shared
@@ -30,6 +30,10 @@ from ._kafka_message import TIMESTAMP_CREATE_TIME, Message
 from ._kafka_reports import Report, Reports
 
 _NATIVE = "confluent_kafka"
+#: early records a ``produce`` call hands over while the producer opens (see Connecting._open)
+HAND_OVER_SHARE = 1000
+#: seconds the connector waits when the opened producer's buffer is full, before trying again
+HAND_OVER_RETRY = 0.01
 
 
 class _Early(NamedTuple):
@@ -80,6 +84,9 @@ class Connecting:
     _early: collections.deque[_Early]
     _early_bytes: int  # the sizes of the records in ``_early``, kept as they come and go
     _inner: _Producer | None
+    #: the producer being opened: the early records are being handed to it
+    _opening: _Producer | None
+    _hand_over_lock: threading.Lock
     _clients: _Clients
     _stop: threading.Event
 
@@ -194,32 +201,64 @@ class Connecting:
         self._reports.error(KafkaError(error.code(), error.str(), error.fatal(), error.retriable()))
 
     def _open(self, inner: _Producer) -> None:
-        """Hand the early records to ``inner`` in order, then let ``produce`` use it."""
-        while True:
-            with self._cond:
-                if not self._early:
-                    self._inner = self._clients.inner = inner
-                    self._cond.notify_all()
-                    return
-                early = self._early.popleft()
-                self._early_bytes -= early.size
-            try:
-                route = self._route(inner, early.topic)
-                partition = self._place(route, early.partition, early.key)
-                inner._add(
-                    route,
-                    partition,
-                    early.value,
-                    early.key,
-                    early.report,
-                    early.timestamp or None,
-                    early.headers,
-                    early.sequence,
-                    early.size,
-                )
-            except (ProducerError, KafkaException) as exc:
-                error = exc.args[0] if isinstance(exc, KafkaException) else kafka_error_of(exc, None, False)
-                self._report_early(early, error, MessageStatus.NOT_PERSISTED)
+        """Hand the early records to ``inner`` in order, then let ``produce`` use it. While
+        this runs, ``produce`` hands over a share of them on each call (:meth:`_help_open`),
+        so an application that produces without pause still reaches ``inner``; when
+        ``inner``'s buffer is full, the rest waits (in order) until it has room."""
+        with self._cond:
+            self._opening = inner
+        while not self._hand_over(inner, None):
+            if self._stop.wait(HAND_OVER_RETRY):
+                return  # closed meanwhile: its release closes ``inner``
+
+    def _help_open(self, inner: _Producer) -> bool:
+        """The application's share of the hand-over (at most ``HAND_OVER_SHARE`` records per
+        ``produce``); True once ``produce`` may use ``inner``."""
+        return self._hand_over(inner, HAND_OVER_SHARE)
+
+    def _hand_over(self, inner: _Producer, limit: int | None) -> bool:
+        """Move up to ``limit`` early records (None: all) to ``inner``, oldest first, one
+        mover at a time; when none is left, ``inner`` takes every later record. Returns
+        whether it does. A record ``inner`` refuses for lack of room goes back first in line,
+        and the move stops there (False); one refused for another reason fails alone."""
+        with self._hand_over_lock:
+            moved = 0
+            while True:
+                with self._cond:
+                    if self._inner is not None:
+                        return True
+                    if not self._early:
+                        self._inner = self._clients.inner = inner
+                        self._opening = None
+                        self._cond.notify_all()
+                        return True
+                    if limit is not None and moved >= limit:
+                        return False
+                    early = self._early.popleft()
+                    self._early_bytes -= early.size
+                try:
+                    route = self._route(inner, early.topic)
+                    partition = self._place(route, early.partition, early.key)
+                    inner._add(
+                        route,
+                        partition,
+                        early.value,
+                        early.key,
+                        early.report,
+                        early.timestamp or None,
+                        early.headers,
+                        early.sequence,
+                        early.size,
+                    )
+                except QueueFullError:
+                    with self._cond:
+                        self._early.appendleft(early)
+                        self._early_bytes += early.size
+                    return False
+                except (ProducerError, KafkaException) as exc:
+                    error = exc.args[0] if isinstance(exc, KafkaException) else kafka_error_of(exc, None, False)
+                    self._report_early(early, error, MessageStatus.NOT_PERSISTED)
+                moved += 1
 
     def _expire_early(self) -> None:
         """Fail early records older than ``message.timeout.ms`` with ``_MSG_TIMED_OUT``."""

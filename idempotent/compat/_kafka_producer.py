@@ -129,6 +129,8 @@ class Producer(Connecting):
         self._early: collections.deque[_Early] = collections.deque()
         self._early_bytes = 0
         self._inner: _Producer | None = None
+        self._opening: _Producer | None = None
+        self._hand_over_lock = threading.Lock()
         self._routes: dict[str, Route] = {}
         self._random = random.Random()
         self._sticky: dict[str, tuple[int, float]] = {}
@@ -378,12 +380,20 @@ class Producer(Connecting):
         sequence: int | None,
         size: int,
     ) -> None:
-        """Queue a record while the producer connects (see the module docstring)."""
+        """Queue a record while the producer connects (see the module docstring); once it
+        is open, hand a share of the queued records over first (see ``Connecting._open``)."""
         config = self._config
+        opening = self._opening
+        if opening is not None and self._help_open(opening):
+            self.produce(topic, value, key, partition, report, None, timestamp, headers, sequence=sequence)
+            return
         with self._cond:
             inner = self._inner
             if inner is None:
                 queued = len(self._early) + len(self._reports.ready)
+                opening = self._opening
+                if opening is not None:  # records handed over wait there
+                    queued += opening._outstanding + opening._held
                 if queued >= config.max_messages or (queued and self._early_bytes + size > config.max_bytes):
                     raise BufferError(KafkaError(KafkaError._QUEUE_FULL).str())
                 self._early.append(
