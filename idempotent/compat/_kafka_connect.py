@@ -209,7 +209,9 @@ class Connecting:
             self._opening = inner
         while not self._hand_over(inner, None):
             if self._stop.wait(HAND_OVER_RETRY):
-                return  # closed meanwhile: its release closes ``inner``
+                break
+        if self._stop.is_set():  # closed meanwhile, perhaps before ``inner`` was known to it
+            inner.close(0)
 
     def _help_open(self, inner: _Producer) -> bool:
         """The application's share of the hand-over (at most ``HAND_OVER_SHARE`` records per
