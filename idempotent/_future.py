@@ -96,28 +96,23 @@ class LightFuture(Future[T]):
     # -- state changes ----------------------------------------------------------------------
 
     def set_result(self, result: T) -> None:
+        self._finish(result, None, "add_result")
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self._finish(None, exception, "add_exception")
+
+    def _finish(self, result: Any, exception: BaseException | None, adding: str) -> None:
+        """Change to FINISHED (or raise InvalidStateError, changing nothing), then wake the
+        waiters, if any, and run the callbacks (none is added after the change:
+        ``add_done_callback`` then runs its own)."""
         with _STATE_LOCK:
             state = self._state
             if state not in _DONE:
                 self._result = result
-                self._state = FINISHED
-        if state in _DONE:
-            raise InvalidStateError(f"{state}: {self!r}")
-        self._finished("add_result")
-
-    def set_exception(self, exception: BaseException | None) -> None:
-        with _STATE_LOCK:
-            state = self._state
-            if state not in _DONE:
                 self._exception = exception
                 self._state = FINISHED
         if state in _DONE:
             raise InvalidStateError(f"{state}: {self!r}")
-        self._finished("add_exception")
-
-    def _finished(self, adding: str) -> None:
-        """After the change to FINISHED: wake the waiters, if any, then run the callbacks
-        (none is added after the change: ``add_done_callback`` then runs its own)."""
         condition = self.__dict__.get("_condition")
         if condition is not None:
             with condition:
