@@ -202,7 +202,7 @@ class Connecting:
 
     def _open(self, inner: _Producer) -> None:
         """Hand the early records to ``inner`` in order, then let ``produce`` use it. While
-        this runs, ``produce`` hands over a share of them on each call (:meth:`_help_open`),
+        this runs, ``produce`` hands over up to ``HAND_OVER_SHARE`` of them on each call,
         so an application that produces without pause still reaches ``inner``; when
         ``inner``'s buffer is full, the rest waits (in order) until it has room."""
         with self._cond:
@@ -212,11 +212,6 @@ class Connecting:
                 break
         if self._stop.is_set():  # closed meanwhile, perhaps before ``inner`` was known to it
             inner.close(0)
-
-    def _help_open(self, inner: _Producer) -> bool:
-        """The application's share of the hand-over (at most ``HAND_OVER_SHARE`` records per
-        ``produce``); True once ``produce`` may use ``inner``."""
-        return self._hand_over(inner, HAND_OVER_SHARE)
 
     def _hand_over(self, inner: _Producer, limit: int | None) -> bool:
         """Move up to ``limit`` early records (None: all) to ``inner``, oldest first, one

@@ -48,7 +48,7 @@ from ..producer import Producer as _Producer
 from ..sender import Route
 from . import _shared
 from ._kafka_config import Config
-from ._kafka_connect import Connecting, _Clients, _Early
+from ._kafka_connect import HAND_OVER_SHARE, Connecting, _Clients, _Early
 from ._kafka_errors import KafkaError, KafkaException, kafka_error_of
 from ._kafka_reports import Report, Reports
 from ._partitioners import librdkafka_partition, librdkafka_sticky
@@ -384,7 +384,7 @@ class Producer(Connecting):
         is open, hand a share of the queued records over first (see ``Connecting._open``)."""
         config = self._config
         opening = self._opening
-        if opening is not None and self._help_open(opening):
+        if opening is not None and self._hand_over(opening, HAND_OVER_SHARE):
             self.produce(topic, value, key, partition, report, None, timestamp, headers, sequence=sequence)
             return
         with self._cond:
