@@ -2,7 +2,10 @@
 
 On the shared (or a started) Kafka, in one run:
 
-* ``idempotent``: ``Mirror("kafka+native://...", "kafka://...")``, in process;
+* ``command``: ``idempotent mirror --from kafka+native://... --to kafka://...`` in a process of
+  its own, as MirrorMaker 2 runs (timed from its progress lines, every 50 ms);
+* ``idempotent``: ``Mirror("kafka+native://...", "kafka://...").run()`` in this process (the
+  API; the command also runs with the collector's thresholds raised, see ``idempotent._gc``);
 * ``loop``: a plain confluent-kafka consume -> produce loop (assigned partitions, acks=all,
   no idempotence): the at-least-once baseline;
 * ``mm2``: MirrorMaker 2 (``org.apache.kafka.connect.mirror.MirrorMaker``, dedicated mode,
@@ -43,7 +46,7 @@ from typing import Any
 
 from idempotent.testing import services
 
-VARIANTS = ("idempotent", "loop", "mm2")
+VARIANTS = ("command", "idempotent", "loop", "mm2")
 _POM = Path(__file__).resolve().parent / "mirrormaker2.xml"
 _MM2_MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 
@@ -157,6 +160,39 @@ def run_idempotent(info: services.ServiceInfo, source: str, records: int) -> flo
         f"kafka+native://{info.bootstrap}", info.url, topic=source, to_topic=f"ours-{job}", job=job, progress=progress
     ).run()
     assert summary.copied == records, summary
+    return timeline.rate()
+
+
+def mirror_argv(info: services.ServiceInfo, source: str, job: str, target: str) -> list[str]:
+    """``idempotent mirror`` copying ``source`` into ``target`` on the same Kafka as job ``job``."""
+    argv = [sys.executable, "-m", "idempotent", "mirror", "--from", f"kafka+native://{info.bootstrap}"]
+    return [*argv, "--to", info.url, "--topic", source, "--to-topic", target, "--job", job]
+
+
+def run_command(info: services.ServiceInfo, source: str, records: int) -> float:
+    """The command in a process of its own (as MirrorMaker 2 runs), timed from its progress
+    lines (every 50 ms)."""
+    timeline = Timeline(records)
+    job = uuid.uuid4().hex[:8]
+    with tempfile.NamedTemporaryFile() as log:
+        argv = [*mirror_argv(info, source, job, f"cmd-{job}"), "--progress-interval", "0.05"]
+        started = time.perf_counter()
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            while process.poll() is None:
+                timeline.update(_copied_in(Path(log.name)))
+                time.sleep(0.01)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait(30)
+        if process.returncode != 0:
+            tail = Path(log.name).read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"idempotent mirror exited with {process.returncode}: {tail}")
+        timeline.update(_copied_in(Path(log.name)))
+    if timeline.low is not None and timeline.high is not None and timeline.high - timeline.low < 0.5:
+        # a copy too short for its progress lines to time: the whole run, start-up included
+        return records / (time.perf_counter() - started)
     return timeline.rate()
 
 
@@ -398,8 +434,7 @@ def run_mm2(info: services.ServiceInfo, source: str, records: int, partitions: i
 def kill_idempotent(info: services.ServiceInfo, source: str, records: int, partitions: int) -> int:
     job = uuid.uuid4().hex[:8]
     target = f"ours-kill-{job}"
-    argv = [sys.executable, "-m", "idempotent", "mirror", "--from", f"kafka+native://{info.bootstrap}"]
-    argv += ["--to", info.url, "--topic", source, "--to-topic", target, "--job", job]
+    argv = mirror_argv(info, source, job, target)
     with tempfile.NamedTemporaryFile() as log:
         process = subprocess.Popen([*argv, "--progress-interval", "0.05"], stdout=subprocess.DEVNULL, stderr=log)
         _kill_at(process, lambda: _copied_in(Path(log.name)), records * 0.4)
@@ -493,7 +528,9 @@ def main(argv: list[str] | None = None) -> int:
             fill(info.bootstrap, source, args.partitions, args.records, args.size)
             order = variants[repeat % len(variants) :] + variants[: repeat % len(variants)]
             for variant in order:
-                if variant == "idempotent":
+                if variant == "command":
+                    rate = run_command(info, source, args.records)
+                elif variant == "idempotent":
                     rate = run_idempotent(info, source, args.records)
                 elif variant == "loop":
                     rate = run_loop(info, source, args.records)
@@ -502,10 +539,11 @@ def main(argv: list[str] | None = None) -> int:
                 results[variant].append(rate)
                 print(f"repeat {repeat}: {variant}: {rate:,.0f} records/s", flush=True)
         if not args.no_kill:
-            for variant in variants:
+            # the in-process API runs the same copy as the command: the command is the one killed
+            for variant in [v for v in variants if v != "idempotent" or "command" not in variants]:
                 source = create_topic(info.bootstrap, args.partitions)
                 fill(info.bootstrap, source, args.partitions, args.records, args.size)
-                if variant == "idempotent":
+                if variant in ("command", "idempotent"):
                     duplicates[variant] = kill_idempotent(info, source, args.records, args.partitions)
                 elif variant == "loop":
                     duplicates[variant] = kill_loop(info, source, args.records)
@@ -524,10 +562,10 @@ def main(argv: list[str] | None = None) -> int:
         runs = ", ".join(f"{r:,.0f}" for r in results[v])
         median = f"{medians[v]:,.0f}" if v in medians else "-"
         lines.append(f"| {v} | {median} | {runs} | {duplicates.get(v, '-')} |")
-    if "idempotent" in medians:
+    for ours in ("command", "idempotent"):
         for other in ("loop", "mm2"):
-            if other in medians:
-                lines.append(f"\nidempotent / {other} = {medians['idempotent'] / medians[other]:.2f}x")
+            if ours in medians and other in medians:
+                lines.append(f"\n{ours} / {other} = {medians[ours] / medians[other]:.2f}x")
     print("\n".join(lines))
     out = Path(args.out) / f"mirror-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

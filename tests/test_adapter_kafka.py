@@ -815,13 +815,22 @@ class _QueueFullOnce:
         self.calls = 0
         self.queued: list[tuple[Any, ...]] = []
 
-    def produce(self, topic: str, **fields: Any) -> None:
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: Any = None,
+        callback: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        """confluent-kafka's parameters, in its order (the writer passes them by position)."""
         self.calls += 1
         if self.calls == self.full_at:
             raise BufferError("Local: Queue full")
-        self.queued.append(
-            (topic, fields["value"], fields["key"], fields["partition"], fields["headers"], fields["timestamp"])
-        )
+        self.queued.append((topic, value, key, partition, headers, timestamp))
 
     def poll(self, timeout: float) -> int:
         return 0

@@ -26,7 +26,7 @@ from idempotent.mirror import (
     open_source,
     producer_name,
 )
-from idempotent.mirror.engine import POLL_RECORDS, _with_coordinates, source_headers
+from idempotent.mirror.engine import POLL_RECORDS, _fixed_size, _with_coordinates, source_headers
 from idempotent.mirror.names import JobProducer, parse_producer_name
 
 
@@ -417,7 +417,7 @@ def test_a_poll_of_records_goes_as_one_batch(tmp_path: Path) -> None:
 )
 def test_the_size_of_a_copied_record_is_what_the_destination_counts(record: SourceRecord) -> None:
     topic, partition = ("idem.src.topic", b"persistent://public/default/t-partition-3"), ("idem.src.partition", b"3")
-    headers, size = _with_coordinates(record, topic, partition)
+    headers, size = _with_coordinates(record, topic, partition, _fixed_size(topic, partition))
     assert headers == source_headers(record, topic[1].decode(), 3)
     assert size == idempotent.Record(record.value, record.key, headers).size
 

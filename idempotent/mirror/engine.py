@@ -85,30 +85,38 @@ LAG_INTERVAL = 1.0
 def source_headers(record: SourceRecord, topic: str, partition: int) -> Headers:
     """The record's own headers (without source coordinates of an earlier copy) followed by
     the ``idem.src.*`` coordinates of this copy."""
-    return _with_coordinates(record, (SOURCE_TOPIC, topic.encode()), (SOURCE_PARTITION, b"%d" % partition))[0]
+    topic_header, partition_header = (SOURCE_TOPIC, topic.encode()), (SOURCE_PARTITION, b"%d" % partition)
+    return _with_coordinates(record, topic_header, partition_header, _fixed_size(topic_header, partition_header))[0]
 
 
-def _with_coordinates(
-    record: SourceRecord, topic_header: tuple[str, bytes], partition_header: tuple[str, bytes]
-) -> tuple[Headers, int]:
-    """:func:`source_headers` with the topic's and partition's headers made once per batch,
-    and the record's ``Record.size`` with these headers (computed here, where the headers'
-    lengths are known, rather than by a pass over them)."""
-    own = record.headers
-    offset = b"%d" % record.offset
-    value, key = record.value, record.key
-    size = (
-        28  # Record.size's 16, and 4 per header
+def _fixed_size(topic_header: tuple[str, bytes], partition_header: tuple[str, bytes]) -> int:
+    """What every copied record of one source partition adds to its ``Record.size`` beyond its
+    key, value, own headers and offset: ``Record.size``'s 16, 4 per coordinate header (three),
+    the topic's and the partition's headers, and the offset header's name."""
+    return (
+        28
         + len(topic_header[0])
         + len(topic_header[1])
         + len(partition_header[0])
         + len(partition_header[1])
         + len(SOURCE_OFFSET)
-        + len(offset)
-        + (len(value) if value is not None else 0)
-        + (len(key) if key is not None else 0)
     )
-    timestamp = record.timestamp
+
+
+def _with_coordinates(
+    record: SourceRecord, topic_header: tuple[str, bytes], partition_header: tuple[str, bytes], fixed: int
+) -> tuple[Headers, int]:
+    """:func:`source_headers` with the topic's and partition's headers, and their share of
+    the size (``fixed``, see :func:`_fixed_size`), made once per batch; and the record's
+    ``Record.size`` with these headers (computed here, where the headers' lengths are known,
+    rather than by a pass over them)."""
+    number, key, value, own, timestamp = record
+    offset = b"%d" % number
+    size = fixed + len(offset)
+    if value is not None:
+        size += len(value)
+    if key is not None:
+        size += len(key)
     coordinates: Headers
     if timestamp is None:
         coordinates = (topic_header, partition_header, (SOURCE_OFFSET, offset))
@@ -449,6 +457,7 @@ class _PartitionWriter:
         may hold both sides of the int32 ring's end)."""
         topic_header = (SOURCE_TOPIC, source_topic.encode())
         partition_header = (SOURCE_PARTITION, b"%d" % self._task.partition)
+        fixed = _fixed_size(topic_header, partition_header)
         limit = self.batch_bytes
         most = self.batch_records or len(records)
         batch: list[Record] = []
@@ -456,7 +465,7 @@ class _PartitionWriter:
         last = -1
         for record in records:
             # a source hands out bytes (or None) and (str, bytes) headers: no conversion needed
-            headers, record_size = _with_coordinates(record, topic_header, partition_header)
+            headers, record_size = _with_coordinates(record, topic_header, partition_header, fixed)
             if batch and (
                 size + record_size > limit
                 or len(batch) >= most

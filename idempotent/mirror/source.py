@@ -29,7 +29,7 @@ modules import each other in one direction only.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import attrs
 
@@ -39,13 +39,13 @@ from .._records import Headers
 MAX_OFFSET = 2**63 - 1
 
 
-@attrs.frozen
-class SourceRecord:
+class SourceRecord(NamedTuple):
     """One record read from a source partition.
 
     ``key`` and ``value`` are ``bytes`` or None and ``headers`` a tuple of ``(str, bytes)``
     pairs, exactly (they are copied on without conversion); ``timestamp`` is in seconds
-    since the epoch, or None when the source has none.
+    since the epoch, or None when the source has none. A named tuple: a copy makes one per
+    record, and a tuple is made in a fraction of a frozen class's time.
     """
 
     offset: int
