@@ -14,8 +14,8 @@ On the shared (or a started) Kafka, in one run:
   brokers and started as a plain JVM the way ``idempotent.testing.services`` starts them.
 
 Each repeat writes a fresh source topic and copies it with every variant, in rotating order.
-Throughput is measured between 10 % and 90 % of the records arriving (start-up excluded for
-all three; MirrorMaker takes seconds to start its tasks), and the table shows medians.
+Throughput is measured between 10 % and 90 % of the records arriving, from the counts seen
+at those marks (start-up excluded for all; MirrorMaker takes seconds to start its tasks), and the table shows medians.
 Then each variant copies a fresh topic once more, is killed with SIGKILL once at about 40 %,
 is restarted and runs to the end: the duplicates are the records the target holds beyond
 the source's (losses would show as fewer).
@@ -121,23 +121,27 @@ def high_watermarks(consumer: Any, topic: str, partitions: int) -> int:
 
 
 class Timeline:
-    """Times at which the copied count crossed 10 % and 90 % of ``records``."""
+    """When the copied count first reached 10 % and 90 % of ``records``, and the counts seen
+    then (progress comes in steps of a batch, so a step may pass a mark by much)."""
 
     def __init__(self, records: int) -> None:
         self.records = records
         self.low: float | None = None
         self.high: float | None = None
+        self.low_count = 0
+        self.high_count = 0
 
     def update(self, copied: int) -> None:
         now = time.perf_counter()
         if self.low is None and copied >= self.records * 0.1:
-            self.low = now
+            self.low, self.low_count = now, copied
         if self.high is None and copied >= self.records * 0.9:
-            self.high = now
+            self.high, self.high_count = now, copied
 
     def rate(self) -> float:
+        """Records per second between the two marks, from the counts seen there."""
         assert self.low is not None and self.high is not None, "the copy did not finish"
-        return self.records * 0.8 / max(1e-9, self.high - self.low)
+        return (self.high_count - self.low_count) / max(1e-9, self.high - self.low)
 
 
 # -- variants -------------------------------------------------------------------------------
@@ -190,8 +194,8 @@ def run_command(info: services.ServiceInfo, source: str, records: int) -> float:
             tail = Path(log.name).read_text(errors="replace")[-2000:]
             raise RuntimeError(f"idempotent mirror exited with {process.returncode}: {tail}")
         timeline.update(_copied_in(Path(log.name)))
-    if timeline.low is not None and timeline.high is not None and timeline.high - timeline.low < 0.5:
-        # a copy too short for its progress lines to time: the whole run, start-up included
+    if timeline.low is not None and timeline.low == timeline.high:
+        # both marks passed between two progress lines: the whole run, start-up included
         return records / (time.perf_counter() - started)
     return timeline.rate()
 
