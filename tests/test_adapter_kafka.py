@@ -815,21 +815,17 @@ class _QueueFullOnce:
         self.calls = 0
         self.queued: list[tuple[Any, ...]] = []
 
-    def produce(
-        self,
-        topic: str,
-        value: Any = None,
-        key: Any = None,
-        partition: int = -1,
-        on_delivery: Any = None,
-        callback: Any = None,
-        timestamp: int = 0,
-        headers: Any = None,
-    ) -> None:
-        """confluent-kafka's parameters, in its order (the writer passes them by position)."""
+    def produce(self, topic: str, *fields: Any, **named: Any) -> None:
+        """Every field by position, in confluent-kafka's order (value, key, partition,
+        on_delivery, callback, timestamp, headers), or every one by name."""
         self.calls += 1
         if self.calls == self.full_at:
             raise BufferError("Local: Queue full")
+        if fields:
+            value, key, partition, _, _, timestamp, headers = fields
+        else:
+            value, key, partition = named["value"], named["key"], named["partition"]
+            headers, timestamp = named["headers"], named["timestamp"]
         self.queued.append((topic, value, key, partition, headers, timestamp))
 
     def poll(self, timeout: float) -> int:
