@@ -15,7 +15,8 @@ On the shared (or a started) Kafka, in one run:
 
 Each repeat writes a fresh source topic and copies it with every variant, in rotating order.
 Throughput is measured between 10 % and 90 % of the records arriving, from the counts seen
-at those marks (start-up excluded for all; MirrorMaker takes seconds to start its tasks), and the table shows medians.
+at those marks (start-up excluded for all; MirrorMaker takes seconds to start its tasks),
+and the table shows medians.
 Then each variant copies a fresh topic once more, is killed with SIGKILL once at about 40 %,
 is restarted and runs to the end: the duplicates are the records the target holds beyond
 the source's (losses would show as fewer).
@@ -182,20 +183,30 @@ def run_command(info: services.ServiceInfo, source: str, records: int) -> float:
         argv = [*mirror_argv(info, source, job, f"cmd-{job}"), "--progress-interval", "0.05"]
         started = time.perf_counter()
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            while process.poll() is None:
-                timeline.update(_copied_in(Path(log.name)))
-                time.sleep(0.01)
-        finally:
-            if process.poll() is None:
-                process.kill()
-            process.wait(30)
+        # read only what the command wrote since the last look (every 20 ms, as little of this
+        # process's CPU as the watermark polls of the other variants take)
+        with open(log.name, errors="replace") as reader:
+            pending = ""
+            try:
+                while True:
+                    running = process.poll() is None
+                    pending += reader.read()
+                    complete, _, pending = pending.rpartition("\n")
+                    for count in _PROGRESS.findall(complete):
+                        timeline.update(int(count))
+                    if not running:
+                        break
+                    time.sleep(0.02)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                process.wait(30)
         if process.returncode != 0:
             tail = Path(log.name).read_text(errors="replace")[-2000:]
             raise RuntimeError(f"idempotent mirror exited with {process.returncode}: {tail}")
-        timeline.update(_copied_in(Path(log.name)))
-    if timeline.low is not None and timeline.low == timeline.high:
-        # both marks passed between two progress lines: the whole run, start-up included
+    if timeline.high is None or timeline.low == timeline.high:
+        # the marks passed between two progress lines, or after the last: the whole run,
+        # start-up included
         return records / (time.perf_counter() - started)
     return timeline.rate()
 
@@ -446,9 +457,13 @@ def kill_idempotent(info: services.ServiceInfo, source: str, records: int, parti
     return count(info.bootstrap, target) - records
 
 
+#: the count of one of the command's progress lines (``mirror JOB: N records, ...``)
+_PROGRESS = re.compile(r"^mirror [^:]*: (\d+) records", re.MULTILINE)
+
+
 def _copied_in(log: Path) -> int:
-    """The last count of the command's progress lines (``mirror JOB: N records, ...``)."""
-    counts = re.findall(r"^mirror [^:]*: (\d+) records", log.read_text(errors="replace"), re.MULTILINE)
+    """The last count of the command's progress lines."""
+    counts = _PROGRESS.findall(log.read_text(errors="replace"))
     return int(counts[-1]) if counts else 0
 
 
