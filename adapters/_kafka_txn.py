@@ -120,6 +120,19 @@ def _error_of(exc: KafkaException) -> Any:
     return exc.args[0] if exc.args else None
 
 
+def _refusal(exc: BaseException) -> KafkaException | None:
+    """The ``KafkaException`` a client call ended with: ``exc`` itself, or the one
+    confluent-kafka (2.16) leaves pending when, after a fatal error such as being fenced, the
+    same ``flush()`` or commit runs a delivery report's callback: the callback's first C call
+    then fails with ``SystemError`` ("returned a result with an exception set"), caused by
+    it. None for anything else."""
+    if isinstance(exc, KafkaException):
+        return exc
+    if isinstance(exc, SystemError) and isinstance(exc.__cause__, KafkaException):
+        return exc.__cause__
+    return None
+
+
 def _unusable(error: Any) -> bool:
     """Whether an error from a transactional call means the client instance can do nothing
     more: fatal, a call its state does not allow, or none of librdkafka's three flags."""
@@ -178,7 +191,9 @@ class TransactionalProducer:
         written yet, so the caller must make its reads wait for them.
 
         After a normal exit the transaction is committed. The body's own exception is raised
-        again once the transaction is aborted.
+        again once the transaction is aborted, unless it is a refused write (a
+        ``KafkaException`` or ``ProducerError``) and the abort finds this instance fenced:
+        librdkafka refuses a fenced client's writes with ``_FATAL``, and the abort tells why.
 
         Raises:
             OwnershipLostError: fenced by a newer holder (now or earlier).
@@ -197,14 +212,20 @@ class TransactionalProducer:
             self._state = TxnState.OPEN
             try:
                 yield client
-            except KafkaException as exc:  # a produce call refused: store none of it
+            except BaseException as raised:  # a client call refused, or the body failed: store none of it
                 self._abort("after a refused write")
-                error = _error_of(exc)
-                if isinstance(error, KafkaError) and error.code() in FENCED_CODES:
-                    raise self._fence_lost(error, exc) from exc
-                raise translate(error, f"produce to {self.name}") from exc
-            except BaseException:
-                self._abort("after a refused write")
+                refusal = _refusal(raised)
+                if refusal is not None:
+                    error = _error_of(refusal)
+                    if isinstance(error, KafkaError) and error.code() in FENCED_CODES:
+                        raise self._fence_lost(error, refusal) from refusal
+                    if self._fenced is not None:
+                        # librdkafka refuses every produce of a fenced client with _FATAL;
+                        # the abort answered the cause
+                        raise self._fenced from refusal
+                    raise translate(error, f"produce to {self.name}") from refusal
+                if self._fenced is not None and isinstance(raised, ProducerError):
+                    raise self._fenced from raised  # the body's refusal (a bulk call's) was the fence
                 raise
             self._commit(on_late_commit)
 
@@ -245,7 +266,10 @@ class TransactionalProducer:
     def _commit(self, on_late_commit: Callable[[], None] | None) -> None:
         try:
             self._client.commit_transaction(self.timeout)
-        except KafkaException as exc:
+        except (KafkaException, SystemError) as raised:
+            exc = _refusal(raised)
+            if exc is None:
+                raise
             error = _error_of(exc)
             if isinstance(error, KafkaError) and error.code() in FENCED_CODES:
                 raise self._fence_lost(error, exc) from exc

@@ -237,6 +237,68 @@ def test_a_refused_write_aborts_and_raises_the_mapped_error(clients: list[FakeCl
     assert client.calls[-1] == "abort" and writer.state is TxnState.READY
 
 
+@pytest.mark.parametrize("refusal", ["produce", "body"])
+def test_a_write_refused_because_a_newer_holder_fenced_this_one_is_ownership_lost(
+    clients: list[FakeClient], refusal: str
+) -> None:
+    """Regression: a fenced client's produce() answers _FATAL ("Local: Fatal error"), which
+    was raised as an internal error (a bug); the abort answers _FENCED, the cause."""
+    writer = _writer()
+    client = clients[0]
+    client.script["abort"] = [_error("_FENCED", fatal=True)]
+    if refusal == "produce":
+        client.script["produce"] = [_error("_FATAL", fatal=True)]
+        with pytest.raises(OwnershipLostError):
+            _write(writer)
+    else:  # a bulk call's refusal, raised by the body as a retriable error
+        with pytest.raises(OwnershipLostError), writer.transaction():
+            raise BackendUnavailableError("kafka: the client refused 10 of 10 records: _FATAL")
+    assert writer.state is TxnState.FENCED and client.calls[-1] == "abort"
+    with pytest.raises(OwnershipLostError):
+        _write(writer)
+    assert len(clients) == 1  # never replaced: that would fence the newer owner back
+
+
+def _left_pending(cause: KafkaException) -> SystemError:
+    """What confluent-kafka 2.16 raises from a fenced client's flush() or commit when a
+    delivery report's callback runs after the fatal error."""
+    error = SystemError("<method 'append' of 'list' objects> returned a result with an exception set")
+    error.__cause__ = cause
+    return error
+
+
+def test_a_fence_that_confluent_kafka_leaves_pending_in_a_flush_is_ownership_lost(clients: list[FakeClient]) -> None:
+    """Regression: it was an internal error (a bug) when the fence was learnt in a flush."""
+    writer = _writer()
+    clients[0].script["abort"] = [_error("_FENCED", fatal=True)]
+    with pytest.raises(OwnershipLostError), writer.transaction():
+        raise _left_pending(_error("_FENCED", fatal=True))
+    assert writer.state is TxnState.FENCED
+
+
+def test_a_fence_that_confluent_kafka_leaves_pending_in_a_commit_is_ownership_lost(clients: list[FakeClient]) -> None:
+    writer = _writer()
+    clients[0].script["commit"] = [_left_pending(_error("_FENCED", fatal=True))]
+    with pytest.raises(OwnershipLostError):
+        _write(writer)
+    assert writer.state is TxnState.FENCED and len(clients) == 1
+
+
+def test_a_system_error_of_its_own_is_not_taken_for_a_refusal(clients: list[FakeClient]) -> None:
+    writer = _writer()
+    with pytest.raises(SystemError), writer.transaction():
+        raise SystemError("something else")
+    assert writer.state is TxnState.READY
+
+
+def test_a_bug_in_the_body_stays_a_bug_when_the_abort_finds_the_client_fenced(clients: list[FakeClient]) -> None:
+    writer = _writer()
+    clients[0].script["abort"] = [_error("_FENCED", fatal=True)]
+    with pytest.raises(RuntimeError), writer.transaction():
+        raise RuntimeError("a bug in the body")
+    assert writer.state is TxnState.FENCED
+
+
 def test_a_failed_body_is_aborted_and_its_error_raised(clients: list[FakeClient]) -> None:
     writer = _writer()
     with pytest.raises(RuntimeError), writer.transaction():
