@@ -20,10 +20,11 @@ in the ISR of its partitions), waits ``--tail`` s, and tells the producer to sto
 (at most ``--flush-timeout`` s). The variants alternate (``--repeats`` rounds, the order
 rotating each round).
 
-Per run: records/s over the whole run (acknowledged records from the first send after the
-warm-up to the last acknowledgement), the longest gap between two acknowledgements (counted
-to the end of the flush when records were left without an outcome, and from the first send
-to the first acknowledgement), failed records (an error callback), undelivered ones (neither
+Per run: records/s over the whole run (acknowledged records over the time from the first
+send after the warm-up to the stop, or to the last acknowledgement if that came later), the
+longest time without an acknowledgement in that span (counted to the end of the flush when
+records were left without an outcome; a producer whose ``send`` raised stops sending but its
+run lasts to the stop all the same), failed records (an error callback), undelivered ones (neither
 callback by the end of the flush), fatal errors (an exception from the producer's
 constructor, ``send``/``produce``, ``flush`` or ``close``), and, read back ``read_committed``,
 duplicates and acknowledged records missing. Every wait is bounded: a producer that stops
@@ -175,7 +176,7 @@ def child(argv: list[str]) -> int:
             result["errors"] = dict(counts.errors)
             result["undelivered"] = result["sent"] - len(acks) - counts.failed
             result["ack_times"] = _thin(acks, result.get("go"))
-            result.update(_gaps(result.get("go"), acks, end, result["undelivered"] > 0))
+            result.update(_gaps(result.get("go"), result.get("stopped"), acks, end, result["undelivered"] > 0))
             # stalled: records left without an outcome, and no acknowledgement for the last 5 s
             result["stalled"] = result["undelivered"] > 0 and end - (acks[-1] if acks else started) > 5
             print("RESULT " + json.dumps(result), flush=True)
@@ -210,6 +211,8 @@ def child(argv: list[str]) -> int:
         return 1
 
     stop = threading.Event()
+    # a send that raises ends the sending, not the run: the rest of the schedule counts as
+    # time without acknowledgements
     sender_error: list[str] = []
     go = time.monotonic()
     result["go"] = go
@@ -224,8 +227,9 @@ def child(argv: list[str]) -> int:
                     i += 1
                     result["sent"] = i
                 client.poll(0.005 if rate > 0 else 0)
-        except Exception as exc:  # reported as a fatal error; the run goes on to the flush
+        except Exception as exc:  # reported as a fatal error; the run goes on to the stop
             sender_error.append(_describe(exc))
+            result["send_failed_s"] = round(time.monotonic() - go, 3)
 
     print(f"READY {go}", flush=True)
     sender = threading.Thread(target=send_loop, daemon=True)
@@ -237,9 +241,6 @@ def child(argv: list[str]) -> int:
         if ready:
             line = sys.stdin.readline()
             reason = "stop" if line.strip() == "STOP" else "stdin closed"
-            break
-        if sender_error:
-            reason = "send failed"
             break
     stop.set()
     result["stopped"] = time.monotonic()
@@ -281,22 +282,26 @@ def _thin(acks: list[float], go: float | None, step: float = 1.0) -> list[int]:
     return buckets
 
 
-def _gaps(go: float | None, acks: list[float], end: float, unfinished: bool) -> dict[str, Any]:
+def _gaps(go: float | None, stopped: float | None, acks: list[float], end: float, unfinished: bool) -> dict[str, Any]:
+    """The longest time without an acknowledgement from ``go`` to the stop (to the end of the
+    flush if records were left without an outcome), and the records/s from ``go`` to the
+    later of the stop and the last acknowledgement."""
     if go is None:
         return {}
     times = sorted(acks)
-    points = [go, *times, *([end] if unfinished or not times else [])]
+    last = times[-1] if times else go
+    until = max(last, stopped if stopped is not None else end)
+    points = sorted([go, *times, until, *([end] if unfinished else [])])
     longest, at = 0.0, go
     for a, b in itertools.pairwise(points):
         if b - a > longest:
             longest, at = b - a, a
-    last = times[-1] if times else go
-    run = max(last - go, 1e-9)
+    run = max(until - go, 1e-9)
     return {
         "longest_gap_s": round(longest, 3),
         "longest_gap_from_s": round(at - go, 3),
         "run_s": round(run, 3),
-        "records_per_s": round(len(times) / run, 1) if times else 0.0,
+        "records_per_s": round(len(times) / run, 1),
         "last_ack_s": round(last - go, 3),
     }
 

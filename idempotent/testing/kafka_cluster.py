@@ -358,6 +358,11 @@ def _spawn(lib: pathlib.Path, state: dict[str, Any], node_id: int) -> int:
             start_new_session=True,
         )
     _CHILDREN[proc.pid] = proc
+    # until the child has exec'd the JVM its command line is still this process's, and it
+    # would not count as ours (nor as running)
+    deadline = time.monotonic() + 30
+    while not _is_ours(proc.pid, _SPEC, node_dir) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     state["nodes"][str(node_id)]["pid"] = proc.pid
     _write_state(state)
     return proc.pid
@@ -466,14 +471,13 @@ def _health(cluster: ClusterInfo, node_ids: Sequence[int], admin: Any) -> str | 
 
 
 def _wait_healthy(node_ids: Sequence[int], timeout: float, check: Callable[[], None] | None = None) -> None:
-    cluster = _info(_state_or_raise())
     # asked of the other nodes: a node just resumed from a pause still has its old metadata
-    admin = _admin(_live_bootstrap(cluster, exclude=node_ids))
+    admin = _admin(_live_bootstrap(_info(_state_or_raise()), exclude=node_ids))
 
     def probe() -> str | None:
         if check is not None:
             check()
-        return _health(cluster, node_ids, admin)
+        return _health(_info(_state_or_raise()), node_ids, admin)
 
     _poll(f"node(s) {list(node_ids)} healthy", timeout, probe)
 
