@@ -231,6 +231,14 @@ def test_internal_topics_below_the_brokers_default_are_a_warning_at_start(
     assert len(warned) == 2, warned
     for name, text in zip(INTERNAL, warned, strict=True):
         assert f"'{prefix}{name}' has 1 replica(s)" in text and "kafka-reassign-partitions" in text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "idempotent.adapters.kafka"):
+        with idempotent.Producer(kafka_service.url, "checked", prefix=prefix) as producer:
+            producer.send("orders", b"v", partition=0).result(60)  # made the state topic: the next start checks it
+        with idempotent.Producer(kafka_service.url, "checked", prefix=prefix) as producer:
+            producer.send("orders", b"w", partition=0).result(60)
+    warned = [r.getMessage() for r in caplog.records if "__idempotent_producer_state" in r.getMessage()]
+    assert len(warned) == 1 and "has 1 replica(s) per partition" in warned[0] and "16 partition(s)" in warned[0]
 
 
 @pytest.mark.kafka
@@ -285,3 +293,39 @@ def test_describe_says_what_keeps_the_copies_elsewhere(tmp_path: Path, capsys: p
     assert "replicas: one copy, in the SQLite file" in out
     code, out, err = run(capsys, "topics", "describe", url, "t", "--json")
     assert json.loads(out)["replication"] == {"note": "one copy, in the SQLite file"}
+
+
+@pytest.mark.pulsar
+def test_describe_says_how_bookkeeper_keeps_a_pulsar_topic(
+    pulsar_service: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import urllib.parse
+    import urllib.request
+
+    url = f"{pulsar_service.url}?{urllib.parse.urlencode({'admin_url': pulsar_service.admin_url})}"
+    plain = f"described-{uuid.uuid4().hex[:6]}"
+    assert run(capsys, "topics", "create", url, plain, "--partitions", "2")[0] == 0
+    code, out, err = run(capsys, "topics", "describe", url, plain)
+    assert code == 0, err
+    assert out.splitlines()[1].split() == ["PARTITION", "END_OFFSET", "STATUS", "SNAPSHOT_AT", "PRODUCERS"]
+    (line,) = [line for line in out.splitlines() if line.startswith("replicas: ")]
+    # the standalone broker's defaults: one bookie
+    assert "each write on 1 bookie(s) of an ensemble of 1, acknowledged by 1, for every partition" in line
+    assert "from the brokers' defaults: the namespace public/default has no persistence policy" in line
+
+    namespace = f"public/replicas-{uuid.uuid4().hex[:6]}"
+    topic = f"{namespace}/t"
+    assert run(capsys, "topics", "create", url, topic)[0] == 0  # (creates the namespace)
+    policy = {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1, "bookkeeperAckQuorum": 1}
+    request = urllib.request.Request(
+        f"{pulsar_service.admin_url}/admin/v2/namespaces/{namespace}/persistence",
+        data=json.dumps({**policy, "managedLedgerMaxMarkDeleteRate": 0}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status in (200, 204)
+    code, out, err = run(capsys, "topics", "describe", url, topic, "--json")
+    assert code == 0, err
+    note = json.loads(out)["replication"]["note"]
+    assert f"(from the namespace {namespace}'s persistence policy)" in note and "ensemble of 1" in note

@@ -7,7 +7,8 @@ where authorization is on). ``memory://`` lives in one process: a command sees a
 store, and what it creates is gone when it exits (it says so).
 
 ``describe`` also says how the topic is replicated: on Kafka each partition's leader, replicas
-and in-sync replicas (ISR) and the topic's ``min.insync.replicas``; elsewhere a line saying
+and in-sync replicas (ISR) and the topic's ``min.insync.replicas``; on Pulsar the BookKeeper
+ensemble and quorums of its namespace (the same for every partition); elsewhere a line saying
 what keeps the copies (see :data:`REPLICATION_NOTES`).
 
 Settings (``--config KEY=VALUE``) are the project's topic-level settings: ``deduplication``
@@ -49,11 +50,9 @@ CONFIG_KEYS = {"deduplication": ("true", "false"), "policy": ("strict", "monoton
 REPLICATION_NOTES = {
     "sqlite": "one copy, in the SQLite file",
     "memory": "one copy, in this process's memory",
-    "pulsar": "kept by BookKeeper as the namespace's persistence policy says (ensemble, write and ack "
-    "quorums: pulsar-admin namespaces get-persistence), not per partition: not shown here",
     "idem": "not known through a broker server: describe the backend URL it serves",
 }
-_NOTE_SCHEMES = {"pulsar+ssl": "pulsar", "http": "pulsar", "https": "pulsar", "idems": "idem"}
+_NOTE_SCHEMES = {"idems": "idem"}
 MEMORY_NOTE = (
     "note: memory:// lives in this process only: this command saw a new, empty store, and what it created is gone now"
 )
@@ -182,7 +181,10 @@ def _replication(broker: BrokerAPI, url: str, topic: str) -> tuple[TopicReplicas
     backend = getattr(broker, "backend", None)
     backend = getattr(backend, "inner", backend)  # (a read-only wrapper's backend)
     if isinstance(backend, DescribesReplicas):
-        return backend.describe_replicas(topic), None
+        replicas = backend.describe_replicas(topic)
+        if replicas is not None and not replicas.partitions:  # no per-partition copies (Pulsar)
+            return None, replicas.note
+        return replicas, None if replicas is None else replicas.note
     scheme = urlsplit(url).scheme
     return None, REPLICATION_NOTES.get(_NOTE_SCHEMES.get(scheme, scheme))
 
