@@ -241,18 +241,24 @@ class KafkaBackend(MetadataDelegate):
         return new_topic(name, partitions, config, self.replication_factor, self.min_insync_replicas)
 
     def check_internal_topics(self, names: list[str], topics: dict[str, Any] | None = None) -> None:
-        """Check the replicas of the internal topics ``names`` (a WARNING for one with fewer than
-        it should have, see :mod:`adapters._kafka_replicas`); ``topics``: the cluster's metadata
-        when the caller has it. Never fatal.
+        """Check the replicas of the internal topics ``names``: a WARNING for one with fewer
+        than it should have (see :mod:`adapters._kafka_replicas`), never an error. ``topics``:
+        the cluster's topics when the caller has just listed them. The first check also reads
+        the brokers' ``default.replication.factor`` (not known: compared with the rest only).
 
         Raises:
-            KafkaException: the cluster's topics could not be listed (translated by the caller).
+            KafkaException: the cluster could not be asked for its metadata (translated by the
+                caller, as the calls before it).
         """
-        if topics is None:
-            topics = self._list_topics()
-        if not self.replicas.broker_default_known:
-            brokers = dict(self._admin.list_topics(timeout=self.timeout).brokers)
-            self.replicas.note_broker_default(broker_default_replicas(self._admin, brokers, self.timeout))
+        if topics is None or not self.replicas.broker_default_known:
+            try:
+                cluster = self._admin.list_topics(timeout=self.timeout)
+            finally:
+                self._admin.poll(0)
+            topics = dict(cluster.topics) if topics is None else topics
+            if not self.replicas.broker_default_known:
+                default = broker_default_replicas(self._admin, dict(cluster.brokers), self.timeout)
+                self.replicas.note_broker_default(default)
         for name in names:
             if name in topics:
                 self.replicas.note_internal(name, topics[name])
