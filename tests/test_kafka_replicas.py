@@ -77,11 +77,6 @@ def test_the_url_and_keywords_are_checked_before_connecting(url: str, options: d
         KafkaBackend(url, connect_timeout=0.1, **options)
 
 
-def test_connect_takes_min_insync_replicas_as_a_typed_option() -> None:
-    with pytest.raises(TypeError):  # an option of kafka://, refused by another handle
-        idempotent.connect(f"memory://{uuid.uuid4().hex}", min_insync_replicas=2)
-
-
 def test_a_created_topic_asks_for_the_brokers_defaults_unless_told() -> None:
     default = new_topic("t", 4, {"cleanup.policy": "compact"}, None, None)
     assert (default.num_partitions, default.replication_factor) == (4, BROKER_DEFAULT)
