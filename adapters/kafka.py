@@ -2,13 +2,17 @@
 
 ``kafka://host:port[,host:port...]`` with options passed as keyword arguments to
 :func:`idempotent.connect` (or :class:`KafkaBackend`); ``timeout``, ``prefix``,
-``replication_factor`` and ``connect_timeout`` may also be given as URL query parameters
-(``kafka://host:9092?timeout=10``), for tools that only get a URL such as ``idempotent
-broker --backend``; keywords win:
+``replication_factor``, ``min_insync_replicas`` and ``connect_timeout`` may also be given as
+URL query parameters (``kafka://host:9092?timeout=10``), for tools that only get a URL such as
+``idempotent broker --backend``; keywords win:
 
 * ``client_config``: extra librdkafka settings for every client (security, timeouts,
   ``security.protocol``, ``sasl.*``, ``ssl.*``, ...);
-* ``replication_factor`` (default 1) and ``topic_config`` for topics this backend creates;
+* ``replication_factor`` and ``min_insync_replicas`` (default: the brokers'
+  ``default.replication.factor`` and ``min.insync.replicas``) and ``topic_config`` for topics
+  this backend creates, its internal topics too; an internal topic found with fewer replicas
+  than the brokers' default or than the data it serves is a WARNING (see
+  :mod:`adapters._kafka_replicas`);
 * ``prefix`` (default ``""``): prepended to every Kafka topic name this backend uses;
 * ``timeout`` (default 30 s): for admin calls, flushes and transaction commits (a commit that
   takes longer is *in doubt*: settled before the partition is written or read again, see
@@ -60,13 +64,15 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 
 from adapters._heads import BatchHead, HeadIndex
+from adapters._kafka_replicas import ReplicaCheck, broker_default_replicas, describe_replicas, new_topic
+from adapters._kafka_replicas import replica_options as _replica_options
 from adapters._kafka_writer import PartitionWriter
 from adapters._meta import TopicOrigin, pack_snapshot, unpack_snapshot
 from adapters._metadata import CompactedMetadataStore, MetadataDelegate
 from adapters._reach import DEFAULT_CONNECT_TIMEOUT, check_connect_timeout, parse_addresses, wait_reachable
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._types import MAX_BATCH_RECORDS, NO_PRODUCER_ID, Epoch, ProducerId, Sequence
-from idempotent.backend import AppendBatch
+from idempotent.backend import AppendBatch, TopicReplicas
 from idempotent.clientlogs import LIBRDKAFKA_LOG
 from idempotent.errors import (
     BackendUnavailableError,
@@ -80,7 +86,7 @@ try:
     import confluent_kafka
     from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+    from confluent_kafka.admin import AdminClient
 
     from adapters._kafka_errors import CLIENT_STATE_CODES
     from adapters._kafka_errors import map_errors as _map_errors
@@ -128,6 +134,7 @@ class KafkaBackend(MetadataDelegate):
         *,
         client_config: dict[str, Any] | None = None,
         replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
         topic_config: dict[str, str] | None = None,
         prefix: str | None = None,
         timeout: float | None = None,
@@ -138,11 +145,13 @@ class KafkaBackend(MetadataDelegate):
         if parts.scheme != "kafka" or not parts.netloc:
             raise ConfigError(f"expected kafka://host:port[,host:port], got {url!r}")
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        unknown = sorted(set(query) - {"timeout", "prefix", "replication_factor", "connect_timeout"})
+        unknown = sorted(
+            set(query) - {"timeout", "prefix", "replication_factor", "min_insync_replicas", "connect_timeout"}
+        )
         if unknown:
             raise ConfigError(
-                f"unknown option {unknown[0]!r} in {url!r}; the URL takes timeout, prefix, replication_factor "
-                "and connect_timeout"
+                f"unknown option {unknown[0]!r} in {url!r}; the URL takes timeout, prefix, replication_factor, "
+                "min_insync_replicas and connect_timeout"
             )
         self.connect_timeout = check_connect_timeout(
             connect_timeout if connect_timeout is not None else query.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
@@ -152,14 +161,19 @@ class KafkaBackend(MetadataDelegate):
         self.prefix = prefix if prefix is not None else query.get("prefix", "")
         try:
             self.timeout = float(timeout if timeout is not None else query.get("timeout", 30.0))
-            self.replication_factor = int(
-                replication_factor if replication_factor is not None else query.get("replication_factor", 1)
-            )
         except ValueError as exc:
             raise ConfigError(f"bad option in {url!r}: {exc}") from None
-        if not self.timeout > 0 or self.replication_factor < 1:
-            raise ConfigError(f"timeout must be positive and replication_factor at least 1, in {url!r}")
+        if not self.timeout > 0:
+            raise ConfigError(f"timeout must be positive, in {url!r}")
         self.topic_config = dict(topic_config or {})
+        #: of the topics this backend creates; None: the brokers' default
+        self.replication_factor, self.min_insync_replicas = _replica_options(
+            replication_factor if replication_factor is not None else query.get("replication_factor"),
+            min_insync_replicas if min_insync_replicas is not None else query.get("min_insync_replicas"),
+            self.topic_config,
+            repr(url),
+        )
+        self.replicas = ReplicaCheck(self.replication_factor)
         self.client_config: dict[str, Any] = {"bootstrap.servers": parts.netloc, "logger": LIBRDKAFKA_LOG}
         self.client_config.update(client_config or {})
         # fail an address where nothing listens within connect_timeout (see adapters._reach)
@@ -208,11 +222,7 @@ class KafkaBackend(MetadataDelegate):
         compacted = {"cleanup.policy": "compact", **self.topic_config}
         wanted = [self.prefix + META_TOPIC, self.prefix + SNAPSHOT_TOPIC]
         existing = self._list_topics()
-        missing = [
-            NewTopic(name, num_partitions=1, replication_factor=self.replication_factor, config=compacted)
-            for name in wanted
-            if name not in existing
-        ]
+        missing = [self.new_topic(name, 1, compacted) for name in wanted if name not in existing]
         if missing:
             for name, future in self._admin.create_topics(missing, request_timeout=self.timeout).items():
                 try:
@@ -222,6 +232,36 @@ class KafkaBackend(MetadataDelegate):
                         raise _translate(exc.args[0], f"create {name}") from exc
         self._wait_for_topics(wanted)
         self._wait_for_leaders(wanted)  # (also when another process created them just now)
+        if not self.read_only:
+            self.check_internal_topics(wanted)
+
+    def new_topic(self, name: str, partitions: int, config: dict[str, str]) -> Any:
+        """The request that creates the Kafka topic ``name`` with this backend's replication
+        (the brokers' defaults unless ``replication_factor`` / ``min_insync_replicas`` were given)."""
+        return new_topic(name, partitions, config, self.replication_factor, self.min_insync_replicas)
+
+    def check_internal_topics(self, names: list[str], topics: dict[str, Any] | None = None) -> None:
+        """Check the replicas of the internal topics ``names``: a WARNING for one with fewer
+        than it should have (see :mod:`adapters._kafka_replicas`), never an error. ``topics``:
+        the cluster's topics when the caller has just listed them. The first check also reads
+        the brokers' ``default.replication.factor`` (not known: compared with the rest only).
+
+        Raises:
+            KafkaException: the cluster could not be asked for its metadata (translated by the
+                caller, as the calls before it).
+        """
+        if topics is None or not self.replicas.broker_default_known:
+            try:
+                cluster = self._admin.list_topics(timeout=self.timeout)
+            finally:
+                self._admin.poll(0)
+            topics = dict(cluster.topics) if topics is None else topics
+            if not self.replicas.broker_default_known:
+                default = broker_default_replicas(self._admin, dict(cluster.brokers), self.timeout)
+                self.replicas.note_broker_default(default)
+        for name in names:
+            if name in topics:
+                self.replicas.note_internal(name, topics[name])
 
     def _wait_for_leaders(self, names: list[str]) -> None:
         """Wait until the end of each of ``names`` (one partition each) can be read. A topic
@@ -466,6 +506,7 @@ class KafkaBackend(MetadataDelegate):
             if found is not None and found.error is not None and found.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise _translate(found.error, f"describe {name}")
             return None
+        self.replicas.note_data(name, found)
         return len(found.partitions)
 
     def _clash(self, topic: str, name: str) -> str | None:
@@ -515,12 +556,7 @@ class KafkaBackend(MetadataDelegate):
             if recorded is not None:
                 return self._current(topic, recorded, native)
             if native is None:
-                new = NewTopic(
-                    name,
-                    num_partitions=partitions,
-                    replication_factor=self.replication_factor,
-                    config=self.topic_config,
-                )
+                new = self.new_topic(name, partitions, self.topic_config)
                 raced = False
                 for future in self._admin.create_topics([new], request_timeout=self.timeout).values():
                     try:
@@ -541,6 +577,28 @@ class KafkaBackend(MetadataDelegate):
                 origin, count = TopicOrigin(adopted=True, starts=ends), native
                 _LOG.info("adopting the Kafka topic %r with %d partitions (ends %s)", name, native, ends)
             return self.metadata.record_topic(topic, count, origin)  # an origin recorded first wins
+
+    def describe_replicas(self, topic: str) -> TopicReplicas | None:
+        """Each partition's replicas, in-sync replicas and leader, and the topic's
+        ``min.insync.replicas`` in force (see :class:`~idempotent.backend.TopicReplicas`);
+        None when Kafka has no such topic.
+
+        Raises:
+            BackendUnavailableError: the cluster did not answer.
+            ConfigError: the principal may not describe the topic.
+        """
+        name = kafka_topic_name(topic, self.prefix)
+        with _map_errors(f"describe the replicas of {topic}"):
+            try:
+                found = self._admin.list_topics(topic=name, timeout=self.timeout).topics.get(name)
+            finally:
+                self._admin.poll(0)
+            error = None if found is None else found.error
+            if error is not None and error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise _translate(error, f"describe {name}")
+            if found is None or error is not None or not found.partitions:
+                return None
+            return describe_replicas(self._admin, found, name, self.timeout)
 
     def delete_topic(self, topic: str) -> None:
         """Delete the Kafka topic, tombstone its snapshots and its topic record, and wait

@@ -55,7 +55,6 @@ from idempotent.errors import BackendUnavailableError, ConfigError, ProducerErro
 
 try:
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the kafka backend needs confluent-kafka: pip install 'idempotent[kafka]'") from exc
 
@@ -108,7 +107,9 @@ def state_partition(producer_key: str) -> int:
 
 def ensure_state_topic(backend: KafkaBackend) -> None:
     """Create the compacted state topic if it does not exist (a race with another process
-    creating it is harmless).
+    creating it is harmless), with the backend's replication (the brokers' defaults unless
+    given); check the replicas of one that exists (a WARNING when it has too few, see
+    :mod:`adapters._kafka_replicas`).
 
     Raises:
         BackendUnavailableError, ConfigError: the cluster refused or did not answer.
@@ -117,11 +118,10 @@ def ensure_state_topic(backend: KafkaBackend) -> None:
     with map_errors(f"create {name}"):
         topics = backend._list_topics()
         if name in topics and topics[name].error is None and topics[name].partitions:
+            backend.check_internal_topics([name], topics)
             return
         config = {"cleanup.policy": "compact", "segment.ms": "600000", **backend.topic_config}
-        new = NewTopic(
-            name, num_partitions=STATE_PARTITIONS, replication_factor=backend.replication_factor, config=config
-        )
+        new = backend.new_topic(name, STATE_PARTITIONS, config)
         for future in backend._admin.create_topics([new], request_timeout=backend.timeout).values():
             try:
                 future.result(backend.timeout)

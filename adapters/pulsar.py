@@ -93,7 +93,7 @@ from adapters._reach import DEFAULT_CONNECT_TIMEOUT, check_connect_timeout, pars
 from idempotent._records import Snapshot, StoredBatch, StoredRecord
 from idempotent._types import NO_PRODUCER_ID, Epoch, ProducerId
 from idempotent._types import Sequence as SequenceNumber
-from idempotent.backend import AppendBatch
+from idempotent.backend import AppendBatch, TopicReplicas
 from idempotent.clientlogs import drain_pulsar_logs, open_pulsar_client
 from idempotent.errors import (
     BackendUnavailableError,
@@ -119,6 +119,18 @@ _ENTRY_MARGIN = 4096
 
 
 # -- the backend ---------------------------------------------------------------------------
+
+
+def _quorums(body: object, *keys: str) -> tuple[int, int, int] | None:
+    """The ensemble size, write quorum and ack quorum named by ``keys`` in an admin answer
+    (numbers, or their text in the brokers' configuration); None when it lacks them."""
+    if not isinstance(body, dict) or not all(k in body for k in keys):
+        return None
+    try:
+        ensemble, write, ack = (int(body[k]) for k in keys)
+    except (TypeError, ValueError):
+        return None
+    return ensemble, write, ack
 
 
 class PulsarBackend(MetadataDelegate):
@@ -405,6 +417,46 @@ class PulsarBackend(MetadataDelegate):
             if recorded is None:
                 return None if native is None else native[0]
             return self._current(topic, recorded, native)
+
+    def describe_replicas(self, topic: str) -> TopicReplicas | None:
+        """How ``topic`` is replicated: Pulsar keeps its copies in BookKeeper, as its
+        namespace's persistence policy says (ensemble, write quorum, ack quorum: the same for
+        every partition), else as the brokers' defaults (``managedLedgerDefault*``). The answer
+        has no partitions, only its ``note``; None when Pulsar has no such topic.
+
+        Raises:
+            BackendUnavailableError: Pulsar did not answer.
+        """
+        name = pulsar_topic_name(topic)
+        namespace = f"{name.tenant}/{name.namespace}"
+        refused = (401, 403)
+        with self._lock, map_errors(f"describe the replicas of {topic}"):
+            if self._native(name) is None:
+                return None
+            status, policy = self._admin.call("GET", f"/admin/v2/namespaces/{namespace}/persistence", accept=refused)
+            values = _quorums(policy, "bookkeeperEnsemble", "bookkeeperWriteQuorum", "bookkeeperAckQuorum")
+            where = f"from the namespace {namespace}'s persistence policy"
+            if values is None and status not in refused:  # no policy of its own: the brokers' defaults
+                _, config = self._admin.call("GET", "/admin/v2/brokers/configuration/runtime", accept=refused)
+                values = _quorums(
+                    config,
+                    "managedLedgerDefaultEnsembleSize",
+                    "managedLedgerDefaultWriteQuorum",
+                    "managedLedgerDefaultAckQuorum",
+                )
+                where = f"from the brokers' defaults: the namespace {namespace} has no persistence policy"
+        if values is None:
+            note = (
+                f"kept by BookKeeper as the namespace's persistence policy or the brokers' defaults say, which "
+                f"could not be read here (pulsar-admin namespaces get-persistence {namespace})"
+            )
+        else:
+            ensemble, write, ack = values
+            note = (
+                f"kept by BookKeeper: each write on {write} bookie(s) of an ensemble of {ensemble}, acknowledged "
+                f"by {ack}, for every partition ({where})"
+            )
+        return TopicReplicas((), note=note)
 
     def create_topic(self, topic: str, partitions: int) -> int:
         """Create a partitioned topic, or adopt the Pulsar topic of its name, partitioned or

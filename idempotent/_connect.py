@@ -40,6 +40,7 @@ class ConnectOptions(TypedDict, total=False):
     # kafka://
     client_config: dict[str, Any] | None
     replication_factor: int | None
+    min_insync_replicas: int | None
     topic_config: dict[str, str] | None
     prefix: str | None
     # pulsar:// (and pulsar+ssl://, http(s)://)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import attrs
 
@@ -315,4 +315,43 @@ class ProducerLog(Protocol):
 
     def close(self) -> None:
         """Stop writing. Stored batches stay stored."""
+        ...
+
+
+@attrs.frozen
+class PartitionReplicas:
+    """Where one partition's copies are: the broker ids of its replicas, of those in sync
+    (the ISR) and of its leader (-1: none now)."""
+
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@attrs.frozen
+class TopicReplicas:
+    """A topic's replication, as its backend reports it (``idempotent topics describe``).
+
+    ``min_insync_replicas`` is the topic's ``min.insync.replicas`` in force (None: not known)
+    and ``min_insync_source`` where it comes from (``"topic"``: set on the topic, ``"broker"``:
+    the broker's default); ``note`` says what the numbers mean where they need it."""
+
+    partitions: tuple[PartitionReplicas, ...]
+    min_insync_replicas: int | None = None
+    min_insync_source: str | None = None
+    note: str | None = None
+
+
+@runtime_checkable
+class DescribesReplicas(Protocol):
+    """A backend that keeps copies of each partition on several servers (Kafka) and can say
+    where they are."""
+
+    def describe_replicas(self, topic: str) -> TopicReplicas | None:
+        """The replicas of ``topic`` now; None when the backend has no such topic.
+
+        Raises:
+            BackendUnavailableError: the backend could not be asked.
+        """
         ...

@@ -137,7 +137,8 @@ class DirectBroker(ProduceShortcuts):
         **options: the backend's options (as :func:`idempotent.connect` takes them).
 
     Raises:
-        ConfigError: a URL whose scheme has no producer-scoped writer, or bad options.
+        ConfigError: a URL whose scheme has no producer-scoped writer, bad options, or the
+            backend's client library is missing (the message names the extra).
         BackendUnavailableError: the backend could not be opened.
     """
 
@@ -153,7 +154,12 @@ class DirectBroker(ProduceShortcuts):
         if scheme not in PRODUCER_LOGS:
             raise ConfigError(f"{url!r}: a producer's own broker writes to {', '.join(PRODUCER_LOGS)} only")
         self._url = url
-        self._module = importlib.import_module(PRODUCER_LOGS[scheme])
+        try:
+            self._module = importlib.import_module(PRODUCER_LOGS[scheme])
+        except ImportError as exc:  # the backend's client library is missing
+            extra = "kafka" if scheme == "kafka" else "pulsar"
+            hint = "" if "pip install" in str(exc) else f" (pip install 'idempotent[{extra}]')"
+            raise ConfigError(f"the {scheme} backend needs a missing library: {exc}{hint}") from exc
         self.config = config or BrokerConfig()
         self._log_settings = dict(log_settings or {})
         self._shared = _acquire(url, options)

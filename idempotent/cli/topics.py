@@ -6,6 +6,11 @@ opened in this process, on ``idem://`` through the broker server (which needs th
 where authorization is on). ``memory://`` lives in one process: a command sees a new, empty
 store, and what it creates is gone when it exits (it says so).
 
+``describe`` also says how the topic is replicated: on Kafka each partition's leader, replicas
+and in-sync replicas (ISR) and the topic's ``min.insync.replicas``; on Pulsar the BookKeeper
+ensemble and quorums of its namespace (the same for every partition); elsewhere a line saying
+what keeps the copies (see :data:`REPLICATION_NOTES`).
+
 Settings (``--config KEY=VALUE``) are the project's topic-level settings: ``deduplication``
 (``true``/``false``) and ``policy`` (``strict``/``monotonic``), as ``idempotent admin
 set-deduplication`` sets them.
@@ -23,6 +28,7 @@ from .. import connect
 from .._checker import Policy
 from .._values import PartitionStats
 from ..api import BrokerAPI
+from ..backend import DescribesReplicas, TopicReplicas
 from ..broker import BrokerConfig
 from .common import (
     SERVER_SCHEMES,
@@ -40,6 +46,13 @@ from .formatting import format_table
 
 #: The settings ``--config`` takes, with what each accepts.
 CONFIG_KEYS = {"deduplication": ("true", "false"), "policy": ("strict", "monotonic")}
+#: what ``describe`` says of the copies of a topic where the backend does not list replicas
+REPLICATION_NOTES = {
+    "sqlite": "one copy, in the SQLite file",
+    "memory": "one copy, in this process's memory",
+    "idem": "not known through a broker server: describe the backend URL it serves",
+}
+_NOTE_SCHEMES = {"idems": "idem"}
 MEMORY_NOTE = (
     "note: memory:// lives in this process only: this command saw a new, empty store, and what it created is gone now"
 )
@@ -158,6 +171,28 @@ def _summary(broker: BrokerAPI, topic: str, count: int, stats: Sequence[Partitio
     }
 
 
+def _replication(broker: BrokerAPI, url: str, topic: str) -> tuple[TopicReplicas | None, str | None]:
+    """How ``topic`` is replicated: its replicas where the backend lists them (Kafka), else a
+    note saying what keeps its copies.
+
+    Raises:
+        BackendUnavailableError: the backend did not answer.
+    """
+    backend = getattr(broker, "backend", None)
+    backend = getattr(backend, "inner", backend)  # (a read-only wrapper's backend)
+    if isinstance(backend, DescribesReplicas):
+        replicas = backend.describe_replicas(topic)
+        if replicas is not None and not replicas.partitions:  # no per-partition copies (Pulsar)
+            return None, replicas.note
+        return replicas, None if replicas is None else replicas.note
+    scheme = urlsplit(url).scheme
+    return None, REPLICATION_NOTES.get(_NOTE_SCHEMES.get(scheme, scheme))
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ",".join(str(i) for i in ids) or "-"
+
+
 def _on_off(value: object) -> str:
     return "-" if value is None else ("on" if value else "off")
 
@@ -197,15 +232,18 @@ def cmd_topics_list(args: argparse.Namespace) -> int:
 
 def cmd_topics_describe(args: argparse.Namespace) -> int:
     """``idempotent topics describe``: a topic's settings and, per partition, its end offset,
-    snapshot position and producers."""
+    snapshot position and producers; how it is replicated (on Kafka each partition's leader,
+    replicas and ISR)."""
     broker = open_read_only(args.url, args.connect_timeout)
     try:
         count = partition_count(broker, args.topic)
         stats = sorted(broker.stats(args.topic), key=lambda s: s.partition)
         summary = _summary(broker, args.topic, count, stats)
+        replicas, note = _replication(broker, args.url, args.topic)
     finally:
         broker.close()
-    partitions = [
+    placed = {} if replicas is None else {r.partition: r for r in replicas.partitions}
+    partitions: list[dict[str, Any]] = [
         {
             "partition": s.partition,
             "end_offset": summary["end_offsets"][s.partition],
@@ -215,14 +253,27 @@ def cmd_topics_describe(args: argparse.Namespace) -> int:
         }
         for s in stats
     ]
+    for p in partitions:
+        where = placed.get(p["partition"])
+        if where is not None:
+            p.update(leader=where.leader, replicas=list(where.replicas), isr=list(where.isr))
+    replication: dict[str, Any] = {"note": note}
+    if replicas is not None:
+        replication.update(
+            min_insync_replicas=replicas.min_insync_replicas,
+            min_insync_source=replicas.min_insync_source,
+            under_replicated=[r.partition for r in replicas.partitions if len(r.isr) < len(r.replicas)],
+        )
     if args.json:
-        print(json.dumps({**summary, "partition_details": partitions}, indent=2))
+        print(json.dumps({**summary, "partition_details": partitions, "replication": replication}, indent=2))
         return 0
     print(
         f"topic {args.topic}: {count} partition(s), "
         f"deduplication {_on_off(summary['deduplication'])}, policy {summary['policy']}"
     )
-    header = ("PARTITION", "END_OFFSET", "STATUS", "SNAPSHOT_AT", "PRODUCERS")
+    header: tuple[str, ...] = ("PARTITION", "END_OFFSET", "STATUS", "SNAPSHOT_AT", "PRODUCERS")
+    if placed:
+        header += ("LEADER", "REPLICAS", "ISR")
     table = [
         (
             str(p["partition"]),
@@ -230,10 +281,20 @@ def cmd_topics_describe(args: argparse.Namespace) -> int:
             str(p["status"]),
             "-" if p["snapshot_position"] < 0 else str(p["snapshot_position"]),
             str(p["producers"]),
+            *((str(p.get("leader", -1)), _ids(p.get("replicas", ())), _ids(p.get("isr", ()))) if placed else ()),
         )
         for p in partitions
     ]
     print("\n".join(format_table(header, table, left=frozenset({2}))))
+    if replicas is not None:
+        insync = replicas.min_insync_replicas
+        source = {"topic": "set on the topic", "broker": "the brokers' default"}.get(replicas.min_insync_source or "")
+        print(f"min.insync.replicas: {'not known' if insync is None else insync}{f' ({source})' if source else ''}")
+        lagging = replication["under_replicated"]
+        if lagging:
+            print(f"under-replicated partitions (fewer in sync than replicas): {_ids(lagging)}")
+    elif note is not None:
+        print(f"replicas: {note}")
     return 0
 
 

@@ -108,6 +108,9 @@ class Producer(Connecting):
         TypeError: no configuration at all, or a callback that is not callable.
         KafkaException: ``_INVALID_ARG`` for an unknown key or an invalid value (named in
             the message), or for ``enable.idempotence=false``.
+        ImportError: records go to a Kafka cluster (``bootstrap.servers``, or a ``kafka://``
+            ``idempotent.broker.url``) and confluent-kafka is not installed (the message
+            names the extra); other targets (``sqlite://``, ...) need no native client.
     """
 
     _closed = True  # until __init__ has run: a subclass that skips it gets RuntimeError
@@ -122,6 +125,8 @@ class Producer(Connecting):
         merged = dict(args[0]) if args else {}
         merged.update(kwargs)
         config = Config(merged)
+        if config.kafka and _shared.native(_NATIVE) is None:
+            raise _shared.missing_native(_NATIVE, f"a producer writing to the Kafka cluster {config.cluster!r}")
         self._config = config
         self._default_report = config.on_delivery
         self._reports = Reports()

@@ -71,6 +71,18 @@ def release(url: str, options: Mapping[str, Any] | None = None) -> None:
 
 # -- the rest of the native modules ------------------------------------------------------------
 
+#: the extra of this project that installs each native module
+EXTRAS = {"confluent_kafka": "kafka", "pulsar": "pulsar"}
+
+
+def missing_native(native_name: str, what: str) -> ImportError:
+    """The error for ``what`` (a feature, a name or a submodule), which needs the native
+    module ``native_name`` when it is not installed: an ImportError naming the extra."""
+    top = native_name.split(".", 1)[0]
+    package = top.replace("_", "-") if top != "pulsar" else "pulsar-client"
+    extra = EXTRAS.get(top, top)
+    return ImportError(f"{what} needs {package}, which is not installed: pip install 'idempotent[{extra}]'", name=top)
+
 
 def native(name: str) -> types.ModuleType | None:
     """The installed native module ``name`` (``confluent_kafka``, ``pulsar``), or None when it
@@ -134,9 +146,12 @@ class _Passthrough(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith(self._prefix):
             return None
+        sub = fullname[len(self._prefix) :]
         try:
-            module = importlib.import_module(self._native + "." + fullname[len(self._prefix) :])
+            module = importlib.import_module(self._native + "." + sub)
         except ImportError:
+            if not sub.startswith("_") and native(self._native) is None:
+                raise missing_native(self._native, f"{fullname} (passed through from {self._native}.{sub})") from None
             return None
         if self._route is not None:
             module = _RoutedModule(fullname, module, self._route)
@@ -159,17 +174,20 @@ def native_attribute(drop_in: str, native_name: str, name: str, route: Callable[
     see :mod:`idempotent.clientlogs`).
 
     Raises:
-        AttributeError: the native module is not installed or has no such name (the
-            message says which).
+        ImportError: the native module is not installed (the message names the extra that
+            installs it); AttributeError instead for a name that starts with ``_``.
+        AttributeError: the native module has no such name.
     """
     if name.startswith("__"):
         raise AttributeError(name)
     module = native(native_name)
     if module is None:
-        raise AttributeError(
-            f"{native_name}.{name} is not provided by {drop_in}, which covers producing only; the rest "
-            f"of the module is passed through from {native_name} when it is installed (it is not)"
+        missing = missing_native(
+            native_name, f"{native_name}.{name} (passed through: {drop_in} itself covers producing only)"
         )
+        if name.startswith("_"):  # what tools probe for (hasattr), not an application's name
+            raise AttributeError(str(missing))
+        raise missing
     try:
         value = getattr(module, name)
     except AttributeError:

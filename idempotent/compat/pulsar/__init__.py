@@ -77,6 +77,7 @@ from ._errors import (
     TopicNotFound,
     TopicTerminated,
     UnknownError,
+    _Absent,
     _exception_for,  # noqa: F401  (the mapping, for tests)
     _native,
 )
@@ -118,7 +119,7 @@ for _name in (
     "Interrupted",
 ):
     _native_class = _native(_name)
-    if _native_class is not Exception:
+    if _native_class is not Exception and _native_class is not _Absent:  # pulsar-client's own
         globals()[_name] = _native_class
 
 # ``import idempotent.compat.pulsar.schema`` (and every other submodule pulsar-client has) is

@@ -90,6 +90,8 @@ class Client:
     Raises:
         InvalidUrl, InvalidConfiguration: (ValueErrors) a bad URL or argument.
         ConnectError: the backend could not be opened.
+        ImportError: a Pulsar service URL and pulsar-client is not installed (the message
+            names the extra); other URLs (``sqlite://``, ...) need no native client.
     """
 
     def __init__(
@@ -172,6 +174,8 @@ class Client:
             "tls_certificate_file_path": tls_certificate_file_path,
         }
         pulsar_url = isinstance(service_url, str) and urllib.parse.urlsplit(service_url).scheme in _PULSAR_SCHEMES
+        if pulsar_url and _shared.native(_NATIVE) is None:
+            raise _shared.missing_native(_NATIVE, f"a client of the Pulsar service {service_url!r}")
         #: on a Pulsar service URL, TLS and authentication reach the backend's Pulsar client too
         passed = {
             name: value

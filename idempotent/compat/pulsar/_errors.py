@@ -26,16 +26,22 @@ from ...errors import (
 )
 
 
+class _Absent:
+    """Stands for a class of pulsar-client's when pulsar-client is not installed: adds nothing,
+    so the drop-in's exceptions keep their own bases (``ValueError`` among them) in order."""
+
+
 def _native(name: str) -> Any:
-    """pulsar-client's exception class ``name``, or ``Exception`` without pulsar-client: the
-    drop-in's exceptions subclass pulsar-client's, so that an ``except`` of either catches
-    them, and the module exports pulsar-client's own classes (which then catch what
-    pulsar-client's consumers and readers raise too)."""
+    """pulsar-client's exception class ``name``: the drop-in's exceptions subclass
+    pulsar-client's, so that an ``except`` of either catches them, and the module exports
+    pulsar-client's own classes (which then catch what pulsar-client's consumers and readers
+    raise too). Without pulsar-client: ``Exception`` for the root, :class:`_Absent` for the
+    others (an ``Exception`` base before ``ValueError`` would have no consistent order)."""
     try:
         from pulsar import exceptions
-    except ImportError:  # pragma: no cover - without the extra
-        return Exception
-    return getattr(exceptions, name, Exception)
+    except ImportError:  # without the extra (tests/test_compat_no_native.py)
+        return Exception if name == "PulsarException" else _Absent
+    return getattr(exceptions, name, Exception if name == "PulsarException" else _Absent)
 
 
 class Result(enum.IntEnum):
