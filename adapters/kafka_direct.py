@@ -39,19 +39,26 @@ Errors are translated with the shared adapter's :func:`adapters.kafka._map_error
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
+
+import msgpack
 
 from adapters._heads import BatchHead, identity_headers, records_timed
 from adapters._kafka_bulk import BulkWriter, bulk_columns, writer_for
 from adapters._kafka_errors import map_errors, refused_record, translate
 from adapters._kafka_txn import TransactionalProducer, TxnState
 from adapters._meta import pack_snapshot, unpack_snapshot
+from adapters._producer_state import recover_state
 from adapters.kafka import KafkaBackend, kafka_topic_name
+from idempotent._checker import CheckerConfig, PartitionChecker
 from idempotent._records import Snapshot
 from idempotent.backend import AppendBatch
-from idempotent.errors import BackendUnavailableError, ConfigError, ProducerError
+from idempotent.broker_config import STATE_REBUILD_RECORDS
+from idempotent.errors import BackendUnavailableError, ConfigError, CorruptDataError, ProducerError
 
 try:
     from confluent_kafka import KafkaError, KafkaException
@@ -131,15 +138,29 @@ def ensure_state_topic(backend: KafkaBackend) -> None:
         backend._wait_for_topics([name])
 
 
-def load_states(backend: KafkaBackend, producer_key: str) -> dict[tuple[str, int], Snapshot]:
-    """The newest committed state of ``producer_key`` on every partition it wrote.
+def load_states(
+    backend: KafkaBackend,
+    producer_key: str,
+    producer_id: int = -1,
+    *,
+    window: int = STATE_REBUILD_RECORDS,
+    config: CheckerConfig | None = None,
+) -> dict[tuple[str, int], Snapshot]:
+    """The state of the named producer ``producer_key`` (id ``producer_id``) on every
+    partition it wrote: its newest committed state in the state topic, completed by a replay
+    of the partition after it (:func:`adapters._producer_state.recover_state`), on every
+    partition the state topic or the metadata's ``wrote:`` records name. A state that is
+    missing, older than the data or unreadable is rebuilt from the partition's last
+    ``window`` offsets, or the restart refused; it is never taken as empty. A state key the
+    metadata does not record yet is recorded.
 
     Read after the producer's writer was opened (fenced), so no earlier instance can commit
     more.
 
     Raises:
-        BackendUnavailableError: the state topic could not be read.
-        CorruptDataError: a state record of this producer cannot be decoded.
+        BackendUnavailableError: the state topic, the metadata or a partition could not be read.
+        ProducerStateLostError: a state that cannot be rebuilt within the window (the
+            message names the partition and what to do); nothing was changed.
     """
     name = backend.prefix + STATE_TOPIC
     prefix = f"{producer_key}\0".encode()
@@ -151,7 +172,58 @@ def load_states(backend: KafkaBackend, producer_key: str) -> dict[tuple[str, int
                 continue
             _, topic, partition = key.decode().split("\0")
             found[(topic, int(partition))] = message.value()
-    return {tp: unpack_snapshot(value) for tp, value in found.items() if value is not None}
+    recorded = backend.metadata.written_by(producer_key)
+    backend.metadata.record_written(producer_key, sorted(set(found) - recorded))
+    counts: dict[str, int | None] = {}
+    states: dict[tuple[str, int], Snapshot] = {}
+    now = time.time()
+    for topic, partition in sorted(recorded | set(found)):
+        stored, trouble = _decode_state(found.get((topic, partition)), config, now)
+        if topic not in counts:
+            counts[topic] = backend.describe_topic(topic)
+        count = counts[topic]
+        if count is None or partition >= count:  # the topic is gone: nothing there to resend against
+            if stored is not None:
+                states[(topic, partition)] = stored
+            continue
+        state = recover_state(
+            producer_key,
+            producer_id,
+            topic,
+            partition,
+            stored,
+            trouble,
+            backend.bounds(topic, partition),
+            window,
+            partial(backend.stored_batches, topic, partition),
+            config=config,
+            now=now,
+        )
+        if state is not None:
+            states[(topic, partition)] = state
+        if trouble is not None and state is not None:
+            _LOG.warning(
+                "kafka: the state of producer %r on %s[%d] was %s; rebuilt from the partition's records",
+                producer_key,
+                topic,
+                partition,
+                trouble,
+            )
+    return states
+
+
+def _decode_state(value: bytes | None, config: CheckerConfig | None, now: float) -> tuple[Snapshot | None, str | None]:
+    """A stored state record's snapshot, or None and why (``missing``, ``unreadable: ...``)."""
+    if value is None:
+        return None, "missing"
+    try:
+        snapshot = unpack_snapshot(value)
+        PartitionChecker.restore(snapshot, config, now=now)  # it decodes
+    except CorruptDataError as exc:
+        return None, f"unreadable ({exc})"
+    except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
+        return None, f"unreadable ({exc!r})"
+    return snapshot, None
 
 
 class KafkaProducerLog:
@@ -213,16 +285,30 @@ class KafkaProducerLog:
         self.unresolved: list[tuple[str, int, int]] | None = None
         self._late = False
         self._bulk_writer: BulkWriter | None = None
+        #: the partitions the metadata records this producer writes (``wrote:`` records)
+        self._recorded: set[tuple[str, int]] = set()
         self._txn = TransactionalProducer(config, backend.timeout, f"the producer {transactional_id!r}")
 
-    def load_states(self) -> dict[tuple[str, int], Snapshot]:
-        """The producer's committed state on each partition it wrote (none when anonymous).
+    def load_states(
+        self,
+        producer_id: int = -1,
+        *,
+        window: int = STATE_REBUILD_RECORDS,
+        config: CheckerConfig | None = None,
+    ) -> dict[tuple[str, int], Snapshot]:
+        """The producer's committed state on each partition it wrote (none when anonymous),
+        recovered as :func:`load_states` does (``producer_id``: the producer's id, whose
+        batches a replay applies).
 
         Raises:
-            BackendUnavailableError: the state topic could not be read.
-            CorruptDataError: a state record cannot be decoded.
+            BackendUnavailableError: the state topic or a partition could not be read.
+            ProducerStateLostError: a state that cannot be rebuilt within ``window``.
         """
-        return load_states(self.backend, self.producer_key) if self.named else {}
+        if not self.named:
+            return {}
+        states = load_states(self.backend, self.producer_key, producer_id, window=window, config=config)
+        self._recorded.update(self.backend.metadata.written_by(self.producer_key))
+        return states
 
     def close(self) -> None:
         """Drop the transactional producer (an open transaction is ended by Kafka)."""
@@ -249,6 +335,11 @@ class KafkaProducerLog:
         """
         if self.unresolved is not None:
             raise BackendUnavailableError(f"kafka: {self.transactional_id!r}: a commit in doubt is not settled yet")
+        if self.named:  # a partition written for the first time is recorded before its first batch
+            fresh = {(topic, partition) for topic, partition, _ in batches} - self._recorded
+            if fresh:
+                self.backend.metadata.record_written(self.producer_key, sorted(fresh))
+                self._recorded |= fresh
         offsets = [-1] * len(batches)
         errors: list[Any] = []
         committing = False
