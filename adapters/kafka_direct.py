@@ -55,7 +55,7 @@ from adapters._meta import pack_snapshot, unpack_snapshot
 from adapters._producer_state import recover_state
 from adapters.kafka import KafkaBackend, kafka_topic_name
 from idempotent._checker import CheckerConfig, PartitionChecker
-from idempotent._records import Snapshot
+from idempotent._records import Snapshot, StoredBatch
 from idempotent.backend import AppendBatch
 from idempotent.broker_config import STATE_REBUILD_RECORDS
 from idempotent.errors import BackendUnavailableError, ConfigError, CorruptDataError, ProducerError
@@ -195,7 +195,7 @@ def load_states(
             trouble,
             backend.bounds(topic, partition),
             window,
-            partial(backend.stored_batches, topic, partition),
+            partial(_replay, backend, topic, partition, producer_id),
             config=config,
             now=now,
         )
@@ -210,6 +210,10 @@ def load_states(
                 trouble,
             )
     return states
+
+
+def _replay(backend: KafkaBackend, topic: str, partition: int, producer_id: int, start: int) -> list[StoredBatch]:
+    return list(backend.stored_batches(topic, partition, start, producer_id))
 
 
 def _decode_state(value: bytes | None, config: CheckerConfig | None, now: float) -> tuple[Snapshot | None, str | None]:
