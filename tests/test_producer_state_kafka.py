@@ -88,9 +88,17 @@ def _lose_state(kafka_service: Any, name: str) -> None:
     # Kafka deletes records of a compacted topic only while it is also a "delete" topic
     _cleanup_policy(admin, "compact,delete")
     try:
-        futures = admin.delete_records([confluent_kafka.TopicPartition(STATE_TOPIC, partition, high)])
-        for future in futures.values():
-            future.result(30)
+        deadline = time.monotonic() + 60
+        while True:  # until the broker applies the policy: POLICY_VIOLATION meanwhile
+            try:
+                futures = admin.delete_records([confluent_kafka.TopicPartition(STATE_TOPIC, partition, high)])
+                for future in futures.values():
+                    future.result(30)
+                break
+            except confluent_kafka.KafkaException as exc:
+                if exc.args[0].code() != confluent_kafka.KafkaError.POLICY_VIOLATION or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         _cleanup_policy(admin, "compact")
     assert _state_value(kafka_service, name, "x", 0) is None and not _read(kafka_service, STATE_TOPIC, partition)
