@@ -151,3 +151,12 @@ def test_where_the_replay_starts() -> None:
     assert replay_start(None, 0, 1000, 10_000) == (0, True)
     assert replay_start(None, 0, 1000, 100) == (900, False)
     assert replay_start(None, 200, 1000, 10_000) == (200, False)
+
+
+def test_the_drop_in_reports_a_refused_restart_as_a_fatal_state_error() -> None:
+    from idempotent.compat import _kafka_errors
+
+    error = ProducerStateLostError("refused: orders[3]", "feed", "orders", 3)
+    for mapped in (_kafka_errors.kafka_error_of(error, None, None), _kafka_errors.kafka_error_for(error)):
+        assert (mapped.name(), mapped.fatal(), mapped.retriable()) == ("_STATE", True, False)
+        assert mapped.cause is error and "orders[3]" in mapped.str()
