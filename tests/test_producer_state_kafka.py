@@ -114,7 +114,7 @@ def _cleanup_policy(admin: Any, policy: str) -> None:
         future.result(30)
 
 
-def _put_state(kafka_service: Any, name: str, topic: str, partition: int, value: bytes) -> None:
+def _put_state(kafka_service: Any, name: str, topic: str, partition: int, value: bytes | None) -> None:
     """Store ``value`` as the newest state record of the producer on ``topic[partition]``."""
     producer = confluent_kafka.Producer({"bootstrap.servers": kafka_service.bootstrap})
     producer.produce(STATE_TOPIC, key=state_key(name, topic, partition), value=value, partition=state_partition(name))
@@ -208,6 +208,9 @@ def test_an_unreadable_state_is_rebuilt_not_taken_as_empty(kafka_service: Any) -
     topic, name = _topic(kafka_service, 1), f"garbled-{uuid.uuid4().hex[:6]}"
     assert _producer_run(kafka_service, name, topic, range(300))[1:] == (300, 0)
     _put_state(kafka_service, name, topic, 0, b"\xc1 not a state")
+    assert _producer_run(kafka_service, name, topic, range(300)) == (299, 0, 300)
+    assert len(_read(kafka_service, topic, 0)) == 300
+    _put_state(kafka_service, name, topic, 0, None)  # a tombstone for its key: missing
     assert _producer_run(kafka_service, name, topic, range(300)) == (299, 0, 300)
     assert len(_read(kafka_service, topic, 0)) == 300
 
