@@ -58,7 +58,7 @@ from idempotent._checker import CheckerConfig, PartitionChecker
 from idempotent._records import Snapshot, StoredBatch
 from idempotent.backend import AppendBatch
 from idempotent.broker_config import STATE_REBUILD_RECORDS
-from idempotent.errors import BackendUnavailableError, ConfigError, CorruptDataError, ProducerError
+from idempotent.errors import BackendUnavailableError, ConfigError, CorruptDataError, OwnershipLostError, ProducerError
 
 try:
     from confluent_kafka import KafkaError, KafkaException
@@ -146,6 +146,18 @@ def load_states(
     window: int = STATE_REBUILD_RECORDS,
     config: CheckerConfig | None = None,
 ) -> dict[tuple[str, int], Snapshot]:
+    """:func:`recover_states` without saying which states were rebuilt."""
+    return recover_states(backend, producer_key, producer_id, window=window, config=config)[0]
+
+
+def recover_states(
+    backend: KafkaBackend,
+    producer_key: str,
+    producer_id: int = -1,
+    *,
+    window: int = STATE_REBUILD_RECORDS,
+    config: CheckerConfig | None = None,
+) -> tuple[dict[tuple[str, int], Snapshot], list[tuple[str, int]]]:
     """The state of the named producer ``producer_key`` (id ``producer_id``) on every
     partition it wrote: its newest committed state in the state topic, completed by a replay
     of the partition after it (:func:`adapters._producer_state.recover_state`), on every
@@ -156,6 +168,10 @@ def load_states(
 
     Read after the producer's writer was opened (fenced), so no earlier instance can commit
     more.
+
+    Returns:
+        The states, and the partitions whose state should be stored again: rebuilt, completed
+        by the replay, or read more than half the window past.
 
     Raises:
         BackendUnavailableError: the state topic, the metadata or a partition could not be read.
@@ -176,6 +192,7 @@ def load_states(
     backend.metadata.record_written(producer_key, sorted(set(found) - recorded))
     counts: dict[str, int | None] = {}
     states: dict[tuple[str, int], Snapshot] = {}
+    changed: list[tuple[str, int]] = []
     now = time.time()
     for topic, partition in sorted(recorded | set(found)):
         stored, trouble = _decode_state(found.get((topic, partition)), config, now)
@@ -201,6 +218,14 @@ def load_states(
         )
         if state is not None:
             states[(topic, partition)] = state
+            # stored again when rebuilt or completed, and when the replay read more than half
+            # the window past it: a later restart then reads from the end it read up to
+            if (
+                stored is None
+                or state.position - stored.position > window // 2
+                or _view(state, config, now) != _view(stored, config, now)
+            ):
+                changed.append((topic, partition))
         if trouble is not None and state is not None:
             _LOG.warning(
                 "kafka: the state of producer %r on %s[%d] was %s; rebuilt from the partition's records",
@@ -209,7 +234,12 @@ def load_states(
                 partition,
                 trouble,
             )
-    return states
+    return states, changed
+
+
+def _view(snapshot: Snapshot, config: CheckerConfig | None, now: float) -> dict[int, tuple[object, ...]]:
+    """What a state holds for its producers (not where it was taken)."""
+    return PartitionChecker.restore(snapshot, config, now=now).state()
 
 
 def _replay(backend: KafkaBackend, topic: str, partition: int, producer_id: int, start: int) -> list[StoredBatch]:
@@ -310,9 +340,35 @@ class KafkaProducerLog:
         """
         if not self.named:
             return {}
-        states = load_states(self.backend, self.producer_key, producer_id, window=window, config=config)
+        states, changed = recover_states(self.backend, self.producer_key, producer_id, window=window, config=config)
         self._recorded.update(self.backend.metadata.written_by(self.producer_key))
+        if changed:
+            self._store_states({tp: states[tp] for tp in changed})
         return states
+
+    def _store_states(self, states: dict[tuple[str, int], Snapshot]) -> None:
+        """Store rebuilt states at once, in a transaction of their own (a later restart need
+        not rebuild them again). A failure is logged: the states are stored with the next
+        write anyway.
+
+        Raises:
+            OwnershipLostError: a newer instance of this producer fenced this one.
+        """
+        name = self.backend.prefix + STATE_TOPIC
+        key = self.producer_key
+        try:
+            with self._txn.transaction() as producer:
+                for (topic, partition), snapshot in states.items():
+                    producer.produce(
+                        name,
+                        key=state_key(key, topic, partition),
+                        value=pack_snapshot(snapshot),
+                        partition=state_partition(key),
+                    )
+        except OwnershipLostError:
+            raise
+        except ProducerError as exc:
+            _LOG.warning("kafka: the rebuilt states of %r were not stored (stored with its next write): %s", key, exc)
 
     def close(self) -> None:
         """Drop the transactional producer (an open transaction is ended by Kafka)."""
@@ -619,4 +675,5 @@ __all__ = [
     "ensure_state_topic",
     "load_states",
     "open_producer_log",
+    "recover_states",
 ]

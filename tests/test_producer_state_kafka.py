@@ -185,9 +185,8 @@ def test_a_producer_restarted_after_its_state_was_lost_answers_every_resend_as_a
     assert _producer_run(kafka_service, name, topic, range(count)) == (-1, count, 0)
     _lose_state(kafka_service, name)
     assert _producer_run(kafka_service, name, topic, range(count)) == (count - 1, 0, count)
-    assert _state_value(kafka_service, name, topic, 0) is None  # (rebuilt, not stored yet)
+    assert _state_value(kafka_service, name, topic, 0) is not None  # the rebuilt state is stored at once
     assert _producer_run(kafka_service, name, topic, range(count, count + 10)) == (count - 1, 10, 0)
-    assert _state_value(kafka_service, name, topic, 0) is not None  # stored again with the next write
     stored = [m.value() for m in _read(kafka_service, topic, 0)]
     assert stored == [b"%d" % i for i in range(count + 10)]
 
@@ -238,13 +237,26 @@ def test_a_lost_state_the_window_cannot_rebuild_refuses_the_restart(kafka_servic
     assert "state_rebuild_records" in str(error) and "new producer name" in str(error)
     assert len(_read(kafka_service, topic, 0)) == 320  # nothing was written
 
-    # a window that reaches the producer's batches rebuilds it
+    # a window that reaches the producer's batches rebuilds it (and stores it)
     assert _producer_run(kafka_service, name, topic, range(20), BrokerConfig(state_rebuild_records=1000)) == (
         19,
         0,
         20,
     )
     assert len(_read(kafka_service, topic, 0)) == 320
+    assert _state_value(kafka_service, name, topic, 0) is not None
+
+    # a stored state that the window does not reach cannot be told from a stale one: refused too
+    _others_write(kafka_service, topic, 300)
+    with pytest.raises(ProducerStateLostError, match="older than the window"):
+        _producer_run(kafka_service, name, topic, range(20), small)
+    # a restart that reads more than half its window past the stored state stores it again, so
+    # the next restart reads only what was written since
+    window = BrokerConfig(state_rebuild_records=400)
+    assert _producer_run(kafka_service, name, topic, range(20), window) == (19, 0, 20)
+    _others_write(kafka_service, topic, 300)
+    assert _producer_run(kafka_service, name, topic, range(20), window) == (19, 0, 20)
+    assert len(_read(kafka_service, topic, 0)) == 920
 
 
 def test_a_drop_in_whose_lost_state_the_window_cannot_rebuild_fails_with_a_fatal_error(kafka_service: Any) -> None:
