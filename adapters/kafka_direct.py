@@ -31,7 +31,11 @@ producer owns its own records:
   ``__idempotent_producer_state`` (key ``<name>\\0<topic>\\0<partition>``, partitioned by the
   name), so a restart continues from exactly what was committed, with the original offsets of
   its latest batches for duplicate answers. An anonymous producer never restarts, and writes
-  none.
+  none. Before its first batch on a partition a named producer records, once, in the metadata
+  topic that it writes it (``wrote:`` records), so a restart knows where a state must exist:
+  a state that is missing, older than the data or unreadable is rebuilt from the partition's
+  batch heads within a window, or the restart refused (:func:`recover_states`,
+  :mod:`adapters._producer_state`); it is never taken as empty.
 
 Errors are translated with the shared adapter's :func:`adapters.kafka._map_errors`.
 """
@@ -331,8 +335,9 @@ class KafkaProducerLog:
         config: CheckerConfig | None = None,
     ) -> dict[tuple[str, int], Snapshot]:
         """The producer's committed state on each partition it wrote (none when anonymous),
-        recovered as :func:`load_states` does (``producer_id``: the producer's id, whose
-        batches a replay applies).
+        recovered as :func:`recover_states` does (``producer_id``: the producer's id, whose
+        batches a replay applies). The states it rebuilt or completed are stored again at
+        once, in a transaction of their own.
 
         Raises:
             BackendUnavailableError: the state topic or a partition could not be read.
