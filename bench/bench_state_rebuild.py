@@ -14,9 +14,10 @@ named producer writes once more at the end. Its restart then reads the partition
   to the end, the same bytes;
 * **current**: the state as stored (the usual restart): the replay after it reads nothing.
 
-Each is timed as ``adapters.kafka_direct.load_states`` (the restart's state recovery, after
-its writer was opened), median of ``--repeats``; the rate is the data read per second, and the
-seconds per GB scale it to 1 GB.
+Each is timed as ``adapters.kafka_direct.load_states``: the part of a restart that recovers the
+state (the opening of its writer, which fences the older instances, is not counted; nor is the
+storing of the rebuilt state), on a fresh backend each time, median of ``--repeats``; the rate
+is the data read per second, and the seconds per GB scale it to 1 GB.
 
     python bench/bench_state_rebuild.py                  # 1 GB of 1 KB records
     python bench/bench_state_rebuild.py --megabytes 256  # a smaller run (the rate per GB is printed)
