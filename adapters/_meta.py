@@ -106,6 +106,12 @@ def unpack_origin(value: bytes) -> TopicOrigin:
     return TopicOrigin(bool(fields[0]), tuple(int(s) for s in fields[1]), bool(fields[2]))
 
 
+def written_key(producer_name: str, topic: str, partition: int) -> str:
+    """The metadata key saying that the named producer ``producer_name`` wrote a partition
+    (written once, before its first batch there; see :mod:`adapters._producer_state`)."""
+    return f"wrote:{producer_name}\0{topic}\0{partition}"
+
+
 def lease_key(topic: str, partition: int) -> str:
     """The metadata key of a partition's lease."""
     return f"lease:{partition}:{topic}"
@@ -144,6 +150,8 @@ class MetaLog(Generic[P]):
         self.leases: dict[tuple[str, int], Lease] = {}
         #: topic -> its first origin record in log order
         self.origins: dict[str, TopicOrigin] = {}
+        #: producer name -> the partitions it wrote (``wrote:`` records)
+        self.written: dict[str, set[tuple[str, int]]] = {}
 
     def apply(self, key: str, value: bytes | None, position: P) -> None:
         """Fold one message (``value`` None deletes the key).
@@ -172,6 +180,13 @@ class MetaLog(Generic[P]):
             topic = name.rpartition(":")[0]
             if topic not in self.origins:
                 self.origins[topic] = unpack_origin(value)
+        elif kind == "wrote":
+            producer, topic, partition = name.rsplit("\0", 2)
+            tp = (topic, int(partition))
+            if value is None:
+                self.written.get(producer, set()).discard(tp)
+            else:
+                self.written.setdefault(producer, set()).add(tp)
         elif kind == "idblock" and value is not None:
             self.blocks.append((position, int(value)))
         elif kind == "lease" and value is not None:

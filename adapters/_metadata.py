@@ -36,6 +36,7 @@ from adapters._meta import (
     pack_lease,
     pack_origin,
     pack_producer,
+    written_key,
 )
 from idempotent._ownership import Lease
 from idempotent._registry import ProducerRecord, merge_record
@@ -167,6 +168,26 @@ class CompactedMetadataStore(Generic[P]):
                 self._fold.settings.pop(key, None)
             else:
                 self._fold.settings[key] = value
+
+    # -- partitions a named producer wrote ---------------------------------------------------
+
+    def written_by(self, producer_name: str) -> set[tuple[str, int]]:
+        """The partitions the named producer ``producer_name`` is recorded to have written
+        (read up to the log's end)."""
+        with self._lock:
+            self.catch_up()
+            return set(self._fold.written.get(producer_name, ()))
+
+    def record_written(self, producer_name: str, partitions: Sequence[tuple[str, int]]) -> None:
+        """Record, durably and in one write, that ``producer_name`` writes ``partitions``
+        (before its first batch on each), so that a restart knows its state there must exist
+        even when the state itself is lost."""
+        fresh = [tp for tp in partitions if tp not in self._fold.written.get(producer_name, ())]
+        if not fresh:
+            return
+        with self._lock:
+            self._append([(written_key(producer_name, topic, partition), b"1") for topic, partition in fresh])
+            self._fold.written.setdefault(producer_name, set()).update(fresh)
 
     # -- leases ----------------------------------------------------------------------------
 

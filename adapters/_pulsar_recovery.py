@@ -16,6 +16,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from adapters._producer_state import state_lost
 from adapters._pulsar_entries import EntryWriter
 from adapters._pulsar_errors import map_errors, translate
 from adapters._pulsar_names import encode_offset, pulsar_topic_name, start_id
@@ -75,11 +76,18 @@ def open_partition(
     topic: str,
     partition: int,
     base: Snapshot | None,
+    rebuild: tuple[int, str] | None = None,
 ) -> tuple[EntryWriter, Snapshot]:
     """Take the producer's writer of a partition: wait until no other instance of it holds
     the partition topic, then read what it stored there since ``base`` (its newest state;
     None: it never wrote the partition, which starts now at the topic's end). A topic made
     by Pulsar's own tools is adopted; deduplication is switched on for it.
+
+    ``rebuild`` ``(window, why)``: the producer wrote the partition but its stored state there
+    is lost (``why``: missing, unreadable), so it is rebuilt from the whole partition, read
+    from its first message when it holds at most ``window`` messages; otherwise, or when
+    Pulsar says the producer stored entries there that the read does not find, the opening
+    is refused (:class:`~idempotent.errors.ProducerStateLostError`).
 
     Returns:
         The writer and the producer's complete state on the partition.
@@ -88,6 +96,7 @@ def open_partition(
         BackendUnavailableError: Pulsar failed, or another instance still holds the
             partition topic; no writer is left open.
         ConfigError: (translated) Pulsar refused the producer's settings.
+        ProducerStateLostError: ``rebuild`` could not rebuild the state; no writer is left open.
     """
     where = f"{topic}[{partition}]"
     with map_errors(f"prepare {where}"):
@@ -100,7 +109,25 @@ def open_partition(
         with map_errors(f"recover {where}"):
             last_id = int(producer.last_sequence_id())
             now = time.time()
-            if base is None:
+            if base is None and rebuild is not None:
+                window, why = rebuild
+                checker = PartitionChecker.restore(None, now=now)
+                read, found = replay(backend, name, checker, data_topic, window + 1)
+                if read > window or (last_id >= 0 and not found):
+                    held = f"the partition holds more than {window} messages" if read > window else ""
+                    raise state_lost(
+                        producer_key,
+                        topic,
+                        partition,
+                        why,
+                        held or f"none of the entries Pulsar says it stored there (up to {last_id}) is retained",
+                        None,
+                    )
+                checker.position = max(checker.position, backend._end(data_topic))
+                _LOG.warning(
+                    "pulsar: the state of %r on %s was %s; rebuilt from its %d messages", name, where, why, read
+                )
+            elif base is None:
                 if last_id >= 0 and named:
                     _LOG.warning(
                         "pulsar: %s holds entries of %r that its stored state does not name; resends of "
@@ -121,10 +148,18 @@ def open_partition(
     return EntryWriter(topic, partition, data_topic, producer, max(last_id + 1, 1), state.position), state
 
 
-def replay(backend: PulsarBackend, name: str, checker: PartitionChecker, data_topic: str) -> None:
+def replay(
+    backend: PulsarBackend, name: str, checker: PartitionChecker, data_topic: str, limit: int | None = None
+) -> tuple[int, int]:
     """Apply the entries of Pulsar producer ``name`` stored in ``data_topic`` from
-    ``checker.position`` to the end."""
-    for message in backend._read(data_topic, start_id(checker.position)):
+    ``checker.position`` to the end (or to ``limit`` messages read).
+
+    Returns:
+        How many messages were read, and how many entries applied.
+    """
+    read = applied = 0
+    for message in backend._read(data_topic, start_id(checker.position), limit):
+        read += 1
         if message.producer_name() != name:
             continue
         properties = message.properties()
@@ -145,6 +180,8 @@ def replay(backend: PulsarBackend, name: str, checker: PartitionChecker, data_to
                 float(message.event_timestamp() or message.publish_timestamp()) / 1000,
             )
         )
+        applied += 1
+    return read, applied
 
 
 def locate(

@@ -731,6 +731,20 @@ class KafkaBackend(MetadataDelegate):
         if origin is not None:  # an adopted topic's records before its adoption are not ours
             from_offset = max(from_offset, origin.start(partition))
         self._own(topic, partition)
+        return self.stored_batches(topic, partition, from_offset)
+
+    def stored_batches(
+        self, topic: str, partition: int, from_offset: int, producer_id: int | None = None
+    ) -> Iterator[StoredBatch]:
+        """The batches stored in a partition from ``from_offset`` to its end, read from their
+        heads (a record written without the checker is a batch of one without a producer), as
+        :meth:`replay` reads them but without taking the partition over: what a producer
+        writing the partition itself (``adapters.kafka_direct``) reads back to recover its
+        state. ``producer_id``: only that producer's batches.
+
+        Raises:
+            BackendUnavailableError: the partition could not be read.
+        """
         name = kafka_topic_name(topic, self.prefix)
         batches: list[StoredBatch] = []
         heads: list[BatchHead] = []
@@ -749,21 +763,37 @@ class KafkaBackend(MetadataDelegate):
                     continue
                 identity = _identity(message.headers())
                 if identity is None:  # a record written without the checker
-                    batches.append(StoredBatch(message.offset(), NO_PRODUCER_ID, Epoch(-1), Sequence(-1), 1, 0.0))
+                    if producer_id is None:
+                        batches.append(StoredBatch(message.offset(), NO_PRODUCER_ID, Epoch(-1), Sequence(-1), 1, 0.0))
                     continue
-                producer_id, epoch, sequence, count, timed = identity
+                writer, epoch, sequence, count, timed = identity
                 if count is None:  # inside a batch of the earlier layout (identity on each record)
                     continue
                 inside_until = message.offset() + count
                 timestamp = _seconds(message)
-                heads.append(BatchHead(message.offset(), count, producer_id, epoch, sequence, timestamp, timed))
-                batches.append(
-                    StoredBatch(
-                        message.offset(), ProducerId(producer_id), Epoch(epoch), Sequence(sequence), count, timestamp
+                heads.append(BatchHead(message.offset(), count, writer, epoch, sequence, timestamp, timed))
+                if producer_id is None or writer == producer_id:
+                    batches.append(
+                        StoredBatch(
+                            message.offset(), ProducerId(writer), Epoch(epoch), Sequence(sequence), count, timestamp
+                        )
                     )
-                )
             self.note_heads(name, partition, heads)
         return iter(batches)
+
+    def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """The first retained offset of a partition and its end.
+
+        Raises:
+            BackendUnavailableError: the partition could not be asked.
+        """
+        name = kafka_topic_name(topic, self.prefix)
+        with self._lock, _map_errors(f"offsets of {topic}[{partition}]"):
+            self._know(name)
+            low, high = self._reader.get_watermark_offsets(
+                KafkaTopicPartition(name, partition), timeout=self.timeout, cached=False
+            )
+        return int(low), int(high)
 
     def end_offset(self, topic: str, partition: int) -> int:
         self._check(topic, partition)

@@ -31,7 +31,11 @@ producer owns its own records:
   ``__idempotent_producer_state`` (key ``<name>\\0<topic>\\0<partition>``, partitioned by the
   name), so a restart continues from exactly what was committed, with the original offsets of
   its latest batches for duplicate answers. An anonymous producer never restarts, and writes
-  none.
+  none. Before its first batch on a partition a named producer records, once, in the metadata
+  topic that it writes it (``wrote:`` records), so a restart knows where a state must exist:
+  a state that is missing, older than the data or unreadable is rebuilt from the partition's
+  batch heads within a window, or the restart refused (:func:`recover_states`,
+  :mod:`adapters._producer_state`); it is never taken as empty.
 
 Errors are translated with the shared adapter's :func:`adapters.kafka._map_errors`.
 """
@@ -39,19 +43,26 @@ Errors are translated with the shared adapter's :func:`adapters.kafka._map_error
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
+
+import msgpack
 
 from adapters._heads import BatchHead, identity_headers, records_timed
 from adapters._kafka_bulk import BulkWriter, bulk_columns, writer_for
 from adapters._kafka_errors import map_errors, refused_record, translate
 from adapters._kafka_txn import TransactionalProducer, TxnState
 from adapters._meta import pack_snapshot, unpack_snapshot
+from adapters._producer_state import recover_state
 from adapters.kafka import KafkaBackend, kafka_topic_name
-from idempotent._records import Snapshot
+from idempotent._checker import CheckerConfig, PartitionChecker
+from idempotent._records import Snapshot, StoredBatch
 from idempotent.backend import AppendBatch
-from idempotent.errors import BackendUnavailableError, ConfigError, ProducerError
+from idempotent.broker_config import STATE_REBUILD_RECORDS
+from idempotent.errors import BackendUnavailableError, ConfigError, CorruptDataError, OwnershipLostError, ProducerError
 
 try:
     from confluent_kafka import KafkaError, KafkaException
@@ -131,15 +142,45 @@ def ensure_state_topic(backend: KafkaBackend) -> None:
         backend._wait_for_topics([name])
 
 
-def load_states(backend: KafkaBackend, producer_key: str) -> dict[tuple[str, int], Snapshot]:
-    """The newest committed state of ``producer_key`` on every partition it wrote.
+def load_states(
+    backend: KafkaBackend,
+    producer_key: str,
+    producer_id: int = -1,
+    *,
+    window: int = STATE_REBUILD_RECORDS,
+    config: CheckerConfig | None = None,
+) -> dict[tuple[str, int], Snapshot]:
+    """:func:`recover_states` without saying which states were rebuilt."""
+    return recover_states(backend, producer_key, producer_id, window=window, config=config)[0]
+
+
+def recover_states(
+    backend: KafkaBackend,
+    producer_key: str,
+    producer_id: int = -1,
+    *,
+    window: int = STATE_REBUILD_RECORDS,
+    config: CheckerConfig | None = None,
+) -> tuple[dict[tuple[str, int], Snapshot], list[tuple[str, int]]]:
+    """The state of the named producer ``producer_key`` (id ``producer_id``) on every
+    partition it wrote: its newest committed state in the state topic, completed by a replay
+    of the partition after it (:func:`adapters._producer_state.recover_state`), on every
+    partition the state topic or the metadata's ``wrote:`` records name. A state that is
+    missing, older than the data or unreadable is rebuilt from the partition's last
+    ``window`` offsets, or the restart refused; it is never taken as empty. A state key the
+    metadata does not record yet is recorded.
 
     Read after the producer's writer was opened (fenced), so no earlier instance can commit
     more.
 
+    Returns:
+        The states, and the partitions whose state should be stored again: rebuilt, completed
+        by the replay, or read more than half the window past.
+
     Raises:
-        BackendUnavailableError: the state topic could not be read.
-        CorruptDataError: a state record of this producer cannot be decoded.
+        BackendUnavailableError: the state topic, the metadata or a partition could not be read.
+        ProducerStateLostError: a state that cannot be rebuilt within the window (the
+            message names the partition and what to do); nothing was changed.
     """
     name = backend.prefix + STATE_TOPIC
     prefix = f"{producer_key}\0".encode()
@@ -151,7 +192,76 @@ def load_states(backend: KafkaBackend, producer_key: str) -> dict[tuple[str, int
                 continue
             _, topic, partition = key.decode().split("\0")
             found[(topic, int(partition))] = message.value()
-    return {tp: unpack_snapshot(value) for tp, value in found.items() if value is not None}
+    recorded = backend.metadata.written_by(producer_key)
+    backend.metadata.record_written(producer_key, sorted(set(found) - recorded))
+    counts: dict[str, int | None] = {}
+    states: dict[tuple[str, int], Snapshot] = {}
+    changed: list[tuple[str, int]] = []
+    now = time.time()
+    for topic, partition in sorted(recorded | set(found)):
+        stored, trouble = _decode_state(found.get((topic, partition)), config, now)
+        if topic not in counts:
+            counts[topic] = backend.describe_topic(topic)
+        count = counts[topic]
+        if count is None or partition >= count:  # the topic is gone: nothing there to resend against
+            if stored is not None:
+                states[(topic, partition)] = stored
+            continue
+        state = recover_state(
+            producer_key,
+            producer_id,
+            topic,
+            partition,
+            stored,
+            trouble,
+            backend.bounds(topic, partition),
+            window,
+            partial(_replay, backend, topic, partition, producer_id),
+            config=config,
+            now=now,
+        )
+        if state is not None:
+            states[(topic, partition)] = state
+            # stored again when rebuilt or completed, and when the replay read more than half
+            # the window past it: a later restart then reads from the end it read up to
+            if (
+                stored is None
+                or state.position - stored.position > window // 2
+                or _view(state, config, now) != _view(stored, config, now)
+            ):
+                changed.append((topic, partition))
+        if trouble is not None and state is not None:
+            _LOG.warning(
+                "kafka: the state of producer %r on %s[%d] was %s; rebuilt from the partition's records",
+                producer_key,
+                topic,
+                partition,
+                trouble,
+            )
+    return states, changed
+
+
+def _view(snapshot: Snapshot, config: CheckerConfig | None, now: float) -> dict[int, tuple[object, ...]]:
+    """What a state holds for its producers (not where it was taken)."""
+    return PartitionChecker.restore(snapshot, config, now=now).state()
+
+
+def _replay(backend: KafkaBackend, topic: str, partition: int, producer_id: int, start: int) -> list[StoredBatch]:
+    return list(backend.stored_batches(topic, partition, start, producer_id))
+
+
+def _decode_state(value: bytes | None, config: CheckerConfig | None, now: float) -> tuple[Snapshot | None, str | None]:
+    """A stored state record's snapshot, or None and why (``missing``, ``unreadable: ...``)."""
+    if value is None:
+        return None, "missing"
+    try:
+        snapshot = unpack_snapshot(value)
+        PartitionChecker.restore(snapshot, config, now=now)  # it decodes
+    except CorruptDataError as exc:
+        return None, f"unreadable ({exc})"
+    except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
+        return None, f"unreadable ({exc!r})"
+    return snapshot, None
 
 
 class KafkaProducerLog:
@@ -213,16 +323,57 @@ class KafkaProducerLog:
         self.unresolved: list[tuple[str, int, int]] | None = None
         self._late = False
         self._bulk_writer: BulkWriter | None = None
+        #: the partitions the metadata records this producer writes (``wrote:`` records)
+        self._recorded: set[tuple[str, int]] = set()
         self._txn = TransactionalProducer(config, backend.timeout, f"the producer {transactional_id!r}")
 
-    def load_states(self) -> dict[tuple[str, int], Snapshot]:
-        """The producer's committed state on each partition it wrote (none when anonymous).
+    def load_states(
+        self,
+        producer_id: int = -1,
+        *,
+        window: int = STATE_REBUILD_RECORDS,
+        config: CheckerConfig | None = None,
+    ) -> dict[tuple[str, int], Snapshot]:
+        """The producer's committed state on each partition it wrote (none when anonymous),
+        recovered as :func:`recover_states` does (``producer_id``: the producer's id, whose
+        batches a replay applies). The states it rebuilt or completed are stored again at
+        once, in a transaction of their own.
 
         Raises:
-            BackendUnavailableError: the state topic could not be read.
-            CorruptDataError: a state record cannot be decoded.
+            BackendUnavailableError: the state topic or a partition could not be read.
+            ProducerStateLostError: a state that cannot be rebuilt within ``window``.
         """
-        return load_states(self.backend, self.producer_key) if self.named else {}
+        if not self.named:
+            return {}
+        states, changed = recover_states(self.backend, self.producer_key, producer_id, window=window, config=config)
+        self._recorded.update(self.backend.metadata.written_by(self.producer_key))
+        if changed:
+            self._store_states({tp: states[tp] for tp in changed})
+        return states
+
+    def _store_states(self, states: dict[tuple[str, int], Snapshot]) -> None:
+        """Store rebuilt states at once, in a transaction of their own (a later restart need
+        not rebuild them again). A failure is logged: the states are stored with the next
+        write anyway.
+
+        Raises:
+            OwnershipLostError: a newer instance of this producer fenced this one.
+        """
+        name = self.backend.prefix + STATE_TOPIC
+        key = self.producer_key
+        try:
+            with self._txn.transaction() as producer:
+                for (topic, partition), snapshot in states.items():
+                    producer.produce(
+                        name,
+                        key=state_key(key, topic, partition),
+                        value=pack_snapshot(snapshot),
+                        partition=state_partition(key),
+                    )
+        except OwnershipLostError:
+            raise
+        except ProducerError as exc:
+            _LOG.warning("kafka: the rebuilt states of %r were not stored (stored with its next write): %s", key, exc)
 
     def close(self) -> None:
         """Drop the transactional producer (an open transaction is ended by Kafka)."""
@@ -249,6 +400,11 @@ class KafkaProducerLog:
         """
         if self.unresolved is not None:
             raise BackendUnavailableError(f"kafka: {self.transactional_id!r}: a commit in doubt is not settled yet")
+        if self.named:  # a partition written for the first time is recorded before its first batch
+            fresh = {(topic, partition) for topic, partition, _ in batches} - self._recorded
+            if fresh:
+                self.backend.metadata.record_written(self.producer_key, sorted(fresh))
+                self._recorded |= fresh
         offsets = [-1] * len(batches)
         errors: list[Any] = []
         committing = False
@@ -524,4 +680,5 @@ __all__ = [
     "ensure_state_topic",
     "load_states",
     "open_producer_log",
+    "recover_states",
 ]

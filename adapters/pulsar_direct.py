@@ -93,11 +93,14 @@ from adapters._pulsar_producer_state import (
 from adapters._pulsar_producer_state import unpack_states as unpack_states
 from adapters._pulsar_recovery import locate, open_partition
 from adapters.pulsar import PulsarBackend
+from idempotent._checker import CheckerConfig
 from idempotent._records import BatchHeader, Snapshot
 from idempotent.backend import AppendBatch
+from idempotent.broker_config import STATE_REBUILD_RECORDS
 from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
+    CorruptDataError,
     OwnershipLostError,
     ProducerError,
 )
@@ -223,38 +226,69 @@ class PulsarProducerLog:
         """Open the state producer with ExclusiveWithFencing: fences every earlier instance."""
         self._state_producer = open_state_producer(self.backend, self._state_topic, self.name, self.producer_key)
 
-    def _open(self, topic: str, partition: int, base: Snapshot | None) -> tuple[EntryWriter, Snapshot]:
+    def _open(
+        self, topic: str, partition: int, base: Snapshot | None, rebuild: tuple[int, str] | None = None
+    ) -> tuple[EntryWriter, Snapshot]:
         """Take this producer's writer of a partition (:func:`~adapters._pulsar_recovery.open_partition`:
-        from ``base``, its newest state there, or None when it never wrote it) and keep it.
+        from ``base``, its newest state there, or None when it never wrote it, or when its
+        state there is lost: then ``rebuild`` is ``(window, why)``) and keep it.
 
         Returns:
             The writer and the producer's complete state on the partition.
         """
         writer, state = open_partition(
-            self.backend, self.name, self.producer_key, self.named, self._options, topic, partition, base
+            self.backend, self.name, self.producer_key, self.named, self._options, topic, partition, base, rebuild
         )
         self._writers[(topic, partition)] = writer
         return writer, state
 
     # -- ProducerLog -------------------------------------------------------------------------
 
-    def load_states(self) -> dict[tuple[str, int], Snapshot]:
+    def load_states(
+        self,
+        producer_id: int = -1,
+        *,
+        window: int = STATE_REBUILD_RECORDS,
+        config: CheckerConfig | None = None,
+    ) -> dict[tuple[str, int], Snapshot]:
         """The producer's complete state on every partition it wrote (none when anonymous):
         the newest stored state, completed by reading each partition from its position on
-        (holding the partition topic, so no earlier instance can add to it meanwhile).
+        (holding the partition topic, so no earlier instance can add to it meanwhile). A
+        partition the metadata records it wrote (``wrote:`` records) whose state is missing
+        from the newest state message, or all of them when that message is unreadable, is
+        rebuilt from the whole partition when it holds at most ``window`` messages, never
+        taken as empty; the repaired state is stored at once. The entries replayed are the
+        ones of this producer's Pulsar name (``producer_id`` and ``config`` are not needed).
 
         Raises:
             BackendUnavailableError: Pulsar could not be read, or another instance of the
                 producer still holds a partition topic.
-            CorruptDataError: the stored state cannot be decoded.
+            ProducerStateLostError: a lost state that cannot be rebuilt (the message names the
+                partition and what to do).
         """
         if not self.named:
             return {}
-        stored = read_states(self.backend, self._state_topic, self.producer_key)
-        for (topic, partition), snapshot in stored.items():
+        why = "missing"
+        try:
+            stored = read_states(self.backend, self._state_topic, self.producer_key)
+        except CorruptDataError as exc:
+            stored, why = {}, f"unreadable ({exc})"
+        metadata = self.backend.metadata
+        recorded = metadata.written_by(self.producer_key)
+        metadata.record_written(self.producer_key, sorted(set(stored) - recorded))
+        topics = self.backend.list_topics()
+        rebuilt = False
+        for topic, partition in sorted(recorded | set(stored)):
             if (topic, partition) in self._writers:
                 continue
-            _, self._states[(topic, partition)] = self._open(topic, partition, snapshot)
+            snapshot = stored.get((topic, partition))
+            if snapshot is None and partition >= topics.get(topic, 0):
+                continue  # the topic is gone: nothing there to resend against
+            rebuild = None if snapshot is not None else (window, why)
+            _, self._states[(topic, partition)] = self._open(topic, partition, snapshot, rebuild)
+            rebuilt = rebuilt or rebuild is not None
+        if rebuilt:
+            self._write_state(wait=True)
         return dict(self._states)
 
     @property
@@ -450,6 +484,8 @@ class PulsarProducerLog:
         if self.named and not self._state_producer.is_connected():
             self._write_state(wait=True)
         fresh = [(t, p) for t, p in partitions if (t, p) not in self._writers]
+        if fresh and self.named:  # recorded before the state names them and before their first entry
+            self.backend.metadata.record_written(self.producer_key, fresh)
         for topic, partition in fresh:
             _, state = self._open(topic, partition, None)
             with self._mutex:

@@ -31,6 +31,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from ._checker import CheckerConfig
 from ._ownership import Lease
 from ._records import BatchHeader, Record, Snapshot, StoredBatch, StoredRecord
 from ._registry import ProducerRecord
@@ -270,13 +271,18 @@ class ProducerLog(Protocol):
     max_batch_bytes: int
     max_batch_records: int
 
-    def load_states(self) -> dict[tuple[str, int], Snapshot]:
+    def load_states(
+        self, producer_id: int = -1, *, window: int = ..., config: CheckerConfig | None = None
+    ) -> dict[tuple[str, int], Snapshot]:
         """The producer's checker state on every partition it wrote, as committed (named
-        producers; empty for anonymous ones).
+        producers; empty for anonymous ones): the stored state completed by a replay of the
+        partition after it, applying the batches of ``producer_id``; a stored state that is
+        missing, older than the data or unreadable is rebuilt from the partition's last
+        ``window`` offsets, never taken as empty (``config``: the checker's bounds).
 
         Raises:
             BackendUnavailableError: the states could not be read.
-            CorruptDataError: a state cannot be decoded.
+            ProducerStateLostError: a state the window cannot rebuild; nothing changed.
         """
         ...
 

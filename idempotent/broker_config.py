@@ -8,6 +8,9 @@ from ._checker import CheckerConfig, Policy
 from ._values import MAX_PARTITIONS
 from .errors import ConfigError
 
+#: the default of :attr:`BrokerConfig.state_rebuild_records`
+STATE_REBUILD_RECORDS = 2_000_000
+
 
 @attrs.frozen
 class BrokerConfig:
@@ -40,6 +43,12 @@ class BrokerConfig:
             producer neither initialised nor seen writing is deleted by :meth:`Broker.maintain`
             (Kafka's ``transactional.id.expiration.ms``, 7 days). A later ``init`` of the name
             gets a fresh id with no state on any partition (docs/semantics.md).
+        state_rebuild_records: a producer writing straight into Kafka or Pulsar
+            (:class:`~idempotent.direct.DirectBroker`): how many of a partition's last
+            offsets its restart reads back, at most, to rebuild its stored state there when
+            that state is missing, older than the data or unreadable (docs/semantics.md,
+            "Lost producer state"). A state the window cannot rebuild refuses the restart
+            with :class:`~idempotent.errors.ProducerStateLostError`.
     """
 
     checker: CheckerConfig = attrs.field(factory=CheckerConfig)
@@ -57,6 +66,7 @@ class BrokerConfig:
     lease_duration: float = 10.0
     producer_record_retention: float = 7 * 24 * 3600.0
     topic_refresh_interval: float = 10.0
+    state_rebuild_records: int = STATE_REBUILD_RECORDS
 
     def __attrs_post_init__(self) -> None:
         if not self.producer_record_retention > 0:
@@ -69,5 +79,7 @@ class BrokerConfig:
             raise ConfigError(f"default_partitions must be 1..{MAX_PARTITIONS}")
         if self.id_block_size < 1:
             raise ConfigError("id_block_size must be positive")
+        if self.state_rebuild_records < 1:
+            raise ConfigError("state_rebuild_records must be positive")
         if not self.topic_refresh_interval >= 0:
             raise ConfigError("topic_refresh_interval must be 0 or more seconds")

@@ -306,7 +306,10 @@ class DirectBroker(ProduceShortcuts):
         Raises:
             ConfigError: bad name, or this broker already has a producer.
             BackendUnavailableError: the log or its metadata could not be reached.
-            CorruptDataError: the producer's stored state cannot be decoded.
+            ProducerStateLostError: a named producer's stored state on a partition it wrote
+                is missing, older than the data or unreadable, and the partition's last
+                ``config.state_rebuild_records`` offsets cannot rebuild it (docs/semantics.md,
+                "Lost producer state"); nothing is opened.
         """
         if producer_name is not None:
             validate_name(producer_name)
@@ -332,7 +335,9 @@ class DirectBroker(ProduceShortcuts):
             if log is None:
                 key = str(record.producer_id)
                 log = self._module.open_producer_log(self.backend, key, False, self._log_settings)
-            states = log.load_states()
+            states = log.load_states(
+                record.producer_id, window=self.config.state_rebuild_records, config=self.config.checker
+            )
         except BaseException:
             if log is not None:
                 log.close()

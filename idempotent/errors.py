@@ -41,7 +41,10 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     │   └── IllegalStateTransition        a state machine was asked for a move its    FATAL
     │                                     transition table does not have (a bug)
     ├── CorruptDataError                  stored data (a snapshot, a damaged SQLite   FATAL
-    │                                     file) cannot be decoded
+    │   │                                 file) cannot be decoded
+    │   └── ProducerStateLostError        a named producer's stored state is lost,    FATAL
+    │                                     stale or unreadable and the log cannot
+    │                                     rebuild it: its restart is refused
     └── DeliveryFailed                    a message's terminal failure, set on its future;
                                           ``status`` says NOT_PERSISTED or POSSIBLY_PERSISTED,
                                           ``__cause__`` holds the error above that caused it
@@ -314,6 +317,22 @@ class CorruptDataError(ProducerError):
     how to check it). Retrying cannot repair it."""
 
     code: ClassVar[int] = 3
+
+
+@attrs.frozen(str=False)
+class ProducerStateLostError(CorruptDataError):
+    """A named producer's restart was refused: its stored checker state on a partition it
+    wrote is missing, older than the data, or unreadable, and the partition's records within
+    the rebuild window do not decide where its sequences end. Starting from an empty state
+    would store its resends a second time, so nothing was opened and nothing written. The
+    message names the producer, the topic and partition, and what to do (raise the rebuild
+    window, or open the producer under a new name). ``producer_name``, ``topic`` and
+    ``partition`` say which state."""
+
+    producer_name: str = ""
+    topic: str = ""
+    partition: int = -1
+    code: ClassVar[int] = 5
 
 
 def internal_error(what: str, exc: BaseException, log: logging.Logger) -> InternalError:

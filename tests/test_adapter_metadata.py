@@ -192,3 +192,17 @@ def test_a_deleted_topic_leaves_the_records() -> None:
     assert log.records[-1] == ("topic:t", None)
     assert one.partition_count("t") is None and one.list_topics() == {"u": 1}
     assert other.list_topics() == {"u": 1}
+
+
+def test_the_partitions_a_named_producer_wrote_are_recorded_once_and_seen_by_every_store() -> None:
+    log = KeyedLog()
+    one, other = log.store(), log.store()
+    assert one.written_by("feed") == set()
+    one.record_written("feed", [("orders", 0), ("orders:eu", 2)])
+    one.record_written("feed", [("orders", 0)])  # known: nothing written
+    assert len(log.records) == 2 and all(key.startswith("wrote:feed\0") for key, _ in log.records)
+    one.record_written("other", [("orders", 0)])
+    assert other.written_by("feed") == {("orders", 0), ("orders:eu", 2)}
+    assert other.written_by("other") == {("orders", 0)} and other.written_by("nobody") == set()
+    log.append([("wrote:feed\0orders\x000", None)])  # a tombstone forgets it
+    assert other.written_by("feed") == {("orders:eu", 2)}

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..api import BrokerAPI
+from ..broker_config import BrokerConfig
 from ._kafka_errors import KafkaError, KafkaException
 from ._partitioners import PARTITIONERS
 from ._rdkafka import PROPERTIES
@@ -168,6 +169,8 @@ class Config:
         self.url: str | None = None
         self.bootstrap: str | None = None
         self.producer_name: str | None = None
+        #: BrokerConfig.state_rebuild_records of a producer writing into Kafka itself (None: its default)
+        self.state_rebuild_records: int | None = None
         self.on_delivery: Callable[[Any, Any], Any] | None = None
         self.error_cb: Callable[[KafkaError], Any] | None = None
         self.stats_cb: Callable[[str], Any] | None = None
@@ -203,6 +206,8 @@ class Config:
                 if not isinstance(value, BrokerAPI):
                     raise _invalid(f"Configuration property 'idempotent.broker' must be a broker handle, not {value!r}")
                 self.broker = value
+            elif key == "idempotent.state.rebuild.records":
+                self.state_rebuild_records = _as_int(raw_key, value, 1, 2**63 - 1)
             elif key in ("idempotent.producer.name", "transactional.id"):
                 if not isinstance(value, str) or not value:
                     raise _invalid(f"Configuration property {key!r} must be a non-empty str")
@@ -315,7 +320,10 @@ class Config:
         client_config = dict(self.connection)
         if self.logger is not None:
             client_config["logger"] = self.logger
-        return {"client_config": client_config, "log_settings": dict(self.writer)}
+        options: dict[str, Any] = {"client_config": client_config, "log_settings": dict(self.writer)}
+        if self.state_rebuild_records is not None:
+            options["config"] = BrokerConfig(state_rebuild_records=self.state_rebuild_records)
+        return options
 
 
 _NO_EFFECT_REASON = (

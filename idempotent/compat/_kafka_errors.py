@@ -20,6 +20,7 @@ from ..errors import (
     PartitionRecoveringError,
     ProducerClosedError,
     ProducerFencedError,
+    ProducerStateLostError,
     QueueFullError,
     RequestTimeoutError,
     SequenceDesyncError,
@@ -222,7 +223,12 @@ def kafka_error_for(error: BaseException, stopped: bool | None = None) -> KafkaE
         fatal = stopped
     else:
         fatal = isinstance(
-            cause, ProducerFencedError | UnknownProducerError | SequenceDesyncError | DeliveryTimeoutError
+            cause,
+            ProducerFencedError
+            | UnknownProducerError
+            | SequenceDesyncError
+            | DeliveryTimeoutError
+            | ProducerStateLostError,
         )
     return KafkaError(code, str(error), fatal=fatal, retriable=retriable and not fatal, status=status, cause=error)
 
@@ -238,7 +244,12 @@ def kafka_error_of(cause: BaseException, status: DeliveryStatus | None, stopped:
         fatal = stopped
     else:
         fatal = isinstance(
-            cause, ProducerFencedError | UnknownProducerError | SequenceDesyncError | DeliveryTimeoutError
+            cause,
+            ProducerFencedError
+            | UnknownProducerError
+            | SequenceDesyncError
+            | DeliveryTimeoutError
+            | ProducerStateLostError,
         )
     return KafkaError(code, str(cause), fatal=fatal, retriable=retriable and not fatal, status=mapped, cause=cause)
 
@@ -247,6 +258,8 @@ def _code_for(cause: BaseException, status: MessageStatus | None) -> tuple[int, 
     """``(code, retriable)`` for an idempotent error."""
     if isinstance(cause, ProducerFencedError):
         return KafkaError._FENCED, False
+    if isinstance(cause, ProducerStateLostError):  # the restart was refused: the operator acts
+        return KafkaError._STATE, False
     if isinstance(cause, UnknownProducerError):
         return KafkaError.UNKNOWN_PRODUCER_ID, False
     if isinstance(cause, SequenceDesyncError):
