@@ -1,0 +1,208 @@
+"""Producer processes for the broker-outage tests (``python -m tests.outage_apps MODE ...``),
+each writing ``NAME-i`` records (keys ``k0`` .. ``k49``, ``i`` its sequence of the whole run)
+at a steady rate while the test stops, pauses or restarts Kafka under it.
+
+Each prints one JSON line when it is done: how every record ended (``persisted``,
+``not_persisted``, ``possibly_persisted``, by index), the errors sends raised, the records
+``flush`` left pending, and whether the producer wrote again after the fault (``resumed``: a
+record acknowledged after the first failure or the longest gap).
+
+* ``producer URL TOPIC NAME COUNT RATE DELIVERY_MS``: :class:`idempotent.Producer` named NAME
+  over ``URL`` (``kafka://...``), ``delivery_timeout_ms=DELIVERY_MS``, COUNT records at RATE
+  a second, flushed; when a record failed, 200 more (they must persist: the producer
+  resumes by itself).
+* ``dropin BOOTSTRAP TOPIC NAME COUNT RATE DELIVERY_MS [numbered]``: the confluent-kafka
+  drop-in with ``transactional.id`` NAME and ``message.timeout.ms=DELIVERY_MS``, the same way,
+  through ``produce(..., partition=i % 3, sequence=i // 3)`` (or, with ``numbered``, keyed and
+  numbered by the producer).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+_FLUSH_TIMEOUT = 240.0
+#: the partitions of the tests' topics (the drop-in numbers its records per partition)
+PARTITIONS = 3
+
+
+class Tally:
+    """How each record ended, fed from delivery callbacks (any thread)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ended: dict[int, str] = {}
+        self.errors: dict[str, int] = {}
+        self.duplicates = 0
+        self.acked_at: list[float] = []
+
+    def end(self, index: int, outcome: str, error: str | None = None, duplicate: bool = False) -> None:
+        with self.lock:
+            assert index not in self.ended, f"record {index} ended twice"
+            self.ended[index] = outcome
+            if error is not None:
+                self.errors[error] = self.errors.get(error, 0) + 1
+            if outcome == "persisted":
+                self.duplicates += duplicate
+                self.acked_at.append(time.monotonic())
+
+    def failed(self) -> bool:
+        with self.lock:
+            return any(outcome != "persisted" for outcome in self.ended.values())
+
+    def result(self, sent: int, left: int, send_errors: dict[str, int], began: float) -> dict[str, Any]:
+        with self.lock:
+            by: dict[str, list[int]] = {"persisted": [], "not_persisted": [], "possibly_persisted": []}
+            for index, outcome in sorted(self.ended.items()):
+                by[outcome].append(index)
+            acked = sorted(self.acked_at)
+            gaps = [b - a for a, b in itertools.pairwise(acked)]
+            return {
+                "sent": sent,
+                "left": left,
+                "unended": sent - len(self.ended),
+                "send_errors": send_errors,
+                "errors": self.errors,
+                "duplicates": self.duplicates,
+                "longest_gap": max(gaps, default=0.0),
+                "seconds": time.monotonic() - began,
+                **by,
+            }
+
+
+def _paced(index: int, began: float, rate: float) -> None:
+    pause = began + index / rate - time.monotonic()
+    if pause > 0:
+        time.sleep(pause)
+
+
+def producer(url: str, topic: str, name: str, count: int, rate: float, delivery_ms: float) -> dict[str, Any]:
+    import idempotent
+    from idempotent.errors import DeliveryFailed, ProducerError
+
+    tally = Tally()
+    send_errors: dict[str, int] = {}
+    began = time.monotonic()
+    with idempotent.Producer(url, name, delivery_timeout_ms=delivery_ms, linger_ms=5) as p:
+
+        def report_of(index: int) -> Any:
+            def report(error: Any, metadata: Any) -> None:
+                if error is None:
+                    tally.end(index, "persisted", duplicate=metadata.duplicate)
+                elif isinstance(error, DeliveryFailed):
+                    tally.end(index, error.status.value, type(error.__cause__ or error).__name__)
+                else:
+                    tally.end(index, "possibly_persisted", f"unexpected {type(error).__name__}")
+
+            return report
+
+        index = 0
+
+        def send_up_to(count: int) -> bool:
+            nonlocal index
+            while index < count:
+                try:
+                    p.send(topic, f"{name}-{index}".encode(), key=f"k{index % 50}".encode(),
+                           on_delivery=report_of(index))  # fmt: skip
+                except ProducerError as exc:  # a refused send: noted, and tried again unless fatal
+                    kind = type(exc).__name__
+                    send_errors[kind] = send_errors.get(kind, 0) + 1
+                    if not exc.retriable:
+                        return False
+                    time.sleep(0.05)
+                    continue
+                index += 1
+                _paced(index, began, rate)
+            return True
+
+        if send_up_to(count) and p.flush(_FLUSH_TIMEOUT) == 0 and tally.failed():
+            began = time.monotonic() - index / rate
+            send_up_to(index + 200)  # records after the failed ones must persist: it resumed
+        left = p.flush(_FLUSH_TIMEOUT)
+        return tally.result(index, left, send_errors, began)
+
+
+def dropin(
+    bootstrap: str, topic: str, name: str, count: int, rate: float, delivery_ms: float, numbered: bool = False
+) -> dict[str, Any]:
+    from idempotent.compat import confluent_kafka
+
+    tally = Tally()
+    send_errors: dict[str, int] = {}
+    began = time.monotonic()
+    p = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": name,
+            "linger.ms": 5,
+            "message.timeout.ms": int(delivery_ms),
+            "request.timeout.ms": 5000,
+        }
+    )
+
+    def report_of(index: int) -> Any:
+        def report(err: Any, msg: Any) -> None:
+            if err is None:
+                tally.end(index, "persisted", duplicate=msg.duplicate())
+            else:
+                # the drop-in's report: retriable() when nothing was stored (safe to resend)
+                outcome = "not_persisted" if err.retriable() and not err.txn_requires_abort() else "possibly_persisted"
+                tally.end(index, outcome, err.name())
+
+        return report
+
+    index = 0
+
+    def produce_up_to(count: int) -> bool:
+        nonlocal index
+        while index < count:
+            value, key = f"{name}-{index}".encode(), f"k{index % 50}".encode()
+            try:
+                if numbered:
+                    p.produce(topic, value, key=key, on_delivery=report_of(index))
+                else:  # the application's sequence: the record's place in its partition (strict: no gaps)
+                    p.produce(topic, value, key=key, on_delivery=report_of(index),
+                              partition=index % PARTITIONS, sequence=index // PARTITIONS)  # fmt: skip
+            except BufferError:
+                p.poll(0.05)
+                continue
+            except confluent_kafka.KafkaException as exc:
+                error = exc.args[0]
+                send_errors[error.name()] = send_errors.get(error.name(), 0) + 1
+                if error.fatal() or not error.retriable():
+                    return False
+                p.poll(0.05)
+                continue
+            index += 1
+            if index % 50 == 0:
+                p.poll(0)
+            _paced(index, began, rate)
+        return True
+
+    if produce_up_to(count) and p.flush(_FLUSH_TIMEOUT) == 0 and tally.failed():
+        began = time.monotonic() - index / rate
+        produce_up_to(index + 200)  # records after the failed ones must persist: it resumed
+    left = p.flush(_FLUSH_TIMEOUT)
+    p.close()
+    return tally.result(index, left, send_errors, began)
+
+
+def main(argv: list[str]) -> int:
+    mode, target, topic, name, count, rate, delivery_ms, *flags = argv
+    if mode == "producer":
+        result = producer(target, topic, name, int(count), float(rate), float(delivery_ms))
+    elif mode == "dropin":
+        result = dropin(target, topic, name, int(count), float(rate), float(delivery_ms), "numbered" in flags)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
