@@ -514,8 +514,8 @@ class ProducerSequencer:
             elif previous == NO_SEQUENCE or not at_or_before(last, previous):
                 self._acked[tp] = last
             failure = self._place(ps, batch, outcome) if undecided else None
-            if ps.expired_from is not None and at_or_before(ps.expired_from, batch.base_sequence):
-                ps.expired_from = None  # stored behind the expired batches: no hole to fill
+            if ps.expired:  # the expired batches before a stored one are settled: no hole there
+                ps.expired = {b for b in ps.expired if not at_or_before(b, batch.base_sequence)}
             self._finish(batch, _DELIVER)
             self._events.append(BatchDelivered(batch, result.base_offset, outcome is Outcome.DUPLICATE))
             if failure is not None:
@@ -536,11 +536,7 @@ class ProducerSequencer:
                 batch.state, batch.not_before = transition(batch.state, _RETRY), now
             elif expected is not None and expected == ps.given_back and self._renumber(ps, batch, expected):
                 pass  # refused behind a batch that was refused for good: numbered again
-            elif (
-                expected is not None
-                and expected == ps.expired_from
-                and self._renumber(ps, batch, expected, expired=True)
-            ):
+            elif expected is not None and expected in ps.expired and self._renumber(ps, batch, expected, expired=True):
                 pass  # behind batches that expired and are not stored: numbered again
             elif self._predecessor_pending(ps, batch, expected):
                 batch.state, batch.not_before = transition(batch.state, _RETRY), now
@@ -675,8 +671,8 @@ class ProducerSequencer:
         when one of them cannot be numbered again: it carries the application's sequences, or
         an attempt of it went unanswered (it may still be stored).
 
-        ``expired``: the hole is where batches that expired unacknowledged began
-        (:attr:`SendWindow.expired_from`). The broker's answer shows that nothing from
+        ``expired``: the hole is where a batch that expired unacknowledged began
+        (:attr:`SendWindow.expired`). The broker's answer shows that nothing from
         ``start`` on is stored (it stores only the next sequence, and a broker that writes a
         group before it answers settles a write in doubt before the next one), so batches
         sent behind them are numbered again even when an attempt of theirs went unanswered."""
@@ -692,7 +688,8 @@ class ProducerSequencer:
             previous = last_sequence_of(sequence, len(b.records))
             sequence = next_sequence(sequence, len(b.records))
         ps.next_sequence, ps.sent = sequence, previous
-        ps.given_back = ps.expired_from = None
+        ps.given_back = None
+        ps.expired.clear()
         return True
 
     def handle_timeout(self, now: float) -> None:
@@ -706,8 +703,8 @@ class ProducerSequencer:
         for ps in self._partitions.values():
             for b in [b for b in ps.inflight if b.created_at + self.delivery_timeout <= now]:
                 b.doubtful = True  # sent at least once, without a definite answer
-                if not b.explicit and ps.expired_from is None:
-                    ps.expired_from = b.base_sequence
+                if not b.explicit:
+                    ps.expired.add(b.base_sequence)
                 self._refuse(
                     b,
                     DeliveryTimeoutError(

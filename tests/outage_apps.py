@@ -9,8 +9,8 @@ record acknowledged after the first failure or the longest gap).
 
 * ``producer URL TOPIC NAME COUNT RATE DELIVERY_MS``: :class:`idempotent.Producer` named NAME
   over ``URL`` (``kafka://...``), ``delivery_timeout_ms=DELIVERY_MS``, COUNT records at RATE
-  a second, flushed; when a record failed, 200 more (they must persist: the producer
-  resumes by itself).
+  a second, flushed; when a record failed, rounds of 100 more until one persists whole
+  (``resumed_after``: the producer resumes by itself).
 * ``dropin BOOTSTRAP TOPIC NAME COUNT RATE DELIVERY_MS [numbered]``: the confluent-kafka
   drop-in with ``transactional.id`` NAME and ``message.timeout.ms=DELIVERY_MS``, the same way,
   through ``produce(..., partition=i % 3, sequence=i // 3)`` (or, with ``numbered``, keyed and
@@ -27,6 +27,8 @@ import time
 from typing import Any
 
 _FLUSH_TIMEOUT = 240.0
+#: how long the records after a failed one are sent in rounds until a round persists whole
+_RESUME_WITHIN = 150.0
 #: the partitions of the tests' topics (the drop-in numbers its records per partition)
 PARTITIONS = 3
 
@@ -40,6 +42,8 @@ class Tally:
         self.errors: dict[str, int] = {}
         self.duplicates = 0
         self.acked_at: list[float] = []
+        #: seconds from the end of the first run to the first round of records that all persisted
+        self.resumed_after: float | None = None
 
     def end(self, index: int, outcome: str, error: str | None = None, duplicate: bool = False) -> None:
         with self.lock:
@@ -50,6 +54,10 @@ class Tally:
             if outcome == "persisted":
                 self.duplicates += duplicate
                 self.acked_at.append(time.monotonic())
+
+    def all_persisted(self, start: int, stop: int) -> bool:
+        with self.lock:
+            return all(self.ended.get(i) == "persisted" for i in range(start, stop))
 
     def failed(self) -> bool:
         with self.lock:
@@ -70,6 +78,7 @@ class Tally:
                 "errors": self.errors,
                 "duplicates": self.duplicates,
                 "longest_gap": max(gaps, default=0.0),
+                "resumed_after": self.resumed_after,
                 "seconds": time.monotonic() - began,
                 **by,
             }
@@ -121,8 +130,16 @@ def producer(url: str, topic: str, name: str, count: int, rate: float, delivery_
             return True
 
         if send_up_to(count) and p.flush(_FLUSH_TIMEOUT) == 0 and tally.failed():
-            began = time.monotonic() - index / rate
-            send_up_to(index + 200)  # records after the failed ones must persist: it resumed
+            # records after the failed ones must persist: rounds of 100 until one persists whole
+            resuming = time.monotonic()
+            while time.monotonic() - resuming < _RESUME_WITHIN:
+                first = index
+                began = time.monotonic() - index / rate
+                if not send_up_to(index + 100) or p.flush(_FLUSH_TIMEOUT) != 0:
+                    break
+                if tally.all_persisted(first, index):
+                    tally.resumed_after = time.monotonic() - resuming
+                    break
         left = p.flush(_FLUSH_TIMEOUT)
         return tally.result(index, left, send_errors, began)
 
@@ -185,8 +202,16 @@ def dropin(
         return True
 
     if produce_up_to(count) and p.flush(_FLUSH_TIMEOUT) == 0 and tally.failed():
-        began = time.monotonic() - index / rate
-        produce_up_to(index + 200)  # records after the failed ones must persist: it resumed
+        # records after the failed ones must persist: rounds of 100 until one persists whole
+        resuming = time.monotonic()
+        while time.monotonic() - resuming < _RESUME_WITHIN:
+            first = index
+            began = time.monotonic() - index / rate
+            if not produce_up_to(index + 100) or p.flush(_FLUSH_TIMEOUT) != 0:
+                break
+            if tally.all_persisted(first, index):
+                tally.resumed_after = time.monotonic() - resuming
+                break
     left = p.flush(_FLUSH_TIMEOUT)
     p.close()
     return tally.result(index, left, send_errors, began)

@@ -613,6 +613,30 @@ def test_delivery_timeout_of_a_sent_batch_fails_it_and_the_producer_goes_on(stor
     assert [value for _, value in part.log] == ([rec(0).value] if stored else []) + [rec(2).value]
 
 
+def test_batches_expired_in_flight_of_which_the_broker_stored_the_first_are_followed_from_the_second() -> None:
+    seq = make(max_batch_records=1, max_in_flight=2, delivery_timeout=10.0, request_timeout=3.0)
+    part = Partition()
+    handles = Handles()
+    for i in range(2):
+        handles.add(seq, TP, rec(i), 0.0)
+    a, b = seq.batches_to_send(0.0)
+    part.produce(a)  # stored, its answer lost; b never reached the broker
+    seq.handle_timeout(10.0)
+    events = handles.take(drain(seq))
+    assert seq.failure is None and handles.all_ended()
+    assert {e.status for e in events if isinstance(e, BatchFailed)} == {DeliveryStatus.POSSIBLY_PERSISTED}
+    seq.add("t", 0, rec(2), 11.0)
+    [c] = seq.batches_to_send(11.0)
+    answer(seq, c, part.produce(c), now=11.1)  # OUT_OF_ORDER_SEQUENCE: the broker expects b's sequence
+    assert drain(seq) == [] and seq.failure is None
+    [c] = seq.batches_to_send(11.2)
+    assert c.base_sequence == b.base_sequence
+    answer(seq, c, part.produce(c), now=11.3)
+    [event] = drain(seq)
+    assert isinstance(event, BatchDelivered) and not event.duplicate
+    assert [value for _, value in part.log] == [rec(0).value, rec(2).value]
+
+
 # -- stale answers -----------------------------------------------------------------------------
 
 
