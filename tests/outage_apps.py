@@ -21,10 +21,17 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
 import sys
 import threading
 import time
+import uuid
+from collections import Counter
+from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
 
 _FLUSH_TIMEOUT = 240.0
 #: how long the records after a failed one are sent in rounds until a round persists whole
@@ -79,9 +86,17 @@ class Tally:
                 "duplicates": self.duplicates,
                 "longest_gap": max(gaps, default=0.0),
                 "resumed_after": self.resumed_after,
+                # (the system's monotonic clock: comparable with the test's time.monotonic())
+                "last_acked_at": acked[-1] if acked else None,
                 "seconds": time.monotonic() - began,
                 **by,
             }
+
+
+def _stopped(index: int) -> bool:
+    """Whether the test asked this process to stop sending (``OUTAGE_STOP_FILE`` exists)."""
+    stop_file = os.environ.get("OUTAGE_STOP_FILE")
+    return stop_file is not None and index % 50 == 0 and os.path.exists(stop_file)
 
 
 def _paced(index: int, began: float, rate: float) -> None:
@@ -126,6 +141,8 @@ def producer(url: str, topic: str, name: str, count: int, rate: float, delivery_
                     time.sleep(0.05)
                     continue
                 index += 1
+                if _stopped(index):
+                    return True
                 _paced(index, began, rate)
             return True
 
@@ -198,6 +215,8 @@ def dropin(
             index += 1
             if index % 50 == 0:
                 p.poll(0)
+            if _stopped(index):
+                return True
             _paced(index, began, rate)
         return True
 
@@ -215,6 +234,118 @@ def dropin(
     left = p.flush(_FLUSH_TIMEOUT)
     p.close()
     return tally.result(index, left, send_errors, began)
+
+
+# -- for the tests: start the processes, read the topic back, check every outcome -------------
+
+
+def start(*args: object, stop_file: str | None = None) -> subprocess.Popen[str]:
+    """Start one producer process (``args``: the mode and its arguments, see the module
+    docstring); with ``stop_file`` it stops sending once that file exists."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if stop_file is not None:
+        env["OUTAGE_STOP_FILE"] = stop_file
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.outage_apps", *map(str, args)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def result_of(process: subprocess.Popen[str], timeout: float = 400) -> dict[str, Any]:
+    out, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, err[-3000:]
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    result["log"] = err
+    return result
+
+
+def plain_topic(bootstrap: str) -> str:
+    """A new topic of :data:`PARTITIONS` partitions made by Kafka's own tools (one replica)."""
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    name = f"outage-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
+    return name
+
+
+def read_all(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> list[tuple[int, bytes]]:
+    """``(partition, value)`` of every record, in each partition's order, read by a plain
+    ``read_committed`` consumer once no transaction is open on the topic (its reads end at
+    the high watermark: a transaction an outage left open ends by Kafka's
+    ``transaction.timeout.ms`` at the latest)."""
+    deadline = time.monotonic() + 180
+    while True:
+        out, settled = read_once(bootstrap, topic, partitions)
+        if settled:
+            return out
+        assert time.monotonic() < deadline, f"a transaction stayed open on {topic} for 180 s"
+        time.sleep(2)
+
+
+def read_once(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> tuple[list[tuple[int, bytes]], bool]:
+    """One read of every record (see :func:`read_all`), and whether it reached every
+    partition's high watermark (no transaction open)."""
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex}",
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    assigned = [confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)]
+    consumer.assign(assigned)
+    out: list[tuple[int, bytes]] = []
+    ended: dict[int, int] = {}
+    deadline = time.monotonic() + 120
+    try:
+        while len(ended) < partitions:
+            assert time.monotonic() < deadline, f"read {len(out)} records; ended {sorted(ended)}"
+            message = consumer.poll(1)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                assert error.code() == confluent_kafka.KafkaError._PARTITION_EOF, error
+                ended[message.partition()] = message.offset()
+                continue
+            out.append((message.partition(), message.value()))
+        highs = {p: consumer.get_watermark_offsets(tp, timeout=30, cached=False)[1] for p, tp in enumerate(assigned)}
+    finally:
+        consumer.close()
+    return out, all(ended[p] >= highs[p] for p in range(partitions))
+
+
+def check(
+    results: dict[str, dict[str, Any]], stored: list[tuple[int, bytes]], partitions: int = PARTITIONS
+) -> dict[str, Any]:
+    """Every record's outcome against the log, per producer; the counts (all must be 0 but
+    ``persisted``)."""
+    counts: Counter[str] = Counter()
+    for name, result in results.items():
+        assert result["unended"] == 0 and result["left"] == 0, (name, result)
+        indexes = [(p, int(v.decode().rsplit("-", 1)[1])) for p, v in stored if v.decode().rsplit("-", 1)[0] == name]
+        copies = Counter(i for _, i in indexes)
+        counts["duplicates"] += sum(n - 1 for n in copies.values())
+        counts["lost"] += sum(1 for i in result["persisted"] if i not in copies)
+        counts["stored though not persisted"] += sum(1 for i in result["not_persisted"] if i in copies)
+        reported = {*result["persisted"], *result["possibly_persisted"]}
+        counts["stored without an outcome"] += sum(1 for i in copies if i not in reported)
+        for partition in range(partitions):
+            order = [i for p, i in indexes if p == partition]
+            counts["reordered"] += sum(1 for a, b in itertools.pairwise(order) if b <= a)
+        counts["reported duplicates"] += result["duplicates"]
+        counts["fatal send errors"] += sum(result["send_errors"].values())
+        counts["persisted"] += len(result["persisted"])
+    return dict(counts)
 
 
 def main(argv: list[str]) -> int:

@@ -10,122 +10,18 @@ persisted: not stored; possibly persisted: either), and producing resumes by its
 
 from __future__ import annotations
 
-import itertools
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import confluent_kafka
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import outage_apps
+
 pytestmark = pytest.mark.kafka
-
-PARTITIONS = 3
-
-
-def _app(*args: object) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.outage_apps", *map(str, args)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-
-
-def _result(process: subprocess.Popen[str], timeout: float = 400) -> dict[str, Any]:
-    out, err = process.communicate(timeout=timeout)
-    assert process.returncode == 0, err[-3000:]
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    result["log"] = err
-    return result
-
-
-def _topic(bootstrap: str) -> str:
-    name = f"outage-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
-    return name
-
-
-def _read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
-    """``(partition, value)`` of every record, in each partition's order, read by a plain
-    ``read_committed`` consumer once no transaction is open on the topic (its reads end at
-    the high watermark: a transaction an outage left open ends by Kafka's
-    ``transaction.timeout.ms`` at the latest)."""
-    deadline = time.monotonic() + 180
-    while True:
-        out, settled = _read_once(bootstrap, topic)
-        if settled:
-            return out
-        assert time.monotonic() < deadline, f"a transaction stayed open on {topic} for 180 s"
-        time.sleep(2)
-
-
-def _read_once(bootstrap: str, topic: str) -> tuple[list[tuple[int, bytes]], bool]:
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"check-{uuid.uuid4().hex}",
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    partitions = [confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(PARTITIONS)]
-    consumer.assign(partitions)
-    out: list[tuple[int, bytes]] = []
-    ended: dict[int, int] = {}
-    deadline = time.monotonic() + 120
-    try:
-        while len(ended) < PARTITIONS:
-            assert time.monotonic() < deadline, f"read {len(out)} records; ended {sorted(ended)}"
-            message = consumer.poll(1)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                assert error.code() == confluent_kafka.KafkaError._PARTITION_EOF, error
-                ended[message.partition()] = message.offset()
-                continue
-            out.append((message.partition(), message.value()))
-        highs = {p: consumer.get_watermark_offsets(tp, timeout=30, cached=False)[1] for p, tp in enumerate(partitions)}
-    finally:
-        consumer.close()
-    return out, all(ended[p] >= highs[p] for p in range(PARTITIONS))
-
-
-def _check(results: dict[str, dict[str, Any]], stored: list[tuple[int, bytes]]) -> dict[str, Any]:
-    """Every record's outcome against the log, per producer; the counts (all must be 0 but
-    ``persisted``)."""
-    counts: Counter[str] = Counter()
-    for name, result in results.items():
-        assert result["unended"] == 0 and result["left"] == 0, (name, result)
-        indexes = [(p, int(v.decode().rsplit("-", 1)[1])) for p, v in stored if v.decode().rsplit("-", 1)[0] == name]
-        copies = Counter(i for _, i in indexes)
-        counts["duplicates"] += sum(n - 1 for n in copies.values())
-        counts["lost"] += sum(1 for i in result["persisted"] if i not in copies)
-        counts["stored though not persisted"] += sum(1 for i in result["not_persisted"] if i in copies)
-        reported = {*result["persisted"], *result["possibly_persisted"]}
-        counts["stored without an outcome"] += sum(1 for i in copies if i not in reported)
-        for partition in range(PARTITIONS):
-            order = [i for p, i in indexes if p == partition]
-            counts["reordered"] += sum(1 for a, b in itertools.pairwise(order) if b <= a)
-        counts["reported duplicates"] += result["duplicates"]
-        counts["fatal send errors"] += sum(result["send_errors"].values())
-        counts["persisted"] += len(result["persisted"])
-    return dict(counts)
 
 
 def _run(
@@ -142,7 +38,7 @@ def _run(
     second into a new topic from its own process; ``fault`` runs ``fault_after`` seconds
     after both wrote their first records. Returns their results and the checked counts."""
     bootstrap = kafka_service.bootstrap
-    topic = _topic(bootstrap)
+    topic = outage_apps.plain_topic(bootstrap)
     tag = uuid.uuid4().hex[:6]
     names = {"producer": f"p{tag}", "dropin": f"d{tag}"}
     # the request timeout of both (the backend's admin calls, flushes and commits; librdkafka's
@@ -150,24 +46,26 @@ def _run(
     url = f"{kafka_service.url}?timeout=5"
     flags = ["numbered"] if numbered else []
     apps = {
-        "producer": _app("producer", url, topic, names["producer"], count, rate, delivery_ms),
-        "dropin": _app("dropin", bootstrap, topic, names["dropin"], count, rate, delivery_ms, *flags),
+        "producer": outage_apps.start("producer", url, topic, names["producer"], count, rate, delivery_ms),
+        "dropin": outage_apps.start("dropin", bootstrap, topic, names["dropin"], count, rate, delivery_ms, *flags),
     }
     try:
         deadline = time.monotonic() + 120
-        while len({v.decode().rsplit("-", 1)[0] for _, v in _read_once(bootstrap, topic)[0]}) < 2:
+        while len({v.decode().rsplit("-", 1)[0] for _, v in outage_apps.read_once(bootstrap, topic)[0]}) < 2:
             assert time.monotonic() < deadline, "the producers did not start writing"
-            assert all(app.poll() is None for app in apps.values()), [_result(app) for app in apps.values()]
+            assert all(app.poll() is None for app in apps.values()), [
+                outage_apps.result_of(app) for app in apps.values()
+            ]
             time.sleep(0.5)
         time.sleep(fault_after)
         fault()
-        results = {names[kind]: _result(app) for kind, app in apps.items()}
+        results = {names[kind]: outage_apps.result_of(app) for kind, app in apps.items()}
     finally:
         for app in apps.values():
             if app.poll() is None:
                 app.kill()
                 app.wait(30)
-    counts = _check(results, _read_all(bootstrap, topic))
+    counts = outage_apps.check(results, outage_apps.read_all(bootstrap, topic))
     return results, counts
 
 
