@@ -137,6 +137,11 @@ TRANSIENT_CODES = frozenset(
         KafkaError._PURGE_QUEUE,
         KafkaError._PURGE_INFLIGHT,
         KafkaError._DESTROY,
+        # librdkafka ends a request whose broker handle it retired (a broker that left the
+        # metadata, or whose address changed): another broker serves the retry
+        getattr(KafkaError, "_DESTROY_BROKER", -137),
+        KafkaError._NODE_UPDATE,
+        KafkaError._WAIT_CACHE,
         KafkaError.BROKER_NOT_AVAILABLE,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.NOT_LEADER_FOR_PARTITION,  # NOT_LEADER_OR_FOLLOWER
@@ -156,8 +161,45 @@ TRANSIENT_CODES = frozenset(
         KafkaError.COORDINATOR_NOT_AVAILABLE,
         KafkaError.NOT_COORDINATOR,
         KafkaError.TRANSACTION_ABORTABLE,
+        KafkaError.OFFSET_NOT_AVAILABLE,  # a new leader still settling its high watermark
+        KafkaError.PREFERRED_LEADER_NOT_AVAILABLE,
+        KafkaError.ELIGIBLE_LEADERS_NOT_AVAILABLE,
     }
 )
+
+#: What librdkafka answers for a topic or partition it has no leader for in the metadata it
+#: holds: the same codes when the partition does not exist as when it exists and its leader is
+#: away (an election under way, the broker of its only replica down or paused, a restarted
+#: broker still loading it). A watermark query answers ``_UNKNOWN_PARTITION`` ("Failed to get
+#: watermark offsets") in both cases. They are told apart by asking the cluster
+#: (:func:`unseen_partition`): only a partition the cluster's own metadata does not list is
+#: missing.
+UNSEEN_CODES = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART})
+
+
+def unseen(error: Any) -> bool:
+    """Whether ``error`` (a ``KafkaError``, or a ``KafkaException`` carrying one) is one of
+    :data:`UNSEEN_CODES`: missing, or only without a leader now (see :func:`unseen_partition`)."""
+    if isinstance(error, KafkaException):
+        error = error.args[0] if error.args else None
+    return isinstance(error, KafkaError) and error.code() in UNSEEN_CODES
+
+
+def unseen_partition(error: Any, what: str, listed: bool, *, topic_may_be_new: bool = True) -> ProducerError:
+    """The project error for an error of :data:`UNSEEN_CODES` about a partition, once the
+    cluster's metadata was asked afresh whether it lists that partition (``listed``).
+
+    A listed partition exists and has no leader right now: :class:`BackendUnavailableError`
+    (RETRY; the leader is elected or its broker comes back within the delivery timeout).
+    Otherwise the error is translated as it is (:func:`translate`): a topic that does not
+    exist is :class:`InvalidTopicError`.
+    """
+    if listed and isinstance(error, KafkaError):
+        return BackendUnavailableError(
+            f"kafka: {what}: {error.name()}: {error.str()} (the cluster lists the partition: its leader is away "
+            "or being elected; retry)"
+        )
+    return translate(error, what, topic_may_be_new=topic_may_be_new)
 
 
 #: The client was asked for something its own state does not allow: a transactional call while

@@ -88,9 +88,10 @@ try:
     from confluent_kafka import TopicPartition as KafkaTopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from adapters._kafka_errors import CLIENT_STATE_CODES
+    from adapters._kafka_errors import CLIENT_STATE_CODES, unseen
     from adapters._kafka_errors import map_errors as _map_errors
     from adapters._kafka_errors import translate as _translate
+    from adapters._kafka_errors import unseen_partition as _unseen_partition
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the kafka backend needs confluent-kafka: pip install 'idempotent[kafka]'") from exc
 
@@ -269,7 +270,8 @@ class KafkaBackend(MetadataDelegate):
         end answers NOT_LEADER_FOR_PARTITION (or LEADER_NOT_AVAILABLE) for a moment.
 
         Raises:
-            KafkaException: another error, or still no leader after the timeout.
+            KafkaException, BackendUnavailableError: another error, or still no leader after
+                the timeout.
         """
         deadline = time.monotonic() + self.timeout
         for name in names:
@@ -280,6 +282,10 @@ class KafkaBackend(MetadataDelegate):
                 except KafkaException as exc:
                     code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
                     if code not in _NO_LEADER_YET or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+                except BackendUnavailableError:  # listed, its leader not elected yet
+                    if time.monotonic() > deadline:
                         raise
                     time.sleep(0.1)
 
@@ -328,10 +334,7 @@ class KafkaBackend(MetadataDelegate):
             known = index.covering(offset)
             if known is not None or index.foreign(offset):
                 return known
-        with self._lock:
-            low, _high = self._reader.get_watermark_offsets(
-                KafkaTopicPartition(kafka_topic, partition), timeout=self.timeout, cached=False
-            )
+        low, _high = self._watermarks(kafka_topic, partition)
         stop, window = offset, _HEAD_WINDOW
         while stop > low and offset - stop < MAX_BATCH_RECORDS:
             start = max(int(low), stop - window)
@@ -403,6 +406,10 @@ class KafkaBackend(MetadataDelegate):
                                 if message.offset() < written:  # its commit markers are not yet written
                                     continue
                                 return
+                            if unseen(error):  # missing, or only without a leader now?
+                                self._reader_topics.discard(kafka_topic)
+                                listed = self._lists_partition(kafka_topic, partition)
+                                raise _unseen_partition(error, f"read {kafka_topic}[{partition}]", listed)
                             raise _translate(error, f"read {kafka_topic}[{partition}]")
                         if stop is not None and message.offset() >= stop:
                             return
@@ -424,12 +431,50 @@ class KafkaBackend(MetadataDelegate):
             self._reader_topics.add(kafka_topic)
 
     def _end_of(self, kafka_topic: str, partition: int) -> int:
+        """The high watermark of a partition (see :meth:`_watermarks`)."""
+        return self._watermarks(kafka_topic, partition)[1]
+
+    def _watermarks(self, kafka_topic: str, partition: int) -> tuple[int, int]:
+        """The low and high watermarks of a partition, asked of its leader.
+
+        Raises:
+            BackendUnavailableError: the partition exists (the cluster lists it) but has no
+                leader now: an election, or the broker of its only replica away.
+            KafkaException: any other error (translated by the caller, at the edge): a
+                partition the cluster does not list answers ``_UNKNOWN_PARTITION``.
+        """
         with self._lock:
             self._know(kafka_topic)
-            _low, high = self._reader.get_watermark_offsets(
-                KafkaTopicPartition(kafka_topic, partition), timeout=self.timeout, cached=False
-            )
-        return int(high)
+            try:
+                low, high = self._reader.get_watermark_offsets(
+                    KafkaTopicPartition(kafka_topic, partition), timeout=self.timeout, cached=False
+                )
+            except KafkaException as exc:
+                if not unseen(exc):
+                    raise
+                self._reader_topics.discard(kafka_topic)  # learn its metadata afresh next time
+                listed = self._lists_partition(kafka_topic, partition)
+                if not listed:
+                    raise
+                raise _unseen_partition(exc.args[0], f"the end of {kafka_topic}[{partition}]", listed) from exc
+        return int(low), int(high)
+
+    def _lists_partition(self, kafka_topic: str, partition: int) -> bool:
+        """Whether the cluster's metadata, asked afresh (the admin client), lists
+        ``partition`` of ``kafka_topic``, with a leader or without one.
+
+        Raises:
+            KafkaException: the cluster could not be asked (translated by the caller).
+        """
+        try:
+            found = self._admin.list_topics(topic=kafka_topic, timeout=self.timeout).topics.get(kafka_topic)
+        finally:
+            self._admin.poll(0)
+        if found is None or not found.partitions:
+            return False
+        if found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return False
+        return partition in found.partitions
 
     # -- metadata (compacted __idempotent_meta) ---------------------------------------------
 

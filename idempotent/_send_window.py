@@ -44,6 +44,11 @@ class SendWindow:
     #: the base sequence of a batch the broker refused for good while later batches were in
     #: flight: an OUT_OF_ORDER_SEQUENCE asking for it renumbers those from there
     given_back: int | None = None
+    #: the base sequences of batches sent here that expired unacknowledged (past the delivery
+    #: timeout) and are not known to be stored: an OUT_OF_ORDER_SEQUENCE asking for one of them
+    #: shows that everything before it is stored and nothing from it on, and renumbers the
+    #: batches sent after it from there
+    expired: set[int] = attrs.field(factory=set)
     #: a batch of application sequences whose place the ring and the 64-bit line read
     #: differently (``order_depends_on_policy`` against the next or the acknowledged
     #: sequence): it is in flight alone, and its answer tells where the partition goes on

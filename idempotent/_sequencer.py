@@ -514,6 +514,8 @@ class ProducerSequencer:
             elif previous == NO_SEQUENCE or not at_or_before(last, previous):
                 self._acked[tp] = last
             failure = self._place(ps, batch, outcome) if undecided else None
+            if ps.expired:  # the expired batches before a stored one are settled: no hole there
+                ps.expired = {b for b in ps.expired if not at_or_before(b, batch.base_sequence)}
             self._finish(batch, _DELIVER)
             self._events.append(BatchDelivered(batch, result.base_offset, outcome is Outcome.DUPLICATE))
             if failure is not None:
@@ -534,6 +536,8 @@ class ProducerSequencer:
                 batch.state, batch.not_before = transition(batch.state, _RETRY), now
             elif expected is not None and expected == ps.given_back and self._renumber(ps, batch, expected):
                 pass  # refused behind a batch that was refused for good: numbered again
+            elif expected is not None and expected in ps.expired and self._renumber(ps, batch, expected, expired=True):
+                pass  # behind batches that expired and are not stored: numbered again
             elif self._predecessor_pending(ps, batch, expected):
                 batch.state, batch.not_before = transition(batch.state, _RETRY), now
             else:
@@ -660,15 +664,21 @@ class ProducerSequencer:
         elif ps.next_sequence == next_sequence(batch.base_sequence, len(batch.records)):
             ps.next_sequence = batch.base_sequence
 
-    def _renumber(self, ps: SendWindow, batch: OutgoingBatch, start: int) -> bool:
+    def _renumber(self, ps: SendWindow, batch: OutgoingBatch, start: int, *, expired: bool = False) -> bool:
         """``batch`` was refused OUT_OF_ORDER_SEQUENCE behind the hole a batch refused for good
         left at ``start``. Once every batch in flight behind the hole has been refused like
         this, number them again from ``start`` and resend them. False (the producer fails)
         when one of them cannot be numbered again: it carries the application's sequences, or
-        an attempt of it went unanswered (it may still be stored)."""
+        an attempt of it went unanswered (it may still be stored).
+
+        ``expired``: the hole is where a batch that expired unacknowledged began
+        (:attr:`SendWindow.expired`). The broker's answer shows that nothing from
+        ``start`` on is stored (it stores only the next sequence, and a broker that writes a
+        group before it answers settles a write in doubt before the next one), so batches
+        sent behind them are numbered again even when an attempt of theirs went unanswered."""
         batch.state, batch.not_before = transition(batch.state, _RETRY), 0.0
         tail = [b for b in ps.inflight if at_or_before(start, b.base_sequence)]
-        if any(b.explicit or b.doubtful for b in tail):
+        if any(b.explicit or (b.doubtful and not expired) for b in tail):
             return False
         if any(b.state is BatchState.AWAITING for b in tail):
             return True  # wait for their answers: an attempt in transit could still be stored
@@ -679,23 +689,30 @@ class ProducerSequencer:
             sequence = next_sequence(sequence, len(b.records))
         ps.next_sequence, ps.sent = sequence, previous
         ps.given_back = None
+        ps.expired.clear()
         return True
 
     def handle_timeout(self, now: float) -> None:
         """Resend transmissions unanswered for ``request_timeout``; fail messages past
-        ``delivery_timeout`` (a batch not yet sent fails alone, a sent one fails the producer)."""
+        ``delivery_timeout``, each batch alone: one never sent is NOT_PERSISTED (it used no
+        sequence), one sent is POSSIBLY_PERSISTED (an attempt of it may be stored) and the
+        batch after it names no predecessor (see :meth:`_refuse`). The producer keeps working:
+        once the broker answers again, the batches after them are sent."""
         if self.failure is not None:
             return
         for ps in self._partitions.values():
+            for b in [b for b in ps.inflight if b.created_at + self.delivery_timeout <= now]:
+                b.doubtful = True  # sent at least once, without a definite answer
+                if not b.explicit:
+                    ps.expired.add(b.base_sequence)
+                self._refuse(
+                    b,
+                    DeliveryTimeoutError(
+                        f"{b.topic_partition}: batch at sequence {b.base_sequence} not acknowledged "
+                        f"within {self.delivery_timeout} s"
+                    ),
+                )
             for b in ps.inflight:
-                if b.created_at + self.delivery_timeout <= now:
-                    self._fail_all(
-                        DeliveryTimeoutError(
-                            f"{b.topic_partition}: batch at sequence {b.base_sequence} not acknowledged "
-                            f"within {self.delivery_timeout} s"
-                        )
-                    )
-                    return
                 if b.state is BatchState.AWAITING and b.sent_at + self.request_timeout <= now:
                     b.state, b.not_before = transition(b.state, _RETRY), now
                     b.doubtful = True
@@ -714,6 +731,12 @@ class ProducerSequencer:
                         DeliveryStatus.NOT_PERSISTED,
                     )
                 )
+
+    def fail(self, error: ProducerError) -> None:
+        """Fail every unfinished message with ``error`` (unless the sequencer failed already)
+        and refuse new ones: the producer cannot go on (its sender ended on a bug)."""
+        if self.failure is None:
+            self._fail_all(error)
 
     def close(self) -> None:
         """Fail every unfinished message (closing without flush)."""

@@ -236,18 +236,29 @@ class DirectBroker(ProduceShortcuts):
         """The partition count of ``topic``, looked up in the log (its own metadata too: a
         topic made by the log's own tools is used as it is) and read again once it is
         ``topic_refresh_interval`` seconds old; a missing topic is created with
-        ``default_partitions`` when ``create`` and ``auto_create_topics`` allow.
+        ``default_partitions`` when ``create`` and ``auto_create_topics`` allow. A count
+        known here stays in force while the log cannot be asked (a retriable error), for
+        another ``topic_refresh_interval``.
 
         Raises:
             InvalidTopicError: unknown topic (not created), or a bad name.
-            BackendUnavailableError: the log could not be asked.
+            BackendUnavailableError: the log could not be asked, and the count is not known.
         """
         topic = canonical_topic(topic)
         now = time.monotonic()
         known = self._topics.get(topic)
         if known is not None and now - known[1] < self.config.topic_refresh_interval:
             return known[0]
-        count = self.backend.describe_topic(topic)
+        try:
+            count = self.backend.describe_topic(topic)
+        except ProducerError as exc:
+            if known is None or not exc.retriable:
+                raise
+            # the log cannot be asked now (a broker away, a leader being elected): the count
+            # in force stays, asked again at the next interval
+            _LOG.debug("could not refresh the partitions of %s: %s", topic, exc)
+            self._topics[topic] = (known[0], now)
+            return known[0]
         if count is None:
             if known is not None:
                 return known[0]

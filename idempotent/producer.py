@@ -623,10 +623,12 @@ class Producer(SenderLoop):
                 self._closing = True
                 if self._halted is None:
                     self._halted = ProducerClosedError("producer is closed")
-                for route, partition in self._filled:  # what is still buffered fails with the rest
-                    if route.buffers[partition].values:
-                        self._hand_over(route, partition)
-                self._filled = []
+                if self._seq.failure is None:  # what is still buffered fails with the rest
+                    for route, partition in self._filled:
+                        if route.buffers[partition].values:
+                            self._hand_over(route, partition)
+                    self._filled = []
+                # (after a failure the sender purges the buffers with its error)
                 self._seq.close()
                 self._wake_at = 0.0
                 self._cond.notify_all()

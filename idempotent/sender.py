@@ -139,8 +139,9 @@ class SenderLoop:
 
     def _take(self, now: float) -> float | None:
         """Hand every due buffer whose partition can take a batch to the sequencer (lock
-        held); return when the next one that is not due yet will be, or None."""
-        if not self._filled:
+        held); return when the next one that is not due yet will be, or None. Nothing once
+        the sequencer has failed: the buffers are purged with its error (:meth:`_loop`)."""
+        if not self._filled or self._seq.failure is not None:
             return None
         keep: list[tuple[Route, int]] = []
         due_at: float | None = None
@@ -177,6 +178,34 @@ class SenderLoop:
                 route.grow(count, now)
 
     def _run(self) -> None:
+        """The sender thread. It never ends with a record left without an outcome: an
+        exception escaping the loop is a bug (logged, FATAL :class:`InternalError`), and every
+        record still pending fails with it (:meth:`_stop`)."""
+        try:
+            self._loop()
+        except Exception as exc:  # a bug: logged, FATAL; every pending record gets its status
+            self._stop(exc if isinstance(exc, ProducerError) else internal_error("the sender thread", exc, _LOG))
+
+    def _stop(self, error: ProducerError) -> None:
+        """End the producer on ``error``: new records are refused with it, every batch of
+        the sequencer fails with it (POSSIBLY_PERSISTED where an attempt may be stored,
+        NOT_PERSISTED otherwise) and every buffered record NOT_PERSISTED."""
+        with self._cond:
+            if self._halted is None:
+                self._halted = error
+            self._seq.fail(error)
+            events = self._drain_events()
+        held = 0
+        try:
+            held = self._complete(events)
+        finally:
+            with self._cond:
+                self._outstanding -= sum(len(event.batch.records) for event in events)
+                self._held += held
+                self._cond.notify_all()
+            self._purge(self._seq.failure or error)
+
+    def _loop(self) -> None:
         while True:
             self._refresh_metadata(time.monotonic())
             with self._cond:
@@ -186,7 +215,9 @@ class SenderLoop:
                 self._note_failure()
                 batches = self._seq.batches_to_send(now)
                 events = self._drain_events()
-                if not batches and not events:
+                # the sequencer failed: what is buffered will never be sent (after the events)
+                stranded = self._seq.failure if self._filled and self._seq.failure is not None else None
+                if not batches and not events and stranded is None:
                     if self._closing and not self._outstanding:
                         return
                     deadline = self._seq.next_deadline()
@@ -207,6 +238,8 @@ class SenderLoop:
                     self._cond.notify_all()
             if batches:
                 self._submit(batches)
+            if stranded is not None:
+                self._purge(stranded)
 
     def _drain_events(self) -> list[Event]:
         out = []

@@ -345,6 +345,10 @@ _TRANSIENT_CODES = [
     "COORDINATOR_LOAD_IN_PROGRESS",
     "COORDINATOR_NOT_AVAILABLE",
     "NOT_COORDINATOR",
+    "_DESTROY_BROKER",  # a request on a broker handle librdkafka retired (a broker restarted or left)
+    "_NODE_UPDATE",
+    "OFFSET_NOT_AVAILABLE",
+    "ELIGIBLE_LEADERS_NOT_AVAILABLE",
 ]
 
 
@@ -358,6 +362,29 @@ def test_transient_kafka_errors_are_retriable(code_name: str) -> None:
         mapped = _translate(error, "append to t[0]")
         assert type(mapped) is BackendUnavailableError and not isinstance(mapped, OwnershipLostError)
         assert mapped.recovery is Recovery.RETRY and code_name in str(mapped)
+
+
+@pytest.mark.parametrize("code_name", ["_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC", "UNKNOWN_TOPIC_OR_PART"])
+@pytest.mark.parametrize("may_be_new", [True, False])
+def test_an_unseen_partition_the_cluster_lists_is_retriable_and_one_it_does_not_list_is_missing(
+    code_name: str, may_be_new: bool
+) -> None:
+    from adapters._kafka_errors import unseen, unseen_partition
+    from idempotent.errors import BackendUnavailableError, InvalidTopicError, Recovery
+
+    error = _kafka_error(code_name)
+    assert unseen(error)
+    # listed: the partition exists, its leader is away or being elected (a broker outage)
+    leaderless = unseen_partition(error, "the end of t[0]", True, topic_may_be_new=may_be_new)
+    assert type(leaderless) is BackendUnavailableError and leaderless.recovery is Recovery.RETRY
+    assert code_name in str(leaderless)
+    # not listed: the topic does not exist (a new topic's UNKNOWN_TOPIC_OR_PART is still transient)
+    missing = unseen_partition(error, "the end of t[0]", False, topic_may_be_new=may_be_new)
+    if code_name == "UNKNOWN_TOPIC_OR_PART" and may_be_new:
+        assert type(missing) is BackendUnavailableError
+    else:
+        assert type(missing) is InvalidTopicError and missing.recovery is not Recovery.RETRY
+    assert not unseen(_kafka_error("LEADER_NOT_AVAILABLE"))
 
 
 @pytest.mark.parametrize(

@@ -90,6 +90,30 @@ def test_fenced_producer_fails_with_clear_error() -> None:
     new.close()
 
 
+def test_a_bug_in_the_sender_ends_every_pending_record_with_internal_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from idempotent.errors import InternalError
+
+    broker = memory_harness().open()
+    producer = Producer(broker, linger_ms=60_000)
+    futures = [producer.send("t", f"{i}".encode()) for i in range(5)]  # buffered (long linger)
+
+    def broken(now: float) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(producer._seq, "handle_timeout", broken)
+    with producer._cond:
+        producer._cond.notify_all()
+    for future in futures:
+        with pytest.raises(DeliveryFailed) as info:
+            future.result(10)
+        assert info.value.status is DeliveryStatus.NOT_PERSISTED
+        assert isinstance(info.value.__cause__, InternalError)
+    assert producer.flush(5) == 0
+    with pytest.raises(InternalError):
+        producer.send("t", b"more")
+    producer.close()  # does not raise
+
+
 def test_queue_full_and_closed() -> None:
     broker = memory_harness().open()
     backend = broker.backend

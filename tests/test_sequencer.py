@@ -574,23 +574,67 @@ def test_delivery_timeout_of_an_open_batch_fails_only_it() -> None:
     assert seq.failure is None and seq.unfinished == 0 and seq.next_deadline() is None
 
 
-def test_delivery_timeout_of_a_sent_batch_fails_the_producer() -> None:
+@pytest.mark.parametrize("stored", [False, True])
+def test_delivery_timeout_of_a_sent_batch_fails_it_and_the_producer_goes_on(stored: bool) -> None:
     seq = make(max_batch_records=1, max_in_flight=1, delivery_timeout=10.0, request_timeout=3.0)
+    part = Partition()
     handles = Handles()
     for i in range(2):
         handles.add(seq, TP, rec(i), 0.0)
     [a] = seq.batches_to_send(0.0)
+    if stored:  # the broker stored it; every answer was lost
+        part.produce(a)
     for t in (3.0, 6.0, 9.0):  # keeps timing out and being resent
         seq.handle_timeout(t)
         assert seq.batches_to_send(t) == [a]
     assert seq.next_deadline() == pytest.approx(10.0)
     seq.handle_timeout(10.0)
-    assert isinstance(seq.failure, DeliveryTimeoutError)
+    assert seq.failure is None  # an outage past the delivery timeout is not the producer's end
     events = handles.take(drain(seq))
     assert handles.all_ended()
+    assert all(isinstance(e, BatchFailed) and isinstance(e.error, DeliveryTimeoutError) for e in events)
     status = {e.batch.batch_id: e.status for e in events if isinstance(e, BatchFailed)}
     assert status.pop(a.batch_id) is DeliveryStatus.POSSIBLY_PERSISTED
     assert list(status.values()) == [DeliveryStatus.NOT_PERSISTED]
+    assert seq.unfinished == 0
+    # the broker is back: the next record is sent after the expired batch's sequence, naming
+    # no predecessor (the expired batch may or may not be stored)
+    seq.add("t", 0, rec(2), 11.0)
+    [c] = seq.batches_to_send(11.0)
+    assert c.base_sequence == a.base_sequence + 1 and c.previous_sequence is None
+    answer(seq, c, part.produce(c), now=11.1)
+    if not stored:  # the broker asks for the expired batch's sequence: nothing of it is stored
+        assert drain(seq) == [] and seq.failure is None
+        [c] = seq.batches_to_send(11.2)
+        assert c.base_sequence == a.base_sequence
+        answer(seq, c, part.produce(c), now=11.3)
+    [event] = drain(seq)
+    assert isinstance(event, BatchDelivered) and not event.duplicate
+    assert [value for _, value in part.log] == ([rec(0).value] if stored else []) + [rec(2).value]
+
+
+def test_batches_expired_in_flight_of_which_the_broker_stored_the_first_are_followed_from_the_second() -> None:
+    seq = make(max_batch_records=1, max_in_flight=2, delivery_timeout=10.0, request_timeout=3.0)
+    part = Partition()
+    handles = Handles()
+    for i in range(2):
+        handles.add(seq, TP, rec(i), 0.0)
+    a, b = seq.batches_to_send(0.0)
+    part.produce(a)  # stored, its answer lost; b never reached the broker
+    seq.handle_timeout(10.0)
+    events = handles.take(drain(seq))
+    assert seq.failure is None and handles.all_ended()
+    assert {e.status for e in events if isinstance(e, BatchFailed)} == {DeliveryStatus.POSSIBLY_PERSISTED}
+    seq.add("t", 0, rec(2), 11.0)
+    [c] = seq.batches_to_send(11.0)
+    answer(seq, c, part.produce(c), now=11.1)  # OUT_OF_ORDER_SEQUENCE: the broker expects b's sequence
+    assert drain(seq) == [] and seq.failure is None
+    [c] = seq.batches_to_send(11.2)
+    assert c.base_sequence == b.base_sequence
+    answer(seq, c, part.produce(c), now=11.3)
+    [event] = drain(seq)
+    assert isinstance(event, BatchDelivered) and not event.duplicate
+    assert [value for _, value in part.log] == [rec(0).value, rec(2).value]
 
 
 # -- stale answers -----------------------------------------------------------------------------

@@ -208,7 +208,8 @@ def kafka_error_for(error: BaseException, stopped: bool | None = None) -> KafkaE
 
     A :class:`~idempotent.errors.DeliveryFailed` is mapped through its cause and carries the
     message's status. ``fatal()`` is ``stopped`` when given (whether the error stopped the
-    producer), else true for the errors that stop a producer when they end a sent batch.
+    producer), else true for the errors that stop a producer when they end a sent batch (a
+    message past ``message.timeout.ms`` is not one: it fails alone and the producer goes on).
     """
     status = None
     cause: BaseException = error
@@ -223,12 +224,7 @@ def kafka_error_for(error: BaseException, stopped: bool | None = None) -> KafkaE
         fatal = stopped
     else:
         fatal = isinstance(
-            cause,
-            ProducerFencedError
-            | UnknownProducerError
-            | SequenceDesyncError
-            | DeliveryTimeoutError
-            | ProducerStateLostError,
+            cause, ProducerFencedError | UnknownProducerError | SequenceDesyncError | ProducerStateLostError
         )
     return KafkaError(code, str(error), fatal=fatal, retriable=retriable and not fatal, status=status, cause=error)
 
@@ -244,12 +240,7 @@ def kafka_error_of(cause: BaseException, status: DeliveryStatus | None, stopped:
         fatal = stopped
     else:
         fatal = isinstance(
-            cause,
-            ProducerFencedError
-            | UnknownProducerError
-            | SequenceDesyncError
-            | DeliveryTimeoutError
-            | ProducerStateLostError,
+            cause, ProducerFencedError | UnknownProducerError | SequenceDesyncError | ProducerStateLostError
         )
     return KafkaError(code, str(cause), fatal=fatal, retriable=retriable and not fatal, status=mapped, cause=cause)
 

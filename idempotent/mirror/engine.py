@@ -78,6 +78,11 @@ POLL_RECORDS = 10_000
 BATCH_BYTES = 4 * 1024 * 1024
 #: In-process restarts of a task after retriable failures, before its error is raised.
 RETRIES = 8
+#: ... and the seconds those failures must have lasted, with no record copied since the
+#: first of them, before a task gives up: as long as a producer's default delivery timeout,
+#: so that a broker restart, a leader election or a rolling restart of the source's or the
+#: destination's cluster is waited out.
+RETRY_WINDOW = 120.0
 #: Seconds between two questions to the source about a partition's lag, for progress reports.
 LAG_INTERVAL = 1.0
 
@@ -266,7 +271,8 @@ def copy_partition(
         follow_interval: seconds between asking the source for its end while following.
         retries: how many times a retriable failure (the destination or source unreachable,
             a partition recovering, a lost answer) restarts the copy from the destination's
-            last stored offset before the error is raised.
+            last stored offset before the error is raised, once such failures have also
+            lasted :data:`RETRY_WINDOW` seconds with no record copied since the first.
 
     Returns:
         A :class:`PartitionSummary`.
@@ -292,6 +298,8 @@ def copy_partition(
             broker = connect(task.destination)
         totals = _Totals()
         failures = 0
+        failing_since = 0.0
+        copied_then = -1  # records copied when the current run of failures began
         while True:
             try:
                 completed = _copy_once(task, source, broker, stop, progress, follow_interval, totals)
@@ -299,8 +307,12 @@ def copy_partition(
             except ProducerError as exc:
                 # A retriable failure restarts the copy from the destination's truth, exactly
                 # as a restart after kill -9 would; anything else ends the task.
+                now = time.monotonic()
+                if totals.copied != copied_then:  # records copied since: a new run of failures
+                    failures, failing_since, copied_then = 0, now, totals.copied
                 failures += 1
-                if exc.recovery is Recovery.FATAL or failures > retries or (stop is not None and stop.is_set()):
+                exhausted = failures > retries and now - failing_since >= RETRY_WINDOW
+                if exc.recovery is Recovery.FATAL or exhausted or (stop is not None and stop.is_set()):
                     raise
                 _LOG.warning("%s: %s; resuming from the destination (attempt %d)", task.job, exc, failures)
                 time.sleep(min(5.0, 0.1 * 2**failures))

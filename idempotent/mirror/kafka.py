@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -56,6 +56,20 @@ def _translate(error: Any, what: str) -> ProducerError:
     from adapters._kafka_errors import translate
 
     return translate(error, what, topic_may_be_new=False)
+
+
+def _unseen(error: Any, what: str, listed: Callable[[], bool]) -> ProducerError | None:
+    """For an error that says a partition is unknown to the client (missing, or only without
+    a leader now: see :data:`adapters._kafka_errors.UNSEEN_CODES`), the project error once
+    the cluster was asked afresh whether it lists the partition (``listed``); None for any
+    other error."""
+    from adapters._kafka_errors import unseen, unseen_partition
+
+    if not unseen(error):
+        return None
+    if isinstance(error, KafkaException):
+        error = error.args[0]
+    return unseen_partition(error, what, listed(), topic_may_be_new=False)
 
 
 def client_config(url: str) -> dict[str, str]:
@@ -135,17 +149,50 @@ class KafkaNativeSource:
         return len(found.partitions)
 
     def end(self, topic: str, partition: int) -> int:
+        """The partition's high watermark.
+
+        Raises:
+            InvalidTopicError: the cluster does not list the partition.
+            BackendUnavailableError: it is listed but has no leader now (an election, its
+                brokers away), or the cluster could not be reached: retry.
+        """
+        what = f"end of {topic}[{partition}]"
         try:
-            with _map_errors(f"end of {topic}[{partition}]"):
-                _, high = self._meta.get_watermark_offsets(
-                    KafkaTopicPartition(topic, partition), timeout=_TIMEOUT, cached=False
-                )
+            with _map_errors(what):
+                try:
+                    _, high = self._meta.get_watermark_offsets(
+                        KafkaTopicPartition(topic, partition), timeout=_TIMEOUT, cached=False
+                    )
+                except KafkaException as exc:
+                    unseen = _unseen(exc, what, lambda: self.lists(topic, partition))
+                    if unseen is None:
+                        raise
+                    raise unseen from exc
         finally:
             self._serve_logs()
         return int(high)
 
+    def lists(self, topic: str, partition: int) -> bool:
+        """Whether the cluster's metadata, asked afresh, lists ``partition`` of ``topic``
+        (with a leader or without one).
+
+        Raises:
+            BackendUnavailableError: the cluster could not be asked.
+        """
+        try:
+            with _map_errors(f"describe {topic!r}"):
+                metadata = self._meta.list_topics(topic, timeout=_TIMEOUT)
+        finally:
+            self._serve_logs()
+        found = metadata.topics.get(topic)
+        if found is None or not found.partitions:
+            return False
+        if found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return False
+        return partition in found.partitions
+
     def open_partition(self, topic: str, partition: int, after: int, end: int | None = None) -> KafkaPartitionReader:
-        return KafkaPartitionReader(self._consumer(), topic, partition, after)
+        return KafkaPartitionReader(self._consumer(), topic, partition, after, lambda: self.lists(topic, partition))
 
     def lag(self, topic: str, partition: int, after: int, end: int) -> int | None:
         """Offsets above ``after``: records, and transaction markers (they take offsets too)."""
@@ -164,9 +211,14 @@ class KafkaNativeSource:
 class KafkaPartitionReader:
     """One consumer assigned to one partition, from the offset after ``after``."""
 
-    def __init__(self, consumer: Any, topic: str, partition: int, after: int) -> None:
+    def __init__(
+        self, consumer: Any, topic: str, partition: int, after: int, listed: Callable[[], bool] | None = None
+    ) -> None:
         self._consumer = consumer
         self._after = after
+        self._where = f"{topic}[{partition}]"
+        #: asks the cluster afresh whether it lists the partition (see :func:`_unseen`)
+        self._listed: Callable[[], bool] = listed if listed is not None else lambda: False
         start = after + 1 if after >= 0 else -2  # -2: OFFSET_BEGINNING
         try:
             with _map_errors(f"assign {topic}[{partition}]"):
@@ -186,7 +238,8 @@ class KafkaPartitionReader:
                 if error.code() == KafkaError._PARTITION_EOF:
                     caught_up = True
                     continue
-                raise _translate(error, "consume")
+                unseen = _unseen(error, f"consume {self._where}", self._listed)
+                raise unseen if unseen is not None else _translate(error, "consume")
             offset = message.offset()
             if offset <= self._after:
                 continue
