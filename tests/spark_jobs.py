@@ -1,6 +1,7 @@
 """Spark driver programs that tests/test_spark_kill.py runs, kills with SIGKILL and reruns.
 
     python tests/spark_jobs.py batch URL TOPIC JOB ROWS PARTITIONS [--slow] [--positions]
+        (on $SPARK_JOB_MASTER, default local[2])
     python tests/spark_jobs.py files MASTER URL TOPIC JOB FORMAT PATH [--metadata] [--poison V,...]
         [--same-partitioning]
     python tests/spark_jobs.py stream SOURCE SOURCE_TOPIC SINK SINK_TOPIC CHECKPOINT [--kill-at-commit B]
@@ -75,10 +76,15 @@ def session(jars: str | None = None, master: str = "local[2]", **conf: str) -> A
     return spark
 
 
+#: per application on a standalone cluster: one one-core executor on each of its two workers
+CLUSTER_APP_CONF = {"spark.cores.max": "2", "spark.executor.cores": "1", "spark.executor.memory": "512m"}
+
+
 def batch(url: str, topic: str, job: str, rows: int, partitions: int, slow: bool, positions: bool) -> None:
     from pyspark.sql import functions as F
 
-    spark = session()
+    master = os.environ.get("SPARK_JOB_MASTER", "local[2]")
+    spark = session(None, master, **(CLUSTER_APP_CONF if master.startswith("spark://") else {}))
 
     def value(i: int) -> str:
         if slow and i % 500 == 0:
@@ -93,6 +99,7 @@ def batch(url: str, topic: str, job: str, rows: int, partitions: int, slow: bool
     writer = df.write.format("idempotent").option("url", url).option("topic", topic).option("job", job)
     if positions:
         writer = writer.option("positionColumns", "row")
+    print(f"APPLICATION {spark.sparkContext.applicationId}", flush=True)
     print("WRITING", flush=True)
     writer.mode("append").save()
     print("DONE", flush=True)
@@ -140,7 +147,7 @@ def speculate(master: str, url: str, topic: str, rows: int, markers: str) -> Non
         None,
         master,
         **{
-            "spark.executor.memory": "512m",
+            **CLUSTER_APP_CONF,
             "spark.speculation": "true",
             "spark.speculation.interval": "200ms",
             "spark.speculation.quantile": "0.5",
