@@ -65,19 +65,31 @@ class ServiceHarness:
 
 def _session_service(name: str) -> Iterator[object]:
     """Start a real broker for the session; leave one that someone started by hand running."""
-    from idempotent.testing import services
+    from idempotent.testing import kafka_cluster, services
 
-    already_running = services.status(name) is not None
-    info = services.up(name)
+    if name == kafka_cluster.NAME:
+        status, up, down = kafka_cluster.status, kafka_cluster.up, kafka_cluster.down
+    else:
+        status, up, down = (lambda: services.status(name)), (lambda: services.up(name)), (lambda: services.down(name))
+    already_running = status() is not None
+    info = up()
     yield info
     if not already_running:
-        services.down(name)
+        down()
 
 
 @pytest.fixture(scope="session")
 def kafka_service() -> Iterator[object]:
     """A real single-node Kafka (KRaft), started by the project itself."""
     yield from _session_service("kafka")
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster_service() -> Iterator[object]:
+    """A real 3-node replicated Kafka cluster (KRaft, RF 3, min ISR 2), started by the project
+    itself: an ``idempotent.testing.kafka_cluster.ClusterInfo``. A test that injects faults
+    (``kafka_cluster.kill9``, ``pause``, ...) calls ``kafka_cluster.heal()`` when it ends."""
+    yield from _session_service("kafka-cluster")
 
 
 @pytest.fixture(scope="session")

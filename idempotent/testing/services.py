@@ -24,6 +24,16 @@ life cycle of a broker and the command line.
 Command line (also wired as ``idempotent services ...``)::
 
     python -m idempotent.testing.services up|down|status|install|restart|kill9|clean kafka|pulsar|all
+
+and for the 3-node replicated Kafka cluster of :mod:`idempotent.testing.kafka_cluster`::
+
+    python -m idempotent.testing.services up|down|status|install|clean kafka-cluster
+    python -m idempotent.testing.services restart kafka-cluster [--node N]   # rolling without --node
+    python -m idempotent.testing.services kill9 kafka-cluster --node N
+
+``all`` means ``kafka`` and ``pulsar`` for ``up``, ``status``, ``install``, ``restart`` and
+``kill9`` (the cluster's three JVMs are for the tests that need them); ``down all`` and
+``clean all`` also stop and clean ``kafka-cluster``.
 """
 
 from __future__ import annotations
@@ -387,20 +397,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="idempotent services", description="Run real single-node brokers on 127.0.0.1."
     )
     parser.add_argument("command", choices=("up", "down", "status", "install", "restart", "kill9", "clean"))
-    parser.add_argument("service", choices=(*SERVICES, "all"))
+    parser.add_argument("service", choices=(*SERVICES, _CLUSTER, "all"))
     parser.add_argument("--port", type=int, default=None, help="client port (up; one service)")
     parser.add_argument(
         "--keep-data", action="store_true", help="up: keep the previous data dir and ports (fresh=False)"
     )
     parser.add_argument("--timeout", type=float, default=None, help="seconds")
+    parser.add_argument(
+        "--node", type=int, default=None, help=f"{_CLUSTER}: the node id for kill9 (needed) and restart"
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     names = list(SERVICES) if args.service == "all" else [args.service]
-    if args.port is not None and len(names) > 1:
-        parser.error("--port needs a single service")
+    if args.service == "all" and args.command in ("down", "clean"):
+        names.append(_CLUSTER)
+    if args.port is not None and (len(names) > 1 or names == [_CLUSTER]):
+        parser.error("--port needs a single service (and the cluster chooses its own ports)")
+    if args.node is not None and names != [_CLUSTER]:
+        parser.error(f"--node is for {_CLUSTER} only")
+    if names == [_CLUSTER] and args.command == "kill9" and args.node is None:
+        parser.error(f"kill9 {_CLUSTER} needs --node N")
     rc = 0
     for name in names:
         try:
-            if args.command == "install":
+            if name == _CLUSTER:
+                rc = _cluster_command(args) or rc
+            elif args.command == "install":
                 print(install(name))
             elif args.command == "up":
                 info = up(name, port=args.port, fresh=not args.keep_data, timeout=args.timeout or 180.0)
@@ -427,6 +448,42 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {name}: {exc}", file=sys.stderr)
             rc = 1
     return rc
+
+
+_CLUSTER = "kafka-cluster"
+
+
+def _cluster_command(args: argparse.Namespace) -> int:
+    """One command of :func:`main` for the 3-node cluster; returns the exit code."""
+    from . import kafka_cluster
+
+    if args.command == "install":
+        print(install("kafka"))
+    elif args.command == "up":
+        print(kafka_cluster.up(fresh=not args.keep_data, timeout=args.timeout or 300.0).url)
+    elif args.command == "restart":
+        if args.node is None:
+            kafka_cluster.rolling_restart(timeout_per_node=args.timeout or 180.0)
+        else:
+            kafka_cluster.restart(args.node, timeout=args.timeout or 180.0)
+        print(kafka_cluster.url())
+    elif args.command == "down":
+        stopped = kafka_cluster.down(timeout=args.timeout or 60.0)
+        print(f"{_CLUSTER} {'stopped' if stopped else 'was not running'}")
+    elif args.command == "clean":
+        removed = kafka_cluster.clean()
+        print(f"{_CLUSTER}: removed {', '.join(map(str, removed))}" if removed else f"{_CLUSTER}: no data to remove")
+    elif args.command == "kill9":
+        kafka_cluster.kill9(args.node)
+        print(f"{_CLUSTER} node {args.node} killed")
+    else:
+        found = kafka_cluster.status()
+        if found is None:
+            print(f"{_CLUSTER} not running")
+            return 1
+        pids = ", ".join(f"node {n.node_id} pid {n.pid}" for n in found.nodes)
+        print(f"{_CLUSTER} {found.url} ({pids})")
+    return 0
 
 
 if __name__ == "__main__":
