@@ -84,7 +84,9 @@ def _wait_for_progress(bootstrap: str, topic: str, beyond: int, child: subproces
 
     deadline = time.monotonic() + timeout
     while True:
-        assert child.poll() is None, "the job ended before the fault"
+        if child.poll() is not None:
+            out = child.stdout.read() if child.stdout else ""
+            raise AssertionError(f"the job ended (status {child.returncode}) before the fault:\n{out[-6000:]}")
         try:
             ends = _ends(bootstrap, topic)
         except KafkaException:  # a node restarting: ask again
