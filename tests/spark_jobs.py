@@ -1,6 +1,7 @@
 """Spark driver programs that tests/test_spark_kill.py runs, kills with SIGKILL and reruns.
 
-    python tests/spark_jobs.py batch URL TOPIC JOB ROWS PARTITIONS [--slow] [--positions]
+    python tests/spark_jobs.py batch URL TOPIC JOB ROWS PARTITIONS [--slow] [--positions] [--duration S]
+        (on $SPARK_JOB_MASTER, default local[2])
     python tests/spark_jobs.py files MASTER URL TOPIC JOB FORMAT PATH [--metadata] [--poison V,...]
         [--same-partitioning]
     python tests/spark_jobs.py stream SOURCE SOURCE_TOPIC SINK SINK_TOPIC CHECKPOINT [--kill-at-commit B]
@@ -10,7 +11,9 @@
 of Spark partition 0 stalls after most of its rows reached the sink, so Spark starts a
 speculative copy on the other worker; every attempt leaves a file ``<partition>-<attempt>``
 in MARKERS. ``batch`` writes ROWS rows (``value`` = the row number) under JOB; with ``--positions`` the
-rows carry their number as a position (``positionColumns``). ``files`` writes a CSV or
+rows carry their number as a position (``positionColumns``); with ``--duration`` each task
+spreads its rows over about S seconds (the sink gets them in Arrow batches of 1000) and may
+fail 7 times. ``files`` writes a CSV or
 Parquet input (``value`` = column 0, ``key`` = column 1) on MASTER with
 ``spark.sql.files.openCostInBytes`` at 64 KiB, so that the core count sets the split size;
 ``--metadata`` adds Spark's ``_metadata`` column, ``--poison`` fails every attempt of the
@@ -75,14 +78,28 @@ def session(jars: str | None = None, master: str = "local[2]", **conf: str) -> A
     return spark
 
 
-def batch(url: str, topic: str, job: str, rows: int, partitions: int, slow: bool, positions: bool) -> None:
+#: per application on a standalone cluster: one one-core executor on each of its two workers
+CLUSTER_APP_CONF = {"spark.cores.max": "2", "spark.executor.cores": "1", "spark.executor.memory": "512m"}
+
+
+def batch(
+    url: str, topic: str, job: str, rows: int, partitions: int, slow: bool, positions: bool, duration: float = 0.0
+) -> None:
     from pyspark.sql import functions as F
 
-    spark = session()
+    master = os.environ.get("SPARK_JOB_MASTER", "local[2]")
+    conf = dict(CLUSTER_APP_CONF) if master.startswith("spark://") else {}
+    if duration:
+        conf["spark.sql.execution.arrow.maxRecordsPerBatch"] = "1000"  # the sink gets rows as they come
+        conf["spark.task.maxFailures"] = "8"
+    spark = session(None, master, **conf)
+    pause = duration * 100 / max(1, rows // partitions)  # per 100 rows, so that each task takes ``duration``
 
     def value(i: int) -> str:
         if slow and i % 500 == 0:
             time.sleep(0.05)
+        if pause and i % 100 == 0:
+            time.sleep(pause)
         return str(i)
 
     df = spark.range(0, rows, numPartitions=partitions).select(
@@ -93,6 +110,7 @@ def batch(url: str, topic: str, job: str, rows: int, partitions: int, slow: bool
     writer = df.write.format("idempotent").option("url", url).option("topic", topic).option("job", job)
     if positions:
         writer = writer.option("positionColumns", "row")
+    print(f"APPLICATION {spark.sparkContext.applicationId}", flush=True)
     print("WRITING", flush=True)
     writer.mode("append").save()
     print("DONE", flush=True)
@@ -140,7 +158,7 @@ def speculate(master: str, url: str, topic: str, rows: int, markers: str) -> Non
         None,
         master,
         **{
-            "spark.executor.memory": "512m",
+            **CLUSTER_APP_CONF,
             "spark.speculation": "true",
             "spark.speculation.interval": "200ms",
             "spark.speculation.quantile": "0.5",
@@ -207,7 +225,8 @@ def stream(source: str, source_topic: str, sink: str, sink_topic: str, checkpoin
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     if command == "batch":
-        batch(args[0], args[1], args[2], int(args[3]), int(args[4]), "--slow" in args, "--positions" in args)
+        duration = float(args[args.index("--duration") + 1]) if "--duration" in args else 0.0
+        batch(args[0], args[1], args[2], int(args[3]), int(args[4]), "--slow" in args, "--positions" in args, duration)
     elif command == "files":
         sys.exit(files(args[0], args[1], args[2], args[3], args[4], args[5], args[6:]))
     elif command == "speculate":

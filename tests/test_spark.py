@@ -1,13 +1,14 @@
 """The ``idempotent`` PySpark data source, on a real local SparkSession (marker ``spark``).
 
-One session serves the whole module (JVM start-up costs seconds); only the kill tests run
-Spark in subprocesses. Tasks reach the backend through the broker server the data source
+One session serves the whole module (JVM start-up costs seconds); only the kill tests, and
+drivers that need a working directory of their own, run Spark in subprocesses. The tests
+marked with ``LOCAL_AND_CLUSTER`` run again on a standalone cluster (a master and 2 workers,
+executors in their own JVMs and working directories). Tasks reach the backend through the broker server the data source
 starts per URL (idempotent/spark/_host.py), in a hosts directory private to this run.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -15,9 +16,8 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -26,7 +26,13 @@ import idempotent.spark
 from idempotent._records import StoredRecord
 from idempotent.spark._host import hosts_dir, stop_host
 
-pytest_plugins = ["tests.spark_session"]  # the fixtures spark and spark_hosts
+if TYPE_CHECKING:
+    from tests.spark_session import StandaloneCluster
+
+pytest_plugins = ["tests.spark_session"]  # the fixtures spark, spark_cluster and spark_hosts
+
+#: run the test in local mode and on the standalone cluster (tests.spark_session)
+LOCAL_AND_CLUSTER = pytest.mark.parametrize("spark", ["local", "cluster"], indirect=True)
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # a Spark JVM starts slowly on a busy machine
 
@@ -56,6 +62,7 @@ def _write(df: Any, url: str, topic: str, job: str, **options: str) -> None:
     writer.mode("append").save()
 
 
+@LOCAL_AND_CLUSTER
 def test_batch_write_then_read_back(spark: Any, tmp_path: Path) -> None:
     from pyspark.sql import functions as F
 
@@ -82,6 +89,7 @@ def test_batch_write_then_read_back(spark: Any, tmp_path: Path) -> None:
     assert all(len({r.partition for r in rows if r.key == key}) == 1 for key in {r.key for r in rows})
 
 
+@LOCAL_AND_CLUSTER
 def test_same_job_writes_nothing_new_and_another_job_writes_again(spark: Any, tmp_path: Path) -> None:
     url = _url(tmp_path)
     df = spark.range(0, 500, numPartitions=2).selectExpr("cast(id as string) as value")
@@ -106,6 +114,7 @@ def test_explicit_partition_column(spark: Any, tmp_path: Path) -> None:
         assert sorted(int(r.value) for r in stored) == list(range(partition, 60, 3))
 
 
+@LOCAL_AND_CLUSTER
 def test_read_between_offsets(spark: Any, tmp_path: Path) -> None:
     url = _url(tmp_path)
     df = spark.range(0, 100, numPartitions=1).selectExpr("cast(id as string) as value", "0 as partition")
@@ -116,6 +125,7 @@ def test_read_between_offsets(spark: Any, tmp_path: Path) -> None:
     assert reader.option("startingOffsets", "latest").option("endingOffsets", "latest").load().count() == 0
 
 
+@LOCAL_AND_CLUSTER
 def test_task_retries_store_every_row_once(spark: Any, tmp_path: Path) -> None:
     """The first attempt of every task fails late, after most of its rows were stored; the
     retries store the rest, and every row is stored exactly once."""
@@ -188,7 +198,7 @@ JOBS = Path(__file__).resolve().parent / "spark_jobs.py"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _job(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def _job(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen[str]:
     """Start a driver program of tests/spark_jobs.py in its own process group."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen(
@@ -197,6 +207,7 @@ def _job(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]
         stderr=subprocess.STDOUT,
         text=True,
         env={**environment, **(env or {})},
+        cwd=cwd,
         start_new_session=True,
     )
 
@@ -294,6 +305,7 @@ def test_kafka_to_pulsar_pipeline_killed_and_restarted(
     assert {r.key for r in records} == {f"k{i}".encode() for i in range(7)}
 
 
+@LOCAL_AND_CLUSTER
 def test_mirror_on_spark_copies_each_partition_once(spark: Any, tmp_path: Path) -> None:
     source, destination = _url(tmp_path, "source"), _url(tmp_path, "copy")
     _produce(source, "orders", 3, 400)
@@ -327,89 +339,38 @@ def test_example_spark_pipeline(spark_hosts: Path, tmp_path: Path) -> None:
     assert "daily-summary holds 3 records after two runs of one job" in out
 
 
-@contextlib.contextmanager
-def _standalone_cluster(tmp_path: Path) -> Iterator[str]:
-    """A Spark standalone master and two one-core workers on two loopback addresses.
-
-    Spark never starts a speculative copy on a host that runs an attempt of the task, and
-    local mode has one host (and no speculation), so speculation needs two hosts: workers
-    on 127.0.0.1 and 127.0.0.2 count as two.
-    """
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(home),
-        "SPARK_DAEMON_MEMORY": "256m",
-        "SPARK_WORKER_DIR": str(tmp_path / "work"),
-        "SPARK_LOG_DIR": str(tmp_path / "logs"),
-    }
-    port = _free_port()
-    spark_class = str(home / "bin" / "spark-class")
-    log = open(tmp_path / "cluster.log", "wb")  # noqa: SIM115 - closed below
-    processes = [
-        subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.master.Master", *("--host", "127.0.0.1", "--port", str(port))],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    ]
-    try:
-        for host in ("127.0.0.1", "127.0.0.2"):
-            processes.append(
-                subprocess.Popen(
-                    [
-                        spark_class,
-                        "org.apache.spark.deploy.worker.Worker",
-                        "--host",
-                        host,
-                        "--cores",
-                        "1",
-                        "--memory",
-                        "768m",
-                        f"spark://127.0.0.1:{port}",
-                    ],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-        yield f"spark://127.0.0.1:{port}"
-    finally:
-        for process in reversed(processes):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(30)
-        log.close()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def test_speculative_copy_of_a_slow_task_stores_no_duplicates(spark_hosts: Path, tmp_path: Path) -> None:
+def test_speculative_copy_of_a_slow_task_stores_no_duplicates(spark_cluster: StandaloneCluster, tmp_path: Path) -> None:
     url = _url(tmp_path)
     markers = tmp_path / "attempts"
     markers.mkdir()
     rows = 2 * 25_000
-    with _standalone_cluster(tmp_path) as master:
-        _finish(_job("speculate", master, url, "speculated", str(rows), str(markers)), timeout=600)
+    _finish(_job("speculate", spark_cluster.master, url, "speculated", str(rows), str(markers)), timeout=600)
     attempts = sorted(p.name for p in markers.iterdir())
     assert "0-1" in attempts, f"Spark started no second attempt of the slow task: {attempts}"
     records = _stored(url, "speculated")
     assert sorted(int(r.value) for r in records) == list(range(rows))
     # the slow attempt stored rows (epoch 0) before the speculative copy fenced it (epoch 1)
     assert {r.producer_epoch for r in records if int(r.value) < rows // 2} == {0, 1}
+
+
+def test_relative_sqlite_url_on_a_cluster_means_the_drivers_file(
+    spark_cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    """A driver in its own working directory writes to ``sqlite:///rel.db`` on the standalone
+    cluster: the executors (working in their workers' application directories) write the
+    driver's file, and no other file appears."""
+    driver_dir = tmp_path / "driver"
+    driver_dir.mkdir()
+    rows = 6_000
+    env = {"SPARK_JOB_MASTER": spark_cluster.master}
+    out = _finish(_job("batch", "sqlite:///rel.db", "r1", "rel-job", str(rows), "4", env=env, cwd=driver_dir))
+    assert "DONE" in out
+    url = f"sqlite:///{driver_dir / 'rel.db'}"
+    records = _stored(url, "r1")
+    assert Counter(Counter(int(r.value) for r in records).values()) == {1: rows}
+    assert sorted(int(r.value) for r in records) == list(range(rows))
+    strays = list(spark_cluster.work.rglob("rel.db*"))
+    assert strays == [], f"executors opened files of their own: {strays}"
+    # the job ran on an executor of each worker, each in its own working directory
+    app = next(line.split()[1] for line in out.splitlines() if line.startswith("APPLICATION "))
+    assert len([p for p in (spark_cluster.work / app).iterdir() if p.is_dir()]) == 2

@@ -19,6 +19,13 @@ Files (in ``$IDEMPOTENT_SPARK_HOSTS``, default ``<tmp>/idempotent-spark-<uid>``)
 A host leaves once no client has been connected for ``idle_seconds`` (default 60), or on
 SIGTERM; it closes its broker cleanly (final snapshots). It outlives a killed Spark driver, so
 a rerun finds it and continues.
+
+The driver resolves a URL once (:func:`resolve_url`: a relative SQLite path made absolute
+from the driver's working directory) and hands tasks that URL with the name of its machine
+(:func:`machine`). A task reaches it through :func:`executor_url`: on the driver's machine it
+finds (or starts) the same host as the driver; a URL that only the driver's machine can serve
+(a SQLite file, ``memory://``, an ``idem://`` loopback address) is refused on any other
+machine, and a task never creates a SQLite file the driver did not.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import fcntl
 import hashlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +44,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+from urllib.parse import urlsplit
 
 from .._gc import fewer_collections
 from ..errors import BackendUnavailableError, ConfigError
@@ -58,6 +67,97 @@ def absolute_url(url: str) -> str:
     if url.startswith(prefix) and not url.startswith(prefix + "/"):
         return prefix + os.path.abspath(url[len(prefix) :])
     return url
+
+
+def resolve_url(url: object) -> str:
+    """``url`` as the driver hands it to tasks: a relative SQLite path made absolute from the
+    driver's working directory (a task's working directory is its executor's).
+
+    Raises:
+        ConfigError: ``url`` is not a non-empty string.
+    """
+    if not isinstance(url, str) or not url:
+        raise ConfigError(f"a broker URL is a non-empty string, not {url!r}")
+    return absolute_url(url)
+
+
+def machine() -> str:
+    """The name of this machine in :func:`executor_url`'s check: its host name, and its boot
+    id where the system has one (two machines may share a host name)."""
+    boot = ""
+    with contextlib.suppress(OSError):
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return f"{socket.gethostname()}/{boot}" if boot else socket.gethostname()
+
+
+def machine_bound(url: str) -> str | None:
+    """What in ``url`` only its own machine can serve (a SQLite file, an in-memory broker, a
+    loopback address), described for an error message; None for a URL any machine reaches."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        return f"the SQLite file {sqlite_path(url)!r}"
+    if parts.scheme == "memory":
+        return "an in-memory broker"
+    if parts.scheme in ("idem", "idems"):
+        host = (parts.hostname or "").lower()
+        if host == "localhost" or host == "::1" or host.startswith("127."):
+            return f"the broker server at {parts.netloc} (a loopback address)"
+    return None
+
+
+def sqlite_path(url: str) -> str:
+    """The file a ``sqlite:///`` URL names (its query left out).
+
+    Raises:
+        ConfigError: not a well-formed SQLite URL.
+    """
+    from adapters.sqlite import parse_sqlite_url
+
+    return parse_sqlite_url(url)[0]
+
+
+def executor_url(url: str, origin: str) -> str:
+    """The ``idem://`` URL through which a task reaches ``url``, which the driver resolved
+    (:func:`resolve_url`) on the machine named ``origin`` (:func:`machine`). On that machine
+    this is the host the driver uses; on another, a URL any machine reaches gets that
+    machine's own host.
+
+    Raises:
+        ConfigError: ``url`` names something only the driver's machine serves (a SQLite file,
+            ``memory://``, a loopback ``idem://`` address) and this task runs on another
+            machine, or its SQLite file does not exist here (a task never creates one). The
+            message names the URL and what to do; nothing was written.
+        BackendUnavailableError: the host did not start (see :func:`ensure_host`).
+    """
+    check_reachable(url, origin)
+    return ensure_host(url)
+
+
+def check_reachable(url: str, origin: str) -> None:
+    """Refuse, in a task, a URL that the driver resolved on ``origin`` and this machine cannot
+    serve as the driver does (see :func:`executor_url`).
+
+    Raises:
+        ConfigError: as :func:`executor_url`; nothing was opened.
+    """
+    what = machine_bound(url)
+    if what is None:
+        return
+    here = machine()
+    remedy = (
+        "run `idempotent broker --backend URL --listen 0.0.0.0:PORT` on one machine and pass its "
+        "idem://HOST:PORT URL, which every executor reaches (docs/spark.md, Where Spark's processes meet the backend)"
+    )
+    if here != origin:
+        raise ConfigError(
+            f"{url} names {what} on the Spark driver's machine ({origin}), but this task runs on {here}: "
+            f"an executor on another machine cannot reach it and must not open another one; {remedy}"
+        )
+    if url.startswith("sqlite:") and not os.path.exists(sqlite_path(url)):
+        raise ConfigError(
+            f"{url} names {what}, which the driver opened but which does not exist for this task (moved, deleted, "
+            f"or another file system): a task never creates a SQLite file; {remedy}"
+        )
 
 
 def _key(url: str) -> str:

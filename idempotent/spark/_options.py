@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import ConfigError
+from ._host import machine, resolve_url
 
 
 def required(options: Mapping[str, str], name: str) -> str:
@@ -27,14 +28,21 @@ def _flag(options: Mapping[str, str], name: str) -> bool:
 
 
 class Options:
-    """Every option of a read or a write.
+    """Every option of a read or a write, parsed on the driver (tasks get a pickled copy).
+
+    ``url`` is resolved here, once (:func:`~idempotent.spark._host.resolve_url`: a relative
+    SQLite path made absolute from the driver's working directory), and ``machine`` names the
+    driver's machine: tasks reach the URL through
+    :func:`~idempotent.spark._host.executor_url`, which refuses what only the driver's
+    machine serves on any other.
 
     Raises:
         ConfigError: (on construction) ``url`` or ``topic`` missing, or a malformed value.
     """
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        self.url = required(options, "url")
+        self.url = resolve_url(required(options, "url"))
+        self.machine = machine()
         self.topic = required(options, "topic")
         self.job = options.get("job")
         self.partitions = options.get("partitions")

@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from ..producer import Deliveries, Producer, SendManyFuture
 from ._columns import Identity, UnitRun, binary_column, identity_of, unit_runs
 from ._failures import reported
-from ._host import ensure_host
+from ._host import ensure_host, executor_url, machine
 from ._identity import RowRouter, batch_producer_name, stream_producer_name, stream_sequence_base
 from ._ledger import LEDGER_SEGMENTS, BatchPlan, ledger_topic, plan_batch, prepare_topic, superseded
 from ._options import Options
@@ -389,9 +389,11 @@ def write_task(
     batch_plan: BatchPlan | None = None,
     base: int = 0,
     spark_partition: int = 0,
+    origin: str | None = None,
 ) -> Written:
     """Write one task's record batches under ``producer_name``; block until every record is
-    stored or answered as a duplicate.
+    stored or answered as a duplicate. ``url`` is the driver's resolved URL and ``origin``
+    its machine (see :func:`~idempotent.spark._host.executor_url`; None: this machine).
 
     A batch write (``batch_plan``) numbers each unit's rows as a segment and keeps the
     job's ledger; a stream's micro-batch numbers each topic partition's rows from ``base``.
@@ -399,7 +401,9 @@ def write_task(
     Raises:
         DeliveryFailed: a record was not stored (fenced by a later attempt, broker gone...).
         ConfigError: bad column values or a refused segment; records of earlier units or
-            Arrow batches may be stored (a rerun completes them).
+            Arrow batches may be stored (a rerun completes them). Also, before anything is
+            written, a URL this machine cannot serve as the driver's does (a SQLite file on
+            the driver's machine, from another machine).
     """
     attempt = _attempt()
     plan = batch_plan.rerun if batch_plan is not None else None
@@ -407,7 +411,8 @@ def write_task(
     if plan is not None and plan.finished:
         return Written(producer_name, attempt, 0, 0, sum(batch.num_rows for batch in batches))
     with fewer_collections(), contextlib.ExitStack() as stack:
-        producer = stack.enter_context(Producer(ensure_host(url), producer_name=producer_name, linger_ms=linger_ms))
+        host = executor_url(url, origin or machine())
+        producer = stack.enter_context(Producer(host, producer_name=producer_name, linger_ms=linger_ms))
         ledger = None
         if batch_plan is not None and batch_plan.identity.mode is Mode.POSITION:
             # a progress record precedes every Arrow batch: send it at once, not after a linger
@@ -466,7 +471,14 @@ class BatchWriter(DataSourceArrowWriter):
         else:
             name = batch_producer_name(f"{job}/{plan.rerun.run}", spark_partition)
         return write_task(
-            opts.url, opts.topic, name, iterator, opts.linger_ms, batch_plan=plan, spark_partition=spark_partition
+            opts.url,
+            opts.topic,
+            name,
+            iterator,
+            opts.linger_ms,
+            batch_plan=plan,
+            spark_partition=spark_partition,
+            origin=opts.machine,
         )
 
     @reported
@@ -525,7 +537,14 @@ class StreamWriter(DataSourceStreamArrowWriter):
         name = stream_producer_name(query_id, spark_partition)
         base = stream_sequence_base(int(batch_id))
         return write_task(
-            opts.url, opts.topic, name, iterator, opts.linger_ms, base=base, spark_partition=spark_partition
+            opts.url,
+            opts.topic,
+            name,
+            iterator,
+            opts.linger_ms,
+            base=base,
+            spark_partition=spark_partition,
+            origin=opts.machine,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -28,7 +28,7 @@ import idempotent
 from ..api import BrokerAPI
 from ..errors import ConfigError
 from ._failures import reported, reported_rows
-from ._host import ensure_host
+from ._host import ensure_host, executor_url, machine
 from ._identity import EARLIEST, LATEST, parse_offsets, resolve_offset
 from ._options import Options
 from ._sink import BatchWriter, StreamWriter, batch_writer, stream_writer
@@ -82,10 +82,16 @@ class TopicRange(InputPartition):
     end: int
 
 
-def read_range(url: str, topic: str, part: TopicRange) -> Iterator[tuple[Any, ...]]:
-    """The records of ``part`` as rows of :data:`READ_SCHEMA`."""
+def read_range(url: str, topic: str, part: TopicRange, origin: str | None = None) -> Iterator[tuple[Any, ...]]:
+    """The records of ``part`` as rows of :data:`READ_SCHEMA` (in a task: ``url`` is the
+    driver's resolved URL and ``origin`` its machine, see
+    :func:`~idempotent.spark._host.executor_url`; None: this machine).
+
+    Raises:
+        ConfigError: a URL this machine cannot serve as the driver's does; nothing was read.
+    """
     utc = datetime.UTC
-    with contextlib.closing(_connect(url)) as broker:
+    with contextlib.closing(idempotent.connect(executor_url(url, origin or machine()))) as broker:
         position = part.start
         while position < part.end:
             records = broker.read(topic, part.partition, position, READ_CHUNK)
@@ -150,7 +156,8 @@ class BatchReader(DataSourceReader):
 
     @reported
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        return reported_rows(read_range(self.options.url, self.options.topic, _range(partition)))
+        opts = self.options
+        return reported_rows(read_range(opts.url, opts.topic, _range(partition), opts.machine))
 
 
 class StreamReader(DataSourceStreamReader):
@@ -184,7 +191,8 @@ class StreamReader(DataSourceStreamReader):
 
     @reported
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        return reported_rows(read_range(self.options.url, self.options.topic, _range(partition)))
+        opts = self.options
+        return reported_rows(read_range(opts.url, opts.topic, _range(partition), opts.machine))
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the broker keeps no reader state."""
