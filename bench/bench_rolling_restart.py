@@ -115,9 +115,12 @@ class _Client:
         name = f"bench-rolling-{uuid.uuid4().hex[:8]}"
         self.native: Any = None
         self.producer: Any = None
+        self.queue_full: type[Exception] = BufferError
         if variant == "producer":
             import idempotent
+            from idempotent.errors import QueueFullError
 
+            self.queue_full = QueueFullError
             self.producer = idempotent.Producer(url, name, linger_ms=LINGER_MS)
             return
         if variant == "native":
@@ -134,8 +137,12 @@ class _Client:
     def send(self, topic: str, value: bytes, partition: int) -> None:
         done = self.counts.done
         if self.producer is not None:
-            self.producer.send(topic, value, partition=partition, on_delivery=lambda error, _meta: done(error))
-            return
+            while True:
+                try:
+                    self.producer.send(topic, value, partition=partition, on_delivery=lambda error, _meta: done(error))
+                    return
+                except self.queue_full:  # its buffer is full (full speed): wait as for BufferError below
+                    time.sleep(0.05)
         while True:
             try:
                 self.native.produce(topic, value, partition=partition, on_delivery=lambda err, _msg: done(err))
