@@ -49,6 +49,12 @@ in, then 1,787 records left without an outcome when the 90 s flush gave up. ``dr
 15.2 s, and in the other round the same error as ``KafkaException(TOPIC_EXCEPTION)`` from
 ``produce`` at 67 s and 10,938 records left without an outcome. No duplicate and no
 acknowledged record missing in any run. Targets not met (issue 35, item 2).
+
+At full speed (``--rate 0``, 1 round, load average 14 to 22; ``rolling-restart-20261202-032057.json``):
+native 13,769 records/s, longest gap 1.16 s; ``producer`` 0.45x: ``send`` raised the same
+``InvalidTopicError`` 14.4 s in (node 1's restart) and 992,815 records were left without an
+outcome after the 90 s flush; ``drop-in`` 15,409 records/s (1.12x) but a 23.5 s gap (node 1's
+restart). Again no duplicate and no acknowledged record missing.
 """
 
 from __future__ import annotations
