@@ -305,19 +305,17 @@ def read_once(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> tuple
     consumer.assign(assigned)
     out: list[tuple[int, bytes]] = []
     ended: dict[int, int] = {}
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     try:
         while len(ended) < partitions:
             assert time.monotonic() < deadline, f"read {len(out)} records; ended {sorted(ended)}"
-            message = consumer.poll(1)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                assert error.code() == confluent_kafka.KafkaError._PARTITION_EOF, error
-                ended[message.partition()] = message.offset()
-                continue
-            out.append((message.partition(), message.value()))
+            for message in consumer.consume(1000, 0.5):
+                error = message.error()
+                if error is not None:
+                    assert error.code() == confluent_kafka.KafkaError._PARTITION_EOF, error
+                    ended[message.partition()] = message.offset()
+                    continue
+                out.append((message.partition(), message.value()))
         highs = {p: consumer.get_watermark_offsets(tp, timeout=30, cached=False)[1] for p, tp in enumerate(assigned)}
     finally:
         consumer.close()

@@ -29,8 +29,9 @@ from tests import outage_apps
 pytestmark = pytest.mark.kafka
 
 PARTITIONS = outage_apps.PARTITIONS
-#: records a second of each producer process (four of them, next to three JVMs on 2 cores)
-RATE = 150
+#: records a second of each producer process (four of them, next to three JVMs on 2 cores):
+#: a few thousand records each over a fault
+RATE = 50
 
 
 @pytest.fixture
