@@ -53,6 +53,10 @@ class Tally:
         self.resumed_after: float | None = None
 
     def end(self, index: int, outcome: str, error: str | None = None, duplicate: bool = False) -> None:
+        ready = os.environ.get("OUTAGE_READY_FILE")
+        if ready is not None and outcome == "persisted" and not self.acked_at:
+            with open(ready, "w"):  # the first record acknowledged: this process writes
+                pass
         with self.lock:
             assert index not in self.ended, f"record {index} ended twice"
             self.ended[index] = outcome
@@ -239,12 +243,15 @@ def dropin(
 # -- for the tests: start the processes, read the topic back, check every outcome -------------
 
 
-def start(*args: object, stop_file: str | None = None) -> subprocess.Popen[str]:
+def start(*args: object, stop_file: str | None = None, ready_file: str | None = None) -> subprocess.Popen[str]:
     """Start one producer process (``args``: the mode and its arguments, see the module
-    docstring); with ``stop_file`` it stops sending once that file exists."""
+    docstring); with ``stop_file`` it stops sending once that file exists; with
+    ``ready_file`` it creates that file when its first record is acknowledged."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if stop_file is not None:
         env["OUTAGE_STOP_FILE"] = stop_file
+    if ready_file is not None:
+        env["OUTAGE_READY_FILE"] = ready_file
     return subprocess.Popen(
         [sys.executable, "-m", "tests.outage_apps", *map(str, args)],
         cwd=ROOT,
@@ -305,19 +312,17 @@ def read_once(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> tuple
     consumer.assign(assigned)
     out: list[tuple[int, bytes]] = []
     ended: dict[int, int] = {}
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     try:
         while len(ended) < partitions:
             assert time.monotonic() < deadline, f"read {len(out)} records; ended {sorted(ended)}"
-            message = consumer.poll(1)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                assert error.code() == confluent_kafka.KafkaError._PARTITION_EOF, error
-                ended[message.partition()] = message.offset()
-                continue
-            out.append((message.partition(), message.value()))
+            for message in consumer.consume(1000, 0.5):
+                error = message.error()
+                if error is not None:
+                    assert error.code() == confluent_kafka.KafkaError._PARTITION_EOF, error
+                    ended[message.partition()] = message.offset()
+                    continue
+                out.append((message.partition(), message.value()))
         highs = {p: consumer.get_watermark_offsets(tp, timeout=30, cached=False)[1] for p, tp in enumerate(assigned)}
     finally:
         consumer.close()

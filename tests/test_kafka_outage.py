@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,13 +47,26 @@ def _run(
     # request.timeout.ms) is 5 s: a pause longer than that times requests out
     url = f"{kafka_service.url}?timeout=5"
     flags = ["numbered"] if numbered else []
+    ready = {kind: Path(tempfile.mkdtemp()) / "ready" for kind in names}
     apps = {
-        "producer": outage_apps.start("producer", url, topic, names["producer"], count, rate, delivery_ms),
-        "dropin": outage_apps.start("dropin", bootstrap, topic, names["dropin"], count, rate, delivery_ms, *flags),
+        "producer": outage_apps.start(
+            "producer", url, topic, names["producer"], count, rate, delivery_ms, ready_file=str(ready["producer"])
+        ),
+        "dropin": outage_apps.start(
+            "dropin",
+            bootstrap,
+            topic,
+            names["dropin"],
+            count,
+            rate,
+            delivery_ms,
+            *flags,
+            ready_file=str(ready["dropin"]),
+        ),
     }
     try:
         deadline = time.monotonic() + 120
-        while len({v.decode().rsplit("-", 1)[0] for _, v in outage_apps.read_once(bootstrap, topic)[0]}) < 2:
+        while not all(path.exists() for path in ready.values()):  # each acknowledged a record
             assert time.monotonic() < deadline, "the producers did not start writing"
             assert all(app.poll() is None for app in apps.values()), [
                 outage_apps.result_of(app) for app in apps.values()
