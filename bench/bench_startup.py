@@ -22,6 +22,11 @@ topic creation or the project's internal topics being made on their first use.
     python bench/bench_startup.py                      # import, kafka and pulsar, 5 rounds
     python bench/bench_startup.py --only import --rounds 9
 
+Bytecode: each child caches its modules' bytecode in a folder of the run (``PYTHONPYCACHEPREFIX``),
+filled by the warm-up round, as pip leaves an installed package; with ``--no-bytecode-cache``
+every child compiles every module from source (as under ``PYTHONDONTWRITEBYTECODE=1``), which
+costs the project's modules far more than the native clients' (a few compiled ones).
+
 Writes ``bench/results/startup-<time>.json``.
 """
 
@@ -33,6 +38,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from typing import Any
@@ -167,26 +173,45 @@ sys.stdout.flush()
 """
 
 
-def _child(code: str, timeout: float = 120.0) -> tuple[float, dict[str, Any]]:
-    """Run ``code`` in a fresh interpreter; its wall-clock start and the JSON of its last line."""
+#: the children's environment (see ``--no-bytecode-cache``), set in ``main``
+CHILD_ENV: dict[str, str] = {}
+
+
+#: ``--also`` sources: label -> a checkout of this project whose ``idempotent`` the variants
+#: ``<variant>@<label>`` import instead of the installed one (through ``PYTHONPATH``)
+SOURCES: dict[str, str] = {}
+
+
+def _split(variant: str) -> tuple[str, str | None]:
+    """``name@label`` -> (``name``, the checkout it runs from); plain ``name`` -> (name, None)."""
+    name, _, label = variant.partition("@")
+    return name, SOURCES[label] if label else None
+
+
+def _child(code: str, source: str | None = None, timeout: float = 120.0) -> tuple[float, dict[str, Any]]:
+    """Run ``code`` in a fresh interpreter (importing ``idempotent`` from ``source`` if given);
+    its wall-clock start and the JSON of its last line."""
+    env = dict(CHILD_ENV)
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
     started = time.time()
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
-    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
     if done.returncode != 0 or not done.stdout.strip():
         raise RuntimeError(f"child failed ({done.returncode}): {done.stderr[-2000:]}")
     return started, json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def measure_import(variant: str) -> float:
-    _, out = _child(_IMPORT_CHILD.format(statement=IMPORTS[variant][0]))
+    name, source = _split(variant)
+    _, out = _child(_IMPORT_CHILD.format(statement=IMPORTS[name][0]), source)
     return float(out["import_s"])
 
 
 def measure_delivery(variant: str, info: services.ServiceInfo, topic: str, name: str) -> float:
-    backend, body = DELIVERIES[variant]
+    kind, source = _split(variant)
+    _backend, body = DELIVERIES[kind]
     settings = (info.url, info.bootstrap, info.admin_url or "", topic, name)
-    started, out = _child(_DELIVERY_CHILD.format(settings=settings, body=body))
+    started, out = _child(_DELIVERY_CHILD.format(settings=settings, body=body), source)
     if out["error"] is not None or out["delivered_at"] is None:
         raise RuntimeError(f"{variant}: {out['error']}")
     return float(out["delivered_at"]) - started
@@ -217,22 +242,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="measured rounds (after one warm-up round)")
     parser.add_argument("--only", default="import,kafka,pulsar", help="which of import, kafka, pulsar")
     parser.add_argument("--variants", default="", help="comma-separated delivery variants (default: all)")
+    parser.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="compile every module from source in every child (PYTHONDONTWRITEBYTECODE) instead of caching "
+        "bytecode as an installed package has it",
+    )
+    parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="also run every non-native variant importing idempotent from checkout DIR (for example the "
+        "commit before a change), as <variant>@LABEL, alternated with the others",
+    )
     args = parser.parse_args(argv)
+    SOURCES.update(item.split("=", 1) for item in args.also)
+    CHILD_ENV.clear()
+    CHILD_ENV.update(os.environ)
+    if args.no_bytecode_cache:
+        CHILD_ENV["PYTHONDONTWRITEBYTECODE"] = "1"
+        CHILD_ENV["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="bench-startup-empty-")
+    else:
+        # every module's bytecode cached (in a folder of this run, for native and ours alike, filled
+        # by the warm-up round), as pip leaves an installed package and its dependencies
+        CHILD_ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+        CHILD_ENV["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="bench-startup-pycache-")
     parts = [p for p in args.only.split(",") if p]
     load_before = os.getloadavg()
     numbers: dict[str, Any] = {"import_s": {}, "first_delivery_s": {}}
     lines = ["| what | median | runs | vs native |", "|---|---|---|---|"]
 
     if "import" in parts:
-        runs: dict[str, list[float]] = {v: [] for v in IMPORTS}
+        imports = [*IMPORTS, *(f"{v}@{label}" for v, (_, native) in IMPORTS.items() if native for label in SOURCES)]
+        runs: dict[str, list[float]] = {v: [] for v in imports}
         for i in range(args.rounds + 1):
-            for variant in IMPORTS:
+            for variant in imports:
                 seconds = measure_import(variant)
                 if i:
                     runs[variant].append(seconds)
             print(f"import round {i}{' (warm-up)' if not i else ''}: done", file=sys.stderr)
         numbers["import_s"] = runs
-        for variant, (_, native) in IMPORTS.items():
+        for variant in imports:
+            native = IMPORTS[_split(variant)[0]][1]
             median = statistics.median(runs[variant])
             versus = ""
             if native is not None:
@@ -253,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             _make_topic(info, topic)
             if NATIVE[backend] not in variants:
                 variants.insert(0, NATIVE[backend])
+            variants += [f"{v}@{label}" for v in variants if v != NATIVE[backend] for label in SOURCES]
             runs = {v: [] for v in variants}
             for i in range(args.rounds + 1):
                 for variant in variants:
