@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             versus = ""
             if native is not None:
                 base = statistics.median(runs[native])
-                versus = f"+{_ms(median - base)} ({median / base:.2f}x)"
+                versus = f"{(median - base) * 1000:+,.0f} ms ({median / base:.2f}x)"
             spread = ", ".join(f"{s * 1000:.0f}" for s in runs[variant])
             lines.append(f"| import `{variant}` | {_ms(median)} | {spread} | {versus} |")
 
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         base = statistics.median(runs[NATIVE[backend]])
         for variant in variants:
             median = statistics.median(runs[variant])
-            versus = "" if variant == NATIVE[backend] else f"+{_ms(median - base)} ({median / base:.2f}x)"
+            versus = "" if variant == NATIVE[backend] else f"{(median - base) * 1000:+,.0f} ms ({median / base:.2f}x)"
             spread = ", ".join(f"{s * 1000:.0f}" for s in runs[variant])
             lines.append(f"| first delivery `{variant}` | {_ms(median)} | {spread} | {versus} |")
 
