@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from _results import save_run
@@ -256,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also run every non-native variant importing idempotent from checkout DIR (for example the "
         "commit before a change), as <variant>@LABEL, alternated with the others",
     )
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"), help="folder of the JSON")
     args = parser.parse_args(argv)
     SOURCES.update(item.split("=", 1) for item in args.also)
     CHILD_ENV.clear()
@@ -327,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
     print("\n".join(lines))
     print(f"\nload average before {load_before}, after {load_after} on {os.cpu_count()} CPUs")
-    save_run("startup", args, load_before, load_after, table="\n".join(lines), **numbers)
+    save_run("startup", args, load_before, load_after, Path(args.out), table="\n".join(lines), **numbers)
     return 0
 
 
