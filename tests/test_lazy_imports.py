@@ -1,6 +1,7 @@
 """What importing the library and its drop-ins loads: a producer's process does not pay for
 the parts a producer does not use (asyncio, the in-process broker, the reader, SQLite state,
-the retry library until a producer opens, TLS until a URL asks for it).
+the retry library until a producer opens, TLS until a URL asks for it; the Kafka drop-in
+opens its producer's own broker on its connecting thread).
 
 Each import runs in a fresh interpreter, so that what other tests imported does not count."""
 
@@ -19,6 +20,7 @@ NOT_AT_IMPORT = (
     "idempotent.reader",
     "idempotent.state",
     "idempotent.dedup",
+    "idempotent.direct",
     "idempotent.server",
     "idempotent.mirror",
     "idempotent.cli",
@@ -40,8 +42,8 @@ def _loaded_after(statement: str) -> set[str]:
     [
         ("import idempotent; idempotent.Producer; idempotent.connect", ()),
         ("from idempotent.compat.confluent_kafka import Producer", ()),
-        # the pulsar drop-in's message ids and readers are the reader's
-        ("from idempotent.compat.pulsar import Client", ("idempotent.reader",)),
+        # the pulsar drop-in's message ids and readers are the reader's, its client opens the direct broker
+        ("from idempotent.compat.pulsar import Client", ("idempotent.reader", "idempotent.direct")),
     ],
 )
 def test_import_leaves_out_what_a_producer_does_not_use(statement: str, used: tuple[str, ...]) -> None:

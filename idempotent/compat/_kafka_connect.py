@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 
 from .._records import Headers
 from ..clientlogs import LIBRDKAFKA_LOG
-from ..direct import direct_scheme
 from ..errors import ProducerError, QueueFullError
 from ..producer import Producer as _Producer
 from ..sender import Route
@@ -105,6 +104,8 @@ class Connecting:
         Raises:
             ProducerError: it could not be opened (retriable ones are retried by the caller).
         """
+        from ..direct import direct_scheme  # with the checker and the log's client: on the connecting thread
+
         config = self._config
         target: Any = config.broker
         shared: str | None = None
