@@ -13,10 +13,13 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def save_run(prefix: str, args: Any, load_before: Any, load_after: Any, **numbers: Any) -> Path:
-    """Write ``<prefix>-<time>.json``: the run's arguments (``argparse`` namespace), the machine,
-    the load average before and after, and ``numbers``; print and return its path."""
-    out_file = RESULTS / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+def save_run(
+    prefix: str, args: Any, load_before: Any, load_after: Any, folder: Path | None = None, **numbers: Any
+) -> Path:
+    """Write ``<prefix>-<time>.json`` into ``folder`` (default ``bench/results/``): the run's
+    arguments (``argparse`` namespace), the machine, the load average before and after, and
+    ``numbers``; print and return its path."""
+    out_file = (folder or RESULTS) / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     document = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "machine": platform.platform(),

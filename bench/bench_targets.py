@@ -27,6 +27,10 @@ the next), with their results written to one folder:
   ``idempotent`` Spark sink on ``kafka://`` against Spark's own Kafka sink, same data, same
   broker, a fresh topic per write, as the quoted 0.72x was measured (needs PySpark
   and ``mvn`` for Spark's Kafka connector);
+* ``startup``: ``bench_startup.py``, 5 rounds after a warm-up round, in fresh processes: the
+  import of each drop-in and of ``idempotent`` against the native client's, and the time from
+  a process's start to the first delivery report of one record on Kafka and Pulsar, the
+  drop-ins and ``Producer`` against the native clients;
 * ``mirror``: ``bench_mirror.py --no-kill``, 100,000 records of 100 B, 3 partitions,
   3 repeats: the ``idempotent mirror`` command in a process of its own against MirrorMaker 2
   (and the in-process ``Mirror`` API and a plain consume -> produce loop), Kafka to Kafka
@@ -360,6 +364,50 @@ def mirror_rows(data: dict[str, Any] | None, argv: list[str]) -> list[Row]:
     return [(label, shown, wanted, ratio >= 1.47)]
 
 
+# -- start-up ----------------------------------------------------------------------------------
+
+#: (what bench_startup.py calls the import, what it is compared with, the table's words)
+STARTUP_IMPORTS = (
+    ("idempotent.compat.confluent_kafka", "confluent_kafka", "`import idempotent.compat.confluent_kafka`"),
+    ("idempotent", "confluent_kafka", "`import idempotent; idempotent.Producer`"),
+    ("idempotent.compat.pulsar", "pulsar", "`import idempotent.compat.pulsar`"),
+)
+#: (bench_startup.py's delivery variant, the native one, the table's words)
+STARTUP_DELIVERIES = (
+    ("kafka-drop-in", "kafka-native", "Kafka: the drop-in, anonymous"),
+    ("kafka-drop-in-named", "kafka-native", "Kafka: the drop-in with `transactional.id`"),
+    ("kafka-producer", "kafka-native", '`Producer("kafka://...")`, anonymous'),
+    ("kafka-producer-named", "kafka-native", '`Producer("kafka://...")`, named'),
+    ("pulsar-drop-in", "pulsar-native", "Pulsar: the drop-in"),
+    ("pulsar-producer", "pulsar-native", '`Producer("pulsar://...")`, anonymous'),
+    ("pulsar-producer-named", "pulsar-native", '`Producer("pulsar://...")`, named'),
+)
+
+
+def startup_rows(data: dict[str, Any] | None, argv: list[str]) -> list[Row]:
+    def median(kind: str, variant: str) -> float | None:
+        runs = (data or {}).get(kind, {}).get(variant)
+        return statistics.median(runs) if runs else None
+
+    rows: list[Row] = []
+    groups = (
+        ("import_s", STARTUP_IMPORTS, 0.15, "import"),
+        ("first_delivery_s", STARTUP_DELIVERIES, 0.05, "first delivery"),
+    )
+    for kind, variants, allowed, what in groups:
+        for variant, native, text in variants:
+            ours, base = median(kind, variant), median(kind, native)
+            label = f"start-up, {what}: {text}, vs `{native}`"
+            wanted = f"≤ native + {allowed * 1000:.0f} ms"
+            if ours is None or base is None:
+                rows.append((label, NOT_MEASURED, wanted, None))
+                continue
+            difference = ours - base
+            shown = f"{ours * 1000:,.0f} ms vs {base * 1000:,.0f} ms = {difference * 1000:+,.0f} ms"
+            rows.append((label, shown, wanted, difference <= allowed))
+    return rows
+
+
 # -- the steps ---------------------------------------------------------------------------------
 
 STEPS: list[Step] = [
@@ -429,6 +477,16 @@ STEPS: list[Step] = [
         "spark",
         spark_rows,
         ("kafka",),
+    ),
+    Step(
+        "startup",
+        "bench_startup.py",
+        [],
+        ["--rounds", "5"],
+        ["--rounds", "1"],
+        "startup",
+        startup_rows,
+        ("kafka", "pulsar"),
     ),
     Step(
         "mirror",

@@ -11,18 +11,15 @@ SQLite (embedded default), Kafka and Pulsar serve as the durable log underneath.
     0
 """
 
-from ._checker import CheckerConfig, Policy
+import typing as _typing
+
 from ._connect import connect
 from ._outcomes import DeliveryStatus, Outcome, ProduceResult, RecordMetadata
-from ._ownership import Lease
 from ._records import Record, StoredRecord
 from ._request import ProduceRequest
 from ._types import TopicPartition
 from ._values import PartitionStats, ProducerSession
-from .aio import AsyncProducer
 from .api import BrokerAPI
-from .broker import Broker, BrokerConfig
-from .dedup import DuplicateFilter, DuplicateVerdict
 from .delivery import DeliveryFuture
 from .errors import (
     BackendUnavailableError,
@@ -48,8 +45,48 @@ from .errors import (
     UsageError,
 )
 from .producer import Deliveries, Producer, SendManyFuture
-from .reader import Message, MessageId, Reader
-from .state import SqliteCheckpoint
+
+if _typing.TYPE_CHECKING:
+    from ._checker import CheckerConfig, Policy
+    from ._ownership import Lease
+    from .aio import AsyncProducer
+    from .broker import Broker, BrokerConfig
+    from .dedup import DuplicateFilter, DuplicateVerdict
+    from .reader import Message, MessageId, Reader
+    from .state import SqliteCheckpoint
+
+#: public names imported on first use, each with its module: a producer needs none of them,
+#: and they bring asyncio, the in-process broker and its checker, the reader and SQLite state
+_LAZY = {
+    "AsyncProducer": "aio",
+    "Broker": "broker",
+    "BrokerConfig": "broker",
+    "CheckerConfig": "_checker",
+    "DuplicateFilter": "dedup",
+    "DuplicateVerdict": "dedup",
+    "Lease": "_ownership",
+    "Message": "reader",
+    "MessageId": "reader",
+    "Policy": "_checker",
+    "Reader": "reader",
+    "SqliteCheckpoint": "state",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __version__ = "0.1.0"
 

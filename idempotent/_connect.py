@@ -10,13 +10,14 @@ imported only when a URL needs them: nothing here imports ``adapters`` at module
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from .errors import ConfigError
 
 if TYPE_CHECKING:
+    import ssl
+
     from .api import BrokerAPI
     from .broker import BrokerConfig
 

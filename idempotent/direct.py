@@ -59,7 +59,7 @@ from ._types import Epoch, ProducerId, TopicPartition
 from ._values import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
 from .api import ProduceShortcuts
 from .backend import AppendBatch, LogBackend, ProducerLog
-from .broker import BrokerConfig
+from .broker_config import BrokerConfig
 from .errors import (
     ConfigError,
     InvalidTopicError,

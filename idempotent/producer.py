@@ -24,8 +24,6 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as SequenceOf
 from typing import Any, cast, overload
 
-import tenacity
-
 from ._outcomes import DeliveryStatus
 from ._records import Headers, Record, RecordColumns, _headers, as_record, record_sizes
 from ._sequencer import ProducerSequencer, sequences_for
@@ -202,6 +200,8 @@ class Producer(SenderLoop):
         self._thread.start()
 
     def _init(self, producer_name: str | None, timeout: float) -> ProducerSession:
+        import tenacity  # only when opening needs a retry loop: not at import
+
         for attempt in tenacity.Retrying(
             retry=tenacity.retry_if_exception(_retriable),
             wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),

@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 
 from .._records import Headers
 from ..clientlogs import LIBRDKAFKA_LOG
-from ..direct import direct_scheme
 from ..errors import ProducerError, QueueFullError
 from ..producer import Producer as _Producer
 from ..sender import Route
@@ -86,6 +85,9 @@ class Connecting:
     _inner: _Producer | None
     #: the producer being opened: the early records are being handed to it
     _opening: _Producer | None
+    #: early records taken from ``_early`` and not yet in ``_opening`` (nor failed), so that
+    #: ``len()`` (and so ``flush()``) counts a record while it moves
+    _moving: int
     _hand_over_lock: threading.Lock
     _clients: _Clients
     _stop: threading.Event
@@ -102,6 +104,8 @@ class Connecting:
         Raises:
             ProducerError: it could not be opened (retriable ones are retried by the caller).
         """
+        from ..direct import direct_scheme  # with the checker and the log's client: on the connecting thread
+
         config = self._config
         target: Any = config.broker
         shared: str | None = None
@@ -233,6 +237,7 @@ class Connecting:
                         return False
                     early = self._early.popleft()
                     self._early_bytes -= early.size
+                    self._moving += 1
                 try:
                     route = self._route(inner, early.topic)
                     partition = self._place(route, early.partition, early.key)
@@ -251,10 +256,13 @@ class Connecting:
                     with self._cond:
                         self._early.appendleft(early)
                         self._early_bytes += early.size
+                        self._moving -= 1
                     return False
                 except (ProducerError, KafkaException) as exc:
                     error = exc.args[0] if isinstance(exc, KafkaException) else kafka_error_of(exc, None, False)
                     self._report_early(early, error, MessageStatus.NOT_PERSISTED)
+                with self._cond:
+                    self._moving -= 1
                 moved += 1
 
     def _expire_early(self) -> None:

@@ -135,6 +135,7 @@ class Producer(Connecting):
         self._early_bytes = 0
         self._inner: _Producer | None = None
         self._opening: _Producer | None = None
+        self._moving = 0
         self._hand_over_lock = threading.Lock()
         self._routes: dict[str, Route] = {}
         self._random = random.Random()
@@ -527,8 +528,10 @@ class Producer(Connecting):
         """Messages produced whose delivery report has not been served yet (0 once closed)."""
         if self._closed:
             return 0
-        inner = self._inner
-        return len(self._early) + len(self._reports.ready) + (0 if inner is None else inner._outstanding + inner._held)
+        # while the early records move to the producer being opened, count those it holds
+        inner = self._inner if self._inner is not None else self._opening
+        early = len(self._early) + self._moving
+        return early + len(self._reports.ready) + (0 if inner is None else inner._outstanding + inner._held)
 
     def close(self, timeout: float | None = -1) -> bool:
         """Flush (up to ``timeout``), then release the producer. Reports not served by then
