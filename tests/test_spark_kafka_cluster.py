@@ -47,9 +47,46 @@ QUIET = {"log_level": 0}
 
 @pytest.fixture
 def cluster(kafka_cluster_service: Any) -> Iterator[kafka_cluster.ClusterInfo]:
-    """The session's Kafka cluster, whole again after the test."""
+    """The session's Kafka cluster, whole before the test (its transaction coordinators
+    loaded: a node that an earlier test restarted may still be loading them) and after it."""
+    kafka_cluster.heal()
+    _wait_for_transactions(kafka_cluster_service.bootstrap, timeout=180)
     yield kafka_cluster_service
     kafka_cluster.heal()
+
+
+def _java_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (Kafka maps a transactional id to a coordinator with it)."""
+    h = 0
+    for char in text:
+        h = (31 * h + ord(char)) & 0xFFFFFFFF
+    return h
+
+
+def _wait_for_transactions(bootstrap: str, timeout: float) -> None:
+    """Wait until a transactional producer initialises with every transaction coordinator
+    (one transactional id per partition of ``__transaction_state``)."""
+    from confluent_kafka import KafkaException, Producer
+
+    count = len(kafka_cluster.partitions("__transaction_state"))
+    ids: dict[int, str] = {}
+    n = 0
+    while len(ids) < count:
+        name = f"spark-probe-{n}"
+        ids.setdefault((_java_hash(name) & 0x7FFFFFFF) % count, name)
+        n += 1
+    deadline = time.monotonic() + timeout
+    for name in ids.values():
+        while True:
+            producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": name, **QUIET})
+            try:
+                producer.init_transactions(30)
+                break
+            except KafkaException as exc:
+                assert time.monotonic() < deadline, f"{name} did not initialise in {timeout} s: {exc}"
+                time.sleep(1)
+            finally:
+                producer.flush(5)
 
 
 def _driver(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
