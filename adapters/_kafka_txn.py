@@ -76,10 +76,13 @@ def fence(config: dict[str, Any], timeout: float) -> Any:
     later. So an attempt that is not done within its short budget (0.1 s for the first
     second, then twice as long each time) is dropped and a fresh producer asks again. Fencing
     is unchanged: every InitProducerId that succeeds bumps the epoch, the last one wins, and a
-    dropped producer never began a transaction.
+    dropped producer never began a transaction. A retriable answer (the coordinator moving
+    to another broker or loading its state, as during a rolling restart) is asked again the
+    same way until ``timeout``.
 
     Raises:
-        KafkaException: the last attempt failed (mapped by the caller).
+        KafkaException: a fatal or non-retriable answer, or the last attempt failed (mapped
+            by the caller).
     """
     started = time.monotonic()
     deadline = started + timeout
@@ -91,10 +94,13 @@ def fence(config: dict[str, Any], timeout: float) -> Any:
             return producer
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
-            # on its timeout init_transactions reports the last answer it got, if any
+            # on its timeout init_transactions reports the last answer it got, if any; a
+            # coordinator being moved or loaded (a broker restarted, an election) answers
+            # with a retriable code, asked again within the timeout like the others
             if not (
                 isinstance(error, KafkaError)
-                and error.code() in (KafkaError._TIMED_OUT, KafkaError.CONCURRENT_TRANSACTIONS)
+                and not error.fatal()
+                and (error.retriable() or error.code() in (KafkaError._TIMED_OUT, KafkaError.CONCURRENT_TRANSACTIONS))
             ):
                 raise
         # dropped without close(), which would try to abort a transaction that never began

@@ -327,3 +327,40 @@ def test_a_replacement_that_cannot_fence_yet_is_tried_again(clients: list[FakeCl
     assert writer.state is TxnState.REPLACE
     writer.settle()
     assert writer.state is TxnState.READY
+
+
+def test_a_coordinator_still_loading_is_asked_again_within_the_timeout(clients: list[FakeClient]) -> None:
+    """Regression: a retriable InitProducerId answer other than a timeout (the coordinator
+    moved by a broker restart and still loading its state) failed the writer's open at once."""
+    original = FakeClient.init_transactions
+    answers = [_error("COORDINATOR_LOAD_IN_PROGRESS", retriable=True), _error("NOT_COORDINATOR", retriable=True)]
+
+    def loading(self: FakeClient, timeout: float) -> None:
+        self.calls.append("init")
+        if answers:
+            raise answers.pop(0)
+
+    try:
+        FakeClient.init_transactions = loading  # type: ignore[method-assign]
+        writer = _writer()
+    finally:
+        FakeClient.init_transactions = original  # type: ignore[method-assign]
+    assert [c.calls for c in clients] == [["init"], ["init"], ["init"]] and answers == []
+    _write(writer)
+    assert writer.state is TxnState.READY
+
+
+def test_a_non_retriable_init_answer_is_raised_at_once(clients: list[FakeClient]) -> None:
+    original = FakeClient.init_transactions
+
+    def refused(self: FakeClient, timeout: float) -> None:
+        self.calls.append("init")
+        raise _error("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+
+    try:
+        FakeClient.init_transactions = refused  # type: ignore[method-assign]
+        with pytest.raises(Exception, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED|reason"):
+            _writer()
+    finally:
+        FakeClient.init_transactions = original  # type: ignore[method-assign]
+    assert len(clients) == 1
