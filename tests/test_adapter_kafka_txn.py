@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 import adapters._kafka_txn as txn
 from adapters._kafka_txn import TransactionalProducer, TxnState
-from idempotent.errors import BackendUnavailableError, OwnershipLostError, Recovery
+from idempotent.errors import BackendUnavailableError, ConfigError, OwnershipLostError, Recovery
 
 
 def _error(code: str, *, fatal: bool = False, retriable: bool = False, abortable: bool = False) -> KafkaException:
@@ -359,7 +359,7 @@ def test_a_non_retriable_init_answer_is_raised_at_once(clients: list[FakeClient]
 
     try:
         FakeClient.init_transactions = refused  # type: ignore[method-assign]
-        with pytest.raises(Exception, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED|reason"):
+        with pytest.raises(ConfigError, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED"):
             _writer()
     finally:
         FakeClient.init_transactions = original  # type: ignore[method-assign]
