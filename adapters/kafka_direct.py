@@ -8,7 +8,10 @@ producer owns its own records:
 * **Fencing** is Kafka's own: the writer's ``transactional.id`` names the producer
   (``idempotent-n-<name>`` for a named producer, ``idempotent-p-<id>`` for an anonymous one),
   and its ``init_transactions`` fences every earlier instance of that producer and aborts its
-  open transaction. Two producers never fence each other.
+  open transaction. Two producers never fence each other. Kafka's coordinator also fences a
+  transaction left open past ``transaction.timeout.ms``: that fence is retried (an anonymous
+  producer's always; a named one's when its registry holds no newer instance, the
+  ``takeover`` check of :class:`KafkaProducerLog`).
 * **Atomicity**: each group of batches is one Kafka transaction (up to
   :attr:`KafkaProducerLog.max_in_flight` batches per partition, in sequence order). Readers
   use ``read_committed``.

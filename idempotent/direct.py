@@ -312,8 +312,9 @@ class DirectBroker(ProduceShortcuts):
 
     def init_producer(self, producer_name: str | None = None, *, timeout: float = 30.0) -> ProducerSession:
         """Open this broker's producer: an anonymous one gets a fresh id; a named one keeps
-        its id, gets its epoch bumped, fences its older instances (through the log) and
-        continues from its committed state on every partition it wrote.
+        its id, gets its epoch bumped and saved, then fences its older instances (through the
+        log) and continues from its committed state on every partition it wrote. Its log asks
+        :meth:`_superseded` whether a fence it meets is a takeover (docs/semantics.md 3.3).
 
         Raises:
             ConfigError: bad name, or this broker already has a producer.
@@ -334,7 +335,7 @@ class DirectBroker(ProduceShortcuts):
         # A named producer's bumped epoch is saved before its writer fences the older
         # instances, and their states are read after: an older instance fenced by Kafka asks
         # the registry (``takeover``) whether this one exists before it writes again, so it
-        # either stops or is fenced before the states are read (docs/semantics.md 3.4).
+        # either stops or is fenced before the states are read (docs/semantics.md 3.3).
         with shared.lock:
             if producer_name is not None:
                 shared.registry.merge(self.backend.load_producers())
