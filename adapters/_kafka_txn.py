@@ -15,8 +15,13 @@ applies librdkafka's rules for the transactional API (``rdkafka.h``, INTRODUCTIO
 * **abortable** (``txn_requires_abort()``): the transaction failed; ``abort_transaction``
   ends it (nothing of it is stored) and the instance is usable again.
 * **fenced** (``_FENCED``, ``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``): a newer holder of
-  the ``transactional.id`` took over; :class:`~idempotent.errors.OwnershipLostError` from then
-  on, and the instance is never replaced (that would fence the new owner back).
+  the ``transactional.id`` took over, or Kafka's coordinator aborted a transaction that stayed
+  open longer than ``transaction.timeout.ms`` (a long outage); librdkafka reports both alike.
+  Without a ``takeover`` check each is a takeover: :class:`~idempotent.errors.OwnershipLostError`
+  from then on, and the instance is never replaced (that would fence the new owner back). With
+  one (the caller's own record of its instances, see below) a fence it does not confirm is the
+  coordinator's: the transaction is over (a commit it met is in doubt), and the instance is
+  replaced.
 * **fatal** (``fatal()``), a call the client's state does not allow
   (:data:`~adapters._kafka_errors.CLIENT_STATE_CODES`: ``_CONFLICT``, ``_PREV_IN_PROGRESS``,
   ``_STATE``, ...), or an error with none of the three flags (librdkafka: "treat as fatal"):
@@ -34,6 +39,13 @@ an abortable answer is aborted; another timeout leaves it in doubt (the caller r
 anything else, including fenced (the coordinator fences and aborts a transaction left open
 longer than ``transaction.timeout.ms``, as a long outage does), replaces the instance. Either
 way, once ``settle`` returns, a ``read_committed`` reader sees the transaction's final outcome.
+
+**Takeover check.** ``takeover()`` answers whether a newer instance of the producer exists
+(from a record every instance writes *before* it fences, :mod:`idempotent.direct`). It is
+asked when a fence is reported, and again after every fresh client's :func:`fence` (also the
+first one), before the instance writes: a fence is a takeover when it says so, before or
+after. So an instance never commits after a newer one fenced it and read what it left: a
+newer instance that wrote its record after the check fences after this fresh client too.
 
 So a batch whose commit timed out is, after the link is back, either in the log (a resend is
 a duplicate) or not (a resend is stored once): the broker reads which from the log when it
@@ -164,10 +176,17 @@ class TransactionalProducer:
             when the cluster did not answer in time).
     """
 
-    def __init__(self, config: dict[str, Any], timeout: float, name: str) -> None:
+    def __init__(
+        self, config: dict[str, Any], timeout: float, name: str, takeover: Callable[[], bool] | None = None
+    ) -> None:
         self.config = dict(config)
         self.timeout = timeout
         self.name = name
+        #: whether a newer instance of the producer exists (see the module docstring); None:
+        #: every fence is a takeover
+        self._takeover = takeover
+        #: the retriable error of a fence the takeover check did not confirm, in this transaction
+        self._fence_retry: ProducerError | None = None
         self._lock = threading.RLock()
         self._client: Any = None
         self._state = TxnState.REPLACE
@@ -175,7 +194,7 @@ class TransactionalProducer:
         #: told when the transaction in doubt turns out committed (see :meth:`transaction`)
         self._on_late_commit: Callable[[], None] | None = None
         with self._lock:
-            self._replace()
+            self._replace(first=True)
 
     @property
     def state(self) -> TxnState:
@@ -203,7 +222,9 @@ class TransactionalProducer:
 
         Raises:
             OwnershipLostError: fenced by a newer holder (now or earlier).
-            BackendUnavailableError: the commit failed. Its message says whether the
+            BackendUnavailableError: fenced by Kafka's coordinator (the takeover check said so:
+                nothing of the transaction is stored, or a commit it met is in doubt), or the
+                commit failed. Its message says whether the
                 transaction was aborted (nothing stored) or is in doubt (decided by the next
                 :meth:`settle`); the instance is settled or replaced before its next use.
             ProducerError: what the body raised or ``begin_transaction`` answered, mapped.
@@ -216,22 +237,24 @@ class TransactionalProducer:
             except KafkaException as exc:
                 raise self._failed("begin a transaction", _error_of(exc), exc) from exc
             self._state = TxnState.OPEN
+            self._fence_retry = None
             try:
                 yield client
             except BaseException as raised:  # a client call refused, or the body failed: store none of it
                 self._abort("after a refused write")
+                # librdkafka refuses every produce of a fenced client with _FATAL; the abort
+                # answered the cause
+                fence = self._fenced or self._fence_retry
                 refusal = _refusal(raised)
                 if refusal is not None:
                     error = _error_of(refusal)
+                    if fence is not None:
+                        raise fence from refusal
                     if isinstance(error, KafkaError) and error.code() in FENCED_CODES:
                         raise self._fence_lost(error, refusal) from refusal
-                    if self._fenced is not None:
-                        # librdkafka refuses every produce of a fenced client with _FATAL;
-                        # the abort answered the cause
-                        raise self._fenced from refusal
                     raise translate(error, f"produce to {self.name}") from refusal
-                if self._fenced is not None and isinstance(raised, ProducerError):
-                    raise self._fenced from raised  # the body's refusal (a bulk call's) was the fence
+                if fence is not None and isinstance(raised, ProducerError):
+                    raise fence from raised  # the body's refusal (a bulk call's) was the fence
                 raise
             self._commit(on_late_commit)
 
@@ -278,7 +301,8 @@ class TransactionalProducer:
                 raise
             error = _error_of(exc)
             if isinstance(error, KafkaError) and error.code() in FENCED_CODES:
-                raise self._fence_lost(error, exc) from exc
+                # in doubt: the caller reads the outcome from the log once a fresh client fenced this one
+                raise self._fence_lost(error, exc, in_doubt=True) from exc
             if isinstance(error, KafkaError) and not _unusable(error) and error.txn_requires_abort():
                 self._abort("after a failed commit")
                 raise BackendUnavailableError(
@@ -344,17 +368,67 @@ class TransactionalProducer:
         if late is not None:
             late()
 
-    def _replace(self) -> None:
+    def _replace(self, first: bool = False) -> None:
         """Drop the client and open a fresh one with :func:`fence`: the old instance's open
         transaction is ended (completed if its commit was decided, else aborted) before this
-        returns, and the old instance can write nothing more."""
+        returns, and the old instance can write nothing more. With a takeover check, a newer
+        instance found before (not on the first opening) or after the fence ends this one.
+
+        Raises:
+            OwnershipLostError: the takeover check found a newer instance.
+            BackendUnavailableError: the cluster or the check did not answer; still REPLACE.
+        """
+        if self._takeover is not None and not first:
+            self._check_takeover()
         old, self._client = self._client, None
         del old  # destroyed without close(), which would try to commit or abort again
+        self._state = TxnState.REPLACE
         with map_errors(f"open the writer of {self.name}"):
             self._client = fence(self.config, self.timeout)
+        if self._takeover is not None:
+            self._check_takeover()  # a newer instance that fenced before this client did
         self._state = TxnState.READY
 
-    def _fence_lost(self, error: KafkaError, exc: KafkaException) -> OwnershipLostError:
+    def _check_takeover(self) -> None:
+        assert self._takeover is not None
+        if self._takeover():
+            self._fenced = OwnershipLostError(
+                f"kafka: {self.name} was fenced: a newer instance of the producer took over"
+            )
+            self._state = TxnState.FENCED
+            raise self._fenced
+
+    def _fence_lost(self, error: KafkaError, exc: KafkaException, in_doubt: bool = False) -> ProducerError:
+        """The error for a fence: a takeover (:class:`OwnershipLostError`, for good) unless the
+        takeover check says no newer instance exists; then the coordinator fenced this
+        client (a transaction older than ``transaction.timeout.ms``) and it is replaced
+        (a retriable error). A check that cannot answer leaves the instance to be replaced,
+        which asks it again."""
+        if self._takeover is not None:
+            self._state = TxnState.REPLACE
+            outcome = "its commit is in doubt" if in_doubt else "nothing of it is stored"
+            try:
+                taken = self._takeover()
+            except OwnershipLostError:
+                raise
+            except ProducerError as failed:
+                self._fence_retry = BackendUnavailableError(
+                    f"kafka: {self.name} was fenced ({error.name()}), {outcome}; whether a newer instance "
+                    f"took over could not be read yet ({failed})"
+                )
+                return self._fence_retry
+            if not taken:
+                _LOG.warning(
+                    "kafka: %s was fenced by the transaction coordinator (%s), no newer instance of it "
+                    "exists; replacing the client",
+                    self.name,
+                    error,
+                )
+                self._fence_retry = BackendUnavailableError(
+                    f"kafka: the transaction of {self.name} was aborted by Kafka's coordinator ({error.name()}: "
+                    f"open longer than transaction.timeout.ms), {outcome}; a fresh client takes over"
+                )
+                return self._fence_retry
         lost = translate(error, f"commit to {self.name}")
         assert isinstance(lost, OwnershipLostError)
         lost.__cause__ = exc

@@ -8,7 +8,10 @@ producer owns its own records:
 * **Fencing** is Kafka's own: the writer's ``transactional.id`` names the producer
   (``idempotent-n-<name>`` for a named producer, ``idempotent-p-<id>`` for an anonymous one),
   and its ``init_transactions`` fences every earlier instance of that producer and aborts its
-  open transaction. Two producers never fence each other.
+  open transaction. Two producers never fence each other. Kafka's coordinator also fences a
+  transaction left open past ``transaction.timeout.ms``: that fence is retried (an anonymous
+  producer's always; a named one's when its registry holds no newer instance, the
+  ``takeover`` check of :class:`KafkaProducerLog`).
 * **Atomicity**: each group of batches is one Kafka transaction (up to
   :attr:`KafkaProducerLog.max_in_flight` batches per partition, in sequence order). Readers
   use ``read_committed``.
@@ -278,6 +281,12 @@ class KafkaProducerLog:
             ``transactional.id``, so opening fences the producer's earlier instances.
         named: whether the producer is named (it keeps states, see the module docstring).
         settings: librdkafka settings of :data:`TUNABLE` chosen by the user.
+        takeover: for a named producer, whether a newer instance of it exists (its registry
+            record, written before that instance fenced): told apart from a fence by Kafka's
+            coordinator (a transaction left open past ``transaction.timeout.ms``), which is
+            retriable (:class:`~adapters._kafka_txn.TransactionalProducer`). None: every fence
+            of a named producer is a takeover. An anonymous producer's ``transactional.id``
+            is its own for ever, so every fence of it is the coordinator's.
 
     Raises:
         ConfigError: a setting the cluster or librdkafka refuses.
@@ -291,7 +300,12 @@ class KafkaProducerLog:
     max_in_flight = MAX_IN_FLIGHT
 
     def __init__(
-        self, backend: KafkaBackend, producer_key: str, named: bool, settings: dict[str, Any] | None = None
+        self,
+        backend: KafkaBackend,
+        producer_key: str,
+        named: bool,
+        settings: dict[str, Any] | None = None,
+        takeover: Callable[[], bool] | None = None,
     ) -> None:
         self.backend = backend
         self.producer_key = producer_key
@@ -318,6 +332,10 @@ class KafkaProducerLog:
             }
         )
         config.setdefault("transaction.timeout.ms", 60_000)
+        # librdkafka refuses a message timeout longer than the transaction's, and a linger
+        # longer than the message timeout (a short transaction.timeout.ms shortens both)
+        config["message.timeout.ms"] = min(50_000, int(config["transaction.timeout.ms"]))
+        config["linger.ms"] = min(30_000, config["message.timeout.ms"] // 2)
         #: ``(topic, partition, head offset)`` of every batch of a transaction whose commit
         #: ended without saying whether Kafka stored it; :meth:`resolve` settles it
         self.unresolved: list[tuple[str, int, int]] | None = None
@@ -325,7 +343,9 @@ class KafkaProducerLog:
         self._bulk_writer: BulkWriter | None = None
         #: the partitions the metadata records this producer writes (``wrote:`` records)
         self._recorded: set[tuple[str, int]] = set()
-        self._txn = TransactionalProducer(config, backend.timeout, f"the producer {transactional_id!r}")
+        self._txn = TransactionalProducer(
+            config, backend.timeout, f"the producer {transactional_id!r}", takeover if named else _never
+        )
 
     def load_states(
         self,
@@ -606,13 +626,22 @@ class KafkaProducerLog:
 
 
 def open_producer_log(
-    backend: Any, producer_key: str, named: bool, settings: dict[str, Any] | None = None
+    backend: Any,
+    producer_key: str,
+    named: bool,
+    settings: dict[str, Any] | None = None,
+    takeover: Callable[[], bool] | None = None,
 ) -> KafkaProducerLog:
     """The writer of one producer over the process's shared :class:`KafkaBackend`; see
     :class:`KafkaProducerLog` (what it raises)."""
     if not isinstance(backend, KafkaBackend):
         raise ConfigError(f"a Kafka producer log needs a KafkaBackend, not {type(backend).__name__}")
-    return KafkaProducerLog(backend, producer_key, named, settings)
+    return KafkaProducerLog(backend, producer_key, named, settings, takeover)
+
+
+def _never() -> bool:
+    """An anonymous producer's takeover check: nobody else ever holds its transactional.id."""
+    return False
 
 
 def _runs(batches: Sequence[tuple[str, int, AppendBatch]]) -> list[list[list[int]]]:

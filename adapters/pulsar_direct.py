@@ -694,10 +694,15 @@ class PulsarProducerLog:
 
 
 def open_producer_log(
-    backend: Any, producer_key: str, named: bool, settings: dict[str, Any] | None = None
+    backend: Any,
+    producer_key: str,
+    named: bool,
+    settings: dict[str, Any] | None = None,
+    takeover: Callable[[], bool] | None = None,
 ) -> PulsarProducerLog:
     """The writer of one producer over the process's shared :class:`PulsarBackend`; see
-    :class:`PulsarProducerLog` (what it raises)."""
+    :class:`PulsarProducerLog` (what it raises). ``takeover`` is not used: Pulsar fences
+    only on a takeover."""
     if not isinstance(backend, PulsarBackend):
         raise ConfigError(f"a Pulsar producer log needs a PulsarBackend, not {type(backend).__name__}")
     return PulsarProducerLog(backend, producer_key, named, settings)

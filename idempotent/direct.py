@@ -37,13 +37,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 from ._checker import PartitionChecker
 from ._future import LightFuture
 from ._outcomes import Outcome, ProduceResult
 from ._records import Snapshot, StoredBatch, StoredRecord
-from ._registry import ProducerRegistry, validate_name
+from ._registry import ProducerRecord, ProducerRegistry, validate_name
 from ._request import ProduceRequest
 from ._settings import (
     DEDUP,
@@ -311,8 +312,9 @@ class DirectBroker(ProduceShortcuts):
 
     def init_producer(self, producer_name: str | None = None, *, timeout: float = 30.0) -> ProducerSession:
         """Open this broker's producer: an anonymous one gets a fresh id; a named one keeps
-        its id, gets its epoch bumped, fences its older instances (through the log) and
-        continues from its committed state on every partition it wrote.
+        its id, gets its epoch bumped and saved, then fences its older instances (through the
+        log) and continues from its committed state on every partition it wrote. Its log asks
+        :meth:`_superseded` whether a fence it meets is a takeover (docs/semantics.md 3.3).
 
         Raises:
             ConfigError: bad name, or this broker already has a producer.
@@ -330,28 +332,29 @@ class DirectBroker(ProduceShortcuts):
             if self._session is not None:
                 raise ConfigError("a producer's own broker serves one producer; open another for another")
         shared = self._shared
-        key = producer_name
-        log: ProducerLog | None = None
-        if producer_name is not None:  # fence the older instances before reading what they left
-            log = self._module.open_producer_log(self.backend, producer_name, True, self._log_settings)
+        # A named producer's bumped epoch is saved before its writer fences the older
+        # instances, and their states are read after: an older instance fenced by Kafka asks
+        # the registry (``takeover``) whether this one exists before it writes again, so it
+        # either stops or is fenced before the states are read (docs/semantics.md 3.3).
+        with shared.lock:
+            if producer_name is not None:
+                shared.registry.merge(self.backend.load_producers())
+            if shared.registry.will_need_id(producer_name) and shared.registry.needs_id_block():
+                start = self.backend.allocate_producer_ids(self.config.id_block_size)
+                shared.registry.add_id_block(start, self.config.id_block_size)
+            record = shared.registry.init(producer_name, None, time.time())
+            self.backend.save_producer(record)
+        if producer_name is None:
+            log = self._module.open_producer_log(self.backend, str(record.producer_id), False, self._log_settings)
+        else:
+            takeover = partial(self._superseded, producer_name, record)
+            log = self._module.open_producer_log(self.backend, producer_name, True, self._log_settings, takeover)
         try:
-            with shared.lock:
-                if producer_name is not None:
-                    shared.registry.merge(self.backend.load_producers())
-                if shared.registry.will_need_id(producer_name) and shared.registry.needs_id_block():
-                    start = self.backend.allocate_producer_ids(self.config.id_block_size)
-                    shared.registry.add_id_block(start, self.config.id_block_size)
-                record = shared.registry.init(producer_name, None, time.time())
-                self.backend.save_producer(record)
-            if log is None:
-                key = str(record.producer_id)
-                log = self._module.open_producer_log(self.backend, key, False, self._log_settings)
             states = log.load_states(
                 record.producer_id, window=self.config.state_rebuild_records, config=self.config.checker
             )
         except BaseException:
-            if log is not None:
-                log.close()
+            log.close()
             raise
         checkers: dict[TopicPartition, PartitionChecker] = {}
         last: dict[TopicPartition, int] = {}
@@ -381,6 +384,21 @@ class DirectBroker(ProduceShortcuts):
             self._log, self._session, self._checkers = log, session, checkers
             self._pipelined = callable(getattr(log, "submit", None))
         return session
+
+    def _superseded(self, name: str, mine: ProducerRecord) -> bool:
+        """Whether the registry holds a newer instance of the named producer than ``mine``
+        (a later epoch, or the name on another id), read afresh from the backend.
+
+        Raises:
+            BackendUnavailableError: the registry could not be read.
+        """
+        shared = self._shared
+        with shared.lock:
+            shared.registry.merge(self.backend.load_producers())
+            current = shared.registry.by_name(name)
+        return current is not None and (
+            current.producer_id != mine.producer_id or current.producer_epoch > mine.producer_epoch
+        )
 
     # -- producing -------------------------------------------------------------------------
 

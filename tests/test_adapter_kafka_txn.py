@@ -364,3 +364,120 @@ def test_a_non_retriable_init_answer_is_raised_at_once(clients: list[FakeClient]
     finally:
         FakeClient.init_transactions = original  # type: ignore[method-assign]
     assert len(clients) == 1
+
+
+# -- a fence told apart from a takeover by the caller's check ------------------------------
+
+
+class Registry:
+    """The takeover check's stand-in: ``answers`` are taken in turn (True: a newer instance
+    exists, an exception is raised), the last one repeated; ``asked`` counts the calls and
+    ``clients`` records how many clients existed at each call."""
+
+    def __init__(self, clients: list[FakeClient], *answers: bool | Exception) -> None:
+        self.answers = list(answers)
+        self.clients = clients
+        self.asked: list[int] = []
+
+    def __call__(self) -> bool:
+        self.asked.append(len(self.clients))
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def _checked_writer(registry: Registry) -> TransactionalProducer:
+    return TransactionalProducer({"transactional.id": "idempotent-n-a"}, 3.0, "a", registry)
+
+
+def test_the_first_opening_asks_the_check_after_it_fenced(clients: list[FakeClient]) -> None:
+    registry = Registry(clients, False)
+    writer = _checked_writer(registry)
+    assert registry.asked == [1] and clients[0].calls == ["init"] and writer.state is TxnState.READY
+    # a newer instance that fenced before this one did: this one stops before it writes
+    with pytest.raises(OwnershipLostError):
+        _checked_writer(Registry(clients, True))
+    assert clients[1].calls == ["init"]
+
+
+@pytest.mark.parametrize("refusal", ["produce", "bulk"])
+def test_a_fence_with_no_newer_instance_is_retried_on_a_fresh_client(clients: list[FakeClient], refusal: str) -> None:
+    """Kafka's coordinator aborted a transaction left open past transaction.timeout.ms: the
+    same _FENCED as a takeover, but the registry has no newer instance."""
+    registry = Registry(clients, False)
+    writer = _checked_writer(registry)
+    client = clients[0]
+    client.script["abort"] = [_error("_FENCED", fatal=True)]
+    if refusal == "produce":
+        client.script["produce"] = [_error("_FATAL", fatal=True)]
+        with pytest.raises(BackendUnavailableError, match="nothing of it is stored") as failed:
+            _write(writer)
+    else:
+        with pytest.raises(BackendUnavailableError, match="nothing of it is stored") as failed, writer.transaction():
+            raise BackendUnavailableError("kafka: the client refused 10 of 10 records: _FATAL")
+    assert not isinstance(failed.value, OwnershipLostError) and failed.value.recovery is Recovery.RETRY
+    assert writer.state is TxnState.REPLACE and writer.fenced is None and registry.asked == [1, 1]
+    _write(writer)  # checked before and after the fresh client's fence, then written
+    assert registry.asked == [1, 1, 1, 2] and len(clients) == 2
+    assert clients[1].calls == ["init", "begin", "produce", "commit"] and client.calls[-1] == "abort"
+
+
+def test_a_fence_with_a_newer_instance_is_a_takeover(clients: list[FakeClient]) -> None:
+    registry = Registry(clients, False, True)
+    writer = _checked_writer(registry)
+    clients[0].script["produce"] = [_error("_FENCED", fatal=True)]
+    clients[0].script["abort"] = [_error("_FENCED", fatal=True)]
+    with pytest.raises(OwnershipLostError):
+        _write(writer)
+    assert writer.state is TxnState.FENCED
+    with pytest.raises(OwnershipLostError):
+        _write(writer)
+    assert len(clients) == 1  # never replaced: that would fence the newer owner back
+
+
+def test_a_takeover_that_races_the_check_stops_the_fresh_client_before_it_writes(clients: list[FakeClient]) -> None:
+    # opened; the fence found no newer instance; the fresh client's check finds one
+    registry = Registry(clients, False, False, False, True)
+    writer = _checked_writer(registry)
+    clients[0].script["commit"] = [_error("_FENCED", fatal=True)]
+    with pytest.raises(BackendUnavailableError, match="in doubt"):
+        _write(writer)
+    with pytest.raises(OwnershipLostError):
+        _write(writer)
+    assert writer.state is TxnState.FENCED and registry.asked == [1, 1, 1, 2]
+    assert clients[1].calls == ["init"]  # nothing begun, nothing written
+
+
+def test_a_fenced_commit_with_no_newer_instance_is_in_doubt_and_settled_on_a_fresh_client(
+    clients: list[FakeClient],
+) -> None:
+    registry = Registry(clients, False)
+    writer = _checked_writer(registry)
+    clients[0].script["commit"] = [_error("_FENCED", fatal=True)]
+    with pytest.raises(BackendUnavailableError, match="its commit is in doubt") as failed:
+        _write(writer)
+    assert not isinstance(failed.value, OwnershipLostError)
+    assert writer.state is TxnState.REPLACE  # KafkaProducerLog.write takes this as unresolved
+    writer.settle()  # the fresh client's fence ends the old transaction; the log says how
+    assert writer.state is TxnState.READY and len(clients) == 2 and clients[0].calls[-1] == "commit"
+
+
+def test_a_check_that_cannot_answer_is_retriable_and_asked_again(clients: list[FakeClient]) -> None:
+    registry = Registry(clients, False, BackendUnavailableError("kafka: the metadata cannot be read"), True)
+    writer = _checked_writer(registry)
+    clients[0].script["commit"] = [_error("_FENCED", fatal=True)]
+    with pytest.raises(BackendUnavailableError, match="could not be read yet") as failed:
+        _write(writer)
+    assert not isinstance(failed.value, OwnershipLostError) and writer.state is TxnState.REPLACE
+    with pytest.raises(OwnershipLostError):  # asked again before a fresh client fences anyone
+        writer.settle()
+    assert len(clients) == 1
+
+
+def test_without_a_check_every_fence_stays_a_takeover(clients: list[FakeClient]) -> None:
+    writer = _writer()
+    clients[0].script["commit"] = [_error("_FENCED", fatal=True)]
+    with pytest.raises(OwnershipLostError):
+        _write(writer)
+    assert writer.state is TxnState.FENCED and len(clients) == 1
