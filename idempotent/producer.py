@@ -444,6 +444,11 @@ class Producer(SenderLoop):
                 if callbacks is None:
                     callbacks = buffer.callbacks = [None] * index
                 callbacks.append(on_delivery)
+            # the columns only a drop-in's _add fills stay aligned with the records
+            if buffer.reports is not None:
+                buffer.reports.append(None)
+            if buffer.timestamps is not None:
+                buffer.timestamps.append(None)
             if header_tuple is not None or sequence is not None or buffer.extra:
                 buffer.add_extras(index, header_tuple, sequence)
             if index == 0:
@@ -514,6 +519,8 @@ class Producer(SenderLoop):
                 if timestamps is None:
                     timestamps = buffer.timestamps = [None] * index
                 timestamps.append(timestamp)
+            if buffer.callbacks is not None:  # aligned with the records send() added
+                buffer.callbacks.append(None)
             if headers is not None or sequence is not None or buffer.extra:
                 buffer.add_extras(index, headers, sequence)
             if index == 0:

@@ -693,3 +693,31 @@ def test_a_message_id_of_a_ledger_and_entry_is_pulsar_clients() -> None:
     assert isinstance(made, pulsar.MessageId)
     assert (made.ledger_id(), made.entry_id(), made.partition(), made.batch_index()) == (5, 3, -1, -1)
     assert isinstance(compat.MessageId(0, 7), pulsar.MessageId)  # drop-in ids are taken by its consumers
+
+
+def test_send_async_fast_and_general_paths_mixed_in_one_batch_report_each_message(url: str) -> None:
+    """Messages sent by send_async's short path (no options) and its general one (here with
+    properties, as also when the queue is full) land in one buffer: each callback gets its
+    own message's id, once."""
+    client = compat.Client(url)
+    producer = client.create_producer("mixed", batching_enabled=True, batching_max_publish_delay_ms=300)
+    reports: list[tuple[str, Any, int]] = []
+    done = threading.Event()
+
+    def callback(name: str) -> Any:
+        def called(result: Any, msg_id: Any) -> None:
+            reports.append((name, result, msg_id.offset()))
+            if len(reports) == 4:
+                done.set()
+
+        return called
+
+    producer.send_async(b"a", callback("a"))
+    producer.send_async(b"b", callback("b"), properties={"p": "1"})
+    producer.send_async(b"c", callback("c"))
+    producer.send_async(b"d", callback("d"), properties={"p": "2"})
+    producer.flush()
+    assert done.wait(10)
+    assert sorted(reports) == [(n, compat.Result.Ok, i) for i, n in enumerate("abcd")]
+    assert _values(client, "public/default/mixed") == [b"a", b"b", b"c", b"d"]
+    client.close()
