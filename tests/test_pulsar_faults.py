@@ -21,6 +21,7 @@ import idempotent
 from adapters._pulsar_admin import Admin
 from adapters._pulsar_names import pulsar_topic_name
 from idempotent.compat import pulsar as compat
+from idempotent.testing import services
 
 pytestmark = pytest.mark.pulsar
 
@@ -175,3 +176,7 @@ def test_namespace_bundles_unloaded_during_writes(pulsar_service: Any) -> None:
         assert max(w.sent for w in writers) < RECORDS  # still writing
 
     _under_load(pulsar_service, unload)
+
+
+def test_broker_restarted_under_load(pulsar_service: Any) -> None:
+    _under_load(pulsar_service, lambda writers: services.restart("pulsar"))
