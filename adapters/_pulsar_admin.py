@@ -5,6 +5,7 @@ translated by :func:`adapters._pulsar_errors.translate`."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import ssl
 import urllib.error
@@ -63,3 +64,35 @@ class Admin:
             if exc.code in accept:
                 return int(exc.code), text
             raise _HttpError(int(exc.code), text, url) from None
+
+    # -- unloading (what the load balancer does when it moves topics between brokers) --------
+
+    def unload_topic(self, rest: str) -> None:
+        """Unload a topic (``rest``: its admin path, ``/admin/v2/persistent/t/ns/topic``; every
+        partition of a partitioned one): its broker closes it, its clients reconnect, and the
+        next lookup loads it again, on this or another broker.
+
+        Raises:
+            _HttpError: the broker refused (404: no such topic).
+        """
+        self.call("PUT", f"{rest}/unload")
+
+    def bundles(self, namespace: str) -> list[str]:
+        """The bundles of ``namespace`` (``tenant/ns``), as ``0x..._0x...`` ranges.
+
+        Raises:
+            _HttpError: the broker refused (404: no such namespace).
+        """
+        _, body = self.call("GET", f"/admin/v2/namespaces/{namespace}/bundles")
+        boundaries = list(body["boundaries"]) if isinstance(body, dict) else []
+        return [f"{low}_{high}" for low, high in itertools.pairwise(boundaries)]
+
+    def unload_bundle(self, namespace: str, bundle: str | None = None) -> None:
+        """Unload one bundle of ``namespace`` (every topic whose name hashes into it), or with
+        ``bundle`` None the whole namespace.
+
+        Raises:
+            _HttpError: the broker refused.
+        """
+        where = f"/admin/v2/namespaces/{namespace}" + ("" if bundle is None else f"/{bundle}")
+        self.call("PUT", f"{where}/unload")

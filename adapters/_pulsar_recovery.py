@@ -192,21 +192,23 @@ def locate(
 
     Raises:
         CorruptDataError: it is not there (the log lost it).
+        BackendUnavailableError: Pulsar could not be read (a timeout, a reconnect: retriable).
     """
-    for message in backend._read(writer.data_topic, start_id(floor)):
-        if message.producer_name() != name:
-            continue
-        properties = message.properties()
-        if "idem.count" not in properties:
-            continue
-        if header is not None and (
-            properties.get("idem.pid") != str(header.producer_id)
-            or properties.get("idem.seq") != str(header.base_sequence)
-            or properties.get("idem.epoch") != str(header.producer_epoch)
-        ):
-            continue
-        message_id = message.message_id()
-        return encode_offset(message_id.ledger_id(), message_id.entry_id(), max(message_id.batch_index(), 0))
+    with map_errors(f"find entry {entry_id} of {name!r} in {writer.where}"):
+        for message in backend._read(writer.data_topic, start_id(floor)):
+            if message.producer_name() != name:
+                continue
+            properties = message.properties()
+            if "idem.count" not in properties:
+                continue
+            if header is not None and (
+                properties.get("idem.pid") != str(header.producer_id)
+                or properties.get("idem.seq") != str(header.base_sequence)
+                or properties.get("idem.epoch") != str(header.producer_epoch)
+            ):
+                continue
+            message_id = message.message_id()
+            return encode_offset(message_id.ledger_id(), message_id.entry_id(), max(message_id.batch_index(), 0))
     raise CorruptDataError(
         f"pulsar: {writer.where}: Pulsar says entry {entry_id} of {name!r} is stored, "
         f"but it is not found after offset {floor}"

@@ -71,6 +71,8 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+import attrs
+
 from adapters._meta import TopicOrigin, unpack_snapshot
 from adapters._metadata import CompactedMetadataStore, MetadataDelegate
 from adapters._pulsar_admin import Admin
@@ -496,7 +498,20 @@ class PulsarBackend(MetadataDelegate):
         """Where the next message of a Pulsar topic will be, or later (0 when it is empty):
         after the newest message's batch index, or, when that message was not batched (a
         plain producer's), at the next entry: a reader started inside a plain entry would
-        read it again."""
+        read it again.
+
+        Asked of the admin REST API (the topic's last message id): a client reader started at
+        the latest message, inclusive, can wait for ever in ``has_message_available`` on a
+        topic written by batches (seen on Pulsar 3.0.7 with pulsar-client 3.x). Only when
+        Pulsar answers that the topic holds no entry is a reader asked (after a ledger
+        rollover the last id can name the new, empty ledger)."""
+        status, body = self._admin.call("GET", f"{split_topic(data_topic).rest}/lastMessageId", accept=(404,))
+        if status != 404 and isinstance(body, dict) and int(body.get("entryId", -1)) >= 0:
+            ledger_id, entry_id = int(body["ledgerId"]), int(body["entryId"])
+            batch_index = int(body.get("batchIndex", -1))
+            if batch_index < 0:
+                return encode_offset(ledger_id, entry_id + 1, 0)
+            return encode_offset(ledger_id, entry_id, batch_index) + 1
         last = self._last(data_topic)
         if last is None:
             return 0
@@ -561,8 +576,30 @@ class PulsarBackend(MetadataDelegate):
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
         self._check(topic, partition)
         data_topic = self.data_topic(topic, partition)
+        # An entry a producer log wrote (adapters.pulsar_direct) names its batch's identity on
+        # its head only (batch index 0): read from the head of the entry holding ``offset``, so
+        # that every record gets the identity it was written under (the head's sequence plus
+        # its batch index, the batch's sequences being consecutive).
+        batch_index = decode_offset(offset)[2] if offset > 0 else 0
+        start = offset - batch_index
+        records: list[StoredRecord] = []
+        head: StoredRecord | None = None
         with map_errors(f"read {topic}[{partition}]"):
-            return [stored_record(message) for message in self._read(data_topic, start_id(offset), max_records)]
+            for message in self._read(data_topic, start_id(start), max_records + batch_index):
+                record = stored_record(message)
+                index = message.message_id().batch_index()
+                if index <= 0 or record.producer_id != NO_PRODUCER_ID:
+                    head = record
+                elif head is not None and head.offset == record.offset - index and head.producer_id != NO_PRODUCER_ID:
+                    record = attrs.evolve(
+                        record,
+                        producer_id=head.producer_id,
+                        producer_epoch=head.producer_epoch,
+                        sequence=head.sequence + index,
+                    )
+                if record.offset >= offset:
+                    records.append(record)
+        return records
 
     def replay(self, topic: str, partition: int, from_offset: int) -> Iterator[StoredBatch]:
         self._check(topic, partition)

@@ -695,7 +695,10 @@ class DirectBroker(ProduceShortcuts):
                 return
         offsets = log.resolve_entries()  # type: ignore[attr-defined]
         with self._checker_lock:
-            unsettled, self._unsettled = self._unsettled, []
+            # only the entries the log settled: one answered (failed) while it settled the
+            # others waits for the next settle, which its writer's failure still asks for
+            unsettled = [u for u in self._unsettled if u[3] in offsets]
+            self._unsettled = [u for u in self._unsettled if u[3] not in offsets]
             lost: list[PartitionChecker] = []
             for checker, ticket, _, entry in sorted(unsettled, key=lambda u: u[3].entry_id):
                 offset = offsets.get(entry)

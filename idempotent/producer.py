@@ -263,6 +263,37 @@ class Producer(SenderLoop):
         with self._lock:
             return self._seq.last_acknowledged(topic, partition)
 
+    def last_sequences(self, topic: str) -> dict[int, int]:
+        """:meth:`last_sequence` of every partition of ``topic``, ``{partition: sequence}``.
+
+        A partition stores a prefix of the records sent to it, in order (a batch is stored
+        only after its predecessor), so every record a partition got with a sequence at or
+        below its entry is stored there.
+
+        Raises:
+            InvalidTopicError: not a valid spelling of a topic name.
+        """
+        count = self.partitions_for(topic)
+        name = canonical_topic(topic)
+        with self._lock:
+            return {p: self._seq.last_acknowledged(name, p) for p in range(count)}
+
+    def resume_sequence(self, topic: str) -> int:
+        """Where a restarted named producer that numbers its records itself (one sequence
+        per record across the whole topic, ``send(..., sequence=n)``) resends from: the lowest
+        of :meth:`last_sequences` plus one, 0 when a partition has none.
+
+        Every record before it is stored. Of those resent from it, the ones a partition
+        already stored are answered as duplicates and not stored again, so nothing is skipped
+        and nothing stored twice, however the records spread over the partitions. The
+        highest of the partitions' sequences is not such a point: records of a partition
+        that stopped lower would be skipped.
+
+        Raises:
+            InvalidTopicError: not a valid spelling of a topic name.
+        """
+        return min(self.last_sequences(topic).values()) + 1
+
     def partitions_for(self, topic: str) -> int:
         """Partition count of ``topic`` (created with the broker's default if unknown), as the
         broker said at most ``metadata_max_age_ms`` ago (the sender asks again in the
@@ -413,6 +444,11 @@ class Producer(SenderLoop):
                 if callbacks is None:
                     callbacks = buffer.callbacks = [None] * index
                 callbacks.append(on_delivery)
+            # the columns only a drop-in's _add fills stay aligned with the records
+            if buffer.reports is not None:
+                buffer.reports.append(None)
+            if buffer.timestamps is not None:
+                buffer.timestamps.append(None)
             if header_tuple is not None or sequence is not None or buffer.extra:
                 buffer.add_extras(index, header_tuple, sequence)
             if index == 0:
@@ -483,6 +519,8 @@ class Producer(SenderLoop):
                 if timestamps is None:
                     timestamps = buffer.timestamps = [None] * index
                 timestamps.append(timestamp)
+            if buffer.callbacks is not None:  # aligned with the records send() added
+                buffer.callbacks.append(None)
             if headers is not None or sequence is not None or buffer.extra:
                 buffer.add_extras(index, headers, sequence)
             if index == 0:

@@ -154,6 +154,67 @@ def test_strict_policy_accepts_consecutive_sequence_ids_from_zero(url: str) -> N
     client.close()
 
 
+def _by_sequence(client: compat.Client, topic: str, partitions: int) -> list[int]:
+    return sorted(r.sequence for p in range(partitions) for r in client.broker.read(topic, p, 0, 1000))
+
+
+def test_a_partitioned_topic_is_resumed_from_the_lowest_partition(url: str) -> None:
+    """A kill leaves each partition with a prefix of its messages, up to different sequence
+    ids: the highest (last_sequence_id, as pulsar-client's) would skip partition 2's missing
+    ones; resume_sequence_id (the lowest + 1) resends them and nothing is stored twice."""
+    client = compat.Client(url)
+    client.broker.set_policy("monotonic", namespace="public/default")
+    client.broker.create_topic("public/default/feed", partitions=4)
+
+    def router(message: Any, partitions: int) -> int:
+        return int(message.value()) % partitions
+
+    first = client.create_producer("feed", producer_name="feed-1", message_router=router)
+    sent = [i for i in range(60) if i % 4 != 2 or i <= 18]  # partition 2 stopped at 18
+    for i in sent:
+        first.send(b"%d" % i, sequence_id=i)
+    first.close()
+    again = client.create_producer("feed", producer_name="feed-1", message_router=router)
+    assert again.last_sequence_ids() == {0: 56, 1: 57, 2: 18, 3: 59}
+    assert again.last_sequence_id() == 59  # the highest, as PIP-6's partitioned producer
+    assert again.resume_sequence_id() == 19
+    for i in range(again.resume_sequence_id(), 60):
+        again.send(b"%d" % i, sequence_id=i)
+    assert _by_sequence(client, "public/default/feed", 4) == list(range(60))  # each once
+    assert again.resume_sequence_id() == 57  # partition 0's last is 56
+    again.close()
+    client.close()
+
+
+def test_a_partition_without_messages_resumes_from_the_start_or_the_initial_sequence_id(url: str) -> None:
+    client = compat.Client(url)
+    client.broker.set_policy("monotonic", namespace="public/default")
+    client.broker.create_topic("public/default/sparse", partitions=3)
+    producer = client.create_producer("sparse", producer_name="p", message_router=lambda message, count: 0)
+    producer.send(b"a", sequence_id=7)
+    assert producer.last_sequence_ids() == {0: 7, 1: -1, 2: -1}
+    assert (producer.last_sequence_id(), producer.resume_sequence_id()) == (7, 0)
+    producer.close()
+    # an application that started at 100 says so: the partitions without messages start there
+    given = client.create_producer("sparse", producer_name="q", initial_sequence_id=99)
+    assert given.last_sequence_ids() == {0: 99, 1: 99, 2: 99} and given.resume_sequence_id() == 100
+    given.send(b"b", sequence_id=150, partition_key="k")
+    assert given.resume_sequence_id() == 100 and given.last_sequence_id() == 150
+    given.close()
+    client.close()
+
+
+def test_producer_resume_sequence_is_the_lowest_partition(url: str) -> None:
+    with idempotent.connect(url) as broker:
+        broker.set_policy("monotonic", topic="t")
+        broker.create_topic("t", partitions=2)
+        with idempotent.Producer(broker, producer_name="n") as producer:
+            assert producer.last_sequences("t") == {0: -1, 1: -1} and producer.resume_sequence("t") == 0
+            producer.send("t", b"x", partition=0, sequence=4).result(10)
+            producer.send("t", b"y", partition=1, sequence=9).result(10)
+            assert producer.last_sequences("t") == {0: 4, 1: 9} and producer.resume_sequence("t") == 5
+
+
 def test_strict_policy_refuses_a_jump(url: str) -> None:
     client = compat.Client(url)
     client.broker.create_topic("public/default/t")
@@ -632,3 +693,31 @@ def test_a_message_id_of_a_ledger_and_entry_is_pulsar_clients() -> None:
     assert isinstance(made, pulsar.MessageId)
     assert (made.ledger_id(), made.entry_id(), made.partition(), made.batch_index()) == (5, 3, -1, -1)
     assert isinstance(compat.MessageId(0, 7), pulsar.MessageId)  # drop-in ids are taken by its consumers
+
+
+def test_send_async_fast_and_general_paths_mixed_in_one_batch_report_each_message(url: str) -> None:
+    """Messages sent by send_async's short path (no options) and its general one (here with
+    properties, as also when the queue is full) land in one buffer: each callback gets its
+    own message's id, once."""
+    client = compat.Client(url)
+    producer = client.create_producer("mixed", batching_enabled=True, batching_max_publish_delay_ms=300)
+    reports: list[tuple[str, Any, int]] = []
+    done = threading.Event()
+
+    def callback(name: str) -> Any:
+        def called(result: Any, msg_id: Any) -> None:
+            reports.append((name, result, msg_id.offset()))
+            if len(reports) == 4:
+                done.set()
+
+        return called
+
+    producer.send_async(b"a", callback("a"))
+    producer.send_async(b"b", callback("b"), properties={"p": "1"})
+    producer.send_async(b"c", callback("c"))
+    producer.send_async(b"d", callback("d"), properties={"p": "2"})
+    producer.flush()
+    assert done.wait(10)
+    assert sorted(reports) == [(n, compat.Result.Ok, i) for i, n in enumerate("abcd")]
+    assert _values(client, "public/default/mixed") == [b"a", b"b", b"c", b"d"]
+    client.close()

@@ -104,12 +104,39 @@ class Producer:
         """The highest sequence id stored for this producer on any partition of the topic:
         acknowledged by this instance, or (for a named producer) stored by an earlier one;
         ``initial_sequence_id`` until a higher one is acknowledged when that was given; -1
-        when none. As PIP-6's ``getLastSequenceId()``, a restarted application resends
-        from the message after it (with ``sequence_id``): what it resends that was stored is
-        recognised as a duplicate."""
+        when none. This is PIP-6's ``getLastSequenceId()`` as pulsar-client returns it, the
+        highest over the partitions on a partitioned topic.
+
+        On one partition a restarted application resends from the message after it (with
+        ``sequence_id``) and loses nothing. On a partitioned topic it does not do for a
+        resume: the partitions' last sequences differ, and the messages between a lower
+        one and this one that a partition never stored would be skipped, for good (a later,
+        higher sequence on that partition makes them duplicates). Resume from
+        :meth:`resume_sequence_id` instead."""
+        return max(self.last_sequence_ids().values())
+
+    def last_sequence_ids(self) -> dict[int, int]:
+        """Extension: each partition's last sequence id, ``{partition: sequence id}``, by the
+        rule of :meth:`last_sequence_id` (``initial_sequence_id`` or -1 for a partition
+        that stored none of this producer's messages).
+
+        Each partition stores a prefix of the messages routed to it, in order (a message is
+        stored only after its predecessor on the partition), so every message of a
+        partition with a sequence id at or below its entry here is stored."""
         inner = self._inner
         count = inner.partitions_for(self._topic)
-        return max(self._initial, *(inner.last_sequence(self._topic, p) for p in range(count)))
+        initial = self._initial
+        return {p: max(initial, inner.last_sequence(self._topic, p)) for p in range(count)}
+
+    def resume_sequence_id(self) -> int:
+        """Extension: where a restarted application resends from, on any topic: the lowest of
+        :meth:`last_sequence_ids` plus one (on one partition, ``last_sequence_id() + 1``).
+
+        Every message before it is stored on its partition. Of the messages resent from it,
+        those a partition already stored (at or below its own last sequence id) are answered
+        as duplicates with their original message ids and not stored again; the others are
+        stored. Nothing is skipped, whatever partitions the messages go to."""
+        return min(self.last_sequence_ids().values()) + 1
 
     def is_connected(self) -> bool:
         """True until the producer is closed."""
