@@ -222,3 +222,39 @@ def test_a_named_producer_taken_over_by_a_newer_instance_stops(kafka_service: An
     with contextlib.suppress(ProducerFencedError):
         old.close()
     assert _committed(kafka_service, topic) == [b"a", b"b"]
+
+
+def test_a_named_producer_saves_its_epoch_before_it_fences_and_its_check_sees_a_newer_one(
+    kafka_service: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    checks: list[Any] = []
+    opened = kafka_direct.open_producer_log
+
+    def open_log(backend: Any, key: str, named: bool, settings: Any = None, takeover: Any = None) -> Any:
+        events.append("fence")
+        checks.append(takeover)
+        return opened(backend, key, named, settings, takeover)
+
+    monkeypatch.setattr(kafka_direct, "open_producer_log", open_log)
+    name = f"order-{uuid.uuid4().hex[:6]}"
+    first = DirectBroker(kafka_service.url)
+    save = first.backend.save_producer
+
+    def saved(record: Any) -> None:
+        save(record)
+        events.append(f"save {record.producer_name} {record.producer_epoch}")
+
+    monkeypatch.setattr(first.backend, "save_producer", saved)
+    session = first.init_producer(name)
+    assert events == [f"save {name} {session.producer_epoch}", "fence"]
+    assert checks[0] is not None and checks[0]() is False  # no newer instance: a fence is the coordinator's
+    second = DirectBroker(kafka_service.url)  # the same process's registry, or another's: read afresh
+    newer = second.init_producer(name)
+    assert newer.producer_epoch > session.producer_epoch
+    assert checks[0]() is True and checks[1]() is False  # the older one sees the takeover, the newer one none
+    anonymous = DirectBroker(kafka_service.url)
+    anonymous.init_producer()
+    assert checks[2] is None  # an anonymous producer's every fence is the coordinator's (kafka_direct._never)
+    for broker in (anonymous, second, first):
+        broker.close()
