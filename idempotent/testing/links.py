@@ -54,6 +54,7 @@ from .._types import DEFAULT_MAX_IN_FLIGHT, Epoch, ProducerId, Sequence, TopicPa
 from ..errors import (
     BackendUnavailableError,
     ConfigError,
+    DeliveryTimeoutError,
     ProducerError,
     RequestTimeoutError,
 )
@@ -681,10 +682,12 @@ class LossyLink:
           (or a preloaded one);
         * per producer and partition, the logged records are in send order with consecutive
           sequences (or, for records sent with a ``sequence``, that sequence, above the one
-          before);
+          before), but where a message sent between two of them timed out;
         * a PERSISTED message is in its partition's log exactly once, at the offset reported;
         * a NOT_PERSISTED message is in no log;
-        * a producer that did not fail delivered every message it accepted;
+        * a producer that did not fail delivered every message it accepted, but those whose
+          delivery timed out (a :class:`DeliveryTimeoutError`: the message alone fails, with
+          its status, and the producer goes on);
         * where nothing is being written, the broker's live state is what a recovery from
           its newest snapshot and the log would rebuild (:meth:`recovery_mismatches`).
 
@@ -716,12 +719,25 @@ class LossyLink:
                 message = by_value[value]
                 if tp != message.topic_partition:
                     problems.append(f"{value!r} sent to {message.topic_partition} but logged on {tp}")
+        # messages whose delivery timed out, by producer and partition: each fails alone and
+        # its producer goes on, so the numbers of a batch that expired unstored are a hole
+        # between the records sent before it and those sent after
+        expired: dict[tuple[int, TopicPartition], list[float]] = {}
+        for message in self.messages:
+            events = self.events[message]
+            if len(events) == 1 and isinstance(events[0].error, DeliveryTimeoutError):
+                expired.setdefault((message.producer, message.topic_partition), []).append(message.order)
         for (tp, producer_id), entries in runs.items():
             for before, after in itertools.pairwise(entries):
                 first = by_value.get(before.value or b"")
                 second = by_value.get(after.value or b"")
                 chosen = second.sequence if second is not None else None
-                if chosen is None and after.sequence != next_sequence(before.sequence):
+                hole = (
+                    first is not None
+                    and second is not None
+                    and any(first.order < o < second.order for o in expired.get((first.producer, tp), ()))
+                )
+                if chosen is None and after.sequence != next_sequence(before.sequence) and not hole:
                     problems.append(
                         f"{tp} producer {producer_id}: sequence {after.sequence} at offset "
                         f"{after.offset} follows {before.sequence}"
@@ -761,7 +777,11 @@ class LossyLink:
                     f"{message.value!r} ended NOT_PERSISTED ({event.error!r}) but is logged at "
                     f"{[(str(tp), e.offset) for tp, e in places]}"
                 )
-            if self.failure(message.producer) is None and event.status is not DeliveryStatus.PERSISTED:
+            if (
+                self.failure(message.producer) is None
+                and event.status is not DeliveryStatus.PERSISTED
+                and not isinstance(event.error, DeliveryTimeoutError)
+            ):
                 problems.append(f"{message.value!r} ended {event.status.value} although its producer did not fail")
         problems.extend(self.recovery_mismatches())
         return problems
