@@ -223,3 +223,45 @@ def test_a_live_older_instance_is_named_in_the_error(backend: Any) -> None:
     finally:
         holder.close()
         other.close()
+
+
+def test_deduplication_is_the_namespace_policy_and_survives_unloads(backend: Any, pulsar_service: Any) -> None:
+    """Pulsar's deduplication of a data topic comes from its namespace's policy, never from a
+    topic-level one: on Pulsar 3.0 a topic with topic-level policies runs two deduplication
+    recoveries at once each time it is loaded (apache/pulsar#25954), which can leave the
+    broker's last sequence id of a producer below what is stored, so a resend after an unload
+    (the client's own, or a settle's) was stored twice (tests/test_pulsar_faults.py). After
+    each unload, a producer name's last sequence id is exactly the last one stored, and a
+    resend of it is dropped."""
+    import pulsar
+
+    from adapters._pulsar_admin import Admin
+    from adapters._pulsar_names import pulsar_topic_name
+
+    topic = topic_name("dedup-ns")
+    backend.create_topic(topic, 1)
+    name = pulsar_topic_name(topic)
+    data_topic = backend.data_topic(topic, 0)
+    backend.ensure_deduplication(name, data_topic)
+    admin = Admin(pulsar_service.admin_url, {}, 30)
+    assert admin.call("GET", f"/admin/v2/namespaces/{name.tenant}/{name.namespace}/deduplication")[1] is True
+    assert admin.call("GET", f"{name.rest}/deduplicationEnabled")[1] is None, "no topic-level policy"
+    client = pulsar.Client(pulsar_service.bootstrap, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        sent = 0
+        for _ in range(4):
+            producer = client.create_producer(data_topic, producer_name="dedup-ns", batching_enabled=False)
+            assert producer.last_sequence_id() == sent - 1
+            if sent:
+                again = producer.send(b"again", sequence_id=sent - 1)
+                assert (again.ledger_id(), again.entry_id()) == (-1, -1), "a resend must be a duplicate"
+            for _ in range(250):  # more than one 100-entry read of the broker's recovery
+                producer.send_async(b"x", None, sequence_id=sent)
+                sent += 1
+            producer.flush()
+            producer.close()
+            admin.unload_topic(name.rest)
+            backend.ensure_deduplication(name, data_topic)
+    finally:
+        client.close()
+    assert len(_read_all(pulsar_service, data_topic)) == sent
