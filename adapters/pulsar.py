@@ -45,7 +45,8 @@ How the model maps onto Pulsar (see ``docs/backends.md``):
   restart), which then gets :class:`OwnershipLostError`. Because the name is fixed, Pulsar
   registers the new owner only once the old one's pending writes have completed, so a
   replay after taking ownership sees everything the old owner will ever have stored.
-* Pulsar's own deduplication is enabled on the data topics and the owner sends explicit,
+* Pulsar's own deduplication is enabled (for the data topics' namespace, never as a topic
+  policy: see ``_enable_deduplication``) and the owner sends explicit,
   increasing sequence ids, so the client's internal resends never duplicate an entry.
 * Snapshots go to ``__idempotent_snapshots.<name>-<p>`` in the topic's namespace, written by
   the partition's owner after the batches they cover. Topics, producer records, settings and
