@@ -113,6 +113,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the pulsar backend needs pulsar-client: pip install 'idempotent[pulsar]'") from exc
 
 _LOG = logging.getLogger("idempotent.adapters.pulsar")
+#: admin statuses of a topic no broker owns for a moment (its bundle being unloaded or moved)
+_UNOWNED = (404, 412)
 #: the port of a service URL without one, by scheme (pulsar-client's defaults)
 _DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 80, "https": 443}
 META_TOPIC = "persistent://public/default/__idempotent_meta"
@@ -319,7 +321,14 @@ class PulsarBackend(MetadataDelegate):
         deadline = time.monotonic() + self.timeout
         requested = False
         while True:
-            _, body = self._admin.call("GET", stats)
+            # 404/412 ("Can't find owner for topic"): no broker owns its bundle for a moment (a
+            # bundle or namespace unloaded, a broker restarting); asked again until the timeout
+            code, body = self._admin.call("GET", stats, accept=_UNOWNED)
+            if code in _UNOWNED:
+                if time.monotonic() > deadline:
+                    raise translate(_HttpError(code, str(body), stats), f"read the stats of {data_topic}")
+                time.sleep(0.05)
+                continue
             status = body.get("deduplicationStatus") if isinstance(body, dict) else None
             if status == "Enabled":
                 return

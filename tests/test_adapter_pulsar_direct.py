@@ -265,3 +265,48 @@ def test_deduplication_is_the_namespace_policy_and_survives_unloads(backend: Any
     finally:
         client.close()
     assert len(_read_all(pulsar_service, data_topic)) == sent
+
+
+class _UnownedAdmin:
+    """An admin REST stub whose partition stats say "Can't find owner for topic" (404) the
+    first ``unowned`` times: no broker owns the topic's bundle while it is unloaded."""
+
+    def __init__(self, unowned: int) -> None:
+        self.unowned = unowned
+        self.stats = 0
+
+    def call(self, method: str, path: str, body: object = None, *, accept: Any = ()) -> tuple[int, Any]:
+        if path.endswith("/stats"):
+            self.stats += 1
+            if self.stats <= self.unowned:
+                assert 404 in accept, "a 404 of the stats must not be raised at once"
+                return 404, "Can't find owner for topic persistent://public/default/t-partition-0"
+            return 200, {"deduplicationStatus": "Enabled"}
+        return 200, True if "/namespaces/" in path else None
+
+
+def _stub_backend(admin: _UnownedAdmin, timeout: float) -> Any:
+    stub = object.__new__(PulsarBackend)  # not connected: only what ensure_deduplication uses
+    stub._admin = admin
+    stub.timeout = timeout
+    stub._deduplicating = set()
+    stub._policy_checked = set()
+    return stub
+
+
+def test_a_partition_no_broker_owns_for_a_moment_is_waited_for() -> None:
+    """While a bundle or namespace is unloaded, a settle's reopening of a partition read its
+    stats and got 404 "Can't find owner for topic": that was an InvalidTopicError, which failed
+    every later record of the drop-in (seen in tests/test_pulsar_faults.py, bundles unloaded).
+    It is asked again until the timeout; a topic still unknown then is an InvalidTopicError."""
+    from adapters._pulsar_names import pulsar_topic_name
+    from idempotent.errors import InvalidTopicError
+
+    name = pulsar_topic_name("t")
+    admin = _UnownedAdmin(unowned=3)
+    PulsarBackend.ensure_deduplication(_stub_backend(admin, 5), name, "persistent://public/default/t-partition-0")
+    assert admin.stats == 4
+    with pytest.raises(InvalidTopicError, match="Can't find owner"):
+        PulsarBackend.ensure_deduplication(
+            _stub_backend(_UnownedAdmin(unowned=1_000_000), 0.3), name, "persistent://public/default/t-partition-0"
+        )
