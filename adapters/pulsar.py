@@ -45,7 +45,8 @@ How the model maps onto Pulsar (see ``docs/backends.md``):
   restart), which then gets :class:`OwnershipLostError`. Because the name is fixed, Pulsar
   registers the new owner only once the old one's pending writes have completed, so a
   replay after taking ownership sees everything the old owner will ever have stored.
-* Pulsar's own deduplication is enabled on the data topics and the owner sends explicit,
+* Pulsar's own deduplication is enabled (for the data topics' namespace, never as a topic
+  policy: see ``_enable_deduplication``) and the owner sends explicit,
   increasing sequence ids, so the client's internal resends never duplicate an entry.
 * Snapshots go to ``__idempotent_snapshots.<name>-<p>`` in the topic's namespace, written by
   the partition's owner after the batches they cover. Topics, producer records, settings and
@@ -112,6 +113,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the pulsar backend needs pulsar-client: pip install 'idempotent[pulsar]'") from exc
 
 _LOG = logging.getLogger("idempotent.adapters.pulsar")
+#: admin statuses of a topic no broker owns for a moment (its bundle being unloaded or moved)
+_UNOWNED = (404, 412)
 #: the port of a service URL without one, by scheme (pulsar-client's defaults)
 _DEFAULT_PORTS = {"pulsar": 6650, "pulsar+ssl": 6651, "http": 80, "https": 443}
 META_TOPIC = "persistent://public/default/__idempotent_meta"
@@ -198,6 +201,10 @@ class PulsarBackend(MetadataDelegate):
             "pulsar", self._put_metas, self._meta_records, self._lock, timeout=self.timeout, writable=not read_only
         )
         self._namespaces: set[tuple[str, str]] = set()
+        #: namespaces whose deduplication policy is known to be on
+        self._deduplicating: set[tuple[str, str]] = set()
+        #: topics checked for a topic-level deduplication policy
+        self._policy_checked: set[str] = set()
         self._clusters: list[str] | None = None
         self._client: Any = None
         self._meta_producer: Any = None
@@ -243,6 +250,7 @@ class PulsarBackend(MetadataDelegate):
                 "PUT",
                 f"/admin/v2/namespaces/{tenant}/{namespace}",
                 {
+                    "deduplicationEnabled": True,
                     "retention_policies": {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1},
                     "inactive_topic_policies": {
                         "inactiveTopicDeleteMode": "delete_when_no_subscriptions",
@@ -254,6 +262,49 @@ class PulsarBackend(MetadataDelegate):
             )
         self._namespaces.add((tenant, namespace))
 
+    def _enable_deduplication(self, name: PulsarName) -> None:
+        """Switch Pulsar's deduplication on for the namespace of ``name`` (once per namespace
+        and process; a namespace created here has it from the start), never as a topic-level
+        policy: a topic that has topic-level policies runs two deduplication recoveries at
+        once when it is loaded (an unload, a bundle move, a broker restart) in Pulsar before
+        the fix of apache/pulsar#25954 (PR #25953), and their interleaved replays can leave the
+        broker's last sequence id of a producer below what is stored, so that a resend after
+        the reload is stored a second time. A namespace policy is read when the topic loads
+        and starts one recovery."""
+        key = (name.tenant, name.namespace)
+        if key in self._deduplicating:
+            return
+        where = f"/admin/v2/namespaces/{name.tenant}/{name.namespace}/deduplication"
+        _, enabled = self._admin.call("GET", where)
+        if enabled is not True:
+            self._admin.call("POST", where, True)
+            _LOG.warning(
+                "pulsar: deduplication enabled for the namespace %s/%s (pulsar-admin namespaces "
+                "set-deduplication): it now applies to every topic there, and drops a producer's "
+                "message whose sequence id is not above that name's last stored one",
+                name.tenant,
+                name.namespace,
+            )
+        self._deduplicating.add(key)
+
+    def _warn_topic_policy(self, name: PulsarName) -> None:
+        """A topic-level deduplication policy (set by earlier versions of this adapter, or by
+        hand) keeps the topic exposed to the double recovery of :meth:`_enable_deduplication`:
+        say so once per topic and process."""
+        if name.topic in self._policy_checked:
+            return
+        self._policy_checked.add(name.topic)
+        status, value = self._admin.call("GET", f"{name.rest}/deduplicationEnabled", accept=(404, 405))
+        if status < 300 and value is not None:
+            _LOG.warning(
+                "pulsar: %s has a topic-level deduplication policy (%s). A topic with topic-level policies "
+                "may store a producer's resend twice after an unload or a broker restart, on Pulsar without "
+                "the fix of apache/pulsar#25954; deduplication is enabled for its namespace, so the topic "
+                "needs none (topic-level policies stay once set: recreate the topic to drop them)",
+                name.topic,
+                value,
+            )
+
     def ensure_topic(self, name: PulsarName) -> str:
         """Create a non-partitioned topic if it is missing; return its full name."""
         self._ensure_namespace(name.tenant, name.namespace)
@@ -263,26 +314,36 @@ class PulsarBackend(MetadataDelegate):
     def ensure_deduplication(self, name: PulsarName, data_topic: str) -> None:
         """Make sure Pulsar's deduplication is active on a partition's topic ``data_topic``
         before we write to it (enabling it is asynchronous; until it is active, sends are not
-        checked). ``name`` is the topic whose policy enables it."""
+        checked). ``name`` is the topic whose namespace's policy enables it
+        (:meth:`_enable_deduplication`)."""
+        self._warn_topic_policy(name)
         stats = "/admin/v2/persistent/" + data_topic.removeprefix("persistent://") + "/stats"
         deadline = time.monotonic() + self.timeout
         requested = False
         while True:
-            _, body = self._admin.call("GET", stats)
+            # 404/412 ("Can't find owner for topic"): no broker owns its bundle for a moment (a
+            # bundle or namespace unloaded, a broker restarting); asked again until the timeout
+            code, body = self._admin.call("GET", stats, accept=_UNOWNED)
+            if code in _UNOWNED:
+                if time.monotonic() > deadline:
+                    raise translate(_HttpError(code, str(body), stats), f"read the stats of {data_topic}")
+                time.sleep(0.05)
+                continue
             status = body.get("deduplicationStatus") if isinstance(body, dict) else None
             if status == "Enabled":
                 return
             if not requested and status not in ("Recovering", "Initialized"):
                 # (again: a policy set by create_topic may simply not have arrived yet)
-                self._admin.call("POST", f"{name.rest}/deduplicationEnabled", True, accept=(405,))
+                self._deduplicating.discard((name.tenant, name.namespace))
+                self._enable_deduplication(name)
                 requested = True
             if time.monotonic() > deadline:
                 if status in ("Recovering", "Initialized"):
                     raise BackendUnavailableError(f"pulsar: deduplication on {data_topic} is {status}")
                 raise ConfigError(
-                    f"pulsar: deduplication on {data_topic} is {status!r}, not Enabled: the broker "
-                    "needs topicLevelPoliciesEnabled=true, or enable deduplication for the namespace "
-                    f"(pulsar-admin namespaces set-deduplication {name.tenant}/{name.namespace} --enable)"
+                    f"pulsar: deduplication on {data_topic} is {status!r}, not Enabled, although it was "
+                    f"requested for the namespace {name.tenant}/{name.namespace} (check it with pulsar-admin "
+                    f"namespaces get-deduplication {name.tenant}/{name.namespace})"
                 )
             time.sleep(0.05)
 
@@ -489,9 +550,9 @@ class PulsarBackend(MetadataDelegate):
                 _LOG.info(
                     "adopting the Pulsar topic %s (%d partitions, partitioned: %s)", name.topic, count, partitioned
                 )
-            # 405: topic policies are off; then the namespace or broker must enable it (checked
-            # before the first write)
-            self._admin.call("POST", f"{name.rest}/deduplicationEnabled", True, accept=(405,))
+            # for the namespace, not as a topic policy (see _enable_deduplication); checked
+            # active on each partition before its first write
+            self._enable_deduplication(name)
             return self.metadata.record_topic(topic, count, origin)  # an origin recorded first wins
 
     def _end(self, data_topic: str) -> int:

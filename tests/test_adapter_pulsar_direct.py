@@ -223,3 +223,90 @@ def test_a_live_older_instance_is_named_in_the_error(backend: Any) -> None:
     finally:
         holder.close()
         other.close()
+
+
+def test_deduplication_is_the_namespace_policy_and_survives_unloads(backend: Any, pulsar_service: Any) -> None:
+    """Pulsar's deduplication of a data topic comes from its namespace's policy, never from a
+    topic-level one: on Pulsar 3.0 a topic with topic-level policies runs two deduplication
+    recoveries at once each time it is loaded (apache/pulsar#25954), which can leave the
+    broker's last sequence id of a producer below what is stored, so a resend after an unload
+    (the client's own, or a settle's) was stored twice (tests/test_pulsar_faults.py). After
+    each unload, a producer name's last sequence id is exactly the last one stored, and a
+    resend of it is dropped."""
+    import pulsar
+
+    from adapters._pulsar_admin import Admin
+    from adapters._pulsar_names import pulsar_topic_name
+
+    topic = topic_name("dedup-ns")
+    backend.create_topic(topic, 1)
+    name = pulsar_topic_name(topic)
+    data_topic = backend.data_topic(topic, 0)
+    backend.ensure_deduplication(name, data_topic)
+    admin = Admin(pulsar_service.admin_url, {}, 30)
+    assert admin.call("GET", f"/admin/v2/namespaces/{name.tenant}/{name.namespace}/deduplication")[1] is True
+    assert admin.call("GET", f"{name.rest}/deduplicationEnabled")[1] is None, "no topic-level policy"
+    client = pulsar.Client(pulsar_service.bootstrap, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        sent = 0
+        for _ in range(4):
+            producer = client.create_producer(data_topic, producer_name="dedup-ns", batching_enabled=False)
+            assert producer.last_sequence_id() == sent - 1
+            if sent:
+                again = producer.send(b"again", sequence_id=sent - 1)
+                assert (again.ledger_id(), again.entry_id()) == (-1, -1), "a resend must be a duplicate"
+            for _ in range(250):  # more than one 100-entry read of the broker's recovery
+                producer.send_async(b"x", None, sequence_id=sent)
+                sent += 1
+            producer.flush()
+            producer.close()
+            admin.unload_topic(name.rest)
+            backend.ensure_deduplication(name, data_topic)
+    finally:
+        client.close()
+    assert len(_read_all(pulsar_service, data_topic)) == sent
+
+
+class _UnownedAdmin:
+    """An admin REST stub whose partition stats say "Can't find owner for topic" (404) the
+    first ``unowned`` times: no broker owns the topic's bundle while it is unloaded."""
+
+    def __init__(self, unowned: int) -> None:
+        self.unowned = unowned
+        self.stats = 0
+
+    def call(self, method: str, path: str, body: object = None, *, accept: Any = ()) -> tuple[int, Any]:
+        if path.endswith("/stats"):
+            self.stats += 1
+            if self.stats <= self.unowned:
+                assert 404 in accept, "a 404 of the stats must not be raised at once"
+                return 404, "Can't find owner for topic persistent://public/default/t-partition-0"
+            return 200, {"deduplicationStatus": "Enabled"}
+        return 200, True if "/namespaces/" in path else None
+
+
+def _stub_backend(admin: _UnownedAdmin, timeout: float) -> Any:
+    stub = object.__new__(PulsarBackend)  # not connected: only what ensure_deduplication uses
+    stub._admin = admin
+    stub.timeout = timeout
+    stub._deduplicating = set()
+    stub._policy_checked = set()
+    return stub
+
+
+def test_a_partition_no_broker_owns_for_a_moment_is_waited_for() -> None:
+    """While a bundle or namespace is unloaded, a settle's reopening of a partition read its
+    stats and got 404 "Can't find owner for topic": that was an InvalidTopicError, which failed
+    every later record of the drop-in (seen in tests/test_pulsar_faults.py, bundles unloaded).
+    It is asked again until the timeout; a topic still unknown then is an InvalidTopicError."""
+    from adapters._pulsar_names import pulsar_topic_name
+    from idempotent.errors import InvalidTopicError
+
+    name = pulsar_topic_name("t")
+    admin = _UnownedAdmin(unowned=3)
+    PulsarBackend.ensure_deduplication(_stub_backend(admin, 5), name, "persistent://public/default/t-partition-0")
+    assert admin.stats == 4
+    with pytest.raises(InvalidTopicError, match="Can't find owner"):
+        PulsarBackend.ensure_deduplication(
+            _stub_backend(_UnownedAdmin(unowned=1_000_000), 0.3), name, "persistent://public/default/t-partition-0"
+        )

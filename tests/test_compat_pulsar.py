@@ -553,6 +553,8 @@ def _read_values(service_url: str, topic: str) -> list[bytes]:
 def test_twin_run_native_client_duplicates_drop_in_does_not(pulsar_service: Any) -> None:
     import pulsar
 
+    from adapters._pulsar_admin import Admin
+
     info = pulsar_service
     count = 20
     expected = sorted(f"order-{i}".encode() for i in range(count))
@@ -560,8 +562,13 @@ def test_twin_run_native_client_duplicates_drop_in_does_not(pulsar_service: Any)
 
     # 1. the real client through a proxy that cuts the connection once the broker has stored
     #    the first message: the client reconnects, resends its pending messages, and Pulsar
-    #    (deduplication off, its default) stores them twice
-    native_topic = f"twin-native-{uuid.uuid4().hex[:8]}"
+    #    (deduplication off, its default) stores them twice. In a namespace of its own: the
+    #    project switches deduplication on for the namespaces of its topics (public/default)
+    native_namespace = f"public/twin-{uuid.uuid4().hex[:8]}"
+    Admin(info.admin_url, {}, 30).call(
+        "PUT", f"/admin/v2/namespaces/{native_namespace}", {"deduplicationEnabled": False}
+    )
+    native_topic = f"persistent://{native_namespace}/twin-native-{uuid.uuid4().hex[:8]}"
     port = _free_port_like(broker_port)
     with CutProxy(port, broker_port, cut=pulsar_send, cuts=1, rewrite=pulsar_rewrite(broker_port, port)) as proxy:
         results = publish_orders(pulsar, f"pulsar://127.0.0.1:{port}", native_topic, count)
