@@ -722,7 +722,7 @@ class LossyLink:
         # messages whose delivery timed out, by producer and partition: each fails alone and
         # its producer goes on, so the numbers of a batch that expired unstored are a hole
         # between the records sent before it and those sent after
-        expired: dict[tuple[int, TopicPartition], list[float]] = {}
+        expired: dict[tuple[int, TopicPartition], list[tuple[float, int]]] = {}
         for message in self.messages:
             events = self.events[message]
             if len(events) == 1 and isinstance(events[0].error, DeliveryTimeoutError):
