@@ -251,8 +251,14 @@ def run_servers(url: str, workdir: Path) -> None:
         # 120 s delivery timeout, and on a loaded 2-core machine the takeovers take a while
         producer.flush(110)
         acked = [(p, v, f.result(0)) for p, v, f in sent]
-        # the resumed broker is stale: it owns nothing any more and cannot write
+        # the resumed broker is stale: it owns nothing any more and cannot write. Its leases
+        # ran out while it was paused; the others' takeovers are seen in the metadata once
+        # they renewed, which on a loaded machine can be a while after the last answer
+        deadline = time.monotonic() + 120
         owners = admin.metadata([topic])[topic]
+        while any(owner in (None, address[paused]) for owner in owners) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            owners = admin.metadata([topic])[topic]
         stale = RemoteBroker(f"idem://{address[paused]}")
         stale.routed = True  # the server's NotOwnerError itself, as a ClusterBroker's link sees it
         try:
