@@ -1,14 +1,14 @@
 """The broker surface that producers, readers and tools use, wherever the broker runs.
 
-:class:`~idempotent.broker.Broker` (in-process, over a backend URL) implements it, and so
+:class:`~idempotent.broker.broker.Broker` (in-process, over a backend URL) implements it, and so
 does the network client that ``idempotent.connect("idem://host:port")`` returns. Code that
 only needs this surface (``Producer``, ``Reader``, the drop-in modules, the admin CLI) works
 unchanged against either.
 
-A batch enters the surface as one :class:`~idempotent._request.ProduceRequest`, validated
+A batch enters the surface as one :class:`~idempotent.core.request.ProduceRequest`, validated
 where it was made (``submit_request``, ``submit_requests``). The loose-argument conveniences
 ``produce`` and ``submit_produce`` are not part of it: the handles of this project offer them
-through :class:`ProduceShortcuts` (defined next to ``ProduceRequest``, re-exported here), and
+through :class:`ProduceShortcuts` (here, over ``ProduceRequest``), and
 code holding only a ``BrokerAPI`` builds the request itself.
 """
 
@@ -18,13 +18,16 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ._request import ProduceRequest, ProduceShortcuts
+from idempotent.core.records import Record
+from idempotent.core.request import ProduceRequest
+from idempotent.errors import ProducerError, RequestTimeoutError
+from idempotent.runtime.future import LightFuture
 
 if TYPE_CHECKING:
-    from ._checker import Policy
-    from ._outcomes import ProduceResult
-    from ._records import StoredRecord
-    from ._values import PartitionStats, ProducerSession
+    from idempotent.core.checker import Policy
+    from idempotent.core.outcomes import ProduceResult
+    from idempotent.core.records import StoredRecord
+    from idempotent.core.values import PartitionStats, ProducerSession
 
 
 # runtime_checkable: Producer, Reader and the drop-ins take "a URL or an open broker" and
@@ -106,6 +109,93 @@ class BrokerAPI(Protocol):
     def close(self) -> None:
         """Release the handle. Acknowledged data stays stored."""
         ...
+
+
+class ProduceShortcuts:
+    """``produce`` and ``submit_produce`` (loose arguments) of a broker handle, over its
+    ``submit_request``: each builds one :class:`ProduceRequest` (validated there, once) and
+    hands it on; and ``submit_requests``, which submits a group one batch at a time. A class
+    using it defines ``submit_request``, ``url`` and, when it waits, ``produce_timeout``."""
+
+    @property
+    def produce_timeout(self) -> float | None:
+        """Seconds ``produce`` waits for the answer (None: as long as it takes)."""
+        return None
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def submit_request(self, request: ProduceRequest) -> Future[ProduceResult]:
+        raise NotImplementedError
+
+    def submit_requests(self, requests: Sequence[ProduceRequest]) -> list[Future[ProduceResult]]:
+        """``submit_request`` of each batch, in order; a batch it refuses at once gets its
+        error on its future, and the others go on."""
+        out: list[Future[ProduceResult]] = []
+        for request in requests:
+            try:
+                out.append(self.submit_request(request))
+            except ProducerError as exc:
+                refused: Future[ProduceResult] = LightFuture()
+                refused.set_exception(exc)
+                out.append(refused)
+        return out
+
+    def submit_produce(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
+    ) -> Future[ProduceResult]:
+        """Check a batch and store it if accepted; return at once with the future of its result.
+
+        Raises:
+            InvalidBatchError, InvalidTopicError: bad input (nothing sent).
+            And what ``submit_request`` raises; errors of the append end up on the future.
+        """
+        try:
+            request = ProduceRequest.build(
+                topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+            )
+        except ProducerError as exc:
+            self._refused(topic, partition, exc)
+            raise
+        return self.submit_request(request)
+
+    def _refused(self, topic: str, partition: int, error: ProducerError) -> None:
+        """Called when a batch given as loose arguments does not validate (a hook: the
+        in-process broker tells its observers)."""
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        records: Sequence[Record | bytes | str | None],
+        previous_sequence: int | None = None,
+    ) -> ProduceResult:
+        """:meth:`submit_produce`, then wait for the result (up to ``produce_timeout``).
+
+        Raises:
+            RequestTimeoutError: no answer in time; the batch's outcome is unknown (resending
+                it is safe).
+            And what ``submit_produce`` raises or its future fails with.
+        """
+        future = self.submit_produce(
+            topic, partition, producer_id, producer_epoch, base_sequence, records, previous_sequence
+        )
+        wait = self.produce_timeout
+        try:
+            return future.result(wait)
+        except TimeoutError:
+            raise RequestTimeoutError(f"no answer from {self.url} within {wait:g} s") from None
 
 
 __all__ = ["BrokerAPI", "ProduceShortcuts"]
