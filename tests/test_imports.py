@@ -1,15 +1,22 @@
-"""The modules of ``idempotent`` and ``adapters`` import one another without a circle, and the
-library never imports the adapters at module level.
+"""The layers of ``idempotent`` import one another in one direction, without a circle.
 
-Every import counts for circles, also one deferred into a function body or under
-``TYPE_CHECKING`` (a circle hidden that way is still one: neither module can be understood,
-tested or moved without the other). ``from package import name`` counts as importing the
-submodule ``package.name`` when there is one, else the package itself; the implicit import
-of a module's parent packages does not count (every module would be in a circle with its
+Every import counts, also one deferred into a function body or under ``TYPE_CHECKING`` (a
+circle hidden that way is still one: neither module can be understood, tested or moved
+without the other). ``from package import name`` counts as importing the submodule
+``package.name`` when there is one, else the package itself; the implicit import of a
+module's parent packages does not count (every module would be in a circle with its
 package's ``__init__``).
 
-Adapters import ``idempotent``, never the reverse at module level: ``idempotent`` opens them
-lazily (``connect``, the read-only tools), so their client libraries stay optional.
+The rules, by path:
+
+* ``idempotent/core/`` (the sans-I/O core) imports only ``idempotent/core/`` and
+  ``idempotent/errors.py``, nowhere, not even in a function;
+* the backends (``adapters/``, installed as ``idempotent.adapters``) are imported by the rest
+  of the library only lazily (``connect``, the read-only tools), so that their client
+  libraries stay optional;
+* the developer services (``idempotent/testing/services/``: brokers run from Maven Central)
+  are imported only by the rest of ``idempotent/testing/``, by ``idempotent compare`` (which
+  runs the brokers it compares) and, lazily, by the CLI's ``services`` command.
 """
 
 from __future__ import annotations
@@ -20,18 +27,30 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ("idempotent", "adapters")
+#: where each package's files are: the backends' folder is the package idempotent.adapters
+#: (idempotent/adapters is a link to it, skipped so that no file is read twice)
+TREES = (("idempotent", ROOT / "idempotent"), ("idempotent.adapters", ROOT / "adapters"))
+CORE = "idempotent.core"
+ADAPTERS = "idempotent.adapters"
+SERVICES = "idempotent.testing.services"
 
 
 def _modules() -> dict[str, tuple[pathlib.Path, bool]]:
-    """Every module of the two packages: dotted name -> (file, is a package's __init__)."""
+    """Every module of the library: dotted name -> (file, is a package's __init__)."""
     found = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for package, top in TREES:
+        for path in top.rglob("*.py"):
+            relative = path.relative_to(top)
+            if package == "idempotent" and relative.parts[0] == "adapters":
+                continue
+            parts = [*package.split("."), *relative.with_suffix("").parts]
             is_package = parts[-1] == "__init__"
             found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
     return found
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
 MODULES = _modules()
@@ -114,27 +133,51 @@ def circle(edges: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_is_read() -> None:
     edges = graph()
     assert len(edges) > 100
-    assert "idempotent.broker" in edges["adapters.read_only"]  # absolute, at module level
-    assert "idempotent._checker" in edges["idempotent.broker"]  # relative
+    assert "idempotent.broker.broker" in edges["idempotent.adapters.read_only"]  # absolute, at module level
+    assert "idempotent.core.checker" in edges["idempotent.broker.broker"]
     assert "idempotent.mirror.source" in edges["idempotent.mirror.kafka"]  # ``from .source import``
-    assert imports_of("adapters.read_only")["adapters"] is False  # deferred into a function
-    assert "adapters" in edges["idempotent._connect"]  # deferred, still an edge
+    assert imports_of("idempotent.adapters.read_only")[ADAPTERS] is False  # deferred into a function
+    assert ADAPTERS in edges["idempotent.connection"]  # deferred, still an edge
+    assert not any(path.is_symlink() for path, _ in MODULES.values())
 
 
-def test_no_import_circle_in_idempotent_and_adapters() -> None:
+def test_no_import_circle_in_the_library() -> None:
     found = circle(graph())
     assert found is None, "import circle: " + " -> ".join(found or [])
 
 
-def test_idempotent_never_imports_adapters_at_module_level() -> None:
+def test_the_core_imports_only_the_core_and_the_errors() -> None:
+    outside = sorted(
+        f"{module} imports {target}"
+        for module in MODULES
+        if _within(module, CORE)
+        for target in imports_of(module)
+        if not (_within(target, CORE) or target == "idempotent.errors")
+    )
+    assert outside == []
+
+
+def test_the_library_never_imports_the_backends_at_module_level() -> None:
     eager = sorted(
         f"{module} imports {target}"
         for module in MODULES
-        if module.split(".")[0] == "idempotent"
+        if not _within(module, ADAPTERS)
         for target, at_import in imports_of(module).items()
-        if at_import and target.split(".")[0] == "adapters"
+        if at_import and _within(target, ADAPTERS)
     )
     assert eager == []
+
+
+def test_only_the_developer_tools_import_the_services() -> None:
+    allowed = ("idempotent.testing", "idempotent.compare")
+    users = {
+        (module, at_import)
+        for module in MODULES
+        if not any(_within(module, package) for package in allowed)
+        for target, at_import in imports_of(module).items()
+        if _within(target, SERVICES)
+    }
+    assert users <= {("idempotent.cli.services", False)}, sorted(users)
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from idempotent.core.records import Record, StoredRecord
 from idempotent.core.types import TopicPartition
 from idempotent.net.server import BrokerServer
 
-from .test_errors import all_errors
+from ..test_errors import all_errors
 
 
 def test_decoder_splits_and_joins_frames_at_any_boundary() -> None:
