@@ -112,6 +112,7 @@ from .errors import (
     ProducerFencedError,
     Recovery,
     SequenceDesyncError,
+    TransactionAbortableError,
     UnknownProducerError,
 )
 
@@ -628,7 +629,8 @@ class ProducerSequencer:
         if error.recovery is Recovery.RETRY:
             batch.state, batch.not_before = transition(batch.state, _RETRY), retry_at
             batch.doubtful = True
-        elif isinstance(error, InvalidBatchError):
+        elif isinstance(error, (InvalidBatchError, TransactionAbortableError)):
+            # refused for good, or its application transaction failed: nothing of it is stored
             self._refuse(batch, error)
         else:
             batch.state = transition(batch.state, _REFUSE)  # answered: this attempt was refused

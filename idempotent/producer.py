@@ -14,16 +14,18 @@ partition), feeds the answers back, and records each batch's end once per span o
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import sys
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Sequence as SequenceOf
 from typing import Any, cast, overload
 
+from ._batches import BatchDelivered, BatchFailed, Event
 from ._outcomes import DeliveryStatus
 from ._records import Headers, Record, RecordColumns, _headers, as_record, record_sizes
 from ._sequencer import ProducerSequencer, sequences_for
@@ -47,6 +49,9 @@ from .errors import (
     ProducerClosedError,
     ProducerError,
     QueueFullError,
+    TransactionAbortableError,
+    TransactionStateError,
+    TransactionTimedOutError,
     UsageError,
 )
 from .sender import YIELD_WAIT, Route, SenderLoop, SpanListener
@@ -191,6 +196,10 @@ class Producer(SenderLoop):
         self._closing = False
         self._closed = False
         self._span_listener: SpanListener | None = None
+        #: the ended batches of the open transaction, completed at its commit or abort (None:
+        #: no transaction open); and the error send() raises while a commit or abort runs
+        self._txn_events: list[Event] | None = None
+        self._txn_ending: ProducerError | None = None
         #: open (set) except while the sender writes a large group on its own thread: then
         #: send() waits for it, at most YIELD_WAIT (see SenderLoop._submit)
         self._gate = threading.Event()
@@ -654,6 +663,9 @@ class Producer(SenderLoop):
         broker if this producer opened it."""
         if self._closed:
             return
+        if self._txn_events is not None:  # an open transaction is aborted, as Kafka's close does
+            with contextlib.suppress(ProducerError):
+                self.abort_transaction()
         try:
             self.flush(timeout)
         finally:
@@ -675,6 +687,170 @@ class Producer(SenderLoop):
             if self._owns_broker:
                 self._broker.close()
 
+    # -- transactions ----------------------------------------------------------------------
+
+    def begin_transaction(self) -> None:
+        """Open a transaction (docs/semantics.md, "Application transactions"): every record
+        sent from now until :meth:`commit_transaction` or :meth:`abort_transaction`, on any
+        topic and partition, is stored with it or not at all, and their delivery futures and
+        callbacks end only then. What was sent before is flushed first: it belongs to no
+        transaction. One transaction at a time, for the whole producer.
+
+        Raises:
+            TransactionStateError: one is open already, or the backend has no transactions
+                (``pulsar://``: the message says what to use instead); nothing changed.
+            ProducerFencedError: a newer instance of the producer took over.
+            BackendUnavailableError: the backend could not be reached; no transaction open.
+        """
+        begin = getattr(self._broker, "begin_transaction", None)
+        if not callable(begin):
+            raise TransactionStateError(
+                f"{type(self._broker).__name__} has no transactions: open the producer on kafka:// for them"
+            )
+        with self._cond:
+            if self._txn_events is not None:
+                raise TransactionStateError("a transaction is open already: commit or abort it first")
+            if self._halted is not None:
+                raise self._halted
+        self.flush()
+        begin()
+        with self._cond:
+            self._txn_events = []
+
+    def commit_transaction(self, positions: object = None, timeout: float | None = None) -> None:
+        """Send what the transaction holds, then commit it with ``positions`` (any value
+        msgpack encodes: a dict of consumer offsets, a file's byte offset, a Pulsar
+        ``MessageId.serialize()``; None keeps the last committed) in the same backend
+        transaction. Once it returns, every record of it is stored and its futures are
+        resolved, and :meth:`committed_positions` reads ``positions`` back, after a restart too.
+
+        Raises:
+            TransactionStateError: no transaction open; ``positions`` on an anonymous producer.
+            TransactionTimedOutError: its records were not all written within ``timeout``,
+                or the commit's outcome is not known yet: call again (still open).
+            TransactionAbortableError: a record or the commit failed: nothing of it is
+                stored; call :meth:`abort_transaction`.
+            ProducerFencedError: a newer instance took over; nothing of it is stored, and
+                its records fail NOT_PERSISTED.
+        """
+        import msgpack
+
+        with self._cond:
+            if self._txn_events is None:
+                raise TransactionStateError("no transaction open to commit")
+            self._block_sends("a commit is running")
+        try:
+            if self.flush(timeout):
+                raise TransactionTimedOutError(
+                    f"the transaction's records were not all written within {timeout} s; call commit again"
+                )
+            with self._cond:
+                events = list(self._txn_events or ())
+            failed = next((e for e in events if isinstance(e, BatchFailed)), None)
+            if failed is not None:
+                raise TransactionAbortableError(f"a batch of the transaction failed, abort it: {failed.error}")
+            encoded = None if positions is None else msgpack.packb(positions, use_bin_type=True)
+            try:
+                self._broker.commit_transaction(encoded)  # type: ignore[attr-defined]
+            except (TransactionAbortableError, TransactionTimedOutError, TransactionStateError):
+                raise
+            except ProducerError as exc:
+                self._end_transaction(exc)
+                raise
+            self._end_transaction(None)
+        finally:
+            self._unblock_sends()
+
+    def abort_transaction(self) -> None:
+        """Abort the open transaction: nothing of it is stored, and each of its records fails
+        NOT_PERSISTED (:class:`~idempotent.errors.TransactionAbortableError` as the cause).
+
+        Raises:
+            TransactionStateError: no transaction open.
+            ProducerFencedError: a newer instance took over (nothing of it is stored either).
+        """
+        with self._cond:
+            if self._txn_events is None:
+                raise TransactionStateError("no transaction open to abort")
+            self._block_sends("an abort is running")
+        try:
+            self.flush()
+            error = TransactionAbortableError("the transaction was aborted: nothing of it is stored")
+            try:
+                self._broker.abort_transaction()  # type: ignore[attr-defined]
+            finally:
+                self._end_transaction(error)
+        finally:
+            self._unblock_sends()
+
+    @contextlib.contextmanager
+    def transaction(self, positions: object = None, timeout: float | None = None) -> Iterator[Transaction]:
+        """``with producer.transaction() as txn:``: :meth:`begin_transaction`, then
+        :meth:`commit_transaction` with ``txn.positions`` (set inside the block, or
+        ``positions``) when the block ends, :meth:`abort_transaction` when it raises (the
+        block's exception is raised again).
+
+        Raises:
+            What :meth:`begin_transaction` and :meth:`commit_transaction` raise; a commit
+            that fails with :class:`~idempotent.errors.TransactionAbortableError` is aborted
+            before the error is raised.
+        """
+        self.begin_transaction()
+        txn = Transaction(positions)
+        try:
+            yield txn
+        except BaseException:
+            with contextlib.suppress(ProducerError):
+                self.abort_transaction()
+            raise
+        try:
+            self.commit_transaction(txn.positions, timeout)
+        except TransactionAbortableError:
+            self.abort_transaction()
+            raise
+
+    def committed_positions(self) -> object:
+        """What the last committed transaction of this named producer recorded as its
+        positions (read from the backend, so after a restart too), or None.
+
+        Raises:
+            TransactionStateError: the backend has no transactions.
+            BackendUnavailableError: the backend could not be read.
+        """
+        import msgpack
+
+        read = getattr(self._broker, "committed_positions", None)
+        if not callable(read):
+            raise TransactionStateError(f"{type(self._broker).__name__} has no transactions")
+        encoded = read()
+        return None if encoded is None else msgpack.unpackb(encoded, raw=False)
+
+    def _block_sends(self, why: str) -> None:
+        """Refuse send() while a commit or abort runs (lock held)."""
+        if self._halted is None:
+            self._txn_ending = self._halted = TransactionStateError(f"{why}: send after it returns")
+
+    def _unblock_sends(self) -> None:
+        with self._cond:
+            if self._txn_ending is not None and self._halted is self._txn_ending:
+                self._halted = self._seq.failure
+            self._txn_ending = None
+
+    def _end_transaction(self, error: ProducerError | None) -> None:
+        """End the transaction: complete its batches as delivered (``error`` None) or fail
+        the delivered ones NOT_PERSISTED with ``error``."""
+        with self._cond:
+            events, self._txn_events = self._txn_events or [], None
+        if error is not None:
+            events = [
+                BatchFailed(e.batch, error, DeliveryStatus.NOT_PERSISTED) if isinstance(e, BatchDelivered) else e
+                for e in events
+            ]
+        held = self._complete(events)
+        with self._cond:
+            self._held += held
+            self._cond.notify_all()
+
     def __enter__(self) -> Producer:
         return self
 
@@ -688,4 +864,22 @@ class Producer(SenderLoop):
         )
 
 
-__all__ = ["Deliveries", "DeliveryFuture", "DeliveryStatus", "Producer", "SendManyFuture", "default_partition"]
+class Transaction:
+    """The open transaction of ``with producer.transaction() as txn``: set ``txn.positions``
+    to what the commit records with it (see :meth:`Producer.commit_transaction`)."""
+
+    __slots__ = ("positions",)
+
+    def __init__(self, positions: object = None) -> None:
+        self.positions = positions
+
+
+__all__ = [
+    "Deliveries",
+    "DeliveryFuture",
+    "DeliveryStatus",
+    "Producer",
+    "SendManyFuture",
+    "Transaction",
+    "default_partition",
+]
