@@ -364,6 +364,8 @@ class KafkaProducerLog:
         self._open_failed: ProducerError | None = None
         #: heads of the application's transaction whose commit had no definite answer
         self._open_doubt: list[tuple[str, int, int]] | None = None
+        #: the positions that transaction's commit recorded
+        self._open_positions: bytes | None = None
         self._txn = TransactionalProducer(
             config, backend.timeout, f"the producer {transactional_id!r}", takeover if named else _never
         )
@@ -594,6 +596,7 @@ class KafkaProducerLog:
                 self._open_failed = BackendUnavailableError(f"kafka: the transaction's states were refused: {exc}")
                 raise TransactionAbortableError(str(self._open_failed)) from exc
         self._late = False
+        self._open_positions = positions
         try:
             self._txn.commit_open(self._committed_late)
         except OwnershipLostError:
@@ -624,7 +627,10 @@ class KafkaProducerLog:
         heads = self._open_doubt
         assert heads is not None
         self._txn.settle()
-        committed = self._late or (bool(heads) and self._visible(*heads[0]))
+        if heads:
+            committed = self._late or self._visible(*heads[0])
+        else:  # no records: its positions tell (the same as before: either outcome is the same)
+            committed = self._late or self._open_positions is None or self.committed_positions() == self._open_positions
         self._open_doubt = None
         if not committed:
             self._open_written = []
