@@ -188,6 +188,8 @@ class DirectBroker(ProduceShortcuts):
         self._topics: dict[str, tuple[int, float]] = {}
         #: the partitions the application's open transaction wrote (None: none open)
         self._txn_touched: set[TopicPartition] | None = None
+        #: the state of each partition the open transaction wrote, as it was before
+        self._txn_before: dict[TopicPartition, Snapshot] = {}
 
     @property
     def url(self) -> str:
@@ -499,6 +501,8 @@ class DirectBroker(ProduceShortcuts):
             checker = self._checkers.get(tp)
             if checker is None:
                 checker = self._checkers[tp] = PartitionChecker(self.config.checker)
+            if self._txn_touched is not None and tp not in self._txn_before:
+                self._txn_before[tp] = checker.snapshot(now)  # restored if the transaction aborts
             result = checker.check(
                 header,
                 policy=policy_in_force(self._settings, topic, self.config.policy),
@@ -838,6 +842,7 @@ class DirectBroker(ProduceShortcuts):
                 assert self._session is not None
                 raise self._fenced(session=self._session, exc=exc) from exc
             self._txn_touched = set()
+            self._txn_before = {}
 
     def commit_transaction(self, positions: bytes | None = None) -> None:
         """Commit the open transaction, with this producer's checker state on every partition
@@ -881,10 +886,16 @@ class DirectBroker(ProduceShortcuts):
                     ) from exc
                 raise
             self._txn_touched = None
+            self._txn_before = {}
 
-    def abort_transaction(self) -> None:
-        """Abort the open transaction: nothing of it is stored. The sequences its groups
-        took stay taken (as Kafka's aborted batches take theirs): the producer goes on after them.
+    def abort_transaction(self) -> dict[TopicPartition, int]:
+        """Abort the open transaction: nothing of it is stored, and this producer's state on
+        every partition it wrote is what it was before it, so its sequences are free again
+        (a resend of them is new data, never a duplicate of an aborted record).
+
+        Returns:
+            The producer's last stored sequence on each partition the transaction wrote
+            (-1: none): its client continues after them.
 
         Raises:
             TransactionStateError: no transaction open.
@@ -895,10 +906,18 @@ class DirectBroker(ProduceShortcuts):
             session = self._session
             assert session is not None
             self._txn_touched = None
+            before, self._txn_before = self._txn_before, {}
+            now = time.time()
+            rewound: dict[TopicPartition, int] = {}
+            with self._checker_lock:
+                for tp, snapshot in before.items():
+                    checker = self._checkers[tp] = PartitionChecker.restore(snapshot, self.config.checker, now=now)
+                    rewound[tp] = checker.last_sequence(session.producer_id)
             try:
                 log.abort_transaction()  # type: ignore[attr-defined]
             except OwnershipLostError as exc:
                 raise self._fenced(session=session, exc=exc) from exc
+            return rewound
 
     def committed_positions(self) -> bytes | None:
         """The encoded positions the last committed transaction of this (named) producer

@@ -777,7 +777,9 @@ class Producer(SenderLoop):
             self.flush()
             error = TransactionAbortableError("the transaction was aborted: nothing of it is stored")
             try:
-                self._broker.abort_transaction()  # type: ignore[attr-defined]
+                rewound = self._broker.abort_transaction()  # type: ignore[attr-defined]
+                with self._cond:  # the aborted records' sequences are free again
+                    self._seq.rewind(rewound or {})
             finally:
                 self._end_transaction(error)
         finally:

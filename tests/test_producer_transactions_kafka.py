@@ -102,10 +102,10 @@ def test_an_aborted_transaction_is_invisible_and_the_next_one_commits(kafka_serv
             with pytest.raises(DeliveryFailed) as failed:
                 future.result(0)
             assert failed.value.status is DeliveryStatus.NOT_PERSISTED
-        with pytest.raises(ValueError):  # the block's error aborts the transaction
-            with producer.transaction(positions={"at": 1}):
-                producer.send(topic, b"raised")
-                raise ValueError("the application failed")
+        # the block's error aborts the transaction
+        with pytest.raises(ValueError), producer.transaction(positions={"at": 1}):
+            producer.send(topic, b"raised")
+            raise ValueError("the application failed")
         with producer.transaction(positions={"at": 2}):
             committed = [producer.send(topic, f"kept-{i}".encode()) for i in range(5)]
         assert [f.result(0).offset is not None for f in committed] == [True] * 5
@@ -156,6 +156,21 @@ def test_a_committed_transaction_resent_after_a_restart_is_a_duplicate(kafka_ser
     assert all(r.duplicate for r in results), results
     assert [r.offset for r in results] == offsets
     assert _committed(kafka_service, topic) == values
+
+
+def test_an_aborted_transaction_resent_with_its_sequences_is_stored_not_a_duplicate(kafka_service: Any) -> None:
+    (topic,) = _topics(kafka_service, 1)
+    with idempotent.Producer(kafka_service.url, f"pr-{uuid.uuid4().hex[:6]}") as producer:
+        start = producer.resume_sequence(topic)
+        producer.begin_transaction()
+        for i in range(3):
+            producer.send(topic, f"a{i}".encode(), partition=0, sequence=start + i)
+        producer.abort_transaction()
+        with producer.transaction():
+            again = [producer.send(topic, f"a{i}".encode(), partition=0, sequence=start + i) for i in range(3)]
+        assert not any(f.result(0).duplicate for f in again)
+        producer.send(topic, b"next", partition=0).result(30)  # numbered on after them
+    assert _committed(kafka_service, topic) == [b"a0", b"a1", b"a2", b"next"]
 
 
 _KILLED_APP = textwrap.dedent(
