@@ -56,7 +56,7 @@ import msgpack
 
 from adapters._heads import BatchHead, identity_headers, records_timed
 from adapters._kafka_bulk import BulkWriter, bulk_columns, writer_for
-from adapters._kafka_errors import map_errors, refused_record, translate
+from adapters._kafka_errors import FENCED_CODES, map_errors, refused_record, translate
 from adapters._kafka_txn import TransactionalProducer, TxnState
 from adapters._meta import pack_snapshot, unpack_snapshot
 from adapters._producer_state import recover_state
@@ -645,6 +645,46 @@ class KafkaProducerLog:
         for batches, offsets in self._open_written:
             self._note(batches, offsets)
         self._open, self._open_written, self._open_failed = None, [], None
+
+    def send_offsets(self, offsets: Any, group_metadata: Any, timeout: float) -> None:
+        """Commit a consumer group's ``offsets`` with the application's open transaction,
+        through this writer's transactional client (librdkafka's
+        ``send_offsets_to_transaction``, to the group's coordinator).
+
+        Raises:
+            TransactionStateError: no transaction open.
+            TransactionAbortableError: Kafka refused them (the transaction can only be aborted).
+            TransactionTimedOutError: no answer within ``timeout`` (call again).
+            OwnershipLostError: a newer instance of this producer fenced this one.
+        """
+        from idempotent.errors import TransactionTimedOutError
+
+        if self._open is None:
+            raise TransactionStateError(f"kafka: {self.transactional_id!r}: no transaction open to send offsets to")
+        if self._open_failed is not None:
+            raise TransactionAbortableError(f"the transaction failed and must be aborted: {self._open_failed}")
+        try:
+            self._open.send_offsets_to_transaction(offsets, group_metadata, timeout)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.code() in FENCED_CODES:
+                if self._takeover_now():
+                    raise OwnershipLostError(f"kafka: {self.transactional_id!r} was fenced: {error.str()}") from exc
+                self._open_failed = BackendUnavailableError(f"fenced by Kafka's coordinator: {error.str()}")
+                raise TransactionAbortableError(f"the transaction was aborted by Kafka: {error.str()}") from exc
+            if isinstance(error, KafkaError) and error.txn_requires_abort():
+                self._open_failed = translate(error, "send offsets")
+                raise TransactionAbortableError(
+                    f"the offsets were refused, abort the transaction: {error.str()}"
+                ) from exc
+            if isinstance(error, KafkaError) and error.retriable() and not error.fatal():
+                raise TransactionTimedOutError(f"the offsets got no answer, send them again: {error.str()}") from exc
+            raise translate(error, f"send offsets of {self.transactional_id!r}") from exc
+
+    def _takeover_now(self) -> bool:
+        """Whether a fence is a takeover (see :class:`KafkaProducerLog`'s ``takeover``)."""
+        check = self._txn._takeover
+        return check is None or check()
 
     def abort_transaction(self) -> None:
         """Abort the application's transaction: nothing of it is stored, and this writer

@@ -888,6 +888,26 @@ class DirectBroker(ProduceShortcuts):
             self._txn_touched = None
             self._txn_before = {}
 
+    def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any, timeout: float) -> None:
+        """Commit a consumer group's offsets with the open transaction (Kafka: through the
+        producer's own transactional client, to the group's coordinator).
+
+        Raises:
+            TransactionStateError: no transaction open, or the log has no consumer groups.
+            TransactionAbortableError, TransactionTimedOutError: as the log says.
+            ProducerFencedError: a newer instance took over.
+        """
+        with self._lock:
+            log = self._transactional_log()
+            if self._txn_touched is None:
+                raise TransactionStateError("no transaction open to send offsets to")
+            session = self._session
+            assert session is not None
+            try:
+                log.send_offsets(offsets, group_metadata, timeout)  # type: ignore[attr-defined]
+            except OwnershipLostError as exc:
+                raise self._fenced(session=session, exc=exc) from exc
+
     def abort_transaction(self) -> dict[TopicPartition, int]:
         """Abort the open transaction: nothing of it is stored, and this producer's state on
         every partition it wrote is what it was before it, so its sequences are free again

@@ -199,6 +199,7 @@ class Producer(SenderLoop):
         #: the ended batches of the open transaction, completed at its commit or abort (None:
         #: no transaction open); and the error send() raises while a commit or abort runs
         self._txn_events: list[Event] | None = None
+        self._txn_open = False
         self._txn_ending: ProducerError | None = None
         #: open (set) except while the sender writes a large group on its own thread: then
         #: send() waits for it, at most YIELD_WAIT (see SenderLoop._submit)
@@ -663,7 +664,7 @@ class Producer(SenderLoop):
         broker if this producer opened it."""
         if self._closed:
             return
-        if self._txn_events is not None:  # an open transaction is aborted, as Kafka's close does
+        if self._txn_open:  # an open transaction is aborted, as Kafka's close does
             with contextlib.suppress(ProducerError):
                 self.abort_transaction()
         try:
@@ -702,20 +703,47 @@ class Producer(SenderLoop):
             ProducerFencedError: a newer instance of the producer took over.
             BackendUnavailableError: the backend could not be reached; no transaction open.
         """
+        self._begin_transaction(defer=True)
+
+    def _begin_transaction(self, defer: bool) -> None:
+        """:meth:`begin_transaction`; ``defer``: hold the delivery reports until the end (the
+        confluent-kafka drop-in does not: librdkafka reports each message once Kafka
+        acknowledged it, inside the transaction)."""
         begin = getattr(self._broker, "begin_transaction", None)
         if not callable(begin):
             raise TransactionStateError(
                 f"{type(self._broker).__name__} has no transactions: open the producer on kafka:// for them"
             )
         with self._cond:
-            if self._txn_events is not None:
+            if self._txn_open:
                 raise TransactionStateError("a transaction is open already: commit or abort it first")
             if self._halted is not None:
                 raise self._halted
         self.flush()
         begin()
         with self._cond:
-            self._txn_events = []
+            self._txn_open = True
+            self._txn_events = [] if defer else None
+
+    def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any, timeout: float = 30.0) -> None:
+        """Extension (``kafka://``): commit a Kafka consumer group's ``offsets`` (a list of
+        confluent-kafka ``TopicPartition``) with the open transaction, through the producer's
+        own transactional client, so the group sees them exactly when the transaction commits
+        (``group_metadata``: the native consumer's ``consumer_group_metadata()``).
+
+        Raises:
+            TransactionStateError: no transaction open, or the backend has no consumer groups.
+            TransactionAbortableError: Kafka refused them: abort the transaction.
+            TransactionTimedOutError: no answer within ``timeout``: call again.
+            ProducerFencedError: a newer instance took over.
+        """
+        send = getattr(self._broker, "send_offsets_to_transaction", None)
+        if not callable(send):
+            raise TransactionStateError(f"{type(self._broker).__name__} has no consumer groups to commit offsets to")
+        with self._cond:
+            if not self._txn_open:
+                raise TransactionStateError("no transaction open to send offsets to")
+        send(offsets, group_metadata, timeout)
 
     def commit_transaction(self, positions: object = None, timeout: float | None = None) -> None:
         """Send what the transaction holds, then commit it with ``positions`` (any value
@@ -736,7 +764,7 @@ class Producer(SenderLoop):
         import msgpack
 
         with self._cond:
-            if self._txn_events is None:
+            if not self._txn_open:
                 raise TransactionStateError("no transaction open to commit")
             self._block_sends("a commit is running")
         try:
@@ -770,7 +798,7 @@ class Producer(SenderLoop):
             ProducerFencedError: a newer instance took over (nothing of it is stored either).
         """
         with self._cond:
-            if self._txn_events is None:
+            if not self._txn_open:
                 raise TransactionStateError("no transaction open to abort")
             self._block_sends("an abort is running")
         try:
@@ -843,6 +871,7 @@ class Producer(SenderLoop):
         the delivered ones NOT_PERSISTED with ``error``."""
         with self._cond:
             events, self._txn_events = self._txn_events or [], None
+            self._txn_open = False
         if error is not None:
             events = [
                 BatchFailed(e.batch, error, DeliveryStatus.NOT_PERSISTED) if isinstance(e, BatchDelivered) else e
