@@ -196,3 +196,49 @@ def test_the_wrong_state_and_a_second_instance_fencing_the_first(kafka_service: 
     assert error.fatal(), error
     new.close()
     assert _read_committed(kafka_service, sink, 1) == [b"old-before", b"new"]
+
+
+def _stable_end(kafka_service: Any, topic: str) -> int:
+    """The partition's last stable offset: held at the first record of a transaction still open."""
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": kafka_service.bootstrap, "group.id": "x", "isolation.level": "read_committed"}
+    )
+    try:
+        return int(consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0), 30, cached=False)[1])
+    finally:
+        consumer.close()
+
+
+@pytest.mark.timeout(600)
+def test_a_transaction_open_past_its_timeout_is_aborted_and_told_at_the_next_call(kafka_service: Any) -> None:
+    sink = _topic(kafka_service, 1)
+    producer = compat.Producer(
+        {
+            "bootstrap.servers": kafka_service.bootstrap,
+            "transactional.id": f"to-{uuid.uuid4().hex[:8]}",
+            "transaction.timeout.ms": 5000,
+        }
+    )
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(sink, b"committed-first")
+    producer.commit_transaction()
+    producer.begin_transaction()
+    producer.produce(sink, b"left-open")
+    assert producer.flush(30) == 0
+    # Kafka's coordinator aborts it once it is older than 5 s (it looks every 10 s by default):
+    # the partition's stable end moves past its records
+    deadline = time.monotonic() + 120
+    while _stable_end(kafka_service, sink) < 3:
+        assert time.monotonic() < deadline, "the coordinator did not abort the open transaction"
+        time.sleep(0.5)
+    with pytest.raises(compat.KafkaException) as raised:
+        producer.commit_transaction()
+    error = raised.value.args[0]
+    assert error.txn_requires_abort() and not error.fatal(), error
+    producer.abort_transaction()
+    producer.begin_transaction()
+    producer.produce(sink, b"committed-after")
+    producer.commit_transaction()
+    producer.close()
+    assert _read_committed(kafka_service, sink, 1) == [b"committed-first", b"committed-after"]
