@@ -177,23 +177,25 @@ def test_a_reader_shows_a_transaction_only_once_committed_and_never_an_aborted_o
     from idempotent.errors import ReadTimeoutError
 
     (topic,) = _topics(kafka_service, 1)
-    with idempotent.Producer(kafka_service.url, f"pv-{uuid.uuid4().hex[:6]}") as producer:
-        with idempotent.Reader(kafka_service.url, topic) as reader:
-            producer.begin_transaction()
-            producer.send(topic, b"aborted")
-            producer.flush()  # written to Kafka, in the open transaction
-            with pytest.raises(ReadTimeoutError):
-                reader.read_next(2)
-            producer.abort_transaction()
-            producer.begin_transaction()
-            producer.send(topic, b"open-then-committed")
-            producer.flush()
-            with pytest.raises(ReadTimeoutError):
-                reader.read_next(2)
-            producer.commit_transaction()
-            assert reader.read_next(30).value == b"open-then-committed"
-            with pytest.raises(ReadTimeoutError):
-                reader.read_next(1)
+    with (
+        idempotent.Producer(kafka_service.url, f"pv-{uuid.uuid4().hex[:6]}") as producer,
+        idempotent.Reader(kafka_service.url, topic) as reader,
+    ):
+        producer.begin_transaction()
+        producer.send(topic, b"aborted")
+        producer.flush()  # written to Kafka, in the open transaction
+        with pytest.raises(ReadTimeoutError):
+            reader.read_next(2)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"open-then-committed")
+        producer.flush()
+        with pytest.raises(ReadTimeoutError):
+            reader.read_next(2)
+        producer.commit_transaction()
+        assert reader.read_next(30).value == b"open-then-committed"
+        with pytest.raises(ReadTimeoutError):
+            reader.read_next(1)
 
 
 _KILLED_APP = textwrap.dedent(
