@@ -17,6 +17,9 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     │   ├── InvalidTopicError             bad topic name or partition                 FATAL
     │   ├── QueueFullError                local buffer full; poll or flush first      RETRY
     │   ├── ProducerClosedError           the producer or broker is closed            FATAL
+    │   ├── TransactionStateError         a transactional call in the wrong state     FATAL
+    │   │                                 (no transaction open, one already open);
+    │   │                                 nothing changed
     │   └── LocalProtocolError            this side's request broke the protocol      FATAL
     │                                     (also a ProtocolError)
     ├── BrokerError                       the broker refused                           (varies)
@@ -25,6 +28,8 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     │   ├── SequenceDesyncError           broker and producer disagree on sequences   BUMP_EPOCH
     │   ├── PartitionRecoveringError      partition is rebuilding its state           RETRY
     │   ├── NotOwnerError                 another broker owns the partition; follow   RETRY
+    │   ├── TransactionAbortableError     the open transaction failed: abort it        ABORT_TRANSACTION
+    │   │                                 (nothing of it is stored), then go on
     │   ├── AuthenticationError           no valid credentials; connection refused    FATAL
     │   └── AuthorizationError            the principal may not do this               FATAL
     ├── TransportError                    I/O failed; outcome unknown                 RETRY
@@ -32,6 +37,8 @@ Every error has two coordinates: *who* is at fault (the branch of the tree) and 
     │   │   └── OwnershipLostError        another broker took the partition over      RETRY
     │   ├── RequestTimeoutError           no answer in time                           RETRY
     │   │   └── ReadTimeoutError          Reader.read_next: no message in time        RETRY
+    │   ├── TransactionTimedOutError      a commit or abort got no answer in time;    RETRY
+    │   │                                 call it again (its outcome is decided then)
     │   ├── BrokerConnectionError         cannot reach the broker, or connection lost RETRY
     │   ├── DeliveryTimeoutError          a sent batch outlived delivery_timeout      BUMP_EPOCH
     │   └── RemoteProtocolError           the peer sent bytes that break the          FATAL
@@ -66,6 +73,8 @@ Recovery classes:
   the broker's last stored sequence), then resend what was not persisted.
 * ``RESET_PRODUCER``: initialise again; an anonymous producer gets a new id, so messages that
   were possibly persisted can no longer be deduplicated.
+* ``ABORT_TRANSACTION``: the open transaction cannot commit: abort it (nothing of it is
+  stored), then begin a new one; the producer stays usable.
 * ``FATAL``: do not retry; fix the cause (or, for a fenced producer, let the newer instance
   carry on).
 
@@ -90,6 +99,7 @@ class Recovery(enum.Enum):
     RETRY = "retry"
     BUMP_EPOCH = "bump_epoch"
     RESET_PRODUCER = "reset_producer"
+    ABORT_TRANSACTION = "abort_transaction"
     FATAL = "fatal"
 
 
@@ -167,6 +177,15 @@ class ProducerClosedError(UsageError):
 
 
 @attrs.frozen(str=False)
+class TransactionStateError(UsageError):
+    """A transactional call the producer's transaction state does not allow (commit with no
+    transaction open, begin while one is open, a send while a commit or abort runs, or a
+    backend without transactions). Nothing changed."""
+
+    code: ClassVar[int] = 50
+
+
+@attrs.frozen(str=False)
 class ProtocolError(ProducerError):
     """Abstract: a frame broke the wire protocol. Catch it to handle both sides; what is
     raised is :class:`LocalProtocolError` or :class:`RemoteProtocolError` (as in h11)."""
@@ -240,6 +259,16 @@ class NotOwnerError(BrokerError):
     owner_id: str = ""
     recovery: ClassVar[Recovery] = Recovery.RETRY
     code: ClassVar[int] = 25
+
+
+@attrs.frozen(str=False)
+class TransactionAbortableError(BrokerError):
+    """The open transaction failed (a write of it was refused, or it was open longer than its
+    timeout and was aborted): it can only be aborted. Nothing of it is stored once
+    ``abort_transaction`` returns; the producer stays usable."""
+
+    recovery: ClassVar[Recovery] = Recovery.ABORT_TRANSACTION
+    code: ClassVar[int] = 51
 
 
 @attrs.frozen(str=False)
@@ -350,6 +379,14 @@ class RequestTimeoutError(TransportError):
     """No answer arrived in time."""
 
     code: ClassVar[int] = 32
+
+
+@attrs.frozen(str=False)
+class TransactionTimedOutError(TransportError):
+    """A commit (or abort) got no answer in time; its outcome is not known yet. Call the same
+    method again: it resumes and then says whether the transaction committed."""
+
+    code: ClassVar[int] = 52
 
 
 @attrs.frozen(str=False)

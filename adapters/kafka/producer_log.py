@@ -56,7 +56,7 @@ import msgpack
 
 from idempotent.adapters.kafka.backend import KafkaBackend, kafka_topic_name
 from idempotent.adapters.kafka.bulk import BulkWriter, bulk_columns, writer_for
-from idempotent.adapters.kafka.errors import map_errors, refused_record, translate
+from idempotent.adapters.kafka.errors import FENCED_CODES, map_errors, refused_record, translate
 from idempotent.adapters.kafka.heads import BatchHead, identity_headers, records_timed
 from idempotent.adapters.kafka.txn import TransactionalProducer, TxnState
 from idempotent.adapters.meta import pack_snapshot, unpack_snapshot
@@ -65,7 +65,15 @@ from idempotent.backend import AppendBatch
 from idempotent.broker.config import STATE_REBUILD_RECORDS
 from idempotent.core.checker import CheckerConfig, PartitionChecker
 from idempotent.core.records import Snapshot, StoredBatch
-from idempotent.errors import BackendUnavailableError, ConfigError, CorruptDataError, OwnershipLostError, ProducerError
+from idempotent.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    CorruptDataError,
+    OwnershipLostError,
+    ProducerError,
+    TransactionAbortableError,
+    TransactionStateError,
+)
 
 try:
     from confluent_kafka import KafkaError, KafkaException
@@ -112,6 +120,12 @@ TUNABLE = frozenset(
 def state_key(producer_key: str, topic: str, partition: int) -> bytes:
     """The state topic's key of one producer's state on one partition."""
     return f"{producer_key}\0{topic}\0{partition}".encode()
+
+
+def positions_key(producer_key: str) -> bytes:
+    """The state topic's key of the source positions a named producer's application
+    transactions record (never a :func:`state_key`: it starts with a byte no name holds)."""
+    return f"\x01positions\0{producer_key}".encode()
 
 
 def state_partition(producer_key: str) -> int:
@@ -343,6 +357,15 @@ class KafkaProducerLog:
         self._bulk_writer: BulkWriter | None = None
         #: the partitions the metadata records this producer writes (``wrote:`` records)
         self._recorded: set[tuple[str, int]] = set()
+        #: the client of the application's open transaction (:meth:`begin_transaction`), the
+        #: batches written into it with their offsets, and the error that failed it
+        self._open: Any = None
+        self._open_written: list[tuple[Sequence[tuple[str, int, AppendBatch]], list[int]]] = []
+        self._open_failed: ProducerError | None = None
+        #: heads of the application's transaction whose commit had no definite answer
+        self._open_doubt: list[tuple[str, int, int]] | None = None
+        #: the positions that transaction's commit recorded
+        self._open_positions: bytes | None = None
         self._txn = TransactionalProducer(
             config, backend.timeout, f"the producer {transactional_id!r}", takeover if named else _never
         )
@@ -418,6 +441,8 @@ class KafkaProducerLog:
             OwnershipLostError: a newer instance of this producer fenced this one.
             EntryTooLargeError, InvalidTopicError, ConfigError: as the shared writer.
         """
+        if self._open is not None:  # the application's open transaction
+            return self._write_open(batches)
         if self.unresolved is not None:
             raise BackendUnavailableError(f"kafka: {self.transactional_id!r}: a commit in doubt is not settled yet")
         if self.named:  # a partition written for the first time is recorded before its first batch
@@ -431,27 +456,7 @@ class KafkaProducerLog:
         self._late = False
         try:
             with self._txn.transaction(self._committed_late) as producer:
-                for round_ in _runs(batches):
-                    ends: list[tuple[list[int], list[int], list[int]]] = []
-                    for run in round_:
-                        first: list[int] = []
-                        last: list[int] = []
-                        ends.append((run, first, last))
-                        for position, index in enumerate(run):
-                            topic, partition, batch = batches[index]
-                            self._produce(
-                                producer,
-                                topic,
-                                partition,
-                                batch,
-                                _report(first, errors) if position == 0 else None,
-                                _report(last, errors) if position == len(run) - 1 else None,
-                            )
-                    # each round acknowledged before the next is handed over: every run goes
-                    # in a message set of its own; and the states name the batches' offsets
-                    if producer.flush(self.backend.timeout):
-                        raise BackendUnavailableError(f"kafka: {self.transactional_id!r}: records not acknowledged")
-                    self._place(batches, ends, errors, offsets)
+                self._produce_rounds(producer, batches, offsets, errors)
                 if states is not None and self.named:
                     name = self.backend.prefix + STATE_TOPIC
                     key = self.producer_key
@@ -470,6 +475,249 @@ class KafkaProducerLog:
             raise
         self._note(batches, offsets)
         return offsets
+
+    def _produce_rounds(
+        self, producer: Any, batches: Sequence[tuple[str, int, AppendBatch]], offsets: list[int], errors: list[Any]
+    ) -> None:
+        """Produce ``batches`` into the open transaction, round by round (see the module
+        docstring), and place each batch's base offset in ``offsets``."""
+        for round_ in _runs(batches):
+            ends: list[tuple[list[int], list[int], list[int]]] = []
+            for run in round_:
+                first: list[int] = []
+                last: list[int] = []
+                ends.append((run, first, last))
+                for position, index in enumerate(run):
+                    topic, partition, batch = batches[index]
+                    self._produce(
+                        producer,
+                        topic,
+                        partition,
+                        batch,
+                        _report(first, errors) if position == 0 else None,
+                        _report(last, errors) if position == len(run) - 1 else None,
+                    )
+            # each round acknowledged before the next is handed over: every run goes
+            # in a message set of its own; and the states name the batches' offsets
+            if producer.flush(self.backend.timeout):
+                raise BackendUnavailableError(f"kafka: {self.transactional_id!r}: records not acknowledged")
+            self._place(batches, ends, errors, offsets)
+
+    # -- the application's transactions ------------------------------------------------------
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether an application's transaction is open (:meth:`begin_transaction`)."""
+        return self._open is not None
+
+    def begin_transaction(self) -> None:
+        """Open an application's transaction: every :meth:`write` until
+        :meth:`commit_transaction` or :meth:`abort_transaction` goes into it.
+
+        Raises:
+            TransactionStateError: one is open already, or a commit is in doubt.
+            OwnershipLostError: a newer instance of this producer fenced this one.
+            BackendUnavailableError: Kafka could not be reached (nothing opened).
+        """
+        if self._open is not None or self._open_doubt is not None:
+            raise TransactionStateError(f"kafka: {self.transactional_id!r}: a transaction is open already")
+        if self.unresolved is not None:
+            raise BackendUnavailableError(f"kafka: {self.transactional_id!r}: a commit in doubt is not settled yet")
+        self._open = self._txn.begin()
+        self._open_written = []
+        self._open_failed = None
+
+    def _write_open(self, batches: Sequence[tuple[str, int, AppendBatch]]) -> list[int]:
+        """:meth:`write` inside the application's open transaction: produced and acknowledged,
+        committed with it. A failure fails the transaction (it can only be aborted).
+
+        Raises:
+            TransactionAbortableError: this write or an earlier one of the transaction failed.
+            OwnershipLostError: a newer instance of this producer fenced this one.
+        """
+        if self._open_failed is not None:
+            raise TransactionAbortableError(f"the transaction failed earlier and must be aborted: {self._open_failed}")
+        if self.named:
+            fresh = {(topic, partition) for topic, partition, _ in batches} - self._recorded
+            if fresh:
+                self.backend.metadata.record_written(self.producer_key, sorted(fresh))
+                self._recorded |= fresh
+        offsets = [-1] * len(batches)
+        errors: list[Any] = []
+        try:
+            self._produce_rounds(self._open, batches, offsets, errors)
+        except OwnershipLostError:
+            raise
+        except ProducerError as exc:
+            self._open_failed = exc
+            raise TransactionAbortableError(f"a write of the transaction failed, abort it: {exc}") from exc
+        except KafkaException as exc:
+            self._open_failed = translate(exc.args[0] if exc.args else None, f"produce to {self.transactional_id!r}")
+            if self._txn.fenced is not None:
+                raise self._txn.fenced from exc
+            raise TransactionAbortableError(f"a write of the transaction failed, abort it: {exc}") from exc
+        self._open_written.append((batches, offsets))
+        return offsets
+
+    def commit_transaction(self, states: Sequence[tuple[str, int, Snapshot]], positions: bytes | None) -> None:
+        """Commit the application's transaction with, for a named producer, its ``states``
+        on the partitions it wrote and the application's encoded ``positions`` (None: the
+        last committed ones stay). A commit in doubt is resumed by calling it again.
+
+        Raises:
+            TransactionStateError: no transaction open.
+            TransactionAbortableError: the transaction failed or was aborted by Kafka (nothing
+                of it is stored); call :meth:`abort_transaction`.
+            BackendUnavailableError: the commit's outcome is not known yet; call again.
+            OwnershipLostError: a newer instance of this producer fenced this one (nothing of
+                the transaction is stored).
+        """
+        if self._open_doubt is not None:
+            self._settle_open()
+            return
+        if self._open is None:
+            raise TransactionStateError(f"kafka: {self.transactional_id!r}: no transaction open to commit")
+        if self._open_failed is not None:
+            raise TransactionAbortableError(f"the transaction failed and must be aborted: {self._open_failed}")
+        if self.named:
+            name = self.backend.prefix + STATE_TOPIC
+            key = self.producer_key
+            try:
+                for topic, partition, snapshot in states:
+                    self._open.produce(
+                        name,
+                        key=state_key(key, topic, partition),
+                        value=pack_snapshot(snapshot),
+                        partition=state_partition(key),
+                    )
+                if positions is not None:
+                    self._open.produce(name, key=positions_key(key), value=positions, partition=state_partition(key))
+            except (KafkaException, BufferError) as exc:
+                self._open_failed = BackendUnavailableError(f"kafka: the transaction's states were refused: {exc}")
+                raise TransactionAbortableError(str(self._open_failed)) from exc
+        self._late = False
+        self._open_positions = positions
+        try:
+            self._txn.commit_open(self._committed_late)
+        except OwnershipLostError:
+            self._open, self._open_written = None, []
+            raise
+        except ProducerError as exc:
+            if self._txn.state is TxnState.READY:  # aborted: nothing stored
+                self._open_failed = exc
+                raise TransactionAbortableError(f"the commit failed and the transaction was aborted: {exc}") from exc
+            self._open = None
+            self._open_doubt = [
+                (t, p, o)
+                for written, offsets in self._open_written
+                for (t, p, _), o in zip(written, offsets, strict=True)
+            ]
+            self._settle_open()
+            return
+        self._committed_open()
+
+    def _settle_open(self) -> None:
+        """Settle the application's transaction whose commit was in doubt.
+
+        Raises:
+            BackendUnavailableError: not settled yet (call again).
+            TransactionAbortableError: it turned out aborted.
+            OwnershipLostError: fenced by a newer instance.
+        """
+        heads = self._open_doubt
+        assert heads is not None
+        self._txn.settle()
+        if heads:
+            committed = self._late or self._visible(*heads[0])
+        else:  # no records: its positions tell (the same as before: either outcome is the same)
+            committed = self._late or self._open_positions is None or self.committed_positions() == self._open_positions
+        self._open_doubt = None
+        if not committed:
+            self._open_written = []
+            self._open_failed = BackendUnavailableError("the transaction's commit was in doubt and it was aborted")
+            self._open = _ABORTED
+            raise TransactionAbortableError(
+                "the commit was in doubt, and Kafka aborted the transaction: nothing of it is stored"
+            )
+        self._committed_open()
+
+    def _committed_open(self) -> None:
+        for batches, offsets in self._open_written:
+            self._note(batches, offsets)
+        self._open, self._open_written, self._open_failed = None, [], None
+
+    def send_offsets(self, offsets: Any, group_metadata: Any, timeout: float) -> None:
+        """Commit a consumer group's ``offsets`` with the application's open transaction,
+        through this writer's transactional client (librdkafka's
+        ``send_offsets_to_transaction``, to the group's coordinator).
+
+        Raises:
+            TransactionStateError: no transaction open.
+            TransactionAbortableError: Kafka refused them (the transaction can only be aborted).
+            TransactionTimedOutError: no answer within ``timeout`` (call again).
+            OwnershipLostError: a newer instance of this producer fenced this one.
+        """
+        from idempotent.errors import TransactionTimedOutError
+
+        if self._open is None:
+            raise TransactionStateError(f"kafka: {self.transactional_id!r}: no transaction open to send offsets to")
+        if self._open_failed is not None:
+            raise TransactionAbortableError(f"the transaction failed and must be aborted: {self._open_failed}")
+        try:
+            self._open.send_offsets_to_transaction(offsets, group_metadata, timeout)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.code() in FENCED_CODES:
+                if self._takeover_now():
+                    raise OwnershipLostError(f"kafka: {self.transactional_id!r} was fenced: {error.str()}") from exc
+                self._open_failed = BackendUnavailableError(f"fenced by Kafka's coordinator: {error.str()}")
+                raise TransactionAbortableError(f"the transaction was aborted by Kafka: {error.str()}") from exc
+            if isinstance(error, KafkaError) and error.txn_requires_abort():
+                self._open_failed = translate(error, "send offsets")
+                raise TransactionAbortableError(
+                    f"the offsets were refused, abort the transaction: {error.str()}"
+                ) from exc
+            if isinstance(error, KafkaError) and error.retriable() and not error.fatal():
+                raise TransactionTimedOutError(f"the offsets got no answer, send them again: {error.str()}") from exc
+            raise translate(error, f"send offsets of {self.transactional_id!r}") from exc
+
+    def _takeover_now(self) -> bool:
+        """Whether a fence is a takeover (see :class:`KafkaProducerLog`'s ``takeover``)."""
+        check = self._txn._takeover
+        return check is None or check()
+
+    def abort_transaction(self) -> None:
+        """Abort the application's transaction: nothing of it is stored, and this writer
+        is ready for the next one.
+
+        Raises:
+            TransactionStateError: no transaction open.
+            OwnershipLostError: a newer instance of this producer fenced this one.
+        """
+        if self._open is None and self._open_doubt is None:
+            raise TransactionStateError(f"kafka: {self.transactional_id!r}: no transaction open to abort")
+        self._open_doubt = None
+        was, self._open, self._open_written, self._open_failed = self._open, None, [], None
+        if was is not _ABORTED:
+            self._txn.abort_open()
+
+    def committed_positions(self) -> bytes | None:
+        """The encoded positions the last committed application transaction recorded (read
+        from the state topic), or None.
+
+        Raises:
+            BackendUnavailableError: the state topic could not be read.
+        """
+        if not self.named:
+            return None
+        name = self.backend.prefix + STATE_TOPIC
+        wanted = positions_key(self.producer_key)
+        found: bytes | None = None
+        with self.backend._lock, map_errors(f"read the positions of {self.producer_key!r}"):
+            for message in self.backend._read_range(name, state_partition(self.producer_key), 0, None):
+                if message.key() == wanted:
+                    found = message.value()
+        return found
 
     def _committed_late(self) -> None:
         self._late = True
@@ -637,6 +885,11 @@ def open_producer_log(
     if not isinstance(backend, KafkaBackend):
         raise ConfigError(f"a Kafka producer log needs a KafkaBackend, not {type(backend).__name__}")
     return KafkaProducerLog(backend, producer_key, named, settings, takeover)
+
+
+#: what an application's transaction is while it stands aborted by Kafka, until the
+#: application's own ``abort_transaction``
+_ABORTED: Any = object()
 
 
 def _never() -> bool:

@@ -258,6 +258,53 @@ class TransactionalProducer:
                 raise
             self._commit(on_late_commit)
 
+    def begin(self) -> Any:
+        """Settle and begin a transaction that stays open across calls (an application's
+        transaction): the caller produces into the returned client and ends it with
+        :meth:`commit_open` or :meth:`abort_open`. The lock is taken by each call, not held
+        in between: the caller makes sure nothing else uses the instance meanwhile.
+
+        Raises:
+            OwnershipLostError, BackendUnavailableError: as :meth:`settle`.
+            ProducerError: ``begin_transaction`` refused, mapped.
+        """
+        with self._lock:
+            self.settle()
+            client = self._client
+            try:
+                client.begin_transaction()
+            except KafkaException as exc:
+                raise self._failed("begin a transaction", _error_of(exc), exc) from exc
+            self._state = TxnState.OPEN
+            self._fence_retry = None
+            return client
+
+    def commit_open(self, on_late_commit: Callable[[], None] | None = None) -> None:
+        """Commit the transaction :meth:`begin` opened; on failure the state says what
+        happened (READY: aborted; IN_DOUBT or REPLACE: in doubt, :meth:`settle` decides;
+        FENCED: lost).
+
+        Raises:
+            OwnershipLostError, BackendUnavailableError: as :meth:`transaction`'s commit.
+        """
+        with self._lock:
+            if self._state is not TxnState.OPEN:
+                raise BackendUnavailableError(f"kafka: {self.name}: no transaction open to commit")
+            self._commit(on_late_commit)
+
+    def abort_open(self) -> None:
+        """Abort the transaction :meth:`begin` opened (nothing of it is stored); an instance
+        that cannot abort it is replaced at its next use, which ends the transaction.
+
+        Raises:
+            OwnershipLostError: fenced by a newer holder.
+        """
+        with self._lock:
+            if self._state is TxnState.OPEN:
+                self._abort("on request")
+            if self._fenced is not None:
+                raise self._fenced
+
     def settle(self) -> None:
         """Bring the instance back to READY: resume a commit in doubt, replace an unusable
         client. Once it returns, a ``read_committed`` reader sees every earlier transaction's

@@ -67,6 +67,8 @@ from idempotent.errors import (
     ProducerClosedError,
     ProducerError,
     ProducerFencedError,
+    TransactionAbortableError,
+    TransactionStateError,
     UnknownProducerError,
     internal_error,
 )
@@ -184,6 +186,10 @@ class DirectBroker(ProduceShortcuts):
         self._settings_at = time.monotonic()
         #: topic -> (partition count, when it was looked up)
         self._topics: dict[str, tuple[int, float]] = {}
+        #: the partitions the application's open transaction wrote (None: none open)
+        self._txn_touched: set[TopicPartition] | None = None
+        #: the state of each partition the open transaction wrote, as it was before
+        self._txn_before: dict[TopicPartition, Snapshot] = {}
 
     @property
     def url(self) -> str:
@@ -495,6 +501,8 @@ class DirectBroker(ProduceShortcuts):
             checker = self._checkers.get(tp)
             if checker is None:
                 checker = self._checkers[tp] = PartitionChecker(self.config.checker)
+            if self._txn_touched is not None and tp not in self._txn_before:
+                self._txn_before[tp] = checker.snapshot(now)  # restored if the transaction aborts
             result = checker.check(
                 header,
                 policy=policy_in_force(self._settings, topic, self.config.policy),
@@ -516,8 +524,9 @@ class DirectBroker(ProduceShortcuts):
     ) -> None:
         """Write a group synchronously, as one transaction (Kafka), and answer it."""
         batches = [(r.topic, r.partition, AppendBatch(r.header, r.records, now, r.size)) for _, r, _, _ in accepted]
+        touched = self._txn_touched
         try:
-            offsets = log.write(batches, self._states_after(accepted, now))
+            offsets = log.write(batches, None if touched is not None else self._states_after(accepted, now))
         except OwnershipLostError as exc:
             self._failure = ProducerFencedError(
                 f"producer {session.producer_id} ({session.producer_name!r}) was fenced: a newer instance "
@@ -536,9 +545,11 @@ class DirectBroker(ProduceShortcuts):
             for index, _, _, _ in accepted:
                 futures[index].set_exception(exc)
             return
-        for (index, _, checker, ticket), offset in zip(accepted, offsets, strict=True):
+        for (index, request, checker, ticket), offset in zip(accepted, offsets, strict=True):
             checker.commit(ticket, offset)
             futures[index].set_result(ProduceResult(Outcome.ACCEPTED, offset))
+            if touched is not None:
+                touched.add(TopicPartition(request.topic, request.partition))
 
     def _states_after(
         self, accepted: list[tuple[int, ProduceRequest, PartitionChecker, Any]], now: float
@@ -786,6 +797,160 @@ class DirectBroker(ProduceShortcuts):
                     )
                 )
         return out
+
+    # -- the application's transactions ------------------------------------------------------
+
+    def _transactional_log(self) -> ProducerLog:
+        """The log, when it takes application transactions (docs/semantics.md, "Application
+        transactions"); ``_lock`` held.
+
+        Raises:
+            TransactionStateError: the log has none (Pulsar), or no producer is open.
+            ProducerFencedError: this producer was fenced.
+        """
+        if self._failure is not None:
+            raise self._failure
+        log, session = self._log, self._session
+        if log is None or session is None:
+            raise TransactionStateError("init_producer first: this broker has no producer yet")
+        if not callable(getattr(log, "begin_transaction", None)):
+            raise TransactionStateError(
+                f"{self._url.split('://', 1)[0]}:// has no transactions: pulsar-client has no transaction API, "
+                "so a group of records cannot be committed atomically across partitions (docs/semantics.md, "
+                "'Application transactions'); write with one send() per record (each is stored exactly once) "
+                "or use kafka:// or sqlite:// for atomic groups"
+            )
+        return log
+
+    def begin_transaction(self) -> None:
+        """Open the producer's transaction: every group written until
+        :meth:`commit_transaction` or :meth:`abort_transaction` is stored with it, or not at all.
+
+        Raises:
+            TransactionStateError: one is open already, or the log has no transactions.
+            ProducerFencedError: a newer instance of the producer took over.
+            BackendUnavailableError: the log could not be reached (nothing opened).
+        """
+        with self._lock:
+            log = self._transactional_log()
+            if self._txn_touched is not None:
+                raise TransactionStateError("a transaction is open already: commit or abort it first")
+            self._settle(log)
+            try:
+                log.begin_transaction()  # type: ignore[attr-defined]
+            except OwnershipLostError as exc:
+                assert self._session is not None
+                raise self._fenced(session=self._session, exc=exc) from exc
+            self._txn_touched = set()
+            self._txn_before = {}
+
+    def commit_transaction(self, positions: bytes | None = None) -> None:
+        """Commit the open transaction, with this producer's checker state on every partition
+        it wrote and the application's encoded ``positions`` (None: the last committed stay),
+        all in the same log transaction. Its groups must all be answered (the producer
+        flushes first).
+
+        Raises:
+            TransactionStateError: no transaction open.
+            TransactionAbortableError: it failed (nothing of it stored): call
+                :meth:`abort_transaction`.
+            TransactionTimedOutError: its outcome is not known yet: call again.
+            ProducerFencedError: a newer instance took over (nothing of it stored).
+        """
+        from idempotent.errors import TransactionTimedOutError
+
+        with self._lock:
+            log = self._transactional_log()
+            if self._txn_touched is None:
+                raise TransactionStateError("no transaction open to commit")
+            session = self._session
+            assert session is not None
+            if positions is not None and session.producer_name is None:
+                raise TransactionStateError("positions need a named producer (an anonymous one has no restart)")
+            now = time.time()
+            with self._checker_lock:
+                states = [
+                    (tp.topic, tp.partition, self._checkers[tp].snapshot(now)) for tp in sorted(self._txn_touched or ())
+                ]
+            try:
+                log.commit_transaction(states, positions)  # type: ignore[attr-defined]
+            except OwnershipLostError as exc:
+                self._txn_touched = None
+                raise self._fenced(session=session, exc=exc) from exc
+            except (TransactionAbortableError, TransactionStateError):
+                raise
+            except ProducerError as exc:
+                if exc.retriable:
+                    raise TransactionTimedOutError(
+                        f"the commit's outcome is not known yet, call it again: {exc}"
+                    ) from exc
+                raise
+            self._txn_touched = None
+            self._txn_before = {}
+
+    def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any, timeout: float) -> None:
+        """Commit a consumer group's offsets with the open transaction (Kafka: through the
+        producer's own transactional client, to the group's coordinator).
+
+        Raises:
+            TransactionStateError: no transaction open, or the log has no consumer groups.
+            TransactionAbortableError, TransactionTimedOutError: as the log says.
+            ProducerFencedError: a newer instance took over.
+        """
+        with self._lock:
+            log = self._transactional_log()
+            if self._txn_touched is None:
+                raise TransactionStateError("no transaction open to send offsets to")
+            session = self._session
+            assert session is not None
+            try:
+                log.send_offsets(offsets, group_metadata, timeout)  # type: ignore[attr-defined]
+            except OwnershipLostError as exc:
+                raise self._fenced(session=session, exc=exc) from exc
+
+    def abort_transaction(self) -> dict[TopicPartition, int]:
+        """Abort the open transaction: nothing of it is stored, and this producer's state on
+        every partition it wrote is what it was before it, so its sequences are free again
+        (a resend of them is new data, never a duplicate of an aborted record).
+
+        Returns:
+            The producer's last stored sequence on each partition the transaction wrote
+            (-1: none): its client continues after them.
+
+        Raises:
+            TransactionStateError: no transaction open.
+            ProducerFencedError: a newer instance took over.
+        """
+        with self._lock:
+            log = self._transactional_log()
+            session = self._session
+            assert session is not None
+            self._txn_touched = None
+            before, self._txn_before = self._txn_before, {}
+            now = time.time()
+            rewound: dict[TopicPartition, int] = {}
+            with self._checker_lock:
+                for tp, snapshot in before.items():
+                    checker = self._checkers[tp] = PartitionChecker.restore(snapshot, self.config.checker, now=now)
+                    rewound[tp] = checker.last_sequence(session.producer_id)
+            try:
+                log.abort_transaction()  # type: ignore[attr-defined]
+            except OwnershipLostError as exc:
+                raise self._fenced(session=session, exc=exc) from exc
+            return rewound
+
+    def committed_positions(self) -> bytes | None:
+        """The encoded positions the last committed transaction of this (named) producer
+        recorded, read from the log; None when none did.
+
+        Raises:
+            TransactionStateError: the log has no transactions.
+            BackendUnavailableError: the log could not be read.
+        """
+        with self._lock:
+            log = self._transactional_log()
+        found: bytes | None = log.committed_positions()  # type: ignore[attr-defined]
+        return found
 
     def close(self) -> None:
         """Stop writing and release the shared backend when this was its last user. Stored

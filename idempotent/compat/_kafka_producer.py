@@ -44,7 +44,10 @@ from ..errors import (
     InvalidTopicError,
     ProducerClosedError,
     ProducerError,
+    ProducerFencedError,
     QueueFullError,
+    TransactionAbortableError,
+    TransactionStateError,
     UsageError,
 )
 from . import _shared
@@ -149,6 +152,7 @@ class Producer(Connecting):
         self._clients = _Clients()
         self._stop = self._clients.stop
         self._txn_ready = False
+        self._txn_open = False
         self._created = time.monotonic()
         stats_on = config.stats_interval > 0 and config.stats_cb is not None
         self._stats_due = self._created + config.stats_interval if stats_on else None
@@ -666,39 +670,143 @@ class Producer(Connecting):
         self._connected(timeout if timeout is not None and timeout >= 0 else 2**31)
         self._txn_ready = True
 
-    def _transaction(self, name: str) -> KafkaException:
+    def _transactional(self, name: str) -> _Producer:
+        """The inner producer for a transactional call, once ``init_transactions`` succeeded.
+
+        Raises:
+            KafkaException: ``_CONFLICT`` (retriable) before ``init_transactions``, as
+                librdkafka; ``_FATAL`` after a fatal error.
+        """
         self._check_open()
-        if not self._txn_ready:
-            return KafkaException(
+        if not self._txn_ready:  # as librdkafka answers before init_transactions
+            raise KafkaException(
                 KafkaError(
                     KafkaError._CONFLICT,  # type: ignore[attr-defined]
                     f"{name}() needs init_transactions() to succeed first",
                     retriable=True,
                 )
             )
-        return KafkaException(
-            KafkaError(
-                KafkaError._NOT_IMPLEMENTED,
-                f"{name}() is not supported: transactions spanning produce() calls are not available; "
-                "every record is stored exactly once without them (transactional.id names the producer)",
+        if self._reports.fatal is not None:
+            raise KafkaException(self._fatal_error())
+        inner = self._inner
+        assert inner is not None  # connected by init_transactions
+        return inner
+
+    def _txn_failed(self, name: str, exc: ProducerError) -> KafkaException:
+        """librdkafka's error for a transactional call that failed with ``exc`` (KIP-1050's
+        classes: retriable, abortable, fatal, or an application error)."""
+        if isinstance(exc, TransactionStateError):
+            return KafkaException(KafkaError(KafkaError._STATE, f"{name}: {exc}", cause=exc))
+        if isinstance(exc, TransactionAbortableError):
+            return KafkaException(
+                KafkaError(KafkaError._TRANSPORT, f"{name}: {exc}", txn_requires_abort=True, cause=exc)
             )
-        )
+        if isinstance(exc, ProducerFencedError):
+            self._txn_open = False
+            return KafkaException(KafkaError(KafkaError._FENCED, f"{name}: {exc}", fatal=True, cause=exc))
+        if exc.retriable:
+            return KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{name}: {exc}", retriable=True, cause=exc))
+        return KafkaException(KafkaError(KafkaError._FATAL, f"{name}: {exc}", fatal=True, cause=exc))
+
+    def _txn_timeout(self, timeout: float | None) -> float | None:
+        return None if timeout is None or timeout < 0 else timeout
 
     def begin_transaction(self) -> None:
-        """Refused: ``_CONFLICT`` before ``init_transactions``, else ``_NOT_IMPLEMENTED``."""
-        raise self._transaction("begin_transaction")
+        """Begin a transaction (docs/migration.md, "Transactions"): every message produced
+        until ``commit_transaction`` or ``abort_transaction`` is stored with it or not at all.
+        Delivery reports come as librdkafka's do: once each message is acknowledged (inside
+        the transaction), served by ``poll``/``flush``.
 
-    def commit_transaction(self, timeout: float = -1) -> None:
-        """Refused: ``_CONFLICT`` before ``init_transactions``, else ``_NOT_IMPLEMENTED``."""
-        raise self._transaction("commit_transaction")
-
-    def abort_transaction(self, timeout: float = -1) -> None:
-        """Refused: ``_CONFLICT`` before ``init_transactions``, else ``_NOT_IMPLEMENTED``."""
-        raise self._transaction("abort_transaction")
+        Raises:
+            KafkaException: ``_STATE`` before ``init_transactions`` or while one is open;
+                ``_FENCED`` (fatal) when a newer instance took the ``transactional.id`` over.
+        """
+        inner = self._transactional("begin_transaction")
+        if self._txn_open:
+            raise KafkaException(
+                KafkaError(KafkaError._STATE, "begin_transaction: Operation not valid in state InTransaction")
+            )
+        if not callable(getattr(inner.broker, "begin_transaction", None)):
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._NOT_IMPLEMENTED,
+                    "begin_transaction() needs a Kafka cluster (bootstrap.servers, or a kafka:// "
+                    "idempotent.broker.url): this target has no transactions yet; every record is still "
+                    "stored exactly once without them",
+                )
+            )
+        try:
+            inner._begin_transaction(defer=False)
+        except ProducerError as exc:
+            raise self._txn_failed("begin_transaction", exc) from exc
+        self._txn_open = True
 
     def send_offsets_to_transaction(self, positions: Any, group_metadata: Any, timeout: float = -1) -> None:
-        """Refused: ``_CONFLICT`` before ``init_transactions``, else ``_NOT_IMPLEMENTED``."""
-        raise self._transaction("send_offsets_to_transaction")
+        """Commit the consumer group's ``positions`` (``consumer.position(...)``) with the
+        open transaction, through the producer's own transactional Kafka client, so the
+        group's committed offsets move exactly when the output commits.
+
+        Raises:
+            KafkaException: ``_STATE`` (no transaction open), abortable
+                (``txn_requires_abort()``), retriable ``_TIMED_OUT``, ``_FENCED`` (fatal).
+        """
+        inner = self._transactional("send_offsets_to_transaction")
+        if not self._txn_open:
+            raise KafkaException(
+                KafkaError(KafkaError._STATE, "send_offsets_to_transaction: Operation not valid in state Ready")
+            )
+        wait = self._txn_timeout(timeout)
+        try:
+            inner.send_offsets_to_transaction(positions, group_metadata, 60.0 if wait is None else wait)
+        except ProducerError as exc:
+            raise self._txn_failed("send_offsets_to_transaction", exc) from exc
+
+    def commit_transaction(self, timeout: float = -1) -> None:
+        """Flush (serving the delivery reports), then commit the open transaction.
+
+        Raises:
+            KafkaException: ``_STATE`` (no transaction open); retriable ``_TIMED_OUT`` (call
+                again: it resumes); abortable (``txn_requires_abort()``: call
+                ``abort_transaction``); ``_FENCED`` (fatal).
+        """
+        inner = self._transactional("commit_transaction")
+        if not self._txn_open:
+            raise KafkaException(
+                KafkaError(KafkaError._STATE, "commit_transaction: Operation not valid in state Ready")
+            )
+        wait = self._txn_timeout(timeout)
+        if self.flush(-1 if wait is None else wait):
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._TIMED_OUT,
+                    "commit_transaction: messages not delivered within the timeout",
+                    retriable=True,
+                )
+            )
+        try:
+            inner.commit_transaction(None, wait)
+        except ProducerError as exc:
+            raise self._txn_failed("commit_transaction", exc) from exc
+        self._txn_open = False
+
+    def abort_transaction(self, timeout: float = -1) -> None:
+        """Abort the open transaction: messages not sent yet fail with ``_PURGE_QUEUE``, and
+        nothing of it is visible to ``read_committed`` consumers.
+
+        Raises:
+            KafkaException: ``_STATE`` (no transaction open), ``_FENCED`` (fatal).
+        """
+        inner = self._transactional("abort_transaction")
+        if not self._txn_open:
+            raise KafkaException(KafkaError(KafkaError._STATE, "abort_transaction: Operation not valid in state Ready"))
+        self.purge(in_queue=True)
+        try:
+            inner.abort_transaction()
+        except ProducerError as exc:
+            raise self._txn_failed("abort_transaction", exc) from exc
+        finally:
+            self._serve()
+        self._txn_open = False
 
 
 #: a confluent-kafka serializer: ``serializer(obj, ctx) -> bytes``

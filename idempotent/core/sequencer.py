@@ -106,12 +106,14 @@ from idempotent.core.types import DEFAULT_MAX_IN_FLIGHT, NO_SEQUENCE, TopicParti
 from idempotent.errors import (
     ConfigError,
     DeliveryTimeoutError,
+    IllegalStateTransition,
     InvalidBatchError,
     ProducerClosedError,
     ProducerError,
     ProducerFencedError,
     Recovery,
     SequenceDesyncError,
+    TransactionAbortableError,
     UnknownProducerError,
 )
 
@@ -384,6 +386,22 @@ class ProducerSequencer:
             self._batches[tail.batch_id] = tail
             ps.queued.appendleft(tail)
 
+    def rewind(self, last_sequences: Mapping[TopicPartition, int]) -> None:
+        """Continue each partition after its ``last_sequences`` entry, giving back the
+        sequences numbered after it (an aborted transaction's: its broker forgot them).
+
+        Raises:
+            IllegalStateTransition: a partition still has batches open, queued or in flight.
+        """
+        for key, last in last_sequences.items():
+            tp = TopicPartition(*key)
+            ps = self._partitions.get(tp)
+            if ps is not None and (ps.open is not None or ps.queued or ps.inflight):
+                raise IllegalStateTransition(f"{tp.topic}[{tp.partition}]: rewound with batches in flight")
+            self._partitions.pop(tp, None)
+            self._last[tp] = last
+            self._acked[tp] = last
+
     def flush(self) -> None:
         """Seal every open batch now, and keep sealing at once until :meth:`end_flush`."""
         self._flushing = True
@@ -628,7 +646,8 @@ class ProducerSequencer:
         if error.recovery is Recovery.RETRY:
             batch.state, batch.not_before = transition(batch.state, _RETRY), retry_at
             batch.doubtful = True
-        elif isinstance(error, InvalidBatchError):
+        elif isinstance(error, (InvalidBatchError, TransactionAbortableError)):
+            # refused for good, or its application transaction failed: nothing of it is stored
             self._refuse(batch, error)
         else:
             batch.state = transition(batch.state, _REFUSE)  # answered: this attempt was refused

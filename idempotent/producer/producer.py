@@ -14,17 +14,19 @@ partition), feeds the answers back, and records each batch's end once per span o
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import sys
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Sequence as SequenceOf
 from typing import Any, cast, overload
 
 from idempotent.api import BrokerAPI
+from idempotent.core.batches import BatchDelivered, BatchFailed, Event
 from idempotent.core.outcomes import DeliveryStatus
 from idempotent.core.records import Headers, Record, RecordColumns, _headers, as_record, record_sizes
 from idempotent.core.sequencer import ProducerSequencer, sequences_for
@@ -39,6 +41,9 @@ from idempotent.errors import (
     ProducerClosedError,
     ProducerError,
     QueueFullError,
+    TransactionAbortableError,
+    TransactionStateError,
+    TransactionTimedOutError,
     UsageError,
 )
 from idempotent.producer.delivery import (
@@ -191,6 +196,11 @@ class Producer(SenderLoop):
         self._closing = False
         self._closed = False
         self._span_listener: SpanListener | None = None
+        #: the ended batches of the open transaction, completed at its commit or abort (None:
+        #: no transaction open); and the error send() raises while a commit or abort runs
+        self._txn_events: list[Event] | None = None
+        self._txn_open = False
+        self._txn_ending: ProducerError | None = None
         #: open (set) except while the sender writes a large group on its own thread: then
         #: send() waits for it, at most YIELD_WAIT (see SenderLoop._submit)
         self._gate = threading.Event()
@@ -654,6 +664,9 @@ class Producer(SenderLoop):
         broker if this producer opened it."""
         if self._closed:
             return
+        if self._txn_open:  # an open transaction is aborted, as Kafka's close does
+            with contextlib.suppress(ProducerError):
+                self.abort_transaction()
         try:
             self.flush(timeout)
         finally:
@@ -675,6 +688,200 @@ class Producer(SenderLoop):
             if self._owns_broker:
                 self._broker.close()
 
+    # -- transactions ----------------------------------------------------------------------
+
+    def begin_transaction(self) -> None:
+        """Open a transaction (docs/semantics.md, "Application transactions"): every record
+        sent from now until :meth:`commit_transaction` or :meth:`abort_transaction`, on any
+        topic and partition, is stored with it or not at all, and their delivery futures and
+        callbacks end only then. What was sent before is flushed first: it belongs to no
+        transaction. One transaction at a time, for the whole producer.
+
+        Raises:
+            TransactionStateError: one is open already, or the backend has no transactions
+                (``pulsar://``: the message says what to use instead); nothing changed.
+            ProducerFencedError: a newer instance of the producer took over.
+            BackendUnavailableError: the backend could not be reached; no transaction open.
+        """
+        self._begin_transaction(defer=True)
+
+    def _begin_transaction(self, defer: bool) -> None:
+        """:meth:`begin_transaction`; ``defer``: hold the delivery reports until the end (the
+        confluent-kafka drop-in does not: librdkafka reports each message once Kafka
+        acknowledged it, inside the transaction)."""
+        begin = getattr(self._broker, "begin_transaction", None)
+        if not callable(begin):
+            raise TransactionStateError(
+                f"{type(self._broker).__name__} has no transactions: open the producer on kafka:// for them"
+            )
+        with self._cond:
+            if self._txn_open:
+                raise TransactionStateError("a transaction is open already: commit or abort it first")
+            if self._halted is not None:
+                raise self._halted
+        self.flush()
+        begin()
+        with self._cond:
+            self._txn_open = True
+            self._txn_events = [] if defer else None
+
+    def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any, timeout: float = 30.0) -> None:
+        """Extension (``kafka://``): commit a Kafka consumer group's ``offsets`` (a list of
+        confluent-kafka ``TopicPartition``) with the open transaction, through the producer's
+        own transactional client, so the group sees them exactly when the transaction commits
+        (``group_metadata``: the native consumer's ``consumer_group_metadata()``).
+
+        Raises:
+            TransactionStateError: no transaction open, or the backend has no consumer groups.
+            TransactionAbortableError: Kafka refused them: abort the transaction.
+            TransactionTimedOutError: no answer within ``timeout``: call again.
+            ProducerFencedError: a newer instance took over.
+        """
+        send = getattr(self._broker, "send_offsets_to_transaction", None)
+        if not callable(send):
+            raise TransactionStateError(f"{type(self._broker).__name__} has no consumer groups to commit offsets to")
+        with self._cond:
+            if not self._txn_open:
+                raise TransactionStateError("no transaction open to send offsets to")
+        send(offsets, group_metadata, timeout)
+
+    def commit_transaction(self, positions: object = None, timeout: float | None = None) -> None:
+        """Send what the transaction holds, then commit it with ``positions`` (any value
+        msgpack encodes: a dict of consumer offsets, a file's byte offset, a Pulsar
+        ``MessageId.serialize()``; None keeps the last committed) in the same backend
+        transaction. Once it returns, every record of it is stored and its futures are
+        resolved, and :meth:`committed_positions` reads ``positions`` back, after a restart too.
+
+        Raises:
+            TransactionStateError: no transaction open; ``positions`` on an anonymous producer.
+            TransactionTimedOutError: its records were not all written within ``timeout``,
+                or the commit's outcome is not known yet: call again (still open).
+            TransactionAbortableError: a record or the commit failed: nothing of it is
+                stored; call :meth:`abort_transaction`.
+            ProducerFencedError: a newer instance took over; nothing of it is stored, and
+                its records fail NOT_PERSISTED.
+        """
+        import msgpack
+
+        with self._cond:
+            if not self._txn_open:
+                raise TransactionStateError("no transaction open to commit")
+            self._block_sends("a commit is running")
+        try:
+            if self.flush(timeout):
+                raise TransactionTimedOutError(
+                    f"the transaction's records were not all written within {timeout} s; call commit again"
+                )
+            with self._cond:
+                events = list(self._txn_events or ())
+            failed = next((e for e in events if isinstance(e, BatchFailed)), None)
+            if failed is not None:
+                raise TransactionAbortableError(f"a batch of the transaction failed, abort it: {failed.error}")
+            encoded = None if positions is None else msgpack.packb(positions, use_bin_type=True)
+            try:
+                self._broker.commit_transaction(encoded)  # type: ignore[attr-defined]
+            except (TransactionAbortableError, TransactionTimedOutError, TransactionStateError):
+                raise
+            except ProducerError as exc:
+                self._end_transaction(exc)
+                raise
+            self._end_transaction(None)
+        finally:
+            self._unblock_sends()
+
+    def abort_transaction(self) -> None:
+        """Abort the open transaction: nothing of it is stored, and each of its records fails
+        NOT_PERSISTED (:class:`~idempotent.errors.TransactionAbortableError` as the cause).
+
+        Raises:
+            TransactionStateError: no transaction open.
+            ProducerFencedError: a newer instance took over (nothing of it is stored either).
+        """
+        with self._cond:
+            if not self._txn_open:
+                raise TransactionStateError("no transaction open to abort")
+            self._block_sends("an abort is running")
+        try:
+            self.flush()
+            error = TransactionAbortableError("the transaction was aborted: nothing of it is stored")
+            try:
+                rewound = self._broker.abort_transaction()  # type: ignore[attr-defined]
+                with self._cond:  # the aborted records' sequences are free again
+                    self._seq.rewind(rewound or {})
+            finally:
+                self._end_transaction(error)
+        finally:
+            self._unblock_sends()
+
+    @contextlib.contextmanager
+    def transaction(self, positions: object = None, timeout: float | None = None) -> Iterator[Transaction]:
+        """``with producer.transaction() as txn:``: :meth:`begin_transaction`, then
+        :meth:`commit_transaction` with ``txn.positions`` (set inside the block, or
+        ``positions``) when the block ends, :meth:`abort_transaction` when it raises (the
+        block's exception is raised again).
+
+        Raises:
+            What :meth:`begin_transaction` and :meth:`commit_transaction` raise; a commit
+            that fails with :class:`~idempotent.errors.TransactionAbortableError` is aborted
+            before the error is raised.
+        """
+        self.begin_transaction()
+        txn = Transaction(positions)
+        try:
+            yield txn
+        except BaseException:
+            with contextlib.suppress(ProducerError):
+                self.abort_transaction()
+            raise
+        try:
+            self.commit_transaction(txn.positions, timeout)
+        except TransactionAbortableError:
+            self.abort_transaction()
+            raise
+
+    def committed_positions(self) -> object:
+        """What the last committed transaction of this named producer recorded as its
+        positions (read from the backend, so after a restart too), or None.
+
+        Raises:
+            TransactionStateError: the backend has no transactions.
+            BackendUnavailableError: the backend could not be read.
+        """
+        import msgpack
+
+        read = getattr(self._broker, "committed_positions", None)
+        if not callable(read):
+            raise TransactionStateError(f"{type(self._broker).__name__} has no transactions")
+        encoded = read()
+        return None if encoded is None else msgpack.unpackb(encoded, raw=False)
+
+    def _block_sends(self, why: str) -> None:
+        """Refuse send() while a commit or abort runs (lock held)."""
+        if self._halted is None:
+            self._txn_ending = self._halted = TransactionStateError(f"{why}: send after it returns")
+
+    def _unblock_sends(self) -> None:
+        with self._cond:
+            if self._txn_ending is not None and self._halted is self._txn_ending:
+                self._halted = self._seq.failure
+            self._txn_ending = None
+
+    def _end_transaction(self, error: ProducerError | None) -> None:
+        """End the transaction: complete its batches as delivered (``error`` None) or fail
+        the delivered ones NOT_PERSISTED with ``error``."""
+        with self._cond:
+            events, self._txn_events = self._txn_events or [], None
+            self._txn_open = False
+        if error is not None:
+            events = [
+                BatchFailed(e.batch, error, DeliveryStatus.NOT_PERSISTED) if isinstance(e, BatchDelivered) else e
+                for e in events
+            ]
+        held = self._complete(events)
+        with self._cond:
+            self._held += held
+            self._cond.notify_all()
+
     def __enter__(self) -> Producer:
         return self
 
@@ -688,4 +895,22 @@ class Producer(SenderLoop):
         )
 
 
-__all__ = ["Deliveries", "DeliveryFuture", "DeliveryStatus", "Producer", "SendManyFuture", "default_partition"]
+class Transaction:
+    """The open transaction of ``with producer.transaction() as txn``: set ``txn.positions``
+    to what the commit records with it (see :meth:`Producer.commit_transaction`)."""
+
+    __slots__ = ("positions",)
+
+    def __init__(self, positions: object = None) -> None:
+        self.positions = positions
+
+
+__all__ = [
+    "Deliveries",
+    "DeliveryFuture",
+    "DeliveryStatus",
+    "Producer",
+    "SendManyFuture",
+    "Transaction",
+    "default_partition",
+]

@@ -98,6 +98,7 @@ class SenderLoop:
     _metadata_max_age: float
     _metadata_due: float
     _span_listener: SpanListener | None
+    _txn_events: list[Event] | None
     _gate: threading.Event
     _yielding: bool
 
@@ -256,6 +257,10 @@ class SenderLoop:
         """Record how ended batches ended: one entry per span of each batch. Returns how many
         records were handed to a span listener: they count against ``max_buffered_records``
         until its owner has served them (:meth:`_served`)."""
+        stash = self._txn_events
+        if stash is not None:  # an open transaction's: completed at its commit or abort
+            stash.extend(events)
+            return 0
         listener = self._span_listener
         held = 0
         for event in events:

@@ -540,13 +540,17 @@ def test_transactions_purge_and_the_other_calls(url: str) -> None:
             call()
         assert raised.value.args[0].code() == KafkaError._CONFLICT and raised.value.args[0].retriable()
     producer.init_transactions(10)  # waits until connected (the producer's older instances fenced)
-    for call in (producer.begin_transaction, producer.commit_transaction, producer.abort_transaction):
+    with pytest.raises(KafkaException) as raised:  # memory:// has no transactions (yet)
+        producer.begin_transaction()
+    assert raised.value.args[0].code() == KafkaError._NOT_IMPLEMENTED
+    for call in (producer.commit_transaction, producer.abort_transaction):  # none open: as librdkafka
         with pytest.raises(KafkaException) as raised:
             call()
-        assert raised.value.args[0].code() == KafkaError._NOT_IMPLEMENTED
+        error = raised.value.args[0]
+        assert error.code() == KafkaError._STATE and not (error.retriable() or error.fatal())
     with pytest.raises(KafkaException) as raised:
         producer.send_offsets_to_transaction([], None)
-    assert raised.value.args[0].code() == KafkaError._NOT_IMPLEMENTED
+    assert raised.value.args[0].code() == KafkaError._STATE
     with pytest.raises(KafkaException) as raised:
         producer.list_topics()  # a Kafka cluster's metadata; records go to memory:// here
     assert raised.value.args[0].code() == KafkaError._NOT_IMPLEMENTED

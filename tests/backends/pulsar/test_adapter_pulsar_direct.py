@@ -310,3 +310,15 @@ def test_a_partition_no_broker_owns_for_a_moment_is_waited_for() -> None:
         PulsarBackend.ensure_deduplication(
             _stub_backend(_UnownedAdmin(unowned=1_000_000), 0.3), name, "persistent://public/default/t-partition-0"
         )
+
+
+def test_transactions_are_refused_saying_why_and_what_to_use(pulsar_service: Any) -> None:
+    from idempotent.errors import TransactionStateError
+
+    with Producer(_url(pulsar_service), linger_ms=1) as producer:
+        with pytest.raises(TransactionStateError) as refused:
+            producer.begin_transaction()
+        message = str(refused.value)
+        assert "pulsar-client has no transaction API" in message and "kafka://" in message
+        topic = topic_name("ptx")
+        assert producer.send(topic, b"still-once").result(60).offset is not None  # the producer goes on

@@ -1,0 +1,260 @@
+"""``idempotent.Producer`` transactions on the suite's Kafka (docs/semantics.md, "Application
+transactions"): committed all together with the positions, aborted invisible, a committed
+transaction resent by a restart recognised as DUPLICATE, and a kill -9 between the writes and
+the commit leaving all or nothing."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+
+import idempotent
+from idempotent import DeliveryStatus
+from idempotent.errors import (
+    DeliveryFailed,
+    Recovery,
+    TransactionAbortableError,
+    TransactionStateError,
+    TransactionTimedOutError,
+)
+
+pytestmark = pytest.mark.kafka
+
+
+def _topics(kafka_service: Any, count: int, partitions: int = 1) -> list[str]:
+    names = [f"ptxn-{uuid.uuid4().hex[:10]}" for _ in range(count)]
+    with idempotent.connect(kafka_service.url) as broker:
+        for name in names:
+            broker.create_topic(name, partitions)
+    return names
+
+
+def _committed(kafka_service: Any, topic: str, partitions: int = 1) -> list[bytes]:
+    """Every value a read_committed consumer reads from ``topic``, to its stable ends."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": kafka_service.bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        tps = [confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)]
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=30, cached=False)[1] for tp in tps}
+        consumer.assign(tps)
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+            positions = consumer.position([confluent_kafka.TopicPartition(topic, p) for p in range(partitions)])
+            if all(tp.offset >= ends[tp.partition] for tp in positions):
+                return values
+        raise AssertionError(f"{topic}: not read to its ends {ends} within 60 s")
+    finally:
+        consumer.close()
+
+
+def test_a_committed_transaction_holds_every_topic_and_its_positions(kafka_service: Any) -> None:
+    topics = _topics(kafka_service, 3)
+    name = f"pt-{uuid.uuid4().hex[:6]}"
+    with idempotent.Producer(kafka_service.url, name) as producer:
+        assert producer.committed_positions() is None
+        with producer.transaction() as txn:
+            futures = [producer.send(topic, f"{topic}-{i}".encode()) for topic in topics for i in range(3)]
+            futures.append(producer.send_many(topics[0], [b"bulk-0", b"bulk-1"]))  # type: ignore[arg-type]
+            assert not any(future.done() for future in futures)  # resolved at the commit only
+            txn.positions = {"input": 42, "id": b"\x08\x01"}
+        for future in futures:
+            future.result(0)
+    assert _committed(kafka_service, topics[0]) == [f"{topics[0]}-{i}".encode() for i in range(3)] + [
+        b"bulk-0",
+        b"bulk-1",
+    ]
+    for topic in topics[1:]:
+        assert _committed(kafka_service, topic) == [f"{topic}-{i}".encode() for i in range(3)]
+    with idempotent.Producer(kafka_service.url, name) as restarted:  # read back after a restart
+        assert restarted.committed_positions() == {"input": 42, "id": b"\x08\x01"}
+
+
+def test_an_aborted_transaction_is_invisible_and_the_next_one_commits(kafka_service: Any) -> None:
+    (topic,) = _topics(kafka_service, 1)
+    with idempotent.Producer(kafka_service.url, f"pa-{uuid.uuid4().hex[:6]}") as producer:
+        producer.begin_transaction()
+        aborted = [producer.send(topic, f"aborted-{i}".encode()) for i in range(5)]
+        producer.flush()
+        producer.abort_transaction()
+        for future in aborted:
+            with pytest.raises(DeliveryFailed) as failed:
+                future.result(0)
+            assert failed.value.status is DeliveryStatus.NOT_PERSISTED
+        # the block's error aborts the transaction
+        with pytest.raises(ValueError), producer.transaction(positions={"at": 1}):
+            producer.send(topic, b"raised")
+            raise ValueError("the application failed")
+        with producer.transaction(positions={"at": 2}):
+            committed = [producer.send(topic, f"kept-{i}".encode()) for i in range(5)]
+        assert [f.result(0).offset is not None for f in committed] == [True] * 5
+        assert producer.committed_positions() == {"at": 2}
+    assert _committed(kafka_service, topic) == [f"kept-{i}".encode() for i in range(5)]
+
+
+def test_calls_in_the_wrong_state_are_refused_and_leave_the_producer_usable(kafka_service: Any) -> None:
+    (topic,) = _topics(kafka_service, 1)
+    with idempotent.Producer(kafka_service.url, f"ps-{uuid.uuid4().hex[:6]}") as producer:
+        with pytest.raises(TransactionStateError):
+            producer.commit_transaction()
+        with pytest.raises(TransactionStateError):
+            producer.abort_transaction()
+        producer.begin_transaction()
+        with pytest.raises(TransactionStateError):
+            producer.begin_transaction()
+        producer.send(topic, b"x")
+        producer.commit_transaction()
+        producer.send(topic, b"y").result(30)  # outside a transaction: as before
+    assert _committed(kafka_service, topic) == [b"x", b"y"]
+    for error in (
+        TransactionStateError("s"),
+        TransactionAbortableError("a"),
+        TransactionTimedOutError("t"),
+    ):
+        assert type(pickle.loads(pickle.dumps(error))) is type(error)
+    assert TransactionAbortableError("a").recovery is Recovery.ABORT_TRANSACTION
+    assert TransactionTimedOutError("t").retriable and not TransactionStateError("s").retriable
+
+
+def test_a_committed_transaction_resent_after_a_restart_is_a_duplicate(kafka_service: Any) -> None:
+    """A copy process that crashed after its commit resends the same records with the same
+    sequences: recognised, stored once."""
+    (topic,) = _topics(kafka_service, 1)
+    name = f"pd-{uuid.uuid4().hex[:6]}"
+    values = [f"v{i}".encode() for i in range(4)]
+    with idempotent.Producer(kafka_service.url, name) as producer:
+        start = producer.resume_sequence(topic)
+        with producer.transaction(positions=4):
+            firsts = [producer.send(topic, v, partition=0, sequence=start + i) for i, v in enumerate(values)]
+        offsets = [f.result(0).offset for f in firsts]
+    with idempotent.Producer(kafka_service.url, name) as restarted:
+        assert restarted.committed_positions() == 4
+        with restarted.transaction(positions=4):
+            again = [restarted.send(topic, v, partition=0, sequence=start + i) for i, v in enumerate(values)]
+        results = [f.result(0) for f in again]
+    assert all(r.duplicate for r in results), results
+    assert [r.offset for r in results] == offsets
+    assert _committed(kafka_service, topic) == values
+
+
+def test_an_aborted_transaction_resent_with_its_sequences_is_stored_not_a_duplicate(kafka_service: Any) -> None:
+    (topic,) = _topics(kafka_service, 1)
+    with idempotent.Producer(kafka_service.url, f"pr-{uuid.uuid4().hex[:6]}") as producer:
+        start = producer.resume_sequence(topic)
+        producer.begin_transaction()
+        for i in range(3):
+            producer.send(topic, f"a{i}".encode(), partition=0, sequence=start + i)
+        producer.abort_transaction()
+        with producer.transaction():
+            again = [producer.send(topic, f"a{i}".encode(), partition=0, sequence=start + i) for i in range(3)]
+        assert not any(f.result(0).duplicate for f in again)
+        producer.send(topic, b"next", partition=0).result(30)  # numbered on after them
+    assert _committed(kafka_service, topic) == [b"a0", b"a1", b"a2", b"next"]
+
+
+def test_a_reader_shows_a_transaction_only_once_committed_and_never_an_aborted_one(kafka_service: Any) -> None:
+    from idempotent.errors import ReadTimeoutError
+
+    (topic,) = _topics(kafka_service, 1)
+    with (
+        idempotent.Producer(kafka_service.url, f"pv-{uuid.uuid4().hex[:6]}") as producer,
+        idempotent.Reader(kafka_service.url, topic) as reader,
+    ):
+        producer.begin_transaction()
+        producer.send(topic, b"aborted")
+        producer.flush()  # written to Kafka, in the open transaction
+        with pytest.raises(ReadTimeoutError):
+            reader.read_next(2)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"open-then-committed")
+        producer.flush()
+        with pytest.raises(ReadTimeoutError):
+            reader.read_next(2)
+        producer.commit_transaction()
+        assert reader.read_next(30).value == b"open-then-committed"
+        with pytest.raises(ReadTimeoutError):
+            reader.read_next(1)
+
+
+_KILLED_APP = textwrap.dedent(
+    """
+    import sys, time
+    import idempotent
+
+    url, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    topics = sys.argv[4:]
+    with idempotent.Producer(url, name) as producer:
+        done = producer.committed_positions() or 0
+        for r in range(done, rounds):
+            producer.begin_transaction()
+            for topic in topics:
+                for i in range(10):
+                    producer.send(topic, f"{r}-{i}".encode())
+                producer.flush()
+                print(f"wrote {r} {topic}", flush=True)
+            print(f"committing {r}", flush=True)
+            producer.commit_transaction(r + 1)
+            print(f"committed {r}", flush=True)
+    """
+)
+
+
+def test_kill_9_between_the_writes_and_the_commit_leaves_all_or_nothing(kafka_service: Any, tmp_path: Path) -> None:
+    topics = _topics(kafka_service, 3)
+    name = f"pk-{uuid.uuid4().hex[:6]}"
+    script = tmp_path / "app.py"
+    script.write_text(_KILLED_APP)
+    rounds = 6
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    kills = 0
+    # kill after the writes of round r reached the second topic, before its commit
+    for stop_at in ("wrote 0 " + topics[1], "wrote 2 " + topics[2], "committing 4"):
+        app = subprocess.Popen(
+            [sys.executable, str(script), kafka_service.url, name, str(rounds), *topics],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert app.stdout is not None
+        deadline = time.monotonic() + 120
+        for line in app.stdout:
+            if line.strip() == stop_at:
+                os.kill(app.pid, signal.SIGKILL)
+                kills += 1
+                break
+            assert time.monotonic() < deadline
+        app.wait(60)
+    final = subprocess.run(
+        [sys.executable, str(script), kafka_service.url, name, str(rounds), *topics],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert final.returncode == 0, final.stderr
+    assert kills == 3
+    expected = [f"{r}-{i}".encode() for r in range(rounds) for i in range(10)]
+    for topic in topics:
+        assert _committed(kafka_service, topic) == expected, topic
