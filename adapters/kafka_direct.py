@@ -352,6 +352,9 @@ class KafkaProducerLog:
         self.unresolved: list[tuple[str, int, int]] | None = None
         self._late = False
         self._bulk_writer: BulkWriter | None = None
+        #: whether the last group went through the compiled path (its write took the
+        #: interpreter lock back only once, or twice for a named producer's states)
+        self.writes_without_lock = False
         #: the partitions the metadata records this producer writes (``wrote:`` records)
         self._recorded: set[tuple[str, int]] = set()
         self._txn = TransactionalProducer(
@@ -445,7 +448,9 @@ class KafkaProducerLog:
                 # the compiled path commits in the same call, unless a named producer's
                 # states (which name the offsets) must be produced first
                 commit = states is None or not self.named
-                written = native_attached(producer) and self._write_native(producer, batches, offsets, commit)
+                attached = native_attached(producer)
+                written = attached and self._write_native(producer, batches, offsets, commit)
+                self.writes_without_lock = attached
                 if written and commit:
                     committing = True
                 for round_ in [] if written else _runs(batches):
