@@ -147,3 +147,18 @@ def _ctrl_c_while_retaking(cond: threading.Condition) -> list[BaseException]:
     timer.join()
     assert interrupted
     return errors
+
+
+@pytest.fixture(params=["compiled", "python"])
+def kafka_write_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a Kafka producer log writes a group: the compiled path
+    (``idempotent._kafka_write``, which ``pip install`` builds; its absence fails the test)
+    and the pure-Python path (forced)."""
+    from idempotent.adapters.kafka.bulk import NATIVE_ENV, native_plugin
+
+    if request.param == "python":
+        monkeypatch.setenv(NATIVE_ENV, "0")
+    else:
+        monkeypatch.delenv(NATIVE_ENV, raising=False)
+        assert native_plugin() is not None, "the compiled Kafka write path is not built (pip install -e .)"
+    return str(request.param)

@@ -18,6 +18,18 @@ The handle is found in the producer object (the first field after the object hea
 used only when librdkafka confirms it, by answering the producer object itself as the
 handle's opaque (confluent-kafka sets it so). Any other layout, interpreter or library gives
 :func:`attach` None, and the writers use ``produce_batch`` as before.
+
+**The compiled write path.** When the optional extension ``idempotent._kafka_write`` was
+built (``pip install`` compiles it when a C compiler is present) and confluent-kafka is a
+version whose handle layout it knows (:data:`NATIVE_VERSIONS`), :func:`native_plugin` names
+it in the transactional producer's ``plugin.library.paths``: librdkafka then loads it as a
+plugin whose ``on_acknowledgement`` interceptor counts each run's acknowledged offsets on
+librdkafka's own threads. :func:`write_group` hands a whole group to it: every produce call,
+every flush round, the check of every run (all acknowledged, consecutive, no error) and the
+commit run with the interpreter lock released, and the call returns once per group. Without
+the extension, with another confluent-kafka, or with :data:`NATIVE_ENV` set to ``0``, the
+writers keep the pure-Python path (the same checks, in Python); which one is in use is
+logged once at INFO.
 """
 
 from __future__ import annotations
@@ -46,6 +58,11 @@ _BYTES_DATA = sys.getsizeof(b"") - 1
 _ONLY_BYTES = frozenset({bytes})
 #: set to ``0`` to always use confluent-kafka's ``produce_batch`` (a fallback kept tested)
 DISABLE_ENV = "IDEMPOTENT_KAFKA_BULK"
+#: set to ``0`` to write groups through the pure-Python path (a fallback kept tested)
+NATIVE_ENV = "IDEMPOTENT_KAFKA_NATIVE"
+#: the confluent-kafka versions (prefixes) whose Handle and CallState layout the compiled
+#: path was built and tested against; any other keeps the pure-Python path
+NATIVE_VERSIONS = ("2.16.",)
 
 
 class _Library:
@@ -220,6 +237,78 @@ def bulk_columns(records: Sequence[Any]) -> tuple[list[Any], list[Any] | None] |
     return [record.value for record in records], None if keys.count(None) == len(keys) else keys
 
 
+_native: Any = None
+_native_reason: str | None = None
+
+
+def _native_module() -> Any:
+    """The bound extension module, or None (the reason in :data:`_native_reason`, logged once)."""
+    global _native, _native_reason
+    if _native is not None or _native_reason is not None:
+        return _native
+    try:
+        import confluent_kafka
+        from confluent_kafka import cimpl
+
+        found = confluent_kafka.version()  # a (text, number) pair in older releases
+        version = str(found[0] if isinstance(found, tuple) else found)
+        if not version.startswith(NATIVE_VERSIONS):
+            raise ImportError(f"confluent-kafka {version} is not one it knows ({', '.join(NATIVE_VERSIONS)}x)")
+        if sys.implementation.name != "cpython":
+            raise ImportError("not CPython")
+        from idempotent import _kafka_write
+
+        _kafka_write.bind(cimpl.__file__)
+        _native = _kafka_write
+        _LOG.info("kafka: groups are written by the compiled path (%s)", _kafka_write.__file__)
+    except (ImportError, OSError) as exc:
+        _native_reason = str(exc)
+        _LOG.info("kafka: groups are written by the pure-Python path (%s)", exc)
+    return _native
+
+
+def native_plugin() -> str | None:
+    """The path to name in a transactional producer's ``plugin.library.paths`` for the
+    compiled write path, or None to use the pure-Python path (see the module; decided per
+    call of :data:`NATIVE_ENV`, the extension loaded once)."""
+    if os.environ.get(NATIVE_ENV, "1") == "0":
+        return None
+    module = _native_module()
+    return None if module is None else str(module.__file__)
+
+
+def native_attached(producer: Any) -> bool:
+    """Whether :func:`write_group` can write through ``producer`` (a producer opened with
+    :func:`native_plugin` in its configuration, its handle where expected)."""
+    return _native is not None and bool(_native.attached(producer))
+
+
+def write_group(
+    producer: Any, batches: list[tuple[Any, ...]], rounds: list[list[list[int]]], timeout: float, commit: bool
+) -> tuple[list[int], tuple[Any, ...] | None, tuple[Any, ...] | bool | None]:
+    """Write one group through the compiled path, without the interpreter lock (see the
+    module): ``batches`` as ``(topic bytes, partition, head's identity headers, batch time in
+    ms, values, keys or None, timestamps or None, headers or None)``, ``rounds`` as
+    ``_runs`` gives them, then commit when ``commit``.
+
+    Returns:
+        Each batch's base offset (-1 when not placed), what failed (None: nothing; else
+        ``("refused", batch, code, name)``, ``("unacked",)``, ``("failed", code)``,
+        ``("missing", batch)`` or ``("split", batch, batches, records, first, last)``), and
+        the commit's answer (False: not tried; None: committed; else ``(code, name, text,
+        fatal, retriable, txn_requires_abort)``).
+
+    Raises:
+        TypeError: a value, key or header is not bytes, str or None (nothing was produced).
+        Whatever a confluent-kafka callback raised during the flush or the commit.
+    """
+    assert _native is not None
+    answer: tuple[list[int], tuple[Any, ...] | None, tuple[Any, ...] | bool | None] = _native.write_group(
+        producer, batches, rounds, max(int(timeout * 1000), 1), commit
+    )
+    return answer
+
+
 def attach(producer: Any) -> BulkProducer | None:
     """A :class:`BulkProducer` for ``producer`` (a ``confluent_kafka.Producer``), or None
     when its librdkafka handle cannot be confirmed (then use ``produce_batch``)."""
@@ -239,4 +328,16 @@ def attach(producer: Any) -> BulkProducer | None:
     return BulkProducer(lib, producer, handle)
 
 
-__all__ = ["DISABLE_ENV", "BulkProducer", "BulkWriter", "attach", "bulk_columns", "writer_for"]
+__all__ = [
+    "DISABLE_ENV",
+    "NATIVE_ENV",
+    "NATIVE_VERSIONS",
+    "BulkProducer",
+    "BulkWriter",
+    "attach",
+    "bulk_columns",
+    "native_attached",
+    "native_plugin",
+    "write_group",
+    "writer_for",
+]

@@ -55,7 +55,14 @@ from typing import Any
 import msgpack
 
 from idempotent.adapters.kafka.backend import KafkaBackend, kafka_topic_name
-from idempotent.adapters.kafka.bulk import BulkWriter, bulk_columns, writer_for
+from idempotent.adapters.kafka.bulk import (
+    BulkWriter,
+    bulk_columns,
+    native_attached,
+    native_plugin,
+    write_group,
+    writer_for,
+)
 from idempotent.adapters.kafka.errors import FENCED_CODES, map_errors, refused_record, translate
 from idempotent.adapters.kafka.heads import BatchHead, identity_headers, records_timed
 from idempotent.adapters.kafka.txn import TransactionalProducer, TxnState
@@ -64,7 +71,7 @@ from idempotent.adapters.producer_state import recover_state
 from idempotent.backend import AppendBatch
 from idempotent.broker.config import STATE_REBUILD_RECORDS
 from idempotent.core.checker import CheckerConfig, PartitionChecker
-from idempotent.core.records import Snapshot, StoredBatch
+from idempotent.core.records import RecordColumns, Snapshot, StoredBatch
 from idempotent.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -346,6 +353,10 @@ class KafkaProducerLog:
             }
         )
         config.setdefault("transaction.timeout.ms", 60_000)
+        plugin = native_plugin()  # the compiled write path (adapters/kafka/bulk.py), when built
+        if plugin is not None:
+            paths = config.get("plugin.library.paths")
+            config["plugin.library.paths"] = f"{paths};{plugin}" if paths else plugin
         # librdkafka refuses a message timeout longer than the transaction's, and a linger
         # longer than the message timeout (a short transaction.timeout.ms shortens both)
         config["message.timeout.ms"] = min(50_000, int(config["transaction.timeout.ms"]))
@@ -355,6 +366,9 @@ class KafkaProducerLog:
         self.unresolved: list[tuple[str, int, int]] | None = None
         self._late = False
         self._bulk_writer: BulkWriter | None = None
+        #: whether the last group went through the compiled path (its write took the
+        #: interpreter lock back only once, or twice for a named producer's states)
+        self.writes_without_lock = False
         #: the partitions the metadata records this producer writes (``wrote:`` records)
         self._recorded: set[tuple[str, int]] = set()
         #: the client of the application's open transaction (:meth:`begin_transaction`), the
@@ -456,7 +470,16 @@ class KafkaProducerLog:
         self._late = False
         try:
             with self._txn.transaction(self._committed_late) as producer:
-                self._produce_rounds(producer, batches, offsets, errors)
+                # the compiled path commits in the same call, unless a named producer's
+                # states (which name the offsets) must be produced first
+                commit = states is None or not self.named
+                attached = native_attached(producer)
+                written = attached and self._write_native(producer, batches, offsets, commit)
+                self.writes_without_lock = attached
+                if written and commit:
+                    committing = True
+                if not written:
+                    self._produce_rounds(producer, batches, offsets, errors)
                 if states is not None and self.named:
                     name = self.backend.prefix + STATE_TOPIC
                     key = self.producer_key
@@ -719,6 +742,84 @@ class KafkaProducerLog:
                     found = message.value()
         return found
 
+    def _write_native(
+        self, producer: Any, batches: Sequence[tuple[str, int, AppendBatch]], offsets: list[int], commit: bool
+    ) -> bool:
+        """Write the group through the compiled path (:func:`idempotent.adapters.kafka.bulk.write_group`),
+        committing when ``commit`` (the answer handed to the transaction, which applies the
+        commit's rules); fill ``offsets``.
+
+        Returns:
+            False, with nothing produced, when a value, key or header is of a type the
+            compiled path does not take (write it the pure-Python way).
+
+        Raises:
+            BackendUnavailableError: a record was refused or not acknowledged, or a run was
+                split; the transaction is aborted by :meth:`TransactionalProducer.transaction`.
+            KafkaException: the client refused a batch's head (translated as in the
+                pure-Python path).
+        """
+        prefix = self.backend.prefix
+        columns = []
+        for topic, partition, batch in batches:
+            records = batch.records
+            count = len(records)
+            timed = records_timed(records)
+            identity = identity_headers(batch.header, count, timed)
+            if type(records) is RecordColumns:
+                values, keys, times, headers = records.values, records.keys, records.timestamps, None
+            else:
+                values = [record.value for record in records]
+                keys = [record.key for record in records]
+                times = [record.timestamp for record in records] if timed else None
+                headers = (
+                    [list(record.headers) or None for record in records]
+                    if any(record.headers for record in records)
+                    else None
+                )
+            name = kafka_topic_name(topic, prefix).encode()
+            columns.append((name, partition, identity, int(batch.timestamp * 1000), values, keys, times, headers))
+        try:
+            placed, failure, answer = write_group(producer, columns, _runs(batches), self.backend.timeout, commit)
+        except TypeError:
+            return False
+        if failure is not None:
+            self._native_failure(batches, failure)
+        offsets[:] = placed
+        if commit:
+            assert not isinstance(answer, bool)
+            self._txn.committed(None if answer is None else _commit_refusal(answer))
+        return True
+
+    def _native_failure(self, batches: Sequence[tuple[str, int, AppendBatch]], failure: tuple[Any, ...]) -> None:
+        """Raise what the pure-Python path raises for the same failure (see :meth:`_place`)."""
+        what = failure[0]
+        if what == "refused":
+            topic, partition, _ = batches[failure[1]]
+            if failure[2] == -1:
+                raise BackendUnavailableError(f"kafka: the client refused records for {topic}[{partition}]")
+            raise KafkaException(KafkaError(failure[2]))
+        if what == "unacked":
+            raise BackendUnavailableError(f"kafka: {self.transactional_id!r}: records not acknowledged")
+        if what == "failed":
+            raise translate(KafkaError(failure[1]), f"deliver a batch of {self.transactional_id!r}", delivery=True)
+        topic, partition, _ = batches[failure[1]]
+        if what == "missing":
+            raise BackendUnavailableError(f"kafka: {topic}[{partition}]: a record was not acknowledged")
+        _, _, count, records, first, last = failure
+        _LOG.warning(
+            "kafka: %d batches of %d records for %s[%d] were split (offsets %d..%d); their transaction is aborted",
+            count,
+            records,
+            topic,
+            partition,
+            first,
+            last,
+        )
+        raise BackendUnavailableError(
+            f"kafka: the batches for {topic}[{partition}] were split by other producers' records"
+        )
+
     def _committed_late(self) -> None:
         self._late = True
 
@@ -926,6 +1027,15 @@ def _runs(batches: Sequence[tuple[str, int, AppendBatch]]) -> list[list[list[int
     for round_ in rounds:
         round_.sort(key=lambda run: run[0])
     return rounds
+
+
+def _commit_refusal(answer: tuple[Any, ...]) -> KafkaException:
+    """The ``KafkaException`` ``commit_transaction`` raises for the compiled path's answer
+    ``(code, name, text, fatal, retriable, txn_requires_abort)``."""
+    code, _, text, fatal, retriable, abortable = answer
+    return KafkaException(
+        KafkaError(code, text, fatal=bool(fatal), retriable=bool(retriable), txn_requires_abort=bool(abortable))
+    )
 
 
 def _report(slot: list[int], errors: list[Any]) -> Callable[[Any, Any], None]:

@@ -193,6 +193,8 @@ class TransactionalProducer:
         self._fenced: OwnershipLostError | None = None
         #: told when the transaction in doubt turns out committed (see :meth:`transaction`)
         self._on_late_commit: Callable[[], None] | None = None
+        #: the answer of a commit the body made itself (:meth:`committed`), as a 1-tuple
+        self._body_commit: tuple[KafkaException | None] | None = None
         with self._lock:
             self._replace(first=True)
 
@@ -238,6 +240,7 @@ class TransactionalProducer:
                 raise self._failed("begin a transaction", _error_of(exc), exc) from exc
             self._state = TxnState.OPEN
             self._fence_retry = None
+            self._body_commit = None
             try:
                 yield client
             except BaseException as raised:  # a client call refused, or the body failed: store none of it
@@ -305,6 +308,14 @@ class TransactionalProducer:
             if self._fenced is not None:
                 raise self._fenced
 
+    def committed(self, refusal: KafkaException | None) -> None:
+        """Tell the open :meth:`transaction` that its body called ``commit_transaction``
+        itself (the compiled write path commits in the same call as the writes), and what it
+        answered: None for committed, else the ``KafkaException`` it failed with. The body
+        must return at once; the answer is then handled exactly as the commit the
+        transaction makes otherwise (in doubt, aborted, fenced or replaced, see the module)."""
+        self._body_commit = (refusal,)
+
     def settle(self) -> None:
         """Bring the instance back to READY: resume a commit in doubt, replace an unusable
         client. Once it returns, a ``read_committed`` reader sees every earlier transaction's
@@ -340,8 +351,12 @@ class TransactionalProducer:
     # -- under the lock -------------------------------------------------------------------
 
     def _commit(self, on_late_commit: Callable[[], None] | None) -> None:
+        done, self._body_commit = self._body_commit, None
         try:
-            self._client.commit_transaction(self.timeout)
+            if done is None:
+                self._client.commit_transaction(self.timeout)
+            elif done[0] is not None:
+                raise done[0]
         except (KafkaException, SystemError) as raised:
             exc = _refusal(raised)
             if exc is None:

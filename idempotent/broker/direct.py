@@ -415,6 +415,13 @@ class DirectBroker(ProduceShortcuts):
         return self._log is not None and not self._pipelined
 
     @property
+    def writes_without_lock(self) -> bool:
+        """Whether the writes of :meth:`submit_requests` run without the interpreter lock
+        between their steps (the compiled Kafka write path took the last group): the
+        producer's sends then need not wait for them."""
+        return bool(getattr(self._log, "writes_without_lock", False))
+
+    @property
     def produce_timeout(self) -> float:
         """Seconds ``produce`` waits for the answer."""
         return self.config.append_timeout

@@ -372,10 +372,16 @@ class SenderLoop:
         # fast as it can holds the lock most of the time and so stretches every write, and
         # its backlog grows. When the group is large (the application is producing near the
         # producer's capacity), its sends wait for the write instead (at most YIELD_WAIT).
+        # A write that runs without the interpreter lock (the compiled Kafka write path,
+        # ``writes_without_lock``) overlaps the sends of the next group: they never wait.
         yielding = (
-            sum(len(batch.records) for batch in sent) >= YIELD_MIN_RECORDS
-            or sum(batch.size for batch in sent) >= YIELD_MIN_BYTES
-        ) and getattr(self._broker, "writes_on_submit", False)
+            (
+                sum(len(batch.records) for batch in sent) >= YIELD_MIN_RECORDS
+                or sum(batch.size for batch in sent) >= YIELD_MIN_BYTES
+            )
+            and getattr(self._broker, "writes_on_submit", False)
+            and not getattr(self._broker, "writes_without_lock", False)
+        )
         if yielding:
             self._gate.clear()
             self._yielding = True

@@ -18,7 +18,8 @@ from idempotent.connection import open_for_producer
 from idempotent.core.records import Record, RecordColumns
 from idempotent.errors import ProducerFencedError
 
-pytestmark = pytest.mark.kafka
+# every test runs on both write paths of the producer log (compiled and pure-Python)
+pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("kafka_write_path")]
 
 
 def _topic(kafka_service: Any, partitions: int = 1) -> str:
@@ -310,3 +311,44 @@ def test_a_record_the_broker_refuses_fails_its_batch_alone_and_the_producer_goes
     stored = _read_all(kafka_service, topic)
     assert [m.value for m in stored] == [b"before", b"after"]
     assert [m.sequence for m in stored] == [0, 1]
+
+
+def test_the_producer_log_writes_through_the_path_in_use(
+    kafka_service: Any, kafka_write_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled path writes (and commits) each group in one call; the pure-Python path
+    never calls it. Both store the same records at the same offsets."""
+    import idempotent.adapters.kafka.producer_log as kafka_direct
+    from idempotent.backend import AppendBatch
+    from idempotent.core.request import ProduceRequest
+
+    calls: list[bool] = []
+    real = kafka_direct.write_group
+
+    def counted(*args: Any) -> Any:
+        calls.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(kafka_direct, "write_group", counted)
+    topic = _topic(kafka_service, partitions=2)
+    broker = _direct(kafka_service)
+    session = broker.init_producer()
+    log: Any = broker._log
+    group = []
+    for partition in (0, 1):
+        for n in range(3):
+            records = [
+                Record(b"%d-%d-%d" % (partition, n, j), headers=(("h", b"%d" % j),) if j else ()) for j in range(4)
+            ]
+            request = ProduceRequest.build(
+                topic, partition, session.producer_id, session.producer_epoch, 4 * n, records
+            )
+            group.append((topic, partition, AppendBatch(request.header, request.records, time.time(), request.size)))
+    assert log.write(group) == [0, 4, 8, 0, 4, 8]
+    broker.close()
+    # a named producer's states are produced between the writes and the commit
+    assert calls == ([not log.named] if kafka_write_path == "compiled" else [])
+    for partition in (0, 1):
+        stored = _read_all(kafka_service, topic, partition)
+        assert [m.value for m in stored] == [b"%d-%d-%d" % (partition, n, j) for n in range(3) for j in range(4)]
+        assert [m.offset for m in stored] == list(range(12))

@@ -646,9 +646,10 @@ class _HeldWrites:
     the caller's thread; ``writes_on_submit`` as given (a Kafka producer's own transactions say
     True)."""
 
-    def __init__(self, inner: idempotent.Broker, writes_on_submit: bool) -> None:
+    def __init__(self, inner: idempotent.Broker, writes_on_submit: bool, without_lock: bool = False) -> None:
         self._inner = inner
         self.writes_on_submit = writes_on_submit
+        self.writes_without_lock = without_lock
         self.writing = threading.Event()
         self.release = threading.Event()
         self.groups: list[int] = []
@@ -663,13 +664,15 @@ class _HeldWrites:
         return self._inner.submit_requests(requests)
 
 
-def _send_during_a_held_write(records: int, writes_on_submit: bool, monkeypatch: pytest.MonkeyPatch) -> float:
+def _send_during_a_held_write(
+    records: int, writes_on_submit: bool, monkeypatch: pytest.MonkeyPatch, without_lock: bool = False
+) -> float:
     """Seconds a ``send`` took while the sender's first group (``records`` records) was held
     for 0.6 s; sends may wait for a write up to 10 s here."""
     import idempotent.producer.producer as producer_module
 
     monkeypatch.setattr(producer_module, "YIELD_WAIT", 10.0)
-    broker = _HeldWrites(memory_harness().open(), writes_on_submit)
+    broker = _HeldWrites(memory_harness().open(), writes_on_submit, without_lock)
     producer = Producer(broker, linger_ms=300)  # type: ignore[arg-type]
     try:
         for _ in range(records):
@@ -712,3 +715,11 @@ def test_transactions_on_a_backend_without_them_are_refused_and_the_producer_goe
         with pytest.raises(TransactionStateError):
             producer.committed_positions()
         assert producer.send("t", b"v").result(10).offset == 0  # nothing changed
+
+
+def test_a_send_does_not_wait_for_a_write_that_runs_without_the_interpreter_lock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The compiled Kafka write path (``writes_without_lock``): a group's write overlaps the
+    next group's sends, however large the group."""
+    assert _send_during_a_held_write(1000, True, monkeypatch, without_lock=True) < 0.3

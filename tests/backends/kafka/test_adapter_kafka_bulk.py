@@ -4,6 +4,7 @@ suffix the same way, and is never used on an object whose layout is not confluen
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -128,3 +129,108 @@ def test_only_exact_bytes_are_passed_by_address() -> None:
     assert bulk is not None
     for values, keys in (([b"a", None], None), ([b"a", "text"], None), ([b"a", Blob(b"b")], None), ([b"a"], [None])):
         assert bulk.produce("never-written", 0, values, keys) is None  # nothing queued: the caller falls back
+
+
+# -- the compiled write path (idempotent._kafka_write) -------------------------------------
+
+
+def _transactional(kafka_service: Any) -> Producer:
+    from idempotent.adapters.kafka.bulk import native_plugin
+
+    plugin = native_plugin()
+    assert plugin is not None, "the compiled Kafka write path is not built (pip install -e .)"
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_service.bootstrap,
+            "transactional.id": f"bulk-{uuid.uuid4().hex[:8]}",
+            "linger.ms": 30_000,
+            "plugin.library.paths": plugin,
+        }
+    )
+    producer.init_transactions(30)
+    return producer
+
+
+def _column(topic: str, partition: int, values: list[Any], headers: Any = None) -> tuple[Any, ...]:
+    return (
+        topic.encode(),
+        partition,
+        [("idem.count", b"%d" % len(values))],
+        1_700_000_000_000,
+        values,
+        None,
+        None,
+        headers,
+    )
+
+
+def test_the_compiled_path_writes_a_group_and_commits_it_in_one_call(kafka_service: Any, topic: str) -> None:
+    from idempotent.adapters.kafka.bulk import native_attached, write_group
+
+    producer = _transactional(kafka_service)
+    assert native_attached(producer) and not native_attached(_producer(kafka_service))
+    producer.begin_transaction()
+    group = [
+        _column(topic, 1, [b"a0", b"a1", b"a2"]),
+        _column(topic, 1, [b"b0", b"b1"], [None, [("h", b"x")]]),
+        _column(topic, 1, ["text"]),
+    ]
+    offsets, failure, commit = write_group(producer, group, [[[0, 1]], [[2]]], 30, True)
+    assert failure is None and commit is None
+    stored = _read(kafka_service, topic, 6)
+    assert [value for value, _, _ in stored] == [b"a0", b"a1", b"a2", b"b0", b"b1", b"text"]
+    # two rounds: the second run follows the first one's commit-free offsets directly
+    assert offsets == [stored[0][2], stored[3][2], stored[5][2]] == [0, 3, 5]
+
+
+def test_the_compiled_path_reports_a_refused_run_and_does_not_commit(kafka_service: Any, topic: str) -> None:
+    """A head stamped a month ahead is refused by Kafka (``log.message.timestamp.after.max.ms``):
+    the run's delivery failed, the commit is not tried, and the transaction can be aborted."""
+    import time
+
+    from confluent_kafka import KafkaError
+
+    from idempotent.adapters.kafka.bulk import write_group
+
+    producer = _transactional(kafka_service)
+    producer.begin_transaction()
+    ahead = int(time.time() * 1000) + 30 * 86_400_000
+    batch = (topic.encode(), 1, [("idem.count", b"2")], ahead, [b"a", b"b"], None, None, None)
+    offsets, failure, commit = write_group(producer, [batch], [[[0]]], 30, True)
+    assert failure is not None and failure[0] == "failed" and commit is False and offsets == [-1]
+    assert KafkaError(failure[1]).code() == KafkaError.INVALID_TIMESTAMP
+    producer.abort_transaction(30)  # nothing of it stored
+
+
+def test_the_compiled_path_takes_no_value_of_another_type_and_produces_nothing(kafka_service: Any, topic: str) -> None:
+    from idempotent.adapters.kafka.bulk import write_group
+
+    producer = _transactional(kafka_service)
+    producer.begin_transaction()
+    with pytest.raises(TypeError):
+        write_group(producer, [_column(topic, 1, [b"a", bytearray(b"b")])], [[[0]]], 30, True)
+    assert len(producer) == 0  # nothing queued: the caller writes the group the pure-Python way
+    producer.abort_transaction(30)
+
+
+def test_the_path_in_use_is_logged_once_and_an_unknown_confluent_kafka_keeps_the_python_path(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import idempotent.adapters.kafka.bulk as bulk
+
+    monkeypatch.setattr(bulk, "_native", None)
+    monkeypatch.setattr(bulk, "_native_reason", None)
+    monkeypatch.setattr(bulk, "NATIVE_VERSIONS", ("0.0.",))
+    with caplog.at_level(logging.INFO, logger="idempotent.adapters.kafka"):
+        assert bulk.native_plugin() is None
+        assert bulk.native_plugin() is None
+    lines = [r.getMessage() for r in caplog.records if "groups are written" in r.getMessage()]
+    assert len(lines) == 1 and "pure-Python path" in lines[0] and "is not one it knows" in lines[0]
+    monkeypatch.setattr(bulk, "_native_reason", None)
+    monkeypatch.setattr(bulk, "NATIVE_VERSIONS", (str(__import__("confluent_kafka").version()).split(".")[0],))
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="idempotent.adapters.kafka"):
+        assert bulk.native_plugin() is not None
+    assert any("compiled path" in r.getMessage() for r in caplog.records)
+    monkeypatch.setenv(bulk.NATIVE_ENV, "0")
+    assert bulk.native_plugin() is None

@@ -481,3 +481,25 @@ def test_without_a_check_every_fence_stays_a_takeover(clients: list[FakeClient])
     with pytest.raises(OwnershipLostError):
         _write(writer)
     assert writer.state is TxnState.FENCED and len(clients) == 1
+
+
+def test_a_commit_the_body_made_is_not_made_again_and_its_answer_follows_the_same_rules(
+    clients: list[FakeClient],
+) -> None:
+    """The compiled write path commits inside the body (``committed``): a success needs no
+    second commit call; a timed-out answer leaves the transaction in doubt, resumed by the
+    next settle exactly as a commit the transaction made itself; an abortable one is aborted."""
+    writer = _writer()
+    with writer.transaction() as client:
+        client.produce("t", b"v")
+        writer.committed(None)
+    assert clients[0].calls == ["init", "begin", "produce"] and writer.state is TxnState.READY
+    late: list[bool] = []
+    with pytest.raises(BackendUnavailableError, match="did not finish"), writer.transaction(lambda: late.append(True)):
+        writer.committed(_error("_TIMED_OUT", retriable=True))
+    assert writer.state is TxnState.IN_DOUBT
+    writer.settle()  # the resumed commit succeeds
+    assert clients[0].calls[-1] == "commit" and late == [True] and writer.state is TxnState.READY
+    with pytest.raises(BackendUnavailableError, match="aborted, nothing of it is stored"), writer.transaction():
+        writer.committed(_error("_INCONSISTENT", abortable=True))
+    assert clients[0].calls[-1] == "abort" and writer.state is TxnState.READY

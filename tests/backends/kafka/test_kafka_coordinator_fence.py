@@ -84,28 +84,48 @@ def _stable_end(kafka_service: Any, topic: str) -> int:
 
 @pytest.mark.parametrize("named", [True, False], ids=["named", "anonymous"])
 def test_a_transaction_the_coordinator_aborted_is_resent_not_fatal(
-    kafka_service: Any, monkeypatch: pytest.MonkeyPatch, named: bool
+    kafka_service: Any, monkeypatch: pytest.MonkeyPatch, named: bool, kafka_write_path: str
 ) -> None:
     """The writer's transaction is held open (its records acknowledged) until Kafka's
-    coordinator aborted it for outliving transaction.timeout.ms: its commit is fenced."""
+    coordinator aborted it for outliving transaction.timeout.ms: its commit is fenced. On the
+    compiled path the group is written without its commit, held, then committed by a second
+    compiled call (no batches), whose answer goes through the same rules."""
     topic = _topic(kafka_service)
     broker = DirectBroker(kafka_service.url, log_settings={"transaction.timeout.ms": TXN_TIMEOUT_MS})
     session = broker.init_producer(f"cf-{uuid.uuid4().hex[:6]}" if named else None)
     assert broker.produce(topic, 0, session.producer_id, session.producer_epoch, 0, [b"0"]).outcome is Outcome.ACCEPTED
-    place = kafka_direct.KafkaProducerLog._place
     held: list[int] = []
 
-    def hold_open(self: Any, batches: Any, ends: Any, errors: Any, offsets: Any) -> None:
-        place(self, batches, ends, errors, offsets)
-        if held:
-            return
-        held.append(offsets[0])
+    def wait_for_the_abort(offset: int) -> None:
+        held.append(offset)
         deadline = time.monotonic() + 90  # the coordinator looks every 10 s by default
-        while _stable_end(kafka_service, topic) <= offsets[0]:
+        while _stable_end(kafka_service, topic) <= offset:
             assert time.monotonic() < deadline, "the coordinator did not abort the open transaction"
             time.sleep(0.5)
 
-    monkeypatch.setattr(kafka_direct.KafkaProducerLog, "_place", hold_open)
+    if kafka_write_path == "python":
+        place = kafka_direct.KafkaProducerLog._place
+
+        def hold_open(self: Any, batches: Any, ends: Any, errors: Any, offsets: Any) -> None:
+            place(self, batches, ends, errors, offsets)
+            if not held:
+                wait_for_the_abort(offsets[0])
+
+        monkeypatch.setattr(kafka_direct.KafkaProducerLog, "_place", hold_open)
+    else:
+        write_group = kafka_direct.write_group
+
+        def write_then_hold(producer: Any, batches: Any, rounds: Any, timeout: float, commit: bool) -> Any:
+            if held:
+                return write_group(producer, batches, rounds, timeout, commit)
+            placed, failure, answer = write_group(producer, batches, rounds, timeout, False)
+            assert failure is None and answer is False
+            wait_for_the_abort(placed[0])
+            if not commit:  # a named producer's states and commit follow in Python
+                return placed, failure, answer
+            return placed, failure, write_group(producer, [], [], timeout, True)[2]
+
+        monkeypatch.setattr(kafka_direct, "write_group", write_then_hold)
     values = [b"1", b"2"]
     with pytest.raises(BackendUnavailableError) as failed:
         broker.produce(topic, 0, session.producer_id, session.producer_epoch, 1, values)
