@@ -122,8 +122,8 @@ def broker_default_replicas(admin: Any, brokers: Mapping[int, Any], timeout: flo
     resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
     try:
         entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
-    except KafkaException as exc:
-        _LOG.debug("kafka: the brokers' default.replication.factor is not known: %s", exc)
+    except (KafkaException, TimeoutError) as exc:  # TimeoutError: the future got no answer in time
+        _LOG.debug("kafka: the brokers' default.replication.factor is not known: %r", exc)
         return None
     entry = entries.get("default.replication.factor")
     return None if entry is None or entry.value is None else int(entry.value)
@@ -140,8 +140,8 @@ def describe_replicas(admin: Any, metadata: Any, name: str, timeout: float) -> T
     resource = ConfigResource(ConfigResource.Type.TOPIC, name)
     try:
         entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
-    except KafkaException as exc:
-        _LOG.debug("kafka: the configuration of %r is not known: %s", name, exc)
+    except (KafkaException, TimeoutError) as exc:  # TimeoutError: the future got no answer in time
+        _LOG.debug("kafka: the configuration of %r is not known: %r", name, exc)
         return TopicReplicas(partitions)
     entry = entries.get("min.insync.replicas")
     if entry is None or entry.value is None:

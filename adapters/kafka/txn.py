@@ -13,7 +13,7 @@ applies librdkafka's rules for the transactional API (``rdkafka.h``, INTRODUCTIO
   transactional call answers ``_CONFLICT`` ("Conflicting commit_transaction API call is
   already in progress"), flagged retriable but never succeeding on that instance.
 * **abortable** (``txn_requires_abort()``): the transaction failed; ``abort_transaction``
-  ends it (nothing of it is stored) and the instance is usable again.
+  ends it (nothing of it is stored) and the instance is replaced (see "After an abort").
 * **fenced** (``_FENCED``, ``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``): a newer holder of
   the ``transactional.id`` took over, or Kafka's coordinator aborted a transaction that stayed
   open longer than ``transaction.timeout.ms`` (a long outage); librdkafka reports both alike.
@@ -35,10 +35,11 @@ instance does anything else, and before the caller reads the partitions it write
 of the broker's checker): ``commit_transaction`` is called again; success means it is stored
 (and the caller is told through ``on_late_commit``, because Kafka's commit markers are written
 after the commit is acknowledged, so the caller must make its reads wait for those records);
-an abortable answer is aborted; another timeout leaves it in doubt (the caller retries later);
-anything else, including fenced (the coordinator fences and aborts a transaction left open
-longer than ``transaction.timeout.ms``, as a long outage does), replaces the instance. Either
-way, once ``settle`` returns, a ``read_committed`` reader sees the transaction's final outcome.
+an abortable answer is aborted (and the instance replaced); another timeout leaves it in
+doubt (the caller retries later); anything else, including fenced (the coordinator fences and
+aborts a transaction left open longer than ``transaction.timeout.ms``, as a long outage
+does), replaces the instance. Either way, once ``settle`` returns, a ``read_committed``
+reader sees the transaction's final outcome.
 
 **Takeover check.** ``takeover()`` answers whether a newer instance of the producer exists
 (from a record every instance writes *before* it fences, :mod:`idempotent.broker.direct`). It is
@@ -46,6 +47,19 @@ asked when a fence is reported, and again after every fresh client's :func:`fenc
 first one), before the instance writes: a fence is a takeover when it says so, before or
 after. So an instance never commits after a newer one fenced it and read what it left: a
 newer instance that wrote its record after the check fences after this fresh client too.
+
+**After an abort** the client is replaced too (a fresh one's ``init_transactions`` bumps the
+epoch), never used for the next transaction. A batch of the aborted transaction that reached
+a partition leader whose acknowledgement never came back (the leader killed or moved while
+the request was in flight) is in the log, aborted; librdkafka counts it as never sent and
+gives the same sequence numbers, under the same producer id and epoch, to the next
+transaction's records for that partition. The leader then takes them for a resend of the
+stored batch: it answers with that batch's offsets and stores nothing, the next commit
+succeeds, and its records on that partition are lost (its other partitions committed). This
+was seen on a 3-node cluster whose active controller was killed with -9 (the aborted
+transaction's ABORT marker and the next one's COMMIT marker both after the one stored batch).
+A new epoch starts the sequences afresh, so nothing of the next transaction is matched
+against an aborted batch.
 
 So a batch whose commit timed out is, after the link is back, either in the log (a resend is
 a duplicate) or not (a resend is stored once): the broker reads which from the log when it
@@ -384,9 +398,10 @@ class TransactionalProducer:
         self._client.poll(0)  # hand librdkafka's queued log lines to Python logging
 
     def _abort(self, why: str, in_doubt: bool = False) -> None:
-        """Abort the open transaction. An instance that cannot abort it is replaced (its
-        successor's fence ends the transaction); fenced means lost, unless the transaction
-        was in doubt (see :meth:`_resume`)."""
+        """Abort the open transaction, then replace the client (see "After an abort" in the
+        module docstring). An instance that cannot abort it is replaced too (its successor's
+        fence ends the transaction); fenced means lost, unless the transaction was in doubt
+        (see :meth:`_resume`)."""
         try:
             self._client.abort_transaction(self.timeout)
         except KafkaException as exc:
@@ -399,7 +414,10 @@ class TransactionalProducer:
             )
             self._state = TxnState.REPLACE
             return
-        self._state = TxnState.READY
+        # aborted: its batches may be in the log under this epoch with sequences that
+        # librdkafka gives the next transaction's records again; a fresh client's epoch
+        # keeps the broker from taking those records for resends of the aborted ones
+        self._state = TxnState.REPLACE
 
     def _resume(self) -> None:
         """Call ``commit_transaction`` again for the transaction in doubt (librdkafka resumes

@@ -138,7 +138,8 @@ def test_a_resumed_commit_that_must_abort_is_aborted(clients: list[FakeClient]) 
         _write(writer, lambda: late.append("x"))
     writer.settle()
     assert client.calls[-3:] == ["commit", "commit", "abort"] and late == []
-    assert writer.state is TxnState.READY and len(clients) == 1
+    # aborted: replaced, so the next transaction runs under a new epoch (see "After an abort")
+    assert writer.state is TxnState.READY and len(clients) == 2 and clients[1].calls == ["init"]
 
 
 @pytest.mark.parametrize(
@@ -182,15 +183,19 @@ def test_a_client_that_answers_conflict_is_replaced_not_retried(clients: list[Fa
     assert clients[1].calls == ["init", "begin", "produce", "commit"]
 
 
-def test_an_abortable_commit_is_aborted_and_the_client_kept(clients: list[FakeClient]) -> None:
+def test_an_abortable_commit_is_aborted_and_the_client_replaced(clients: list[FakeClient]) -> None:
+    """An aborted transaction's batches may be in the log under the client's epoch with the
+    sequences librdkafka gives the next transaction's records again (a lost acknowledgement):
+    the next transaction runs on a fresh client (a new epoch), never on the same one."""
     writer = _writer()
     client = clients[0]
     client.script["commit"] = [_error("_INCONSISTENT", abortable=True)]
     with pytest.raises(BackendUnavailableError, match="aborted, nothing of it is stored"):
         _write(writer)
+    assert writer.state is TxnState.REPLACE
     _write(writer)
-    assert client.calls == ["init", "begin", "produce", "commit", "abort", "begin", "produce", "commit"]
-    assert len(clients) == 1
+    assert client.calls == ["init", "begin", "produce", "commit", "abort"]
+    assert len(clients) == 2 and clients[1].calls == ["init", "begin", "produce", "commit"]
 
 
 def test_an_abort_that_fails_replaces_the_client(clients: list[FakeClient]) -> None:
@@ -234,7 +239,9 @@ def test_a_refused_write_aborts_and_raises_the_mapped_error(clients: list[FakeCl
     client.script["produce"] = [_error("MSG_SIZE_TOO_LARGE")]
     with pytest.raises(EntryTooLargeError):
         _write(writer)
-    assert client.calls[-1] == "abort" and writer.state is TxnState.READY
+    assert client.calls[-1] == "abort" and writer.state is TxnState.REPLACE
+    _write(writer)  # on a fresh client: a new epoch
+    assert len(clients) == 2 and clients[1].calls == ["init", "begin", "produce", "commit"]
 
 
 @pytest.mark.parametrize("refusal", ["produce", "body"])
@@ -288,7 +295,7 @@ def test_a_system_error_of_its_own_is_not_taken_for_a_refusal(clients: list[Fake
     writer = _writer()
     with pytest.raises(SystemError), writer.transaction():
         raise SystemError("something else")
-    assert writer.state is TxnState.READY
+    assert writer.state is TxnState.REPLACE and clients[0].calls[-1] == "abort"
 
 
 def test_a_bug_in_the_body_stays_a_bug_when_the_abort_finds_the_client_fenced(clients: list[FakeClient]) -> None:
@@ -303,7 +310,7 @@ def test_a_failed_body_is_aborted_and_its_error_raised(clients: list[FakeClient]
     writer = _writer()
     with pytest.raises(RuntimeError), writer.transaction():
         raise RuntimeError("a bug in the body")
-    assert clients[0].calls == ["init", "begin", "abort"] and writer.state is TxnState.READY
+    assert clients[0].calls == ["init", "begin", "abort"] and writer.state is TxnState.REPLACE
 
 
 def test_a_replacement_that_cannot_fence_yet_is_tried_again(clients: list[FakeClient]) -> None:

@@ -148,8 +148,9 @@ def test_kill9_of_a_partition_leader(cluster: Any, tmp_path: Path) -> None:
 
 @pytest.mark.xfail(
     strict=False,
-    reason="open defect: in 1 of 3 runs one record acknowledged PERSISTED was not in the log after "
-    "the active controller's kill -9 (every other count 0); kept running so that its result shows",
+    reason="open defect of the mirror, not of the producers: stopped with SIGTERM while a call to "
+    "the recovering cluster times out, `idempotent mirror --follow` exits 1 ('... timed out; run the "
+    "same command again to resume') instead of 0 (6 of 12 runs); kept running so that its result shows",
 )
 def test_kill9_of_the_active_controller(cluster: Any, tmp_path: Path) -> None:
     from idempotent.testing.services import kafka_cluster

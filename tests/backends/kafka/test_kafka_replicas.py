@@ -252,6 +252,22 @@ def test_the_brokers_default_replication_factor_is_read(kafka_service: Any) -> N
     assert _kafka_replicas.broker_default_replicas(admin, {}, 30) is None
 
 
+def test_a_configuration_the_cluster_does_not_answer_in_time_is_not_known() -> None:
+    """A recovering cluster (its controller killed) may leave describe_configs unanswered:
+    the future's TimeoutError is "not known", as a refusal is, not an exception that stopped
+    the mirror's destination from opening (a bug with its traceback)."""
+    from concurrent.futures import Future
+
+    class Silent:
+        def describe_configs(self, resources: list[Any], request_timeout: float) -> dict[Any, Future[Any]]:
+            return {resource: Future() for resource in resources}
+
+    assert _kafka_replicas.broker_default_replicas(Silent(), {1: None}, 0.01) is None
+    metadata = types.SimpleNamespace(partitions={0: types.SimpleNamespace(id=0, leader=1, replicas=[1], isrs=[1])})
+    described = _kafka_replicas.describe_replicas(Silent(), metadata, "orders", 0.01)
+    assert described.min_insync_replicas is None and [p.replicas for p in described.partitions] == [(1,)]
+
+
 # -- idempotent topics describe ------------------------------------------------------------
 
 
