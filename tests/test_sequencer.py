@@ -1647,3 +1647,46 @@ def test_strict_application_sequences_after_an_expiry_still_fail_the_producer_on
     [jump] = seq.batches_to_send(101.0)
     answer(seq, jump, ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0), now=101.0)
     assert isinstance(seq.failure, SequenceDesyncError)
+
+
+def test_strict_checker_outage_past_the_delivery_timeout_then_the_resend_stores_each_record_once() -> None:
+    """The same path against a real strict checker: the broker stores 10..19 but its answer
+    is lost, 20..29 never arrives, both expire. The next batch is refused alone; the
+    application sends every record not PERSISTED again with its sequence, and the log holds
+    0..39 once each, in order, with each record's last outcome PERSISTED."""
+    part = PolicyPartition(Policy.STRICT)
+    seq = make(max_batch_records=10)
+    ended: dict[int, object] = {}
+
+    def settle() -> None:
+        for event in drain(seq):
+            for i, record in enumerate(event.batch.records):
+                s = event.batch.base_sequence + i
+                ended[s] = "persisted" if isinstance(event, BatchDelivered) else event.status  # type: ignore[union-attr]
+                assert record.value == f"v{s}".encode()
+
+    seq.add_many("t", 0, [rec(s) for s in range(10)], 0.0, 0, "app")
+    [a] = seq.batches_to_send(0.0)
+    answer(seq, a, part.produce(a))
+    seq.add_many("t", 0, [rec(s) for s in range(10, 30)], 1.0, 10, "app")
+    b, _ = seq.batches_to_send(1.0)
+    part.produce(b)  # stored; the answer is lost, and the next batch never arrives
+    seq.handle_timeout(101.0)
+    seq.add_many("t", 0, [rec(s) for s in range(30, 40)], 102.0, 30, "app")
+    [d] = seq.batches_to_send(102.0)
+    answer(seq, d, part.produce(d), now=102.0)
+    settle()
+    assert seq.failure is None
+    assert {s: ended[s] for s in (10, 20, 30)} == {
+        10: DeliveryStatus.POSSIBLY_PERSISTED,
+        20: DeliveryStatus.POSSIBLY_PERSISTED,
+        30: DeliveryStatus.NOT_PERSISTED,
+    }
+    again = [s for s in range(40) if ended[s] != "persisted"]
+    assert again == list(range(10, 40))
+    seq.add_many("t", 0, [rec(s) for s in again], 103.0, again[0], "app")
+    for batch in seq.batches_to_send(103.0):
+        answer(seq, batch, part.produce(batch), now=103.0)
+    settle()
+    assert all(ended[s] == "persisted" for s in range(40)) and seq.failure is None
+    assert [s for s, _ in part.log] == list(range(40))
