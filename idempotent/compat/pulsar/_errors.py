@@ -5,8 +5,9 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from idempotent.core.outcomes import DeliveryStatus
+
 from ... import errors
-from ..._outcomes import DeliveryStatus
 from ...errors import (
     BackendUnavailableError,
     ConfigError,
@@ -39,7 +40,7 @@ def _native(name: str) -> Any:
     others (an ``Exception`` base before ``ValueError`` would have no consistent order)."""
     try:
         from pulsar import exceptions
-    except ImportError:  # without the extra (tests/test_compat_no_native.py)
+    except ImportError:  # without the extra (tests/compat/test_compat_no_native.py)
         return Exception if name == "PulsarException" else _Absent
     return getattr(exceptions, name, Exception if name == "PulsarException" else _Absent)
 
