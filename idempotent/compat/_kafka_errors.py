@@ -255,7 +255,10 @@ def _code_for(cause: BaseException, status: MessageStatus | None) -> tuple[int, 
     if isinstance(cause, UnknownProducerError):
         return KafkaError.UNKNOWN_PRODUCER_ID, False
     if isinstance(cause, SequenceDesyncError):
-        return KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, False
+        # retriable when the records are certainly not stored and the producer goes on (a
+        # batch refused behind expired ones: send them again with their sequences); a desync
+        # that stopped the producer is fatal, which clears retriable
+        return KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, status is MessageStatus.NOT_PERSISTED
     if isinstance(cause, DeliveryTimeoutError):
         return KafkaError._MSG_TIMED_OUT, False
     if isinstance(cause, ProducerClosedError):

@@ -12,6 +12,9 @@ one thing each, with no clock and no I/O:
   acknowledged sequence or the end of a batch in flight.
 - :func:`undecided` says whether only the broker's policy can place such a batch.
 - :func:`link` names a batch's predecessor when it is first sent.
+- :func:`abandon`, :func:`abandoned_at` and :func:`settle_abandoned` keep the batches of
+  application sequences that failed alone unacknowledged, and say whether the broker's
+  expected sequence lies in one.
 
 The sequencer's module docstring explains why each rule exists.
 """
@@ -53,6 +56,13 @@ class SendWindow:
     #: differently (``order_depends_on_policy`` against the next or the acknowledged
     #: sequence): it is in flight alone, and its answer tells where the partition goes on
     undecided: OutgoingBatch | None = None
+    #: ``(first, last)`` of batches of application sequences sent here that failed alone
+    #: unacknowledged (expired past the delivery timeout, or refused behind such a gap),
+    #: oldest first: the broker stores whole batches, so its H(P) is at the end of one of them
+    #: or before them all. An OUT_OF_ORDER_SEQUENCE asking for a sequence in one (the broker
+    #: tells its H(P): the expected sequence less one) fails only the batch it answers, and
+    #: a resend is cut at their ends (:func:`cut_at_frontier`), so no part of it straddles H(P)
+    abandoned: list[tuple[int, int]] = attrs.field(factory=list)
 
 
 def seal(window: SendWindow) -> None:
@@ -75,7 +85,8 @@ def continues(batch: OutgoingBatch, sequence: int) -> bool:
 
 def cut_at_frontier(window: SendWindow, batch: OutgoingBatch, acked: int, tail_id: int) -> OutgoingBatch | None:
     """Cut a batch of application sequences where it crosses ``acked`` (the partition's
-    acknowledged sequence) or the end of a batch in flight: the broker refuses a batch that is
+    acknowledged sequence), the end of a batch in flight, or the end of an abandoned batch
+    (:attr:`SendWindow.abandoned`: H(P) may be there): the broker refuses a batch that is
     half stored (or in flight) and half new.
 
     Returns:
@@ -84,6 +95,7 @@ def cut_at_frontier(window: SendWindow, batch: OutgoingBatch, acked: int, tail_i
     """
     last = last_sequence_of(batch.base_sequence, len(batch.records))
     cuts = [acked] + [last_sequence_of(b.base_sequence, len(b.records)) for b in window.inflight]
+    cuts += [end for _, end in window.abandoned]
     inside = [c for c in cuts if at_or_before(batch.base_sequence, c) and not at_or_before(last, c)]
     if not inside:
         return None
@@ -126,3 +138,22 @@ def link(window: SendWindow, batch: OutgoingBatch) -> None:
         batch.previous_sequence = None
     else:
         batch.previous_sequence, window.sent = window.sent, last
+
+
+def abandoned_at(window: SendWindow, expected: int) -> bool:
+    """Whether ``expected`` (the broker's next sequence, from an OUT_OF_ORDER_SEQUENCE) lies in
+    a batch of application sequences that failed here unacknowledged: the broker wants
+    records whose status the producer gave already, which only the application can send
+    again (with the same sequences)."""
+    return any(at_or_before(first, expected) and at_or_before(expected, last) for first, last in window.abandoned)
+
+
+def abandon(window: SendWindow, batch: OutgoingBatch) -> None:
+    """Remember a batch of application sequences that fails alone unacknowledged."""
+    window.abandoned.append((batch.base_sequence, last_sequence_of(batch.base_sequence, len(batch.records))))
+
+
+def settle_abandoned(window: SendWindow, acked: int) -> None:
+    """Forget the abandoned batches at or before ``acked``, the sequence just acknowledged:
+    H(P) is past them."""
+    window.abandoned = [(first, last) for first, last in window.abandoned if not at_or_before(last, acked)]

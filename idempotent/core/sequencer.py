@@ -22,7 +22,9 @@ OUT_OF_ORDER_SEQUENCE       an earlier batch has not arrived yet: resend in orde
                             (unless it was acknowledged after the attempt was sent: the
                             answer is older than that acknowledgement, so resend); if it is
                             the base of a batch refused for good, number the batches behind
-                            it again from there and resend them
+                            it again from there and resend them; if it lies in a batch of
+                            application sequences that expired, this batch fails alone
+                            (the application sends the missing ones again)
 IN_FLIGHT, RETRY errors     resend the same batch after the backoff the shell chose (the
                             attempt's outcome stays unknown: the batch is *doubtful*)
 InvalidBatchError           that batch alone fails, NOT_PERSISTED unless doubtful; its
@@ -93,7 +95,17 @@ from idempotent.core.batches import check_sequence
 from idempotent.core.batches import sequences_for as sequences_for
 from idempotent.core.outcomes import DeliveryStatus, Outcome, ProduceResult
 from idempotent.core.records import Record, RecordColumns, record_sizes
-from idempotent.core.send_window import SendWindow, continues, cut_at_frontier, link, seal, undecided
+from idempotent.core.send_window import (
+    SendWindow,
+    abandon,
+    abandoned_at,
+    continues,
+    cut_at_frontier,
+    link,
+    seal,
+    settle_abandoned,
+    undecided,
+)
 from idempotent.core.sequence import (
     at_or_before,
     crosses_ring_end,
@@ -534,6 +546,8 @@ class ProducerSequencer:
             failure = self._place(ps, batch, outcome) if undecided else None
             if ps.expired:  # the expired batches before a stored one are settled: no hole there
                 ps.expired = {b for b in ps.expired if not at_or_before(b, batch.base_sequence)}
+            if ps.abandoned:
+                settle_abandoned(ps, last)
             self._finish(batch, _DELIVER)
             self._events.append(BatchDelivered(batch, result.base_offset, outcome is Outcome.DUPLICATE))
             if failure is not None:
@@ -558,6 +572,20 @@ class ProducerSequencer:
                 pass  # behind batches that expired and are not stored: numbered again
             elif self._predecessor_pending(ps, batch, expected):
                 batch.state, batch.not_before = transition(batch.state, _RETRY), now
+            elif batch.explicit and expected is not None and abandoned_at(ps, expected):
+                # the broker wants application sequences whose batch failed alone (expired):
+                # nothing of this one is stored; it fails alone and the producer goes on, for
+                # the application to send the missing sequences again
+                abandon(ps, batch)
+                self._refuse(
+                    batch,
+                    SequenceDesyncError(
+                        f"{tp}: broker expects sequence {expected} (it holds up to {expected - 1}); "
+                        f"sequences {batch.base_sequence}.. not stored: send the records from {expected} "
+                        "again, with their sequences",
+                        expected,
+                    ),
+                )
             else:
                 self._fail_all(
                     SequenceDesyncError(
@@ -724,6 +752,8 @@ class ProducerSequencer:
                 b.doubtful = True  # sent at least once, without a definite answer
                 if not b.explicit:
                     ps.expired.add(b.base_sequence)
+                else:
+                    abandon(ps, b)
                 self._refuse(
                     b,
                     DeliveryTimeoutError(

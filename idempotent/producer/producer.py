@@ -377,7 +377,9 @@ class Producer(SenderLoop):
                 batch. Under the broker's ``monotonic`` policy any increase is accepted and
                 sequences are compared as 64-bit integers, without wrap-around; under
                 ``strict`` sequences are Kafka's int32 (``0 .. 2**31-1``, wrapping to 0), a
-                jump of any size fails the producer with SequenceDesyncError and a sequence
+                jump of any size fails the producer with SequenceDesyncError (unless the
+                broker asks for sequences of a batch that expired: then that record's batch
+                fails alone, NOT_PERSISTED, and the application sends them again) and a sequence
                 above ``2**31-1`` fails its batch with InvalidBatchError. A sequence at or
                 below the partition's stored one resolves as a duplicate
                 (``RecordMetadata.duplicate``). None numbers the record after the previous one.

@@ -314,6 +314,16 @@ def test_error_mapping(cause: Exception, status: DeliveryStatus, name: str, fata
     assert "failed" in err.str() and name in repr(err)
 
 
+def test_a_batch_refused_behind_expired_application_sequences_is_retriable_not_fatal() -> None:
+    # the producer goes on (it did not stop on this error): the records are not stored, and
+    # sending them again with their sequences is safe
+    failure = _failed(DeliveryStatus.NOT_PERSISTED, SequenceDesyncError("behind a gap", 20))
+    err = compat.kafka_error_for(failure, False)
+    assert (err.name(), err.fatal(), err.retriable()) == ("OUT_OF_ORDER_SEQUENCE_NUMBER", False, True)
+    maybe = compat.kafka_error_for(_failed(DeliveryStatus.POSSIBLY_PERSISTED, SequenceDesyncError("gap", 20)), False)
+    assert (maybe.fatal(), maybe.retriable()) == (False, False)
+
+
 def test_a_message_that_timed_out_before_it_was_sent_is_not_fatal() -> None:
     err = compat.kafka_error_for(_failed(DeliveryStatus.NOT_PERSISTED, DeliveryTimeoutError("not sent")), False)
     assert (err.name(), err.fatal(), err.status()) == ("_MSG_TIMED_OUT", False, MessageStatus.NOT_PERSISTED)

@@ -1581,3 +1581,112 @@ def test_record_columns_stay_columns_in_a_batch_until_other_records_join() -> No
         Record(b"b"),
         Record(b"c"),
     ]
+
+
+def test_strict_application_sequences_resume_after_an_outage_past_the_delivery_timeout() -> None:
+    """Batches of the application's sequences expire unacknowledged (POSSIBLY_PERSISTED); the
+    broker stored the first of them (H(P) = 19) and not the second. The next batch is refused
+    OUT_OF_ORDER_SEQUENCE for 20: it fails alone, NOT_PERSISTED, and the producer goes on. The
+    application's resend of 10..39 is cut at the expired batches' ends, so the stored part is
+    a DUPLICATE and the rest continues after H(P)."""
+    seq = make(max_batch_records=10)
+    for s in range(10):
+        seq.add("t", 0, rec(s), 0.0, s)
+    [a] = seq.batches_to_send(0.0)
+    answer(seq, a, ProduceResult(Outcome.ACCEPTED, base_offset=0))
+    assert [type(e).__name__ for e in drain(seq)] == ["BatchDelivered"]
+    for s in range(10, 30):
+        seq.add("t", 0, rec(s), 1.0, s)
+    assert [b.base_sequence for b in seq.batches_to_send(1.0)] == [10, 20]
+    seq.handle_timeout(101.0)  # the broker stayed away: both expire unanswered
+    expired = drain(seq)
+    assert [(e.batch.base_sequence, type(e).__name__, getattr(e, "status", None)) for e in expired] == [
+        (10, "BatchFailed", DeliveryStatus.POSSIBLY_PERSISTED),
+        (20, "BatchFailed", DeliveryStatus.POSSIBLY_PERSISTED),
+    ]
+    for s in range(30, 40):
+        seq.add("t", 0, rec(s), 102.0, s)
+    [d] = seq.batches_to_send(102.0)
+    answer(seq, d, ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=20), now=102.0)
+    [refused] = drain(seq)
+    assert isinstance(refused, BatchFailed) and refused.status is DeliveryStatus.NOT_PERSISTED
+    assert isinstance(refused.error, SequenceDesyncError) and refused.error.expected_sequence == 20
+    assert seq.failure is None  # the producer goes on
+    _resend(seq, range(10, 40), 103.0)
+
+
+def _resend(seq: ProducerSequencer, sequences: range, now: float) -> None:
+    """Send ``sequences`` again in one call; answer as a strict broker holding up to 19 does."""
+    seq.add_many("t", 0, [rec(s) for s in sequences], now, sequences.start, "app")
+    sent = seq.batches_to_send(now)
+    assert [(b.base_sequence, len(b.records)) for b in sent] == [(10, 10), (20, 10), (30, 10)]
+    answer(seq, sent[0], ProduceResult(Outcome.DUPLICATE, base_offset=10), now=now)
+    answer(seq, sent[1], ProduceResult(Outcome.ACCEPTED, base_offset=20), now=now)
+    answer(seq, sent[2], ProduceResult(Outcome.ACCEPTED, base_offset=30), now=now)
+    events = drain(seq)
+    assert [(type(e).__name__, e.batch.base_sequence) for e in events] == [
+        ("BatchDelivered", 10),
+        ("BatchDelivered", 20),
+        ("BatchDelivered", 30),
+    ]
+    assert [e.duplicate for e in events if isinstance(e, BatchDelivered)] == [True, False, False]
+    assert seq.last_acknowledged("t", 0) == 39 and seq.failure is None
+    assert seq._partitions[TP].abandoned == []
+
+
+def test_strict_application_sequences_after_an_expiry_still_fail_the_producer_on_a_jump() -> None:
+    """The broker asking for a sequence no expired batch held is a real desync (a jump of the
+    application's, or data the producer never had): the producer fails as before."""
+    seq = make(max_batch_records=10)
+    for s in range(10, 20):
+        seq.add("t", 0, rec(s), 0.0, s)
+    seq.batches_to_send(0.0)
+    seq.handle_timeout(100.0)
+    drain(seq)
+    seq.add("t", 0, rec(50), 101.0, 50)
+    [jump] = seq.batches_to_send(101.0)
+    answer(seq, jump, ProduceResult(Outcome.OUT_OF_ORDER_SEQUENCE, expected_sequence=0), now=101.0)
+    assert isinstance(seq.failure, SequenceDesyncError)
+
+
+def test_strict_checker_outage_past_the_delivery_timeout_then_the_resend_stores_each_record_once() -> None:
+    """The same path against a real strict checker: the broker stores 10..19 but its answer
+    is lost, 20..29 never arrives, both expire. The next batch is refused alone; the
+    application sends every record not PERSISTED again with its sequence, and the log holds
+    0..39 once each, in order, with each record's last outcome PERSISTED."""
+    part = PolicyPartition(Policy.STRICT)
+    seq = make(max_batch_records=10)
+    ended: dict[int, object] = {}
+
+    def settle() -> None:
+        for event in drain(seq):
+            for i, record in enumerate(event.batch.records):
+                s = event.batch.base_sequence + i
+                ended[s] = "persisted" if isinstance(event, BatchDelivered) else event.status  # type: ignore[union-attr]
+                assert record.value == f"v{s}".encode()
+
+    seq.add_many("t", 0, [rec(s) for s in range(10)], 0.0, 0, "app")
+    [a] = seq.batches_to_send(0.0)
+    answer(seq, a, part.produce(a))
+    seq.add_many("t", 0, [rec(s) for s in range(10, 30)], 1.0, 10, "app")
+    b, _ = seq.batches_to_send(1.0)
+    part.produce(b)  # stored; the answer is lost, and the next batch never arrives
+    seq.handle_timeout(101.0)
+    seq.add_many("t", 0, [rec(s) for s in range(30, 40)], 102.0, 30, "app")
+    [d] = seq.batches_to_send(102.0)
+    answer(seq, d, part.produce(d), now=102.0)
+    settle()
+    assert seq.failure is None
+    assert {s: ended[s] for s in (10, 20, 30)} == {
+        10: DeliveryStatus.POSSIBLY_PERSISTED,
+        20: DeliveryStatus.POSSIBLY_PERSISTED,
+        30: DeliveryStatus.NOT_PERSISTED,
+    }
+    again = [s for s in range(40) if ended[s] != "persisted"]
+    assert again == list(range(10, 40))
+    seq.add_many("t", 0, [rec(s) for s in again], 103.0, again[0], "app")
+    for batch in seq.batches_to_send(103.0):
+        answer(seq, batch, part.produce(batch), now=103.0)
+    settle()
+    assert all(ended[s] == "persisted" for s in range(40)) and seq.failure is None
+    assert [s for s, _ in part.log] == list(range(40))
