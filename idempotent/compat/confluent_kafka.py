@@ -85,7 +85,12 @@ _NATIVE = "confluent_kafka"
 
 # ``import idempotent.compat.confluent_kafka.admin`` (and every other submodule) is the native one
 __path__: list[str] = []
-_shared.pass_through_submodules(__name__, _NATIVE, route_consumer_attribute)
+_shared.pass_through_submodules(
+    __name__,
+    _NATIVE,
+    route_consumer_attribute,
+    own={"aio": "idempotent.compat._kafka_aio", "aio.producer": "idempotent.compat._kafka_aio"},
+)
 
 
 def __getattr__(name: str) -> Any:
