@@ -39,7 +39,9 @@ async def run_producer(bootstrap, topic, run, batches):
     batch = 0
     try:
         while running and (batches is None or batch < batches):
-            futures = [await producer.produce(topic=topic, key=f"key{i}", value=f"{run}-{batch}-{i}") for i in range(100)]
+            futures = [
+                await producer.produce(topic=topic, key=f"key{i}", value=f"{run}-{batch}-{i}") for i in range(100)
+            ]
             await producer.flush()
             for msg in await asyncio.gather(*futures):
                 logger.info(f"Produced {msg.value().decode()} to: {msg.topic()} [{msg.partition()}] @ {msg.offset()}")

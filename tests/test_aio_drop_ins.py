@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from idempotent.compat.confluent_kafka.aio import AIOProducer
 
 import idempotent
 from idempotent.compat import _kafka_aio
 from idempotent.compat.confluent_kafka import KafkaException
-from idempotent.compat.confluent_kafka.aio import AIOProducer
 from idempotent.compat.pulsar.asyncio import Client, PulsarException
 
 from .test_examples import _example, _finish
@@ -124,7 +124,7 @@ def test_pulsar_asyncio_send_identity_and_errors(tmp_path: Path) -> None:
         with pytest.raises(PulsarException) as caught:
             await asyncio.gather(*[full.send(b"x") for _ in range(50)])
         assert caught.value.error().name == "ProducerQueueIsFull"
-        with pytest.raises(Exception, match="(?i)delay"):
+        with pytest.raises(Exception, match=r"(?i)delay"):
             await producer.send(b"x", deliver_after=datetime.timedelta(seconds=1))
         pid = producer.producer.producer.producer_id
         await producer.close()

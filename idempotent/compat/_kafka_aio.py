@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import logging
 import threading
@@ -135,6 +136,13 @@ class AIOProducer:
         if self._woken is not None:
             self._woken.set()
 
+    async def _woken_or(self, remaining: float | None) -> None:
+        """Wait until reports are served on the loop, ``remaining`` seconds or 0.2 s (so that
+        records queued while connecting are expired by the next poll) at most."""
+        self._woken = woken = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woken.wait(), 0.2 if remaining is None else min(remaining, 0.2))
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> AIOProducer:
@@ -195,7 +203,7 @@ class AIOProducer:
         delay = 0.001
         while True:
             try:
-                producer.produce(topic, value, key, *args, on_delivery=future, **kwargs)
+                producer.produce(topic, value, key, *args, on_delivery=future, **kwargs)  # type: ignore[misc]
                 return future
             except BufferError:
                 now = time.monotonic()
@@ -216,14 +224,10 @@ class AIOProducer:
             return served
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         while True:
-            self._woken = asyncio.Event()
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return 0
-            try:
-                await asyncio.wait_for(self._woken.wait(), 0.2 if remaining is None else min(remaining, 0.2))
-            except TimeoutError:
-                pass
+            await self._woken_or(remaining)
             served = int(self._producer.poll(0))
             if served:
                 return served
@@ -251,11 +255,7 @@ class AIOProducer:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return waiting
-                self._woken = asyncio.Event()
-                try:
-                    await asyncio.wait_for(self._woken.wait(), 0.2 if remaining is None else min(remaining, 0.2))
-                except TimeoutError:
-                    pass
+                await self._woken_or(remaining)
         finally:
             if inner is not None:
                 inner._end_flush()
