@@ -17,7 +17,7 @@ import pytest
 from idempotent.compat.confluent_kafka.aio import AIOProducer
 
 import idempotent
-from idempotent.compat import _kafka_aio
+from idempotent.compat import _shared
 from idempotent.compat.confluent_kafka import KafkaException
 from idempotent.compat.pulsar.asyncio import Client, PulsarException
 
@@ -102,7 +102,7 @@ def test_aio_poll_serves_reports_on_the_loop(tmp_path: Path) -> None:
 
 
 def test_passed_through_async_serializing_producer_warns_once(caplog: pytest.LogCaptureFixture) -> None:
-    _kafka_aio._WARNED.discard("confluent_kafka.aio.AsyncSerializingProducer")
+    _shared._WARNED.discard("confluent_kafka.aio.AsyncSerializingProducer")
     from idempotent.compat.confluent_kafka import aio
 
     with caplog.at_level(logging.WARNING, "idempotent.compat.confluent_kafka"):
@@ -111,6 +111,19 @@ def test_passed_through_async_serializing_producer_warns_once(caplog: pytest.Log
         assert aio.AIOConsumer is not None  # consumers pass through silently
     warned = [r for r in caplog.records if "not stored exactly once" in r.getMessage()]
     assert len(warned) == 1 and warned[0].levelno == logging.WARNING
+
+
+def test_native_producers_reached_through_submodules_warn_once(caplog: pytest.LogCaptureFixture) -> None:
+    _shared._WARNED.discard("confluent_kafka.serializing_producer.SerializingProducer")
+    with caplog.at_level(logging.WARNING, "idempotent.compat.confluent_kafka"):
+        from idempotent.compat.confluent_kafka.serializing_producer import SerializingProducer
+
+        assert SerializingProducer is not None
+        from idempotent.compat.confluent_kafka import Producer
+
+        assert Producer.__module__.startswith("idempotent")  # the drop-in's own: no warning
+    warned = [r for r in caplog.records if "not stored exactly once" in r.getMessage()]
+    assert len(warned) == 1 and "serializing_producer.SerializingProducer" in warned[0].getMessage()
 
 
 def test_pulsar_asyncio_send_identity_and_errors(tmp_path: Path) -> None:

@@ -39,7 +39,6 @@ from ._kafka_producer import Producer
 
 _LOG = logging.getLogger("idempotent.compat.confluent_kafka")
 _NATIVE = "confluent_kafka.aio"
-_WARNED: set[str] = set()
 
 
 class _Delivery(asyncio.Future):  # type: ignore[type-arg]
@@ -300,18 +299,6 @@ class AIOProducer:
         return await self._loop.run_in_executor(self.executor, lambda: blocking(*args, **kwargs))
 
 
-def warn_passed_through(name: str, what: str) -> None:
-    """A WARNING, once per process, that a passed-through producer class gives no exactly-once."""
-    if name not in _WARNED:
-        _WARNED.add(name)
-        _LOG.warning(
-            "%s is %s's own class, passed through: the records it sends are not stored exactly once "
-            "(docs/migration.md, 'Passed through')",
-            name,
-            what,
-        )
-
-
 def __getattr__(name: str) -> Any:
     """The rest of confluent-kafka's ``aio`` (``AIOConsumer``, ...), passed through."""
     if name.startswith("__"):
@@ -321,7 +308,7 @@ def __getattr__(name: str) -> Any:
         raise _shared.missing_native("confluent_kafka", f"confluent_kafka.aio.{name} (passed through)")
     value = getattr(module, name)
     if name == "AsyncSerializingProducer":
-        warn_passed_through("confluent_kafka.aio.AsyncSerializingProducer", "confluent-kafka")
+        _shared.warn_passed_through(_LOG.name, "confluent_kafka.aio.AsyncSerializingProducer", "confluent-kafka")
     return clientlogs.route_kafka_attribute(value)
 
 

@@ -69,6 +69,28 @@ def release(url: str, options: Mapping[str, Any] | None = None) -> None:
     broker.close()
 
 
+# -- passed-through producers -------------------------------------------------------------------
+
+_WARNED: set[str] = set()
+
+
+def warn_passed_through(logger: str, name: str, package: str) -> None:
+    """A WARNING on ``logger``, once per process, that ``name`` is a native producer class
+    passed through, which gives no exactly-once (docs/migration.md lists them)."""
+    import logging
+
+    with _LOCK:
+        if name in _WARNED:
+            return
+        _WARNED.add(name)
+    logging.getLogger(logger).warning(
+        "%s is %s's own producer, passed through: the records it sends are not stored exactly once "
+        "(docs/migration.md, 'Passed through: no exactly-once')",
+        name,
+        package,
+    )
+
+
 # -- the rest of the native modules ------------------------------------------------------------
 
 #: the extra of this project that installs each native module

@@ -26,9 +26,10 @@ the message's :class:`MessageStatus` (persisted, not persisted, possibly persist
 
 Extensions: ``produce(..., sequence=N)`` and ``Producer.last_sequence(topic, partition)`` (a
 restarted application's resends are recognised as duplicates, as PIP-6's sequence ids are),
-``msg.status()``, ``msg.sequence()``, ``msg.duplicate()``. Every other name of confluent-kafka
-(``Consumer``, ``AdminClient``, ``TopicPartition``, the submodules ...) is passed through from
-the installed module; ``KafkaException`` is confluent-kafka's own class. See
+``msg.status()``, ``msg.sequence()``, ``msg.duplicate()``. ``aio.AIOProducer`` is the drop-in's
+asyncio producer (``_kafka_aio``). Every other name of confluent-kafka (``Consumer``,
+``AdminClient``, ``TopicPartition``, the other submodules ...) is passed through from the
+installed module; ``KafkaException`` is confluent-kafka's own class. See
 ``docs/migration.md`` for every setting and method.
 
 The implementation lives in ``_kafka_config`` (settings), ``_kafka_errors``, ``_kafka_message``,
