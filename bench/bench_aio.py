@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import save_run  # noqa: E402
+from _results import save_run
 
 
 async def _one(factory: Any, bootstrap: str, records: int) -> float:
@@ -46,7 +46,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     from confluent_kafka.aio import AIOProducer as Native
-
     from idempotent.compat.confluent_kafka.aio import AIOProducer as DropIn
 
     load_before = os.getloadavg()
