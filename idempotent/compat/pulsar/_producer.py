@@ -330,10 +330,6 @@ class Producer:
                 return None
             except QueueFullError as exc:
                 if not self._block:
-                    if sequence_id is None and self._next is not None:
-                        with self._lock:  # the refused message does not use up its number
-                            if self._next.get(partition) == sequence + 1:  # type: ignore[operator]
-                                self._next[partition] = sequence  # type: ignore[assignment]
                     raise ProducerQueueIsFull(
                         f"{self._max_pending} messages are pending (max_pending_messages)"
                     ) from exc
