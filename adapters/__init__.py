@@ -22,18 +22,18 @@ URL_FORMS = (
 )
 #: Plain (not idempotent) topics, read by ``idempotent mirror`` and ``idempotent tail``.
 NATIVE_URL_FORMS = ("kafka+native://host:port", "pulsar+native://host:port[?admin_url=...]")
-#: Network schemes whose adapters take ``connect_timeout`` (see :mod:`adapters._reach`).
+#: Network schemes whose adapters take ``connect_timeout`` (see :mod:`idempotent.adapters.reach`).
 NETWORK_SCHEMES = ("kafka", "pulsar", "pulsar+ssl", "http", "https")
 
 SCHEMES = {
-    "memory": ("adapters.memory", "MemoryBackend", None),
-    "sqlite": ("adapters.sqlite", "SQLiteBackend", None),
-    "kafka": ("adapters.kafka", "KafkaBackend", "kafka"),
-    "pulsar": ("adapters.pulsar", "PulsarBackend", "pulsar"),
+    "memory": ("idempotent.adapters.memory", "MemoryBackend", None),
+    "sqlite": ("idempotent.adapters.sqlite.backend", "SQLiteBackend", None),
+    "kafka": ("idempotent.adapters.kafka.backend", "KafkaBackend", "kafka"),
+    "pulsar": ("idempotent.adapters.pulsar.backend", "PulsarBackend", "pulsar"),
     # Pulsar's other service URLs, as pulsar-client takes them: TLS, and lookups over HTTP(S)
-    "pulsar+ssl": ("adapters.pulsar", "PulsarBackend", "pulsar"),
-    "http": ("adapters.pulsar", "PulsarBackend", "pulsar"),
-    "https": ("adapters.pulsar", "PulsarBackend", "pulsar"),
+    "pulsar+ssl": ("idempotent.adapters.pulsar.backend", "PulsarBackend", "pulsar"),
+    "http": ("idempotent.adapters.pulsar.backend", "PulsarBackend", "pulsar"),
+    "https": ("idempotent.adapters.pulsar.backend", "PulsarBackend", "pulsar"),
 }
 
 

@@ -24,15 +24,15 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from adapters._metadata import MetadataDelegate
-from idempotent._future import LightFuture
-from idempotent._ownership import Lease, supersedes
-from idempotent._records import Snapshot, StoredBatch, StoredRecord
-from idempotent._registry import ProducerRecord, merge_record
-from idempotent._sequence import sequence_at
-from idempotent._types import NO_PRODUCER_ID, Epoch, Sequence
+from idempotent.adapters.metadata import MetadataDelegate
 from idempotent.backend import AppendBatch
+from idempotent.core.ownership import Lease, supersedes
+from idempotent.core.records import Snapshot, StoredBatch, StoredRecord
+from idempotent.core.registry import ProducerRecord, merge_record
+from idempotent.core.sequence import sequence_at
+from idempotent.core.types import NO_PRODUCER_ID, Epoch, Sequence
 from idempotent.errors import BackendUnavailableError, InvalidTopicError
+from idempotent.runtime.future import LightFuture
 
 
 @attrs.define

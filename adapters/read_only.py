@@ -6,11 +6,11 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from typing import NoReturn
 
-from idempotent._ownership import Lease
-from idempotent._records import Snapshot, StoredBatch, StoredRecord
-from idempotent._registry import ProducerRecord
 from idempotent.backend import AppendBatch, LogBackend
-from idempotent.broker import Broker, BrokerConfig
+from idempotent.broker.broker import Broker, BrokerConfig
+from idempotent.core.ownership import Lease
+from idempotent.core.records import Snapshot, StoredBatch, StoredRecord
+from idempotent.core.registry import ProducerRecord
 from idempotent.errors import ConfigError, UsageError
 
 
@@ -115,13 +115,13 @@ def open_read_only_broker(url: str, **options: object) -> Broker:
     """
     from urllib.parse import urlsplit
 
-    from adapters import open_backend
+    from idempotent.adapters import open_backend
 
     scheme = urlsplit(url).scheme
     if scheme == "sqlite":
         import os
 
-        from adapters.sqlite import parse_sqlite_url
+        from idempotent.adapters.sqlite.backend import parse_sqlite_url
 
         path, _ = parse_sqlite_url(url)
         if not os.path.exists(path):

@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from idempotent._checker import CheckerConfig, PartitionChecker, make_header
+from idempotent.core.checker import CheckerConfig, PartitionChecker, make_header
 
 
 def _rss() -> int:
@@ -94,7 +94,7 @@ def decisions_per_second(producers: int = 1000, laps: int = 200, records: int = 
 
 def snapshot_times(producers: int, repeats: int) -> dict[str, float]:
     """Median seconds of the pure encode/decode and of the sqlite:// store/load around them."""
-    from adapters.sqlite import SQLiteBackend
+    from idempotent.adapters.sqlite.backend import SQLiteBackend
 
     checker = tracked(producers)
     encode, decode, write, read, size = [], [], [], [], 0

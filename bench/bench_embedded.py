@@ -69,8 +69,8 @@ def run_executemany(path: str, size: int, records: int, wide: bool) -> tuple[flo
             "PRIMARY KEY (topic, partition, offset)) WITHOUT ROWID"
         )
     else:
-        from adapters._sqlite_rows import ENTRIES_SCHEMA, OFFSET_BITS
-        from adapters.sqlite import _SCHEMA
+        from idempotent.adapters.sqlite.backend import _SCHEMA
+        from idempotent.adapters.sqlite.rows import ENTRIES_SCHEMA, OFFSET_BITS
 
         db.executescript(_SCHEMA)
         db.execute(ENTRIES_SCHEMA)

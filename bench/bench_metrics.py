@@ -1,7 +1,7 @@
 """Cost of the Prometheus metrics on the produce path: records/s with and without them.
 
 The same workload (one Producer, N records of 100 bytes, default batching) runs against a
-fresh broker with and without :class:`idempotent.metrics.BrokerMetrics` observing it, in
+fresh broker with and without :class:`idempotent.broker.metrics.BrokerMetrics` observing it, in
 rotating order, ``--repeats`` times per variant; the table shows medians.
 
     python bench/bench_metrics.py                       # memory:// and sqlite://, 200 000 records
@@ -21,9 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import idempotent
-from adapters import open_backend
-from idempotent.broker import Broker, BrokerConfig
-from idempotent.metrics import BrokerMetrics
+from idempotent.adapters import open_backend
+from idempotent.broker.broker import Broker, BrokerConfig
+from idempotent.broker.metrics import BrokerMetrics
 
 
 def run_once(url: str, records: int, with_metrics: bool) -> float:

@@ -5,7 +5,7 @@ On the shared (or a started) Kafka, in one run:
 * ``command``: ``idempotent mirror --from kafka+native://... --to kafka://...`` in a process of
   its own, as MirrorMaker 2 runs (timed from its progress lines, every 50 ms);
 * ``idempotent``: ``Mirror("kafka+native://...", "kafka://...").run()`` in this process (the
-  API; the command also runs with the collector's thresholds raised, see ``idempotent._gc``);
+  API; the command also runs with the collector's thresholds raised, see ``idempotent.runtime.collector``);
 * ``loop``: a plain confluent-kafka consume -> produce loop (assigned partitions, acks=all,
   no idempotence): the at-least-once baseline;
 * ``mm2``: MirrorMaker 2 (``org.apache.kafka.connect.mirror.MirrorMaker``, dedicated mode,

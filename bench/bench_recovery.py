@@ -50,7 +50,7 @@ from typing import Any
 
 import idempotent
 from idempotent import Broker, BrokerConfig
-from idempotent.observer import BrokerObserver
+from idempotent.broker.observer import BrokerObserver
 from idempotent.testing import services
 
 PHASES = ("lease_wait", "fencing", "snapshot", "replay", "apply")
@@ -101,7 +101,7 @@ class _Recovered(BrokerObserver):
 
 
 def timed_broker(url: str, report: Any, config: BrokerConfig | None = None) -> Broker:
-    from adapters import open_backend
+    from idempotent.adapters import open_backend
 
     backend = TimedBackend(open_backend(url), report)
     broker = Broker(backend, config)
@@ -127,7 +127,7 @@ def child_writer(url: str, topic: str, name: str, size: int) -> None:
 
 def child_server(url: str, port: int, broker_id: str | None, lease: float) -> None:
     """A broker server whose recoveries are reported as JSON lines on stdout."""
-    from idempotent.server import BrokerServer
+    from idempotent.net.server import BrokerServer
 
     def report(phases: dict[str, float]) -> None:
         print(json.dumps(phases), flush=True)

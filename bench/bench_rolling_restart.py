@@ -3,7 +3,7 @@ and how many records per second get through, against the native client.
 
 The same workload for each variant: records of ``--size`` bytes (100 B), sent at a fixed
 offered rate (``--rate``, 5,000 records/s; 0 is full speed) round robin over the 6 partitions
-of a fresh RF-3 topic, on the ``kafka-cluster`` service of ``idempotent.testing.kafka_cluster``
+of a fresh RF-3 topic, on the ``kafka-cluster`` service of ``idempotent.testing.services.kafka_cluster``
 (3 KRaft nodes, ``min.insync.replicas=2``), with a delivery callback per record:
 
 * ``native``: confluent-kafka with ``enable.idempotence=true`` (``acks=all``, linger 5 ms);
@@ -78,7 +78,7 @@ from typing import Any
 
 from _results import save_run
 
-from idempotent.testing import kafka_cluster
+from idempotent.testing.services import kafka_cluster
 
 VARIANTS = ("native", "producer", "drop-in")
 PARTITIONS = 6

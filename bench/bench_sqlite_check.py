@@ -27,7 +27,7 @@ from pathlib import Path
 
 _RUN = """
 import json, os, sys, time
-from adapters.sqlite import SQLiteBackend
+from idempotent.adapters.sqlite.backend import SQLiteBackend
 
 path, mode, cold = sys.argv[1], sys.argv[2], sys.argv[3] == "cold"
 if cold:

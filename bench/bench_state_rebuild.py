@@ -14,7 +14,7 @@ named producer writes once more at the end. Its restart then reads the partition
   to the end, the same bytes;
 * **current**: the state as stored (the usual restart): the replay after it reads nothing.
 
-Each is timed as ``adapters.kafka_direct.load_states``: the part of a restart that recovers the
+Each is timed as ``idempotent.adapters.kafka.producer_log.load_states``: the part of a restart that recovers the
 state (the opening of its writer, which fences the older instances, is not counted; nor is the
 storing of the rebuilt state), on a fresh backend each time, median of ``--repeats``; the rate
 is the data read per second, and the seconds per GB scale it to 1 GB.
@@ -41,8 +41,8 @@ from _results import save_run
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 import idempotent
-from adapters.kafka import KafkaBackend
-from adapters.kafka_direct import STATE_TOPIC, load_states, state_key, state_partition
+from idempotent.adapters.kafka.backend import KafkaBackend
+from idempotent.adapters.kafka.producer_log import STATE_TOPIC, load_states, state_key, state_partition
 from idempotent.testing import services
 
 

@@ -13,14 +13,16 @@ SQLite (embedded default), Kafka and Pulsar serve as the durable log underneath.
 
 import typing as _typing
 
-from ._connect import connect
-from ._outcomes import DeliveryStatus, Outcome, ProduceResult, RecordMetadata
-from ._records import Record, StoredRecord
-from ._request import ProduceRequest
-from ._types import TopicPartition
-from ._values import PartitionStats, ProducerSession
+from idempotent.connection import connect
+from idempotent.core.outcomes import DeliveryStatus, Outcome, ProduceResult, RecordMetadata
+from idempotent.core.records import Record, StoredRecord
+from idempotent.core.request import ProduceRequest
+from idempotent.core.types import TopicPartition
+from idempotent.core.values import PartitionStats, ProducerSession
+from idempotent.producer.delivery import DeliveryFuture
+from idempotent.producer.producer import Deliveries, Producer, SendManyFuture
+
 from .api import BrokerAPI
-from .delivery import DeliveryFuture
 from .errors import (
     BackendUnavailableError,
     BrokerError,
@@ -44,32 +46,31 @@ from .errors import (
     UnknownProducerError,
     UsageError,
 )
-from .producer import Deliveries, Producer, SendManyFuture
 
 if _typing.TYPE_CHECKING:
-    from ._checker import CheckerConfig, Policy
-    from ._ownership import Lease
-    from .aio import AsyncProducer
-    from .broker import Broker, BrokerConfig
-    from .dedup import DuplicateFilter, DuplicateVerdict
-    from .reader import Message, MessageId, Reader
-    from .state import SqliteCheckpoint
+    from idempotent.broker.broker import Broker, BrokerConfig
+    from idempotent.consumer.dedup import DuplicateFilter, DuplicateVerdict
+    from idempotent.consumer.reader import Message, MessageId, Reader
+    from idempotent.consumer.state import SqliteCheckpoint
+    from idempotent.core.checker import CheckerConfig, Policy
+    from idempotent.core.ownership import Lease
+    from idempotent.producer.aio import AsyncProducer
 
 #: public names imported on first use, each with its module: a producer needs none of them,
 #: and they bring asyncio, the in-process broker and its checker, the reader and SQLite state
 _LAZY = {
-    "AsyncProducer": "aio",
-    "Broker": "broker",
-    "BrokerConfig": "broker",
-    "CheckerConfig": "_checker",
-    "DuplicateFilter": "dedup",
-    "DuplicateVerdict": "dedup",
-    "Lease": "_ownership",
-    "Message": "reader",
-    "MessageId": "reader",
-    "Policy": "_checker",
-    "Reader": "reader",
-    "SqliteCheckpoint": "state",
+    "AsyncProducer": "producer.aio",
+    "Broker": "broker.broker",
+    "BrokerConfig": "broker.broker",
+    "CheckerConfig": "core.checker",
+    "DuplicateFilter": "consumer.dedup",
+    "DuplicateVerdict": "consumer.dedup",
+    "Lease": "core.ownership",
+    "Message": "consumer.reader",
+    "MessageId": "consumer.reader",
+    "Policy": "core.checker",
+    "Reader": "consumer.reader",
+    "SqliteCheckpoint": "consumer.state",
 }
 
 

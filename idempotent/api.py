@@ -1,11 +1,11 @@
 """The broker surface that producers, readers and tools use, wherever the broker runs.
 
-:class:`~idempotent.broker.Broker` (in-process, over a backend URL) implements it, and so
+:class:`~idempotent.broker.broker.Broker` (in-process, over a backend URL) implements it, and so
 does the network client that ``idempotent.connect("idem://host:port")`` returns. Code that
 only needs this surface (``Producer``, ``Reader``, the drop-in modules, the admin CLI) works
 unchanged against either.
 
-A batch enters the surface as one :class:`~idempotent._request.ProduceRequest`, validated
+A batch enters the surface as one :class:`~idempotent.core.request.ProduceRequest`, validated
 where it was made (``submit_request``, ``submit_requests``). The loose-argument conveniences
 ``produce`` and ``submit_produce`` are not part of it: the handles of this project offer them
 through :class:`ProduceShortcuts` (defined next to ``ProduceRequest``, re-exported here), and
@@ -18,13 +18,13 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ._request import ProduceRequest, ProduceShortcuts
+from idempotent.core.request import ProduceRequest, ProduceShortcuts
 
 if TYPE_CHECKING:
-    from ._checker import Policy
-    from ._outcomes import ProduceResult
-    from ._records import StoredRecord
-    from ._values import PartitionStats, ProducerSession
+    from idempotent.core.checker import Policy
+    from idempotent.core.outcomes import ProduceResult
+    from idempotent.core.records import StoredRecord
+    from idempotent.core.values import PartitionStats, ProducerSession
 
 
 # runtime_checkable: Producer, Reader and the drop-ins take "a URL or an open broker" and

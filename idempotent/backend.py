@@ -9,7 +9,7 @@
 :class:`LogBackend` is both in one object, which is what ``adapters.open_backend`` returns and
 what the broker takes. Each half is implemented on its own: Kafka and Pulsar keep the
 metadata in a compacted log of their own, folded by the one store both share
-(``adapters/_metadata.py``: each gives it only "append a keyed record" and "read keyed records
+(``adapters/metadata.py``: each gives it only "append a keyed record" and "read keyed records
 from a position"); memory keeps it in its store and SQLite in its file (in the same
 transactions as the log). ``idempotent.testing.conformance`` checks both halves on every
 backend.
@@ -31,10 +31,10 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from ._checker import CheckerConfig
-from ._ownership import Lease
-from ._records import BatchHeader, Record, Snapshot, StoredBatch, StoredRecord
-from ._registry import ProducerRecord
+from idempotent.core.checker import CheckerConfig
+from idempotent.core.ownership import Lease
+from idempotent.core.records import BatchHeader, Record, Snapshot, StoredBatch, StoredRecord
+from idempotent.core.registry import ProducerRecord
 
 
 @attrs.frozen
@@ -180,8 +180,8 @@ class MetadataStore(Protocol):
     """The metadata half of a backend: what the brokers over one store share besides the log.
 
     Producer-id blocks never overlap (also between brokers allocating at once); producer
-    records fold with :func:`idempotent._registry.merge_record` (a stale copy never undoes a
-    newer epoch); a lease proposal is a compare-and-set (:func:`idempotent._ownership.supersedes`);
+    records fold with :func:`idempotent.core.registry.merge_record` (a stale copy never undoes a
+    newer epoch); a lease proposal is a compare-and-set (:func:`idempotent.core.ownership.supersedes`);
     every read sees what other brokers and processes stored before it (``load_*`` and
     ``list_topics`` read the store again). Writes are durable before they return.
 
@@ -222,13 +222,13 @@ class MetadataStore(Protocol):
         ...
 
     def load_leases(self) -> list[Lease]:
-        """Every stored partition ownership record (see :mod:`idempotent._ownership`), as of
+        """Every stored partition ownership record (see :mod:`idempotent.core.ownership`), as of
         now: records stored by other brokers since the last call are included."""
         ...
 
     def propose_leases(self, proposals: Sequence[Lease]) -> list[Lease | None]:
         """Store ownership proposals, atomically each: a proposal replaces the partition's
-        record only when :func:`idempotent._ownership.supersedes` says so, judged against the
+        record only when :func:`idempotent.core.ownership.supersedes` says so, judged against the
         record stored just before it in the backend's own order (a compare-and-set).
 
         Returns:
@@ -263,8 +263,8 @@ class LogBackend(PartitionLog, MetadataStore, Protocol):
 
 class ProducerLog(Protocol):
     """One producer's own writer into a shared log (producer-scoped ownership; see
-    :class:`idempotent.direct.DirectBroker`): Kafka (``adapters.kafka_direct``) and Pulsar
-    (``adapters.pulsar_direct``). Opening it fences the producer's earlier instances. Not
+    :class:`idempotent.broker.direct.DirectBroker`): Kafka (``idempotent.adapters.kafka.producer_log``) and Pulsar
+    (``idempotent.adapters.pulsar.producer_log``). Opening it fences the producer's earlier instances. Not
     thread-safe: the producer's sender thread is its only user."""
 
     #: the largest batch (as ``Record.size`` counts) and record count it takes

@@ -81,7 +81,7 @@ from typing import ClassVar
 
 import attrs
 
-from ._outcomes import DeliveryStatus
+from idempotent.core.outcomes import DeliveryStatus
 
 
 class Recovery(enum.Enum):
@@ -302,7 +302,7 @@ class InternalError(ProducerError):
 class IllegalStateTransition(InternalError):
     """A core state machine was asked for a move its transition table does not allow (for
     example an outgoing batch sent twice without an answer between, see
-    :mod:`idempotent._transitions`). A bug in the caller: raised where the move was asked
+    :mod:`idempotent.core.transitions`). A bug in the caller: raised where the move was asked
     for, before anything changed; the object is left in the state it was in, but whatever
     asked for the move is in doubt, so treat it as FATAL."""
 

@@ -11,9 +11,9 @@ import attrs
 import pytest
 
 import idempotent
-from adapters import open_backend
-from adapters.memory import reset_store
-from idempotent.broker import Broker, BrokerConfig
+from idempotent.adapters import open_backend
+from idempotent.adapters.memory import reset_store
+from idempotent.broker.broker import Broker, BrokerConfig
 from idempotent.testing.faults import FaultyBroker, LinkFaults
 
 
@@ -65,7 +65,8 @@ class ServiceHarness:
 
 def _session_service(name: str) -> Iterator[object]:
     """Start a real broker for the session; leave one that someone started by hand running."""
-    from idempotent.testing import kafka_cluster, services
+    from idempotent.testing import services
+    from idempotent.testing.services import kafka_cluster
 
     if name == kafka_cluster.NAME:
         status, up, down = kafka_cluster.status, kafka_cluster.up, kafka_cluster.down
@@ -87,7 +88,7 @@ def kafka_service() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def kafka_cluster_service() -> Iterator[object]:
     """A real 3-node replicated Kafka cluster (KRaft, RF 3, min ISR 2), started by the project
-    itself: an ``idempotent.testing.kafka_cluster.ClusterInfo``. A test that injects faults
+    itself: an ``idempotent.testing.services.kafka_cluster.ClusterInfo``. A test that injects faults
     (``kafka_cluster.kill9``, ``pause``, ...) calls ``kafka_cluster.heal()`` when it ends."""
     yield from _session_service("kafka-cluster")
 

@@ -8,10 +8,10 @@ import uuid
 import pytest
 
 import idempotent
-from adapters import SCHEMES
-from idempotent._connect import ConnectOptions, ProducerConnectOptions
-from idempotent.client import ClusterBroker, RemoteBroker
-from idempotent.direct import DirectBroker
+from idempotent.adapters import SCHEMES
+from idempotent.broker.direct import DirectBroker
+from idempotent.connection import ConnectOptions, ProducerConnectOptions
+from idempotent.net.client import ClusterBroker, RemoteBroker
 
 
 def _keyword_options(cls: type) -> set[str]:

@@ -7,8 +7,8 @@ import pickle
 import attrs
 import pytest
 
-import adapters.kafka
-import adapters.pulsar  # noqa: F401
+import idempotent.adapters.kafka.backend
+import idempotent.adapters.pulsar.backend  # noqa: F401
 import idempotent.errors as errors
 from idempotent import DeliveryStatus
 

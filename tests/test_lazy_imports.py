@@ -15,16 +15,16 @@ import pytest
 
 #: modules a producer's start does not need, and that importing these does not load
 NOT_AT_IMPORT = (
-    "idempotent.aio",
+    "idempotent.producer.aio",
     "idempotent.broker",
-    "idempotent.reader",
-    "idempotent.state",
-    "idempotent.dedup",
-    "idempotent.direct",
-    "idempotent.server",
+    "idempotent.consumer.reader",
+    "idempotent.consumer.state",
+    "idempotent.consumer.dedup",
+    "idempotent.broker.direct",
+    "idempotent.net.server",
     "idempotent.mirror",
     "idempotent.cli",
-    "idempotent.metrics",
+    "idempotent.broker.metrics",
     "tenacity",
     "prometheus_client",
     "tqdm",
@@ -43,12 +43,12 @@ def _loaded_after(statement: str) -> set[str]:
         ("import idempotent; idempotent.Producer; idempotent.connect", ()),
         ("from idempotent.compat.confluent_kafka import Producer", ()),
         # the pulsar drop-in's message ids and readers are the reader's, its client opens the direct broker
-        ("from idempotent.compat.pulsar import Client", ("idempotent.reader", "idempotent.direct")),
+        ("from idempotent.compat.pulsar import Client", ("idempotent.consumer.reader", "idempotent.broker.direct")),
     ],
 )
 def test_import_leaves_out_what_a_producer_does_not_use(statement: str, used: tuple[str, ...]) -> None:
     loaded = _loaded_after(statement)
-    assert "idempotent.producer" in loaded
+    assert "idempotent.producer.producer" in loaded
     assert sorted(name for name in NOT_AT_IMPORT if name in loaded and name not in used) == []
 
 
@@ -62,11 +62,11 @@ def test_import_of_the_package_loads_neither_asyncio_nor_ssl() -> None:
 @pytest.mark.parametrize(
     ("name", "module"),
     [
-        ("AsyncProducer", "idempotent.aio"),
+        ("AsyncProducer", "idempotent.producer.aio"),
         ("Broker", "idempotent.broker"),
-        ("Reader", "idempotent.reader"),
-        ("SqliteCheckpoint", "idempotent.state"),
-        ("DuplicateFilter", "idempotent.dedup"),
+        ("Reader", "idempotent.consumer.reader"),
+        ("SqliteCheckpoint", "idempotent.consumer.state"),
+        ("DuplicateFilter", "idempotent.consumer.dedup"),
     ],
 )
 def test_lazy_names_load_their_module_on_first_use(name: str, module: str) -> None:

@@ -26,7 +26,7 @@ FOREIGN = {
     "idempotent/cli/": "argparse's ArgumentTypeError, and CliError, which cli.main turns into exit status 2",
     "idempotent/testing/": "test harnesses and the services tests start: their failures end a test",
     "idempotent/compare/": "the comparison harness (idempotent compare): its failures end a comparison run",
-    "idempotent/_future.py": "a concurrent.futures.Future: InvalidStateError, RuntimeError, as the standard one",
+    "idempotent/runtime/future.py": "a concurrent.futures.Future: InvalidStateError, RuntimeError, as the standard one",
 }
 #: builtin exceptions that Python's own protocols require, anywhere
 PROTOCOL = {

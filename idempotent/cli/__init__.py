@@ -42,7 +42,7 @@ reporting). A command that parses its own arguments is also listed in :data:`RAW
 Every command takes every broker URL (``sqlite:///``, ``memory://``, ``kafka://``,
 ``pulsar://``, ``idem://``, ``idems://``; ``tail`` and ``mirror`` also ``kafka+native://`` and
 ``pulsar+native://``) and every spelling of a topic
-(:mod:`idempotent._topics`). ``tail`` and ``stats`` never write to the log: on a backend URL
+(:mod:`idempotent.core.topics`). ``tail`` and ``stats`` never write to the log: on a backend URL
 they open the backend read-only (no topic is created, no snapshot or producer record is
 stored), so they may run next to a writer; on a broker server URL they ask the server. So do
 ``admin stats`` and ``admin describe-producers``.
@@ -60,8 +60,9 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
+from idempotent.runtime.collector import fewer_collections
+
 from .. import __version__
-from .._gc import fewer_collections
 from ..errors import DeliveryFailed, ProducerError, UsageError
 from . import admin, broker, check, compare, mirror, produce, services, stats, tail, token, topics
 from .common import CliError, Parser, command_logging, err, exit_code, open_read_only
@@ -123,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         handler: Callable[[argparse.Namespace], int] = args.handler
         verbosity = max(args.verbose, getattr(args, "default_verbosity", 0))
-        # the commands write and read in bulk: see idempotent._gc
+        # the commands write and read in bulk: see idempotent.runtime.collector
         with command_logging(verbosity), fewer_collections():
             return handler(args)
     except SystemExit as exc:  # argparse (--help, --version, errors) and delegated commands

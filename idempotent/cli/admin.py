@@ -17,10 +17,11 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from .._topics import canonical_namespace, canonical_topic
-from .._values import PartitionStats
+from idempotent.broker.broker import BrokerConfig, validate_topic
+from idempotent.core.topics import canonical_namespace, canonical_topic
+from idempotent.core.values import PartitionStats
+
 from ..api import BrokerAPI
-from ..broker import BrokerConfig, validate_topic
 from ..errors import InvalidTopicError
 from .common import (
     SERVER_SCHEMES,
@@ -63,10 +64,10 @@ def parse_admin_target(text: str | None) -> AdminTarget:
 
     A topic's namespace is the part of its name before its last ``/`` (``tenant/ns/orders``
     is in namespace ``tenant/ns``, ``orders`` in the root namespace ``""``), as
-    :func:`idempotent._types.namespace_of` defines. So ``tenant/ns/`` names the namespace
+    :func:`idempotent.core.types.namespace_of` defines. So ``tenant/ns/`` names the namespace
     ``tenant/ns``, ``/`` the root namespace, anything else a topic; None is the broker-wide
-    default. Names follow :func:`idempotent._topics.canonical_topic` and
-    :func:`~idempotent._topics.canonical_namespace`: ``persistent://public/default/orders``
+    default. Names follow :func:`idempotent.core.topics.canonical_topic` and
+    :func:`~idempotent.core.topics.canonical_namespace`: ``persistent://public/default/orders``
     is the topic ``orders``, ``public/default/`` the root namespace.
 
     Raises:
@@ -186,7 +187,7 @@ def admin_url(args: argparse.Namespace) -> str:
 def _require_database(url: str) -> None:
     """Refuse a ``sqlite://`` URL whose file does not exist (opening it would create it)."""
     if urlsplit(url).scheme == "sqlite":
-        from adapters.sqlite import parse_sqlite_url
+        from idempotent.adapters.sqlite.backend import parse_sqlite_url
 
         path, _ = parse_sqlite_url(url)
         if not os.path.exists(path):

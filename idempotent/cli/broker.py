@@ -6,7 +6,8 @@ import argparse
 import functools
 from typing import Any
 
-from ..broker import Broker, BrokerConfig
+from idempotent.broker.broker import Broker, BrokerConfig
+
 from .common import CliError, Subcommands, add_connect_timeout, connect_options, err, float_type, int_type
 
 
@@ -96,7 +97,8 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
     Raises:
         CliError: a bound is zero (``BrokerConfig`` and ``CheckerConfig`` need positive ones).
     """
-    from .._checker import CheckerConfig
+    from idempotent.core.checker import CheckerConfig
+
     from ..errors import ConfigError
 
     cluster: dict[str, Any] = {}
@@ -118,7 +120,7 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
 
 def cmd_broker(args: argparse.Namespace) -> int:
     """``idempotent broker``: serve a backend over the network until SIGTERM/SIGINT."""
-    from ..server import BrokerServer, ServerConfig, parse_listen, server_ssl_context
+    from idempotent.net.server import BrokerServer, ServerConfig, parse_listen, server_ssl_context
 
     host, port = parse_listen(args.listen)
     if args.tls_key and not args.tls_cert:
@@ -155,7 +157,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
     metrics = None
     if args.metrics_listen:
-        from ..metrics import start_metrics_server
+        from idempotent.broker.metrics import start_metrics_server
 
         try:
             metrics = start_metrics_server(broker, *parse_listen(args.metrics_listen))
@@ -174,7 +176,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 def broker_security(args: argparse.Namespace, broker: Broker) -> dict[str, Any]:
     """The server's authenticator, authorizer and claim hooks from the ``--auth-*`` options
     (none without a JWT key: every connection may do everything)."""
-    from ..auth import AccessPolicy, BrokerGuard, JWTAuthenticator
+    from idempotent.net.auth import AccessPolicy, BrokerGuard, JWTAuthenticator
 
     if not (args.auth_jwt_secret_file or args.auth_jwt_public_key):
         return {}

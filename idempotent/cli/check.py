@@ -44,8 +44,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         CliError: not a ``sqlite://`` URL, or no such file (exit code 2).
         BackendUnavailableError: the file could not be read (exit code 1).
     """
-    from adapters._sqlite_check import check_file
-    from adapters.sqlite import parse_sqlite_url
+    from idempotent.adapters.sqlite.backend import parse_sqlite_url
+    from idempotent.adapters.sqlite.check import check_file
 
     if urlsplit(args.url).scheme != "sqlite":
         raise CliError(f"check verifies SQLite database files (sqlite:///file.db), not {args.url}")

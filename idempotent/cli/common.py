@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeAlias
 from urllib.parse import urlsplit
 
-from .._topics import canonical_topic
+from idempotent.broker.broker import validate_topic
+from idempotent.core.topics import canonical_topic
+from idempotent.runtime.native_logs import CLIENTS_LOGGER, drain_pulsar_logs
+
 from ..api import BrokerAPI
-from ..broker import validate_topic
-from ..clientlogs import CLIENTS_LOGGER, drain_pulsar_logs
 from ..errors import InvalidTopicError
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def float_type(text: str) -> float:
 
 def topic_type(text: str) -> str:
     """An argparse ``type=`` for a topic: its stored name, from any spelling the project
-    accepts (:func:`idempotent._topics.canonical_topic`)."""
+    accepts (:func:`idempotent.core.topics.canonical_topic`)."""
     try:
         return canonical_topic(text)
     except InvalidTopicError as exc:
@@ -133,7 +134,7 @@ def isatty(stream: IO[str]) -> bool:
 def connect_options(url: str, connect_timeout: float | None) -> dict[str, Any]:
     """The keyword options that give ``connect`` (or a backend) of ``url`` the command's
     ``--connect-timeout``: for Kafka, Pulsar and broker servers; none for SQLite or memory."""
-    from adapters import NETWORK_SCHEMES  # (idempotent imports adapters only when used)
+    from idempotent.adapters import NETWORK_SCHEMES  # (idempotent imports adapters only when used)
 
     if connect_timeout is None or urlsplit(url).scheme not in (*NETWORK_SCHEMES, *SERVER_SCHEMES):
         return {}
@@ -145,7 +146,7 @@ def open_read_only(url: str, connect_timeout: float | None = None) -> BrokerAPI:
 
     A broker server (``idem://``, ``idems://``, also several hosts) is connected to: reads
     through it write nothing. A backend URL is opened in this process, its backend wrapped
-    in :class:`adapters.read_only.ReadOnlyBackend`; Kafka and Pulsar are also opened with
+    in :class:`idempotent.adapters.read_only.ReadOnlyBackend`; Kafka and Pulsar are also opened with
     ``read_only=True``, so no partition is taken over from a writer. ``connect_timeout``:
     seconds to try to reach a Kafka, Pulsar or broker server address (their default if None).
 
@@ -155,7 +156,7 @@ def open_read_only(url: str, connect_timeout: float | None = None) -> BrokerAPI:
         BackendUnavailableError, BrokerConnectionError: the backend or broker server cannot
             be reached (within ``connect_timeout``, which the message names).
     """
-    from adapters.read_only import open_read_only_broker
+    from idempotent.adapters.read_only import open_read_only_broker
 
     options = connect_options(url, connect_timeout)
     if urlsplit(url).scheme in SERVER_SCHEMES:
@@ -163,7 +164,7 @@ def open_read_only(url: str, connect_timeout: float | None = None) -> BrokerAPI:
 
         return connect(url, **options)
     if urlsplit(url).scheme == "sqlite":
-        from adapters.sqlite import parse_sqlite_url
+        from idempotent.adapters.sqlite.backend import parse_sqlite_url
 
         path, _ = parse_sqlite_url(url)
         if not os.path.exists(path):
@@ -195,7 +196,7 @@ VERBOSITY_LEVELS = (
 )
 
 
-#: The loggers of the native clients' own lines: the project's router (idempotent.clientlogs)
+#: The loggers of the native clients' own lines: the project's router (idempotent.runtime.native_logs)
 #: and the mirror sources' loggers.
 CLIENT_LOGGERS = (CLIENTS_LOGGER, "idempotent.mirror.librdkafka", "idempotent.mirror.pulsar")
 
@@ -217,7 +218,7 @@ class _VerbosityFilter(logging.Filter):
 def command_logging(verbosity: int) -> Iterator[None]:
     """Log records on stderr while a command runs, as much as ``verbosity`` (the count of
     ``-v``) asks for: none but errors by default, and none of the native clients' lines
-    (librdkafka, the Pulsar C++ client; :mod:`idempotent.clientlogs`) below ``-v``. The
+    (librdkafka, the Pulsar C++ client; :mod:`idempotent.runtime.native_logs`) below ``-v``. The
     root logger's level and handlers are as before afterwards."""
     own, clients = VERBOSITY_LEVELS[max(0, min(verbosity, len(VERBOSITY_LEVELS) - 1))]
     handler = logging.StreamHandler(sys.stderr)

@@ -9,8 +9,8 @@ from typing import Any
 
 import attrs
 
-from .._records import StoredRecord
-from .._values import PartitionStats
+from idempotent.core.records import StoredRecord
+from idempotent.core.values import PartitionStats
 
 #: Characters of a key or value ``text`` output shows before it truncates with an ellipsis.
 TEXT_VALUE_LIMIT = 200

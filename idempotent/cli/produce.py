@@ -21,12 +21,13 @@ from collections.abc import Iterator
 
 import attrs
 
-from .._records import RecordColumns
-from .._types import SEQUENCE_SPACE
+from idempotent.broker.broker import validate_topic
+from idempotent.core.records import RecordColumns
+from idempotent.core.types import SEQUENCE_SPACE
+from idempotent.producer.producer import Producer, SendManyFuture
+
 from ..api import BrokerAPI
-from ..broker import validate_topic
 from ..errors import DeliveryFailed, ProducerError, UsageError
-from ..producer import Producer, SendManyFuture
 from .common import CliError, Subcommands, add_connect_timeout, connect_options, float_type, int_type, topic_type
 from .progress import Progress, add_progress_arguments
 

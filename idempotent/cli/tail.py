@@ -33,7 +33,8 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from .._records import StoredRecord
+from idempotent.core.records import StoredRecord
+
 from ..api import BrokerAPI
 from ..errors import ConfigError
 from .common import (
@@ -393,7 +394,7 @@ class _NativeSource:
     """A plain Kafka or Pulsar topic, read with the mirror's sources."""
 
     def __init__(self, url: str, topic: str, connect_timeout: float) -> None:
-        from adapters._reach import parse_addresses, wait_reachable
+        from idempotent.adapters.reach import parse_addresses, wait_reachable
 
         from ..mirror.schemes import open_source
 

@@ -34,7 +34,7 @@ def add_parser(commands: Subcommands) -> None:
 
 def cmd_token(args: argparse.Namespace) -> int:
     """Print a signed token (``idempotent token``)."""
-    from ..auth import mint_token
+    from idempotent.net.auth import mint_token
 
     path = args.secret_file or args.private_key
     try:

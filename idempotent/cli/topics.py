@@ -24,12 +24,13 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from idempotent.broker.broker import BrokerConfig
+from idempotent.core.checker import Policy
+from idempotent.core.values import PartitionStats
+
 from .. import connect
-from .._checker import Policy
-from .._values import PartitionStats
 from ..api import BrokerAPI
 from ..backend import DescribesReplicas, TopicReplicas
-from ..broker import BrokerConfig
 from .common import (
     SERVER_SCHEMES,
     CliError,

@@ -24,15 +24,16 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from .._request import ProduceRequest
+from idempotent.core.request import ProduceRequest
+
 from ..api import BrokerAPI
 from ..errors import BrokerConnectionError, RequestTimeoutError
 
 if TYPE_CHECKING:
-    from .._checker import Policy
-    from .._outcomes import ProduceResult
-    from .._records import StoredRecord
-    from .._values import PartitionStats, ProducerSession
+    from idempotent.core.checker import Policy
+    from idempotent.core.outcomes import ProduceResult
+    from idempotent.core.records import StoredRecord
+    from idempotent.core.values import PartitionStats, ProducerSession
 
 
 class LinkInjector:

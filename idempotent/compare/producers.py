@@ -28,10 +28,11 @@ from typing import Any, Protocol
 
 import attrs
 
-from .._outcomes import DeliveryStatus
+from idempotent.core.outcomes import DeliveryStatus
+from idempotent.producer.producer import Producer
+
 from ..api import BrokerAPI
 from ..errors import DeliveryFailed, InvalidTopicError, ProducerError
-from ..producer import Producer
 
 #: Records per Kafka transaction (kafka-native-transactional).
 TXN_RECORDS = 200

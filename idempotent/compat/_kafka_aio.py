@@ -32,7 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import clientlogs
+import idempotent.runtime.native_logs as clientlogs
+
 from . import _shared
 from ._kafka_errors import KafkaError, KafkaException
 from ._kafka_producer import Producer

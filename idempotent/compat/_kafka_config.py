@@ -22,8 +22,9 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from idempotent.broker.config import BrokerConfig
+
 from ..api import BrokerAPI
-from ..broker_config import BrokerConfig
 from ._kafka_errors import KafkaError, KafkaException
 from ._partitioners import PARTITIONERS
 from ._rdkafka import PROPERTIES
@@ -86,7 +87,7 @@ _CONNECTION_PREFIXES = (
 _CONNECTION_KEYS = frozenset(
     {"client.rack", "connections.max.idle.ms", "oauth_cb", "retry.backoff.ms", "retry.backoff.max.ms"}
 )
-#: settings of the producer's own Kafka writer (``adapters.kafka_direct.TUNABLE``)
+#: settings of the producer's own Kafka writer (``idempotent.adapters.kafka.producer_log.TUNABLE``)
 _WRITER_KEYS = frozenset({"compression.type", "compression.level", "transaction.timeout.ms"})
 
 #: keys logged (once each) as accepted without effect, or overridden

@@ -17,11 +17,12 @@ import threading
 import time
 from typing import Any, NamedTuple
 
-from .._records import Headers
-from ..clientlogs import LIBRDKAFKA_LOG
+from idempotent.core.records import Headers
+from idempotent.producer.producer import Producer as _Producer
+from idempotent.producer.sender import Route
+from idempotent.runtime.native_logs import LIBRDKAFKA_LOG
+
 from ..errors import ProducerError, QueueFullError
-from ..producer import Producer as _Producer
-from ..sender import Route
 from . import _shared
 from ._kafka_config import Config
 from ._kafka_errors import KafkaError, KafkaException, MessageStatus, kafka_error_of
@@ -104,7 +105,9 @@ class Connecting:
         Raises:
             ProducerError: it could not be opened (retriable ones are retried by the caller).
         """
-        from ..direct import direct_scheme  # with the checker and the log's client: on the connecting thread
+        from idempotent.broker.direct import (
+            direct_scheme,  # with the checker and the log's client: on the connecting thread
+        )
 
         config = self._config
         target: Any = config.broker

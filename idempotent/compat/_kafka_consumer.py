@@ -4,7 +4,7 @@ confluent-kafka's ``Consumer.consume()`` waits inside librdkafka for its whole t
 ever with the default ``timeout=-1``), so a ``KeyboardInterrupt`` only arrives when it returns;
 its ``poll()`` already wakes up for signals. The drop-in's consumer classes (``Consumer`` and
 its subclasses in confluent-kafka, each already routed into Python logging by
-:func:`idempotent.clientlogs.route_kafka_attribute`) wait in slices of
+:func:`idempotent.runtime.native_logs.route_kafka_attribute`) wait in slices of
 :data:`CONSUME_SLICE` seconds instead, so the interpreter runs its signal handlers between
 slices. What ``consume()`` returns is unchanged: up to ``num_messages`` messages, as soon as
 that many arrived or the timeout passed.
@@ -16,7 +16,7 @@ import functools
 import time
 from typing import Any
 
-from ..clientlogs import named_as, route_kafka_attribute
+from idempotent.runtime.native_logs import named_as, route_kafka_attribute
 
 #: the longest ``consume()`` waits in librdkafka before the interpreter can act on a signal
 CONSUME_SLICE = 0.2
@@ -78,7 +78,7 @@ def wakeable_consumer_class(native: Any) -> type:
 
 def route_consumer_attribute(value: Any) -> Any:
     """What the confluent-kafka drop-in passes through for a native name: as
-    :func:`~idempotent.clientlogs.route_kafka_attribute` does, and a consumer class (a subclass
+    :func:`~idempotent.runtime.native_logs.route_kafka_attribute` does, and a consumer class (a subclass
     of confluent-kafka's ``Consumer``) also as its :func:`wakeable_consumer_class`."""
     routed: Any = route_kafka_attribute(value)
     producer = _native_producer()

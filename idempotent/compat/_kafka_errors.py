@@ -10,7 +10,8 @@ import builtins
 import enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._outcomes import DeliveryStatus
+from idempotent.core.outcomes import DeliveryStatus
+
 from ..errors import (
     DeliveryFailed,
     DeliveryTimeoutError,

@@ -16,7 +16,8 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
-from .._sequence import sequence_at
+from idempotent.core.sequence import sequence_at
+
 from ._kafka_errors import KafkaError, MessageStatus
 
 TIMESTAMP_NOT_AVAILABLE = 0
@@ -198,7 +199,7 @@ class DeliveredMessage(Message):
     """The message of one delivery report: where its record is, with its fields filled on the
     first read (see the module docstring). A ``set_*`` call or pickling fills them too.
 
-    ``segment`` is how the record's span ended (``idempotent.delivery.Segment``); ``error``
+    ``segment`` is how the record's span ended (``idempotent.producer.delivery.Segment``); ``error``
     the report's :class:`KafkaError` (None when persisted) with its ``status``.
     """
 

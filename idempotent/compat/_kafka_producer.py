@@ -36,7 +36,10 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .._records import Headers
+from idempotent.core.records import Headers
+from idempotent.producer.producer import Producer as _Producer
+from idempotent.producer.sender import Route
+
 from ..errors import (
     InvalidTopicError,
     ProducerClosedError,
@@ -44,8 +47,6 @@ from ..errors import (
     QueueFullError,
     UsageError,
 )
-from ..producer import Producer as _Producer
-from ..sender import Route
 from . import _shared
 from ._kafka_config import Config
 from ._kafka_connect import HAND_OVER_SHARE, Connecting, _Clients, _Early

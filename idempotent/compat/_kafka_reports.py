@@ -18,13 +18,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from .._outcomes import DeliveryStatus
-from ..delivery import RecordBuffer, Segment
+from idempotent.core.outcomes import DeliveryStatus
+from idempotent.producer.delivery import RecordBuffer, Segment
+
 from ._kafka_errors import KafkaError, MessageStatus, kafka_error_of
 from ._kafka_message import DeliveredMessage, Message
 
 if TYPE_CHECKING:
-    from ..producer import Producer as _Producer
+    from idempotent.producer.producer import Producer as _Producer
 
 _LOG = logging.getLogger("idempotent.compat.confluent_kafka")
 _STATUS = {
@@ -63,7 +64,7 @@ class Reports:
 
     ``cond`` (on ``lock``) is the drop-in producer's one lock: it also guards the records
     queued while it connects. An RLock, so that a Ctrl-C in ``poll``/``flush`` leaves it held
-    by its owner (see ``idempotent.producer.Producer._lock``).
+    by its owner (see ``idempotent.producer.producer.Producer._lock``).
     """
 
     def __init__(self) -> None:

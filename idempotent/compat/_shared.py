@@ -131,7 +131,7 @@ class _Alias(importlib.abc.Loader):
 class _RoutedModule(types.ModuleType):
     """A drop-in's submodule that reads every name from the native submodule through
     ``route`` (which gives client classes the project's logger, see
-    :mod:`idempotent.clientlogs`)."""
+    :mod:`idempotent.runtime.native_logs`)."""
 
     def __init__(self, name: str, native_module: types.ModuleType, route: Callable[[Any], Any]) -> None:
         super().__init__(name, native_module.__doc__)
@@ -207,7 +207,7 @@ def pass_through_submodules(
 def native_attribute(drop_in: str, native_name: str, name: str, route: Callable[[Any], Any] | None = None) -> Any:
     """``name`` from the installed native module, for a drop-in module's ``__getattr__``;
     through ``route`` when given (the drop-ins give client classes the project's logger,
-    see :mod:`idempotent.clientlogs`).
+    see :mod:`idempotent.runtime.native_logs`).
 
     Raises:
         ImportError: the native module is not installed (the message names the extra that

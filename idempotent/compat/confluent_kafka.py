@@ -98,7 +98,7 @@ def __getattr__(name: str) -> Any:
     """The rest of confluent-kafka (``Consumer``, ``AdminClient``, ``TopicPartition``,
     ``admin``, ``serialization``, ...), passed through from the installed module. Its client
     classes log into Python logging unless given a ``logger`` (see
-    :func:`idempotent.clientlogs.route_kafka_attribute`), and its consumers' ``consume()``
+    :func:`idempotent.runtime.native_logs.route_kafka_attribute`), and its consumers' ``consume()``
     stops for Ctrl-C (see :mod:`idempotent.compat._kafka_consumer`)."""
     return _shared.native_attribute(__name__, _NATIVE, name, route_consumer_attribute)
 

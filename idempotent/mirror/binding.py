@@ -37,7 +37,7 @@ from .names import SOURCE_TOPIC, legacy_producer_name, parse_producer_name
 from .source import Source
 
 if TYPE_CHECKING:
-    from .._values import ProducerStats
+    from idempotent.core.values import ProducerStats
 
 _LOG = logging.getLogger("idempotent.mirror")
 

@@ -50,10 +50,11 @@ from concurrent.futures import Future
 
 import attrs
 
-from .._outcomes import Outcome, ProduceResult
-from .._records import Headers, Record, trusted_record
-from .._request import ProduceRequest
-from .._types import MAX_SEQUENCE
+from idempotent.core.outcomes import Outcome, ProduceResult
+from idempotent.core.records import Headers, Record, trusted_record
+from idempotent.core.request import ProduceRequest
+from idempotent.core.types import MAX_SEQUENCE
+
 from ..api import BrokerAPI
 from ..errors import ConfigError, ProducerError, ProducerFencedError, Recovery, SequenceDesyncError
 from .names import (

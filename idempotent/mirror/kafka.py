@@ -42,10 +42,10 @@ LIBRDKAFKA_LOG = logging.getLogger("idempotent.mirror.librdkafka")
 @contextlib.contextmanager
 def _map_errors(what: str) -> Iterator[None]:
     """Translate confluent-kafka errors into the project's tree with the one translation
-    of the Kafka adapters (:mod:`adapters._kafka_errors`, imported when a source is used:
+    of the Kafka adapters (:mod:`idempotent.adapters.kafka.errors`, imported when a source is used:
     the library never imports the adapters at module level). A topic the cluster does not
     know does not exist for a source: :class:`InvalidTopicError`."""
-    from adapters._kafka_errors import map_errors
+    from idempotent.adapters.kafka.errors import map_errors
 
     with map_errors(what, topic_may_be_new=False):
         yield
@@ -53,17 +53,17 @@ def _map_errors(what: str) -> Iterator[None]:
 
 def _translate(error: Any, what: str) -> ProducerError:
     """The project error for a ``KafkaError`` a consumer returned (see :func:`_map_errors`)."""
-    from adapters._kafka_errors import translate
+    from idempotent.adapters.kafka.errors import translate
 
     return translate(error, what, topic_may_be_new=False)
 
 
 def _unseen(error: Any, what: str, listed: Callable[[], bool]) -> ProducerError | None:
     """For an error that says a partition is unknown to the client (missing, or only without
-    a leader now: see :data:`adapters._kafka_errors.UNSEEN_CODES`), the project error once
+    a leader now: see :data:`idempotent.adapters.kafka.errors.UNSEEN_CODES`), the project error once
     the cluster was asked afresh whether it lists the partition (``listed``); None for any
     other error."""
-    from adapters._kafka_errors import unseen, unseen_partition
+    from idempotent.adapters.kafka.errors import unseen, unseen_partition
 
     if not unseen(error):
         return None

@@ -20,7 +20,8 @@ from urllib.parse import unquote
 
 import attrs
 
-from .._topics import canonical_topic
+from idempotent.core.topics import canonical_topic
+
 from ..errors import InvalidTopicError
 
 #: Header names of the source coordinates every copied record carries (ASCII decimal numbers,
@@ -34,7 +35,7 @@ SOURCE_PREFIX = "idem.src."
 
 def topic_key(topic: str) -> str:
     """The name of a source topic in producer names: its stored name
-    (:func:`idempotent._topics.canonical_topic`: ``persistent://public/default/orders`` and
+    (:func:`idempotent.core.topics.canonical_topic`: ``persistent://public/default/orders`` and
     ``orders`` are one topic), or the name itself when it is no valid topic name."""
     if not topic:
         return ""

@@ -38,7 +38,8 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from ..clientlogs import drain_pulsar_logs, open_pulsar_client
+from idempotent.runtime.native_logs import drain_pulsar_logs, open_pulsar_client
+
 from ..errors import BackendUnavailableError, ConfigError, InvalidTopicError, ProducerError
 from .source import Polled, SourceRecord
 
@@ -138,7 +139,7 @@ class PulsarNativeSource:
         self.admin_url = options.get("admin_url", f"http://{parts.hostname}:8080").rstrip("/")
         self._partitioned: dict[str, int] = {}
         with _map_errors("connect"):
-            # relayed through a file, not pulsar-client's Python logger (idempotent.clientlogs)
+            # relayed through a file, not pulsar-client's Python logger (idempotent.runtime.native_logs)
             self._client = open_pulsar_client(
                 pulsar.Client, self.service_url, log_to=PULSAR_LOG, operation_timeout_seconds=int(_TIMEOUT)
             )

@@ -33,7 +33,7 @@ from typing import NamedTuple, Protocol
 
 import attrs
 
-from .._records import Headers
+from idempotent.core.records import Headers
 
 #: Largest offset a source may hand out (the destination's sequences are 63-bit).
 MAX_OFFSET = 2**63 - 1

@@ -1,7 +1,7 @@
 """Idempotent topics as a mirror source, on any broker URL of the README.
 
 ``sqlite://``, ``memory://``, ``kafka://`` and ``pulsar://`` are opened read-only in this
-process (:func:`adapters.read_only.open_read_only_broker`: no partition is taken over from the
+process (:func:`idempotent.adapters.read_only.open_read_only_broker`: no partition is taken over from the
 broker that writes them, no topic is created); ``idem://`` and ``idems://`` ask the broker
 server. A record's offset is its offset in the topic: dense on SQLite and memory, with holes
 on Kafka (transaction markers); its timestamp is the time the source stored it.
@@ -17,8 +17,9 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+from idempotent.broker.broker import Broker
+
 from ..api import BrokerAPI
-from ..broker import Broker
 from ..errors import InvalidTopicError
 from .source import Polled, SourceRecord
 
@@ -34,7 +35,7 @@ def open_source_broker(url: str) -> BrokerAPI:
         from .. import connect
 
         return connect(url)
-    from adapters.read_only import open_read_only_broker
+    from idempotent.adapters.read_only import open_read_only_broker
 
     return open_read_only_broker(url)
 

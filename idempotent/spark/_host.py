@@ -5,7 +5,7 @@ open an in-process broker over the same backend: a SQLite file has one writing p
 brokers over Kafka or Pulsar would take each other's partitions over on every task. So every
 ``sqlite://``, ``kafka://``, ``pulsar://`` or ``memory://`` URL is served by one *host*: a
 detached ``python -m idempotent.spark`` process running a
-:class:`~idempotent.server.BrokerServer` on 127.0.0.1. Spark's processes reach it as
+:class:`~idempotent.net.server.BrokerServer` on 127.0.0.1. Spark's processes reach it as
 ``idem://127.0.0.1:PORT``; ``idem://`` and ``idems://`` URLs are used as they are.
 
 Files (in ``$IDEMPOTENT_SPARK_HOSTS``, default ``<tmp>/idempotent-spark-<uid>``), per URL key:
@@ -46,7 +46,8 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import urlsplit
 
-from .._gc import fewer_collections
+from idempotent.runtime.collector import fewer_collections
+
 from ..errors import BackendUnavailableError, ConfigError
 
 DEFAULT_IDLE_SECONDS = 60.0
@@ -111,7 +112,7 @@ def sqlite_path(url: str) -> str:
     Raises:
         ConfigError: not a well-formed SQLite URL.
     """
-    from adapters.sqlite import parse_sqlite_url
+    from idempotent.adapters.sqlite.backend import parse_sqlite_url
 
     return parse_sqlite_url(url)[0]
 
@@ -271,12 +272,11 @@ def stop_host(url: str, *, timeout: float = 30.0) -> bool:
 
 def _serve(url: str, key: str, idle_seconds: float) -> int:
     import idempotent
-
-    from ..broker import Broker
-    from ..server import BrokerServer
+    from idempotent.broker.broker import Broker
+    from idempotent.net.server import BrokerServer
 
     base = hosts_dir()
-    # fewer_collections: this process serves bulk writes only (see idempotent._gc)
+    # fewer_collections: this process serves bulk writes only (see idempotent.runtime.collector)
     with _locked(base / f"{key}.run", wait=False) as held, fewer_collections():
         if held is None:
             return 0  # another host serves this URL

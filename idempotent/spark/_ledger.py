@@ -16,12 +16,12 @@ import attrs
 from pyspark.sql.types import StructType
 
 import idempotent
+from idempotent.core.outcomes import Outcome
+from idempotent.core.request import ProduceRequest
+from idempotent.producer.producer import Producer
 
-from .._outcomes import Outcome
-from .._request import ProduceRequest
 from ..api import BrokerAPI
 from ..errors import ConfigError
-from ..producer import Producer
 from ._columns import Identity, identity_of
 from ._host import ensure_host
 from ._identity import batch_producer_name

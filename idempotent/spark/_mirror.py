@@ -21,7 +21,8 @@ from typing import Any
 
 import attrs
 
-from .._gc import fewer_collections
+from idempotent.runtime.collector import fewer_collections
+
 from ..mirror import Mirror, MirrorSummary, PartitionSummary, PartitionTask, copy_partition, open_source
 from ._host import check_reachable, ensure_host, executor_url, machine, resolve_url
 

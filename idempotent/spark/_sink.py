@@ -20,10 +20,11 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from .._gc import fewer_collections
-from .._records import Record, RecordColumns
+from idempotent.core.records import Record, RecordColumns
+from idempotent.producer.producer import Deliveries, Producer, SendManyFuture
+from idempotent.runtime.collector import fewer_collections
+
 from ..errors import ConfigError
-from ..producer import Deliveries, Producer, SendManyFuture
 from ._columns import Identity, UnitRun, binary_column, identity_of, unit_runs
 from ._failures import reported
 from ._host import ensure_host, executor_url, machine

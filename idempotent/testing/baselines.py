@@ -31,7 +31,7 @@ import urllib.request
 import uuid
 from typing import Any, Protocol
 
-from ..producer import Producer
+from idempotent.producer.producer import Producer
 
 LINGER_MS = 5
 #: the Pulsar producers' queue (pulsar-client's ``max_pending_messages``), the same on every side

@@ -1,7 +1,7 @@
 """Several broker processes over one backend, driven from a test: real processes that can be
 killed with SIGKILL, paused with SIGSTOP and restarted.
 
-Each :class:`Node` is a child Python process running one :class:`~idempotent.broker.Broker`
+Each :class:`Node` is a child Python process running one :class:`~idempotent.broker.broker.Broker`
 with a ``broker_id`` (``python -m idempotent.testing.cluster URL BROKER_ID LEASE``). It
 answers one JSON request per line on stdin with one JSON answer per line on stdout, so the
 test process plays the client: it routes each batch to the owner it believes in, follows
@@ -200,8 +200,8 @@ def verify(read: Any, topic: str, partitions: int, ledger: Ledger) -> dict[int, 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The broker process: ``URL BROKER_ID LEASE``; JSON requests on stdin."""
-    from adapters import open_backend
-    from idempotent.broker import Broker
+    from idempotent.adapters import open_backend
+    from idempotent.broker.broker import Broker
     from idempotent.errors import NotOwnerError, ProducerError
     from idempotent.testing.conformance import cluster_config
 

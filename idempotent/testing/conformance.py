@@ -28,10 +28,12 @@ from typing import Any
 
 import pytest
 
-from .._checker import Policy
-from .._outcomes import Outcome
-from .._records import Record, RecordColumns
-from ..broker import Broker
+from idempotent.broker.broker import Broker
+from idempotent.core.checker import Policy
+from idempotent.core.outcomes import Outcome
+from idempotent.core.records import Record, RecordColumns
+from idempotent.producer.producer import Producer
+
 from ..errors import (
     AuthorizationError,
     ConfigError,
@@ -40,7 +42,6 @@ from ..errors import (
     NotOwnerError,
     ProducerError,
 )
-from ..producer import Producer
 from .conformance_storage import StorageConformance
 from .faults import FaultyBroker, LinkFaults
 from .harness import Harness as Harness

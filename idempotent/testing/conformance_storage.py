@@ -19,12 +19,13 @@ from typing import Any
 
 import attrs
 
-from .._checker import PartitionChecker
-from .._outcomes import Outcome
-from .._ownership import Lease
-from .._records import BatchHeader, Record, Snapshot
-from .._registry import ProducerRecord
-from .._types import Epoch, ProducerId, Sequence
+from idempotent.core.checker import PartitionChecker
+from idempotent.core.outcomes import Outcome
+from idempotent.core.ownership import Lease
+from idempotent.core.records import BatchHeader, Record, Snapshot
+from idempotent.core.registry import ProducerRecord
+from idempotent.core.types import Epoch, ProducerId, Sequence
+
 from ..backend import AppendBatch, MetadataStore, PartitionLog
 from .harness import Harness, cluster_config, small_config, topic_name
 

@@ -1,6 +1,6 @@
 """A fault-injecting broker wrapper that works over every backend.
 
-:class:`FaultyBroker` is a :class:`~idempotent.broker.Broker` whose ``submit_request`` loses
+:class:`FaultyBroker` is a :class:`~idempotent.broker.broker.Broker` whose ``submit_request`` loses
 requests, loses acknowledgements (after the batch was stored) and delivers requests twice,
 at seeded random. A producer over it sees exactly what it would see on a lossy network, so
 the exactly-once property can be checked against SQLite, Kafka and Pulsar alike.
@@ -13,10 +13,11 @@ from concurrent.futures import Future
 
 import attrs
 
-from .._outcomes import ProduceResult
-from .._request import ProduceRequest
+from idempotent.broker.broker import Broker, BrokerConfig
+from idempotent.core.outcomes import ProduceResult
+from idempotent.core.request import ProduceRequest
+
 from ..backend import LogBackend
-from ..broker import Broker, BrokerConfig
 from ..errors import RequestTimeoutError
 
 

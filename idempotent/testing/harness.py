@@ -13,8 +13,9 @@ from typing import Any, Protocol
 
 import attrs
 
-from .._checker import CheckerConfig
-from ..broker import Broker, BrokerConfig
+from idempotent.broker.broker import Broker, BrokerConfig
+from idempotent.core.checker import CheckerConfig
+
 from .faults import LinkFaults
 
 

@@ -9,9 +9,10 @@ import random
 
 import attrs
 
-from .._outcomes import DeliveryStatus, ProduceResult
-from .._records import Record
-from .._types import TopicPartition
+from idempotent.core.outcomes import DeliveryStatus, ProduceResult
+from idempotent.core.records import Record
+from idempotent.core.types import TopicPartition
+
 from ..errors import ConfigError, ProducerError
 from .simulated_broker import BrokerStats, validate_probability
 
@@ -116,7 +117,7 @@ class MessageEvent:
     """How a message ended, as the producer reported it.
 
     Attributes:
-        status: PERSISTED for a :class:`~idempotent._sequencer.BatchDelivered`, else the
+        status: PERSISTED for a :class:`~idempotent.core.sequencer.BatchDelivered`, else the
             failure's status.
         offset: the offset reported for the record (PERSISTED only; None when unknown).
         sequence: the record's sequence, when it got one.

@@ -1,9 +1,9 @@
 """A deterministic, fault-injecting link between producer sequencers and a broker.
 
 :class:`LossyLink` is a pure discrete-event simulation: no threads, no sockets, no real
-clock. It connects one or more :class:`~idempotent._sequencer.ProducerSequencer` instances to
+clock. It connects one or more :class:`~idempotent.core.sequencer.ProducerSequencer` instances to
 a :class:`~idempotent.testing.simulated_broker.SimulatedBroker`: the broker's real core (the
-producer registry and one :class:`~idempotent._partition.PartitionCore` per partition) over
+producer registry and one :class:`~idempotent.core.partition.PartitionCore` per partition) over
 in-memory lists, with one list-backed log per topic-partition (an offset is an index into that
 list). Admission, sequence checks, eviction, the policies, the deduplication switch, snapshots
 and recovery are all the shipped code's.
@@ -45,12 +45,13 @@ from typing import Any
 
 import attrs
 
-from .._checker import CheckerConfig, Policy
-from .._outcomes import DeliveryStatus, ProduceResult
-from .._records import BatchHeader, Record
-from .._sequence import next_sequence, sequence_at
-from .._sequencer import BatchDelivered, BatchFailed, Event, ProducerSequencer
-from .._types import DEFAULT_MAX_IN_FLIGHT, Epoch, ProducerId, Sequence, TopicPartition
+from idempotent.core.checker import CheckerConfig, Policy
+from idempotent.core.outcomes import DeliveryStatus, ProduceResult
+from idempotent.core.records import BatchHeader, Record
+from idempotent.core.sequence import next_sequence, sequence_at
+from idempotent.core.sequencer import BatchDelivered, BatchFailed, Event, ProducerSequencer
+from idempotent.core.types import DEFAULT_MAX_IN_FLIGHT, Epoch, ProducerId, Sequence, TopicPartition
+
 from ..errors import (
     BackendUnavailableError,
     ConfigError,

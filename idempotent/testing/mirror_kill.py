@@ -9,7 +9,7 @@ a kill). A final run copies to the end, then :meth:`Pair.check` compares the des
 what was written: per partition, the same keys and values in the same order, no duplicates,
 and the ``idem.src.offset`` headers strictly increasing.
 
-The tests (``tests/test_mirror_kill9.py``) run at least 20 kills per pair; a longer mode, for
+The tests (``tests/mirror/test_mirror_kill9.py``) run at least 20 kills per pair; a longer mode, for
 hundreds of kills, is the command line::
 
     python -m idempotent.testing.mirror_kill --kills 300 [--pairs file-sqlite,sqlite-sqlite,...]
@@ -78,7 +78,7 @@ class Pair:
 
     def check(self) -> None:
         """Raise AssertionError unless the destination holds exactly what was written."""
-        from adapters.read_only import open_read_only_broker
+        from idempotent.adapters.read_only import open_read_only_broker
 
         if self.destination.startswith(("idem://", "idems://")):
             broker: idempotent.BrokerAPI = idempotent.connect(self.destination)

@@ -1,6 +1,6 @@
 """A frame-aware TCP proxy that loses, duplicates and cuts broker-protocol traffic (tests).
 
-Put it between a :class:`~idempotent.client.RemoteBroker` and a broker server::
+Put it between a :class:`~idempotent.net.client.RemoteBroker` and a broker server::
 
     proxy = FaultyProxy("127.0.0.1:7650", ProxyFaults(drop_response=0.1, seed=1)).start()
     producer = Producer(f"idem://{proxy.address}", "job", timeout=1.0)
@@ -19,7 +19,7 @@ import threading
 
 import attrs
 
-from .. import _protocol as wire
+import idempotent.core.protocol as wire
 
 
 @attrs.define

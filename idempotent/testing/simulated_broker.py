@@ -1,8 +1,8 @@
 """The broker of the deterministic link: the real core over lists, with crashes and storage faults.
 
-:class:`SimulatedBroker` composes exactly what :class:`idempotent.broker.Broker` composes, a
-:class:`~idempotent._registry.ProducerRegistry` for admission and one
-:class:`~idempotent._partition.PartitionCore` per partition, and carries out the core's actions
+:class:`SimulatedBroker` composes exactly what :class:`idempotent.broker.broker.Broker` composes, a
+:class:`~idempotent.core.registry.ProducerRegistry` for admission and one
+:class:`~idempotent.core.partition.PartitionCore` per partition, and carries out the core's actions
 (``Recover``, ``WriteSnapshot``, ``Accept``, ``Append``, ``Reply``, ``Fail``) on the lists of a
 :class:`SimulatedStorage`, as ``broker.py`` carries them out on a
 :class:`~idempotent.backend.LogBackend`. It decides nothing itself: admission, sequence checks,
@@ -34,14 +34,15 @@ from typing import Generic, TypeVar
 
 import attrs
 
-from .._checker import CheckerConfig, PartitionChecker, Policy
-from .._outcomes import ProduceResult
-from .._partition import Append, Fail, PartitionCore, RefreshProducers, Reply, WriteSnapshot
-from .._records import BatchHeader, Snapshot, StoredBatch
-from .._registry import Admission, ProducerRecord, ProducerRegistry, merge_record
-from .._sequence import sequence_at
-from .._types import Epoch, TopicPartition
-from .._types import Sequence as SequenceNumber
+from idempotent.core.checker import CheckerConfig, PartitionChecker, Policy
+from idempotent.core.outcomes import ProduceResult
+from idempotent.core.partition import Append, Fail, PartitionCore, RefreshProducers, Reply, WriteSnapshot
+from idempotent.core.records import BatchHeader, Snapshot, StoredBatch
+from idempotent.core.registry import Admission, ProducerRecord, ProducerRegistry, merge_record
+from idempotent.core.sequence import sequence_at
+from idempotent.core.types import Epoch, TopicPartition
+from idempotent.core.types import Sequence as SequenceNumber
+
 from ..errors import (
     BackendUnavailableError,
     ConfigError,

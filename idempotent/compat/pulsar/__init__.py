@@ -13,11 +13,11 @@ The service URL is any broker URL of this project: pulsar-client's own (``pulsar
 ``pulsar+ssl://host:port`` over TLS, ``http(s)://host:port`` for lookups over the web
 service) store into that Pulsar cluster (through this project's broker and checker; give the
 admin REST URL as ``?admin_url=...`` when it is not the default of
-:mod:`adapters._pulsar_url`; the client's TLS arguments and ``authentication`` apply),
+:mod:`idempotent.adapters.pulsar.url`; the client's TLS arguments and ``authentication`` apply),
 ``sqlite:///file.db`` the embedded log, ``memory://`` an in-process one, ``kafka://`` Kafka.
 An open broker handle (:class:`idempotent.BrokerAPI`) is accepted as well.
 
-Topics follow Pulsar's naming, which is the project's (:mod:`idempotent._topics`): ``orders``
+Topics follow Pulsar's naming, which is the project's (:mod:`idempotent.core.topics`): ``orders``
 and ``persistent://public/default/orders`` are the same topic, stored as ``orders``; Pulsar's
 default namespace ``public/default`` is the project's root namespace. So
 ``idempotent.Reader(url, "persistent://public/default/orders")`` reads what was sent here.
@@ -45,7 +45,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...clientlogs import route_pulsar_attribute
+from idempotent.runtime.native_logs import route_pulsar_attribute
+
 from .. import _shared
 from ._client import Client
 from ._errors import (

@@ -8,13 +8,14 @@ import urllib.parse
 import weakref
 from typing import Any
 
+import idempotent.consumer.reader as _reader
+from idempotent.broker.direct import DirectBroker, direct_scheme
+from idempotent.producer.producer import Producer as _Producer
+from idempotent.runtime.native_logs import open_pulsar_client
+
 from ... import errors
-from ... import reader as _reader
 from ...api import BrokerAPI
-from ...clientlogs import open_pulsar_client
-from ...direct import DirectBroker, direct_scheme
 from ...errors import ProducerError
-from ...producer import Producer as _Producer
 from .. import _shared
 from ._errors import (
     AlreadyClosed,
@@ -266,7 +267,7 @@ class Client:
         A named producer keeps its identity across restarts: it continues the sequences the
         previous instance with that name stored, and fences it (the older instance's next
         send fails with :class:`ProducerFenced`). On a Pulsar service URL it writes through a
-        broker of its own straight into Pulsar (``idempotent.direct``; the name is Pulsar's
+        broker of its own straight into Pulsar (``idempotent.broker.direct``; the name is Pulsar's
         producer name on the topic, one producer per name and topic as in Pulsar: a second
         live instance is refused until the first is gone, saying so); a missing topic is
         created not partitioned, as Pulsar does; ``compression_type``, ``access_mode``,
@@ -422,7 +423,7 @@ class Client:
         backend: Any = getattr(self._broker, "backend", None)
         if backend is None or not hasattr(backend, "ensure_topic"):
             return
-        from adapters.pulsar import _map_errors, pulsar_topic_name
+        from idempotent.adapters.pulsar.backend import _map_errors, pulsar_topic_name
 
         try:
             if backend.describe_topic(topic) is None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from idempotent.core.outcomes import DeliveryStatus
+
 from ... import errors
-from ..._outcomes import DeliveryStatus
 from ...errors import (
     BackendUnavailableError,
     ConfigError,
@@ -39,7 +40,7 @@ def _native(name: str) -> Any:
     others (an ``Exception`` base before ``ValueError`` would have no consistent order)."""
     try:
         from pulsar import exceptions
-    except ImportError:  # without the extra (tests/test_compat_no_native.py)
+    except ImportError:  # without the extra (tests/compat/test_compat_no_native.py)
         return Exception if name == "PulsarException" else _Absent
     return getattr(exceptions, name, Exception if name == "PulsarException" else _Absent)
 
@@ -217,7 +218,7 @@ class Interrupted(PulsarException, _native("Interrupted")):  # type: ignore[misc
     result_value = Result.Interrupted
 
 
-#: the words of adapters._reach's error when nothing answers at an address in time
+#: the words of idempotent.adapters.reach's error when nothing answers at an address in time
 _UNREACHABLE = "cannot connect to"
 
 
@@ -246,7 +247,7 @@ def _exception_for(error: BaseException) -> PulsarException:
         kind = MessageTooBig
     elif isinstance(cause, BackendUnavailableError):
         # nothing answered at the service's address within the connect timeout
-        # (adapters._reach): pulsar-client's ConnectError; other outages are the broker's
+        # (idempotent.adapters.reach): pulsar-client's ConnectError; other outages are the broker's
         kind = ConnectError if _UNREACHABLE in str(cause) else BrokerPersistenceError
     elif isinstance(cause, TransportError):
         kind = ConnectError

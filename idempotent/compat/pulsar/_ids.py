@@ -6,8 +6,9 @@ import struct
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ... import reader as _reader
-from ..._topics import canonical_topic
+import idempotent.consumer.reader as _reader
+from idempotent.core.topics import canonical_topic
+
 from ...errors import InvalidTopicError
 from ._errors import InvalidMessage, InvalidTopicName, OperationNotSupported
 

@@ -17,7 +17,7 @@ _NATIVE = "pulsar"
 _MAX_SEQUENCE_ID = 2**63 - 1
 _NO_TIMEOUT_MS = float(2**31 - 1)
 #: the record headers a Pulsar writer stores as the message's event time and ordering key
-#: (adapters/pulsar_direct.py)
+#: (adapters/pulsar/producer_log.py)
 EVENT_TIME_HEADER = "idem.event_time"
 ORDERING_KEY_HEADER = "idem.ordering_key"
 
@@ -45,7 +45,7 @@ def _accept_without_effect(where: str, name: str, why: str) -> None:
 
 
 _CONNECTION = "records go through this project's broker; the backend's connection is set on the broker URL"
-#: pulsar-client's service URL schemes: the backend is that Pulsar (see adapters/_pulsar_url.py)
+#: pulsar-client's service URL schemes: the backend is that Pulsar (see adapters/pulsar/url.py)
 _PULSAR_SCHEMES = ("pulsar", "pulsar+ssl", "http", "https")
 #: Client arguments that, on such a URL, configure the backend's own Pulsar client as well
 _BACKEND_OPTIONS = (

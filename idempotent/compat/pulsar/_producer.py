@@ -9,9 +9,10 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from ...delivery import DeliveryFuture, RecordBuffer, Segment
+from idempotent.producer.delivery import DeliveryFuture, RecordBuffer, Segment
+from idempotent.producer.producer import Producer as _Producer
+
 from ...errors import ProducerError, QueueFullError
-from ...producer import Producer as _Producer
 from .._partitioners import pulsar_partition
 from ._errors import (
     AlreadyClosed,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import idempotent.consumer.reader as _reader
+
 from ... import errors
-from ... import reader as _reader
 from ...errors import ProducerError
 from ._errors import AlreadyClosed, OperationNotSupported, Timeout, _exception_for
 from ._ids import MessageId

@@ -290,7 +290,7 @@ class Client:
         if module is None:
             raise OperationNotSupported(f"Client.{what}() needs pulsar-client: pip install idempotent[pulsar]")
         if self._native is None:
-            from ...clientlogs import routed_pulsar_class
+            from idempotent.runtime.native_logs import routed_pulsar_class
 
             url = self._service_url.split("?", 1)[0] if isinstance(self._service_url, str) else self._service_url
             self._native = routed_pulsar_class(module.Client)(url, **self._kwargs)

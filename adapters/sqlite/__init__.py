@@ -1,0 +1,1 @@
+"""Embedded SQLite: the log backend, its row formats, its writer thread and its checks."""

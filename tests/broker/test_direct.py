@@ -1,0 +1,312 @@
+"""A producer's own broker (``idempotent/broker/direct.py``) on a real Kafka: what the producer-scoped
+writer promises (docs/architecture.md, "Who owns a write")."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+import idempotent
+from idempotent import Outcome
+from idempotent.broker.direct import DirectBroker
+from idempotent.connection import open_for_producer
+from idempotent.core.records import Record, RecordColumns
+from idempotent.errors import ProducerFencedError
+
+pytestmark = pytest.mark.kafka
+
+
+def _topic(kafka_service: Any, partitions: int = 1) -> str:
+    name = f"direct-{uuid.uuid4().hex[:10]}"
+    with idempotent.connect(kafka_service.url) as broker:
+        broker.create_topic(name, partitions)
+    return name
+
+
+def _direct(kafka_service: Any) -> DirectBroker:
+    broker = open_for_producer(kafka_service.url)
+    assert isinstance(broker, DirectBroker)
+    return broker
+
+
+def _read_all(kafka_service: Any, topic: str, partition: int = 0) -> list[Any]:
+    with idempotent.Reader(kafka_service.url, topic, partition=partition) as reader:
+        return list(reader)
+
+
+def test_a_restarted_named_producer_answers_resends_with_their_original_offsets(kafka_service: Any) -> None:
+    topic = _topic(kafka_service)
+    name = f"named-{uuid.uuid4().hex[:6]}"
+    first = _direct(kafka_service)
+    session = first.init_producer(name)
+    stored = [
+        first.produce(
+            topic, 0, session.producer_id, session.producer_epoch, 5 * i, [b"%d" % j for j in range(5 * i, 5 * i + 5)]
+        )
+        for i in range(3)
+    ]
+    assert [r.outcome for r in stored] == [Outcome.ACCEPTED] * 3
+    first.close()  # as if killed after the commits: the state went with them
+
+    again = _direct(kafka_service)
+    restarted = again.init_producer(name)
+    assert restarted.producer_id == session.producer_id and restarted.producer_epoch > session.producer_epoch
+    assert again.last_sequence(topic, 0) == 14
+    for i in range(3):  # every stored batch sent again by the new instance
+        resend = again.produce(
+            topic,
+            0,
+            restarted.producer_id,
+            restarted.producer_epoch,
+            5 * i,
+            [b"%d" % j for j in range(5 * i, 5 * i + 5)],
+        )
+        assert resend.outcome is Outcome.DUPLICATE and resend.base_offset == stored[i].base_offset
+    nxt = again.produce(topic, 0, restarted.producer_id, restarted.producer_epoch, 15, [b"15"])
+    assert nxt.outcome is Outcome.ACCEPTED
+    again.close()
+    assert [m.value for m in _read_all(kafka_service, topic)] == [b"%d" % j for j in range(16)]
+
+
+def test_an_older_instance_is_fenced_at_its_next_write(kafka_service: Any) -> None:
+    topic = _topic(kafka_service)
+    name = f"zombie-{uuid.uuid4().hex[:6]}"
+    old = _direct(kafka_service)
+    s_old = old.init_producer(name)
+    assert old.produce(topic, 0, s_old.producer_id, s_old.producer_epoch, 0, [b"a"]).outcome is Outcome.ACCEPTED
+    new = _direct(kafka_service)
+    s_new = new.init_producer(name)
+    began = time.monotonic()
+    with pytest.raises(ProducerFencedError):
+        old.produce(topic, 0, s_old.producer_id, s_old.producer_epoch, 1, [b"zombie"])
+    assert time.monotonic() - began < 30  # at once, not after a delivery timeout
+    assert new.produce(topic, 0, s_new.producer_id, s_new.producer_epoch, 1, [b"b"]).outcome is Outcome.ACCEPTED
+    old.close()
+    new.close()
+    assert [m.value for m in _read_all(kafka_service, topic)] == [b"a", b"b"]
+
+
+def test_producers_writing_one_partition_at_once_each_store_whole_batches_once(kafka_service: Any) -> None:
+    """Three producers (one named) write one partition concurrently: no fencing between
+    them, every record once, and every batch read back whole with its producer's identity."""
+    topic = _topic(kafka_service)
+    results: dict[int, list[Any]] = {}
+
+    def write(index: int) -> None:
+        broker = _direct(kafka_service)
+        session = broker.init_producer(f"writer-{uuid.uuid4().hex[:6]}" if index == 0 else None)
+        out = []
+        for b in range(20):
+            values = [b"%d-%d-%d" % (index, b, i) for i in range(50)]
+            out.append(broker.produce(topic, 0, session.producer_id, session.producer_epoch, 50 * b, values))
+        results[index] = [session.producer_id, out]
+        broker.close()
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert sorted(results) == [0, 1, 2]
+    assert all(r.outcome is Outcome.ACCEPTED for _, out in results.values() for r in out)
+    stored = _read_all(kafka_service, topic)
+    assert len(stored) == 3 * 20 * 50 and all(n == 1 for n in Counter(m.value for m in stored).values())
+    by_offset = {m.offset: m for m in stored}
+    for producer_id, out in results.values():
+        for b, result in enumerate(out):  # the batch's records are consecutive, with its identity
+            batch = [by_offset[result.base_offset + i] for i in range(50)]
+            assert [(m.producer_id, m.sequence) for m in batch] == [(producer_id, 50 * b + i) for i in range(50)]
+
+
+@pytest.mark.parametrize("opener", ["direct", "broker"])
+def test_records_are_read_back_with_their_own_times_or_their_batchs(kafka_service: Any, opener: str) -> None:
+    """A batch whose records carry times stores each record's own (Kafka CreateTime); a batch
+    without reads back every record with the batch's time, whichever writer wrote it.
+
+    The times are recent: Kafka rolls a segment whose first record is older than ``segment.ms``
+    and deletes a segment whose newest record is older than ``retention.ms`` (7 days each by
+    default), so records stamped years ago could vanish between the write and the read."""
+    topic = _topic(kafka_service)
+    broker: Any = _direct(kafka_service) if opener == "direct" else idempotent.connect(kafka_service.url)
+    session = broker.init_producer()
+    hour_ago = int(time.time() * 1000) - 3_600_000
+    times = [hour_ago + i for i in range(2000)]
+    timed = RecordColumns([b"t%d" % i for i in range(2000)], None, times)
+    plain = RecordColumns([b"p%d" % i for i in range(12_000)])
+    pid, epoch = session.producer_id, session.producer_epoch
+    assert broker.produce(topic, 0, pid, epoch, 0, timed).outcome is Outcome.ACCEPTED
+    assert broker.produce(topic, 0, pid, epoch, 2000, plain).outcome is Outcome.ACCEPTED
+    assert broker.produce(topic, 0, pid, epoch, 14_000, [Record(b"one", timestamp=hour_ago - 60_000)]).outcome is (
+        Outcome.ACCEPTED
+    )
+    broker.close()
+    stored = _read_all(kafka_service, topic)
+    assert [m.timestamp for m in stored[:2000]] == [t / 1000 for t in times]
+    assert len({m.timestamp for m in stored[2000:14_000]}) == 1
+    assert stored[14_000].timestamp == (hour_ago - 60_000) / 1000
+    # a fresh reader starting inside the plain batch finds its head and its time
+    with idempotent.Reader(kafka_service.url, topic, idempotent.MessageId(topic, 0, stored[9000].offset)) as reader:
+        inside = next(iter(reader))
+    assert inside.timestamp == stored[2000].timestamp and inside.sequence == 9001
+
+
+def test_a_group_with_several_batches_of_a_partition_is_one_transaction_and_restarts_from_all_of_them(
+    kafka_service: Any,
+) -> None:
+    """A group may hold several batches of a partition (packed into one message set when they
+    fit, else written in rounds): all are stored whole and in order, and the named producer's stored
+    state covers every one of them, so a restart answers a resend of any as a duplicate."""
+    from idempotent.core.request import ProduceRequest
+
+    topic = _topic(kafka_service, partitions=2)
+    name = f"rounds-{uuid.uuid4().hex[:6]}"
+    first = _direct(kafka_service)
+    session = first.init_producer(name)
+    assert session.max_in_flight is not None and session.max_in_flight >= 3
+    pid, epoch = session.producer_id, session.producer_epoch
+
+    def batch(partition: int, base: int, count: int) -> ProduceRequest:
+        values = [b"%d-%d" % (partition, j) for j in range(base, base + count)]
+        return ProduceRequest.build(topic, partition, pid, epoch, base, values)
+
+    group = [batch(0, 0, 4), batch(1, 0, 2), batch(0, 4, 3), batch(0, 7, 5), batch(1, 2, 1)]
+    answers = [future.result(30) for future in first.submit_requests(group)]
+    assert [a.outcome for a in answers] == [Outcome.ACCEPTED] * 5
+    assert [a.base_offset for a in answers] == [0, 0, 4, 7, 2]
+    first.close()
+
+    assert [m.value for m in _read_all(kafka_service, topic, 0)] == [b"0-%d" % j for j in range(12)]
+    assert [m.value for m in _read_all(kafka_service, topic, 1)] == [b"1-%d" % j for j in range(3)]
+    again = _direct(kafka_service)
+    restarted = again.init_producer(name)
+    assert again.last_sequence(topic, 0) == 11 and again.last_sequence(topic, 1) == 2
+    for request, answer in zip(group, answers, strict=True):
+        resend = again.produce(
+            topic,
+            request.partition,
+            restarted.producer_id,
+            restarted.producer_epoch,
+            request.header.base_sequence,
+            [r.value for r in request.records],
+        )
+        assert resend.outcome is Outcome.DUPLICATE and resend.base_offset == answer.base_offset
+    again.close()
+
+
+@pytest.mark.parametrize("measured", [True, False])
+def test_the_producer_log_places_every_batch_of_a_group_packed_or_in_rounds(kafka_service: Any, measured: bool) -> None:
+    """Batches with a measured size share a message set; without one each goes in a round of
+    its own. Either way each batch's base offset is where its records are."""
+    from idempotent.backend import AppendBatch
+    from idempotent.core.request import ProduceRequest
+
+    topic = _topic(kafka_service, partitions=2)
+    broker = _direct(kafka_service)
+    session = broker.init_producer()
+    pid, epoch = session.producer_id, session.producer_epoch
+    log: Any = broker._log
+    counts = [(0, 3), (1, 1), (0, 1), (0, 4), (1, 2)]
+    bases = {0: 0, 1: 0}
+    group = []
+    for partition, count in counts:
+        values = [b"%d-%d" % (partition, bases[partition] + j) for j in range(count)]
+        request = ProduceRequest.build(topic, partition, pid, epoch, bases[partition], values)
+        bases[partition] += count
+        size = request.size if measured else None
+        group.append((topic, partition, AppendBatch(request.header, request.records, time.time(), size)))
+    assert log.write(group) == [0, 0, 3, 4, 1]
+    broker.close()
+    assert [m.value for m in _read_all(kafka_service, topic, 0)] == [b"0-%d" % j for j in range(8)]
+    assert [m.value for m in _read_all(kafka_service, topic, 1)] == [b"1-%d" % j for j in range(3)]
+
+
+def test_the_largest_batch_the_writer_takes_fits_one_message_set(kafka_service: Any) -> None:
+    """A batch of MAX_BATCH_RECORDS records with five headers each and MAX_BATCH_BYTES in all
+    (as ``Record.size`` counts) is stored whole: librdkafka sends it as one message set, so
+    the writer's layout check passes."""
+    from idempotent.adapters.kafka.producer_log import MAX_BATCH_BYTES, MAX_BATCH_RECORDS
+    from idempotent.backend import AppendBatch
+    from idempotent.core.request import ProduceRequest
+
+    topic = _topic(kafka_service, partitions=1)
+    broker = _direct(kafka_service)
+    session = broker.init_producer()
+    log: Any = broker._log
+    headers = [(f"h{i}", b"x") for i in range(5)]
+    value_bytes = MAX_BATCH_BYTES // MAX_BATCH_RECORDS - 16 - sum(4 + len(n) + len(v) for n, v in headers)
+    stamp = int(time.time() * 1000) - 3_600_000  # own times up to 8 days apart: long varints
+    records = [
+        Record(b"%0*d" % (value_bytes, j), headers=headers, timestamp=stamp - j * 70_000)
+        for j in range(MAX_BATCH_RECORDS)
+    ]
+    request = ProduceRequest.build(topic, 0, session.producer_id, session.producer_epoch, 0, records)
+    assert MAX_BATCH_BYTES - 100 < request.size <= MAX_BATCH_BYTES
+    batch = AppendBatch(request.header, request.records, time.time(), request.size)
+    assert log.write([(topic, 0, batch)]) == [0]
+    broker.close()
+    stored = _read_all(kafka_service, topic, 0)
+    assert len(stored) == MAX_BATCH_RECORDS and stored[-1].value == records[-1].value
+
+
+def test_a_run_is_placed_only_when_its_first_and_last_offsets_prove_it_whole() -> None:
+    from types import SimpleNamespace
+
+    from idempotent.adapters.kafka.producer_log import KafkaProducerLog
+    from idempotent.backend import AppendBatch
+    from idempotent.errors import BackendUnavailableError
+
+    log: Any = SimpleNamespace(transactional_id="t")
+    batches: list[Any] = [("a", 0, AppendBatch(None, [None] * n, 0.0, 10)) for n in (3, 1, 4)]
+    offsets = [-1, -1, -1]
+    KafkaProducerLog._place(log, batches, [([0, 1, 2], [10], [17])], [], offsets)
+    assert offsets == [10, 13, 14]
+    with pytest.raises(BackendUnavailableError, match="split"):  # another producer's record inside
+        KafkaProducerLog._place(log, batches, [([0, 1, 2], [10], [18])], [], offsets)
+    with pytest.raises(BackendUnavailableError, match="not acknowledged"):
+        KafkaProducerLog._place(log, batches, [([0, 1, 2], [10], [])], [], offsets)
+
+
+def test_runs_pack_the_batches_of_a_partition_that_fit_one_message_set() -> None:
+    from idempotent.adapters.kafka.producer_log import MESSAGE_SET_RECORDS, _runs
+    from idempotent.backend import AppendBatch
+
+    def group(size: int | None, count: int = 1) -> list[Any]:
+        places = [("a", 0), ("a", 1), ("a", 0), ("b", 0), ("a", 0), ("a", 1)]
+        return [(t, p, AppendBatch(None, [None] * count, 0.0, size)) for t, p in places]
+
+    # measured and small: one round, each partition's batches in one run, in order
+    assert _runs(group(100)) == [[[0, 2, 4], [1, 5], [3]]]
+    # unmeasured, or too large to share a message set: the nth batch of each in round n
+    for batches in (group(None), group(500_000), group(100, MESSAGE_SET_RECORDS // 2 + 1)):
+        assert _runs(batches) == [[[0], [1], [3]], [[2], [5]], [[4]]]
+    # two of a partition fit, the third does not
+    assert _runs(group(400_000)) == [[[0, 2], [1, 5], [3]], [[4]]]
+    assert _runs([]) == []
+
+
+def test_a_record_the_broker_refuses_fails_its_batch_alone_and_the_producer_goes_on(kafka_service: Any) -> None:
+    """A record stamped a month ahead is refused by Kafka (``log.message.timestamp.after.max.ms``):
+    the drop-in reports it failed with INVALID_RECORD, not fatal, and the producer keeps
+    working; the partition holds the records before and after it, numbered without a gap."""
+    from idempotent.compat.confluent_kafka import KafkaError, Producer
+
+    topic = _topic(kafka_service)
+    reports: list[tuple[Any, bytes]] = []
+    producer = Producer({"bootstrap.servers": kafka_service.bootstrap})
+    ahead = int(time.time() * 1000) + 30 * 86_400_000
+    for value, stamp in ((b"before", None), (b"ahead", ahead), (b"after", None)):
+        kwargs = {} if stamp is None else {"timestamp": stamp}
+        producer.produce(topic, value, partition=0, on_delivery=lambda e, m: reports.append((e, m.value())), **kwargs)
+        assert producer.flush(30) == 0
+    assert [value for _, value in reports] == [b"before", b"ahead", b"after"]
+    assert reports[0][0] is None and reports[2][0] is None
+    error = reports[1][0]
+    assert error.code() == KafkaError.INVALID_RECORD and not error.fatal() and not error.retriable()
+    stored = _read_all(kafka_service, topic)
+    assert [m.value for m in stored] == [b"before", b"after"]
+    assert [m.sequence for m in stored] == [0, 1]
