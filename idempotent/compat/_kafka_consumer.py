@@ -33,6 +33,16 @@ def _native_consumer() -> type | None:
 
 
 @functools.cache
+def _native_producer() -> type | None:
+    try:
+        from confluent_kafka import cimpl
+    except ImportError:
+        return None
+    producer: type = cimpl.Producer
+    return producer
+
+
+@functools.cache
 def wakeable_consumer_class(native: Any) -> type:
     """A subclass of the consumer class ``native`` whose ``consume()`` waits in slices (see
     the module docstring); the same class for the same ``native``. Its instances are instances
@@ -71,6 +81,15 @@ def route_consumer_attribute(value: Any) -> Any:
     :func:`~idempotent.runtime.native_logs.route_kafka_attribute` does, and a consumer class (a subclass
     of confluent-kafka's ``Consumer``) also as its :func:`wakeable_consumer_class`."""
     routed: Any = route_kafka_attribute(value)
+    producer = _native_producer()
+    if producer is not None and isinstance(routed, type) and issubclass(routed, producer):
+        # a native producer reached through a submodule (cimpl.Producer, avro.AvroProducer,
+        # serializing_producer.SerializingProducer): no exactly-once, said once
+        from ._shared import warn_passed_through
+
+        warn_passed_through(
+            "idempotent.compat.confluent_kafka", f"{routed.__module__}.{routed.__name__}", "confluent-kafka"
+        )
     consumer = _native_consumer()
     if consumer is not None and isinstance(routed, type) and issubclass(routed, consumer):
         native: Any = routed

@@ -75,6 +75,9 @@ class Reports:
         self.errors: collections.deque[KafkaError] = collections.deque()
         #: the error that stopped the producer (fenced, ...), once one did
         self.fatal: KafkaError | None = None
+        #: called (without the lock, from the thread that queued it) after a report or error
+        #: is queued: the asyncio producer serves them on its loop (``_kafka_aio``)
+        self.wake: Callable[[], None] | None = None
 
     def pending(self) -> bool:
         """Whether anything waits to be served (the lock held)."""
@@ -85,6 +88,8 @@ class Reports:
         with self.cond:
             self.errors.append(error)
             self.cond.notify_all()
+        if self.wake is not None:
+            self.wake()
 
     def failed(self, report: Report | None, message: Message) -> None:
         """Queue the report of a record that never reached the producer (``message`` carries
@@ -92,6 +97,8 @@ class Reports:
         with self.cond:
             self.ready.append((report, message._error, message))
             self.cond.notify_all()
+        if self.wake is not None:
+            self.wake()
 
     def ended(self, producer: _Producer, buffer: RecordBuffer, segment: Segment) -> int:
         """The span listener of ``producer``: queue a span's reports (their records count
@@ -106,6 +113,8 @@ class Reports:
                 self.errors.append(kafka_error)
             self.spans.append(span)
             self.cond.notify_all()
+        if self.wake is not None:
+            self.wake()
         return segment[1]
 
     def serve(self, error_cb: Callable[[KafkaError], Any] | None, only_errors: bool) -> int:

@@ -69,6 +69,28 @@ def release(url: str, options: Mapping[str, Any] | None = None) -> None:
     broker.close()
 
 
+# -- passed-through producers -------------------------------------------------------------------
+
+_WARNED: set[str] = set()
+
+
+def warn_passed_through(logger: str, name: str, package: str) -> None:
+    """A WARNING on ``logger``, once per process, that ``name`` is a native producer class
+    passed through, which gives no exactly-once (docs/migration.md lists them)."""
+    import logging
+
+    with _LOCK:
+        if name in _WARNED:
+            return
+        _WARNED.add(name)
+    logging.getLogger(logger).warning(
+        "%s is %s's own producer, passed through: the records it sends are not stored exactly once "
+        "(docs/migration.md, 'Passed through: no exactly-once')",
+        name,
+        package,
+    )
+
+
 # -- the rest of the native modules ------------------------------------------------------------
 
 #: the extra of this project that installs each native module
@@ -136,10 +158,18 @@ class _Passthrough(importlib.abc.MetaPathFinder):
     ``from confluent_kafka.admin import AdminClient`` keeps working once its import line
     names the drop-in."""
 
-    def __init__(self, drop_in: str, native_name: str, route: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self,
+        drop_in: str,
+        native_name: str,
+        route: Callable[[Any], Any] | None = None,
+        own: Mapping[str, str] | None = None,
+    ) -> None:
         self._prefix = drop_in + "."
         self._native = native_name
         self._route = route
+        #: submodules the drop-in has its own module for (``aio``: its asyncio producer)
+        self._own = dict(own or {})
 
     def find_spec(
         self, fullname: str, path: object = None, target: types.ModuleType | None = None
@@ -147,6 +177,9 @@ class _Passthrough(importlib.abc.MetaPathFinder):
         if not fullname.startswith(self._prefix):
             return None
         sub = fullname[len(self._prefix) :]
+        if sub in self._own:
+            own = importlib.import_module(self._own[sub])
+            return importlib.machinery.ModuleSpec(fullname, _Alias(own))
         try:
             module = importlib.import_module(self._native + "." + sub)
         except ImportError:
@@ -158,14 +191,17 @@ class _Passthrough(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(fullname, _Alias(module))
 
 
-def pass_through_submodules(drop_in: str, native_name: str, route: Callable[[Any], Any] | None = None) -> None:
+def pass_through_submodules(
+    drop_in: str, native_name: str, route: Callable[[Any], Any] | None = None, own: Mapping[str, str] | None = None
+) -> None:
     """Let ``import <drop_in>.<sub>`` import ``<native_name>.<sub>`` (once per drop-in); with
-    ``route``, every name of such a submodule is read through it (see :class:`_RoutedModule`)."""
+    ``route``, every name of such a submodule is read through it (see :class:`_RoutedModule`).
+    ``own`` maps submodules the drop-in replaces (``"aio"``) to its own modules."""
     with _LOCK:
         for finder in sys.meta_path:
             if isinstance(finder, _Passthrough) and finder._prefix == drop_in + ".":
                 return
-        sys.meta_path.append(_Passthrough(drop_in, native_name, route))
+        sys.meta_path.append(_Passthrough(drop_in, native_name, route, own))
 
 
 def native_attribute(drop_in: str, native_name: str, name: str, route: Callable[[Any], Any] | None = None) -> Any:

@@ -26,9 +26,10 @@ the message's :class:`MessageStatus` (persisted, not persisted, possibly persist
 
 Extensions: ``produce(..., sequence=N)`` and ``Producer.last_sequence(topic, partition)`` (a
 restarted application's resends are recognised as duplicates, as PIP-6's sequence ids are),
-``msg.status()``, ``msg.sequence()``, ``msg.duplicate()``. Every other name of confluent-kafka
-(``Consumer``, ``AdminClient``, ``TopicPartition``, the submodules ...) is passed through from
-the installed module; ``KafkaException`` is confluent-kafka's own class. See
+``msg.status()``, ``msg.sequence()``, ``msg.duplicate()``. ``aio.AIOProducer`` is the drop-in's
+asyncio producer (``_kafka_aio``). Every other name of confluent-kafka (``Consumer``,
+``AdminClient``, ``TopicPartition``, the other submodules ...) is passed through from the
+installed module; ``KafkaException`` is confluent-kafka's own class. See
 ``docs/migration.md`` for every setting and method.
 
 The implementation lives in ``_kafka_config`` (settings), ``_kafka_errors``, ``_kafka_message``,
@@ -85,7 +86,12 @@ _NATIVE = "confluent_kafka"
 
 # ``import idempotent.compat.confluent_kafka.admin`` (and every other submodule) is the native one
 __path__: list[str] = []
-_shared.pass_through_submodules(__name__, _NATIVE, route_consumer_attribute)
+_shared.pass_through_submodules(
+    __name__,
+    _NATIVE,
+    route_consumer_attribute,
+    own={"aio": "idempotent.compat._kafka_aio", "aio.producer": "idempotent.compat._kafka_aio"},
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -728,3 +728,20 @@ def test_send_async_fast_and_general_paths_mixed_in_one_batch_report_each_messag
     assert sorted(reports) == [(n, compat.Result.Ok, i) for i, n in enumerate("abcd")]
     assert _values(client, "public/default/mixed") == [b"a", b"b", b"c", b"d"]
     client.close()
+
+
+def test_an_unreachable_service_raises_connect_error_within_connection_timeout_ms() -> None:
+    """As pulsar-client (its pulsar_test.py ``test_connect_timeout``): nothing answers at the
+    service URL, so ``create_producer`` raises ``ConnectError`` once ``connection_timeout_ms``
+    has passed (the default would try for 10 s)."""
+    import time
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]  # closed once the block ends: nothing listens there
+    client = compat.Client(f"pulsar://127.0.0.1:{port}", connection_timeout_ms=1000)
+    started = time.monotonic()
+    with pytest.raises(compat.ConnectError, match="cannot connect"):
+        client.create_producer("unreachable")
+    assert 0.9 <= time.monotonic() - started < 8
+    client.close()

@@ -184,8 +184,13 @@ class Client:
             if pulsar_url and name in _BACKEND_OPTIONS and value != _CLIENT_DEFAULTS[name]
         }
         self._backend_options: dict[str, Any] | None = {"client_options": passed} if passed else None
+        honoured = ["operation_timeout_seconds", "logger", *passed]
+        if pulsar_url and connection_timeout_ms != _CLIENT_DEFAULTS["connection_timeout_ms"]:
+            # how long the backend tries to reach the service (and its Pulsar client's own)
+            self._backend_options = {**(self._backend_options or {}), "connect_timeout": connection_timeout_ms / 1000}
+            honoured.append("connection_timeout_ms")
         for name, value in self._native_options.items():
-            if name not in ("operation_timeout_seconds", "logger", *passed) and value != _CLIENT_DEFAULTS[name]:
+            if name not in honoured and value != _CLIENT_DEFAULTS[name]:
                 _accept_without_effect(where, name, _CONNECTION)
         self._logger = logger if isinstance(logger, logging.Logger) else _LOG
         self._timeout = float(operation_timeout_seconds)

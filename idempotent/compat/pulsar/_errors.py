@@ -218,6 +218,10 @@ class Interrupted(PulsarException, _native("Interrupted")):  # type: ignore[misc
     result_value = Result.Interrupted
 
 
+#: the words of idempotent.adapters.reach's error when nothing answers at an address in time
+_UNREACHABLE = "cannot connect to"
+
+
 def _exception_for(error: BaseException) -> PulsarException:
     """The pulsar-style exception for an idempotent error (a DeliveryFailed through its cause)."""
     status = None
@@ -242,7 +246,9 @@ def _exception_for(error: BaseException) -> PulsarException:
     elif isinstance(cause, EntryTooLargeError):
         kind = MessageTooBig
     elif isinstance(cause, BackendUnavailableError):
-        kind = BrokerPersistenceError
+        # nothing answered at the service's address within the connect timeout
+        # (idempotent.adapters.reach): pulsar-client's ConnectError; other outages are the broker's
+        kind = ConnectError if _UNREACHABLE in str(cause) else BrokerPersistenceError
     elif isinstance(cause, TransportError):
         kind = ConnectError
     elif isinstance(cause, QueueFullError):
