@@ -21,7 +21,7 @@ from idempotent.compat import _shared
 from idempotent.compat.confluent_kafka import KafkaException
 from idempotent.compat.pulsar.asyncio import Client, PulsarException
 
-from .test_examples import _example, _finish
+from ..test_examples import _example, _finish
 
 
 def _records(url: str, topic: str) -> list[idempotent.Message]:
