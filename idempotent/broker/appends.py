@@ -2,7 +2,8 @@
 
 A :class:`~idempotent.broker.broker.Broker` hands each accepted batch to its backend and tracks the
 append here (:meth:`AppendCompletions.track`). When the backend answers, the partition's core
-decides (:meth:`~idempotent.core.partition.PartitionCore.completed`, under the partition lock):
+decides (:meth:`~idempotent.core.partition.PartitionCore.completed`, carried out by
+:func:`idempotent.broker.decisions.completed` under the partition lock):
 the batch is committed and its future gets the :class:`~idempotent.ProduceResult`, or the
 append failed and the future fails with the backend's error (an error outside the tree is a
 bug of the backend: a logged FATAL ``InternalError``); a snapshot that became overdue is
@@ -25,10 +26,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from idempotent.broker import decisions
 from idempotent.broker.observer import BrokerObserver, notify
 from idempotent.broker.partitions import PartitionShell
 from idempotent.core.outcomes import ProduceResult
-from idempotent.core.partition import Append, Fail, Reply, WriteSnapshot
+from idempotent.core.partition import Append, Reply
 from idempotent.errors import ProducerError, internal_error
 
 _LOG = logging.getLogger("idempotent.broker")
@@ -80,16 +82,15 @@ class AppendCompletions:
             if append.with_snapshot:
                 notify(observers, "snapshot_written", part.tp.topic, part.tp.partition, exc is None)
         with part.lock:
-            actions = part.core.completed(append, appended.result() if exc is None else exc, time.time())
-            for action in actions[1:]:  # an overdue snapshot
-                assert isinstance(action, WriteSnapshot)
-                part.write_snapshot(action)
+            # the one decision loop (decisions.py): the core takes the outcome, an overdue
+            # snapshot is written
+            answer = decisions.completed(
+                part.core, part, append, appended.result() if exc is None else exc, time.time()
+            )
             part.cond.notify_all()
-        answer = actions[0]
         if isinstance(answer, Reply):
             out.set_result(answer.result)
             return
-        assert isinstance(answer, Fail)
         error = answer.error
         if not isinstance(error, ProducerError):  # the backend broke its contract: a bug
             error = internal_error(f"appending to {part.tp}", error, _LOG)

@@ -26,11 +26,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 
 from idempotent.api import ProduceShortcuts
 from idempotent.backend import AppendBatch, LogBackend
+from idempotent.broker import decisions
 from idempotent.broker.appends import AppendCompletions, PendingAppend
 from idempotent.broker.claim import WriterClaim
 from idempotent.broker.config import BrokerConfig as BrokerConfig
@@ -45,7 +46,7 @@ from idempotent.broker.topics import validate_topic as validate_topic
 from idempotent.core.checker import PartitionChecker, Policy
 from idempotent.core.outcomes import ProduceResult
 from idempotent.core.ownership import RENEW_FRACTION, Lease
-from idempotent.core.partition import RefreshProducers, Reply, WriteSnapshot
+from idempotent.core.partition import Append
 from idempotent.core.records import StoredRecord
 from idempotent.core.registry import Admission, ProducerRecord, ProducerRegistry, validate_name
 from idempotent.core.request import ProduceRequest
@@ -60,16 +61,11 @@ from idempotent.errors import (
     InvalidBatchError,
     InvalidTopicError,
     NotOwnerError,
-    PartitionRecoveringError,
     ProducerClosedError,
     ProducerError,
     UnknownProducerError,
 )
 from idempotent.runtime.future import LightFuture
-
-#: decisions one produce request may go through (admission refresh, evictions) before the
-#: partition is reported recovering: bounds the retries while snapshots cannot be stored
-_MAX_OFFERS = 4
 
 _LOG = logging.getLogger("idempotent.broker")
 
@@ -99,7 +95,7 @@ class Broker(ProduceShortcuts):
         )
         self._observers: tuple[BrokerObserver, ...] = ()
         self._partition_map = PartitionMap(
-            self._lock, self.config.checker, backend, self._current_observers, self._evicted
+            self._lock, self.config.checker, backend, self._current_observers, self._producers
         )
         #: the open partitions (the map's dict: read without a lock, entries never removed)
         self._partitions = self._partition_map.parts
@@ -455,7 +451,6 @@ class Broker(ProduceShortcuts):
         if request.size > max_batch:
             raise InvalidBatchError(f"a batch of {request.size} bytes exceeds the broker's max_batch_bytes={max_batch}")
         topic, partition, header = request.topic, request.partition, request.header
-        producer_id, producer_epoch = header.producer_id, header.producer_epoch
         # a dict read needs no lock (partitions are never removed); the first batch of a
         # partition takes the slow path, which checks the partition count
         part = self._partitions.get(TopicPartition(topic, partition)) or self._partition(topic, partition)
@@ -464,36 +459,22 @@ class Broker(ProduceShortcuts):
         with part.lock:
             self._own(part)
             self._ready(part)
-            core = part.core
             policy, enabled = self._policy(topic), self._deduplication(topic)
-            refreshable = self._ownership is not None  # another broker may have initialised it
-            for _ in range(_MAX_OFFERS):
-                admission = self._registry.admit(producer_id, producer_epoch)
-                record = self._registry.lookup(producer_id) if admission == Admission.FENCED else None
-                decision = core.offer(
-                    header,
-                    now,
-                    admission=admission,
-                    registered_epoch=record.producer_epoch if record is not None else None,
-                    policy=policy,
-                    enabled=enabled,
-                    refreshable=refreshable,
-                )
-                if isinstance(decision, Reply):
-                    return _done(decision.result)
-                if isinstance(decision, RefreshProducers):
-                    self._refresh_producers()
-                    refreshable = False
-                elif isinstance(decision, WriteSnapshot):  # evictions, made durable first
-                    part.write_snapshot(decision)  # (PartitionShell.write_snapshot)
-                    self._ready(part)
-                else:
-                    break
-            else:
-                raise PartitionRecoveringError(f"{part.tp}: could not store the snapshot after evictions; retry")
-            if decision.first_write:
-                self._note_partition(producer_id, part.tp)
-            append = core.append(header, now)
+            # admission, a refresh of the producer records, evictions, the first write's note
+            # and the append's ticket: the one decision loop (decisions.py), with this
+            # partition's shell as its effects
+            decision = decisions.offer(
+                part.core,
+                part,
+                header,
+                now,
+                policy=policy,
+                enabled=enabled,
+                refreshable=self._ownership is not None,  # another broker may have initialised it
+            )
+            if not isinstance(decision, Append):
+                return _done(decision)
+            append = decision
             started = time.monotonic()
             out: Future[ProduceResult] = LightFuture()
             try:
@@ -516,14 +497,6 @@ class Broker(ProduceShortcuts):
     def _registry(self) -> ProducerRegistry:
         """The producer registry (read without a lock on the produce path)."""
         return self._producers.registry
-
-    def _note_partition(self, producer_id: int, tp: TopicPartition) -> None:
-        """Store that a named producer writes to ``tp`` before its first batch there is
-        appended, so that ``init_producer`` finds every partition holding its sequences."""
-        self._producers.note_partition(producer_id, tp)
-
-    def _evicted(self, producer_ids: Sequence[int]) -> None:
-        self._producers.mark_evicted(producer_ids)
 
     def _claim_writer(self) -> None:
         """Become the backend's writer before deciding on a write (:meth:`WriterClaim.claim`).

@@ -2,9 +2,11 @@
 core's recovery and snapshot actions.
 
 :class:`PartitionShell` is the shell of one :class:`~idempotent.core.partition.PartitionCore`
-(which decides) in a :class:`~idempotent.broker.broker.Broker`: it rebuilds the checker from the
-newest snapshot and a replay of the log when the core asks (:meth:`PartitionShell.ready`),
-stores the snapshots the core decides on (:meth:`PartitionShell.write_snapshot`), and waits
+(which decides) in a :class:`~idempotent.broker.broker.Broker`: it is the
+:class:`~idempotent.broker.decisions.PartitionEffects` that the one decision loop
+(:mod:`idempotent.broker.decisions`) asks for I/O: it rebuilds the checker from the newest
+snapshot and a replay of the log when the core asks (:meth:`PartitionShell.ready`), stores
+the snapshots the core decides on (:meth:`PartitionShell.write_snapshot`), and waits
 for a producer's batches in flight to drain (:meth:`PartitionShell.last_sequence`). The
 broker's produce path uses its ``lock``, ``cond`` and ``core`` directly. Every method needs
 ``lock`` held (an ``RLock``; ``cond`` is on it).
@@ -14,13 +16,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from idempotent.backend import PartitionLog
+from idempotent.broker import decisions
 from idempotent.broker.observer import BrokerObserver, notify
+from idempotent.broker.producers import ProducerRecords
 from idempotent.core.checker import CheckerConfig, PartitionChecker
 from idempotent.core.partition import PartitionCore, WriteSnapshot
-from idempotent.core.types import TopicPartition
+from idempotent.core.records import Snapshot
+from idempotent.core.registry import ProducerRegistry
+from idempotent.core.types import ProducerId, TopicPartition
 from idempotent.errors import CorruptDataError, PartitionRecoveringError, ProducerError, RequestTimeoutError
 
 
@@ -32,10 +38,10 @@ class PartitionShell:
         config: the checker's config.
         log: the broker's backend (its log half).
         observers: the broker's observers now (they change as observers are added).
-        evicted: flags producers whose state a stored snapshot evicted (in the registry).
+        producers: the broker's producer records (admission, evictions, noted partitions).
     """
 
-    __slots__ = ("_evicted", "_log", "_observers", "cond", "config", "core", "lock", "tp")
+    __slots__ = ("_log", "_observers", "_producers", "cond", "config", "core", "lock", "tp")
 
     def __init__(
         self,
@@ -43,7 +49,7 @@ class PartitionShell:
         config: CheckerConfig,
         log: PartitionLog,
         observers: Callable[[], tuple[BrokerObserver, ...]],
-        evicted: Callable[[Sequence[int]], None],
+        producers: ProducerRecords,
     ) -> None:
         self.tp = tp
         self.config = config
@@ -52,10 +58,11 @@ class PartitionShell:
         self.core = PartitionCore(tp, config)
         self._log = log
         self._observers = observers
-        self._evicted = evicted
+        self._producers = producers
 
     def ready(self) -> PartitionChecker:
-        """Return the partition's checker, recovering it first if the core asks for it.
+        """Return the partition's checker, recovering it first if the core asks for it
+        (:func:`idempotent.broker.decisions.ready`).
 
         Raises:
             PartitionRecoveringError: appends are still outstanding, or the snapshot after
@@ -63,12 +70,29 @@ class PartitionShell:
             BackendUnavailableError: the snapshot or the log could not be read.
         """
         core = self.core
-        if core.ensure_ready() is None:
-            assert core.checker is not None
-            return core.checker
+        if core.ready:  # (the produce path's case: no clock read)
+            checker = core.checker
+            assert checker is not None
+            return checker
+        return decisions.ready(core, self, time.time())
+
+    def write_snapshot(self, action: WriteSnapshot) -> bool:
+        """Carry out a :class:`~idempotent.core.partition.WriteSnapshot` of the core
+        (:func:`idempotent.broker.decisions.write_snapshot`); whether it was stored."""
+        return decisions.write_snapshot(self.core, self, action)
+
+    # -- the effects the decision loop asks for (decisions.PartitionEffects) -----------------
+
+    @property
+    def registry(self) -> ProducerRegistry:
+        """The broker's producer registry (read without a lock on the produce path)."""
+        return self._producers.registry
+
+    def rebuild(self, now: float) -> tuple[PartitionChecker, int, float]:
+        """Rebuild the checker from the newest snapshot and a replay of the log after it (of
+        the whole log when the snapshot is corrupt); observers hear of it."""
         started = time.monotonic()
         topic, partition = self.tp
-        now = time.time()
         snapshot = self._log.latest_snapshot(topic, partition)
         try:
             checker, replayed = PartitionChecker.recover(
@@ -81,34 +105,32 @@ class PartitionShell:
             replay = self._log.replay(topic, partition, 0)
             checker, replayed = PartitionChecker.recover(None, replay, self.config, now=now)
         seconds = time.monotonic() - started
-        swept = core.recovered(checker, replayed, seconds, now)
         notify(self._observers(), "partition_recovered", topic, partition, seconds, replayed)
-        if swept is not None and not self.write_snapshot(swept):
-            raise PartitionRecoveringError(f"{self.tp}: could not store the snapshot after evictions; retry")
-        return checker
+        return checker, replayed, seconds
 
-    def write_snapshot(self, action: WriteSnapshot) -> bool:
-        """Carry out a :class:`~idempotent.core.partition.WriteSnapshot` of the core; whether it
-        was stored.
-
-        Evicted producers are flagged in the registry only once the snapshot is stored; if it
-        cannot be, the core drops the checker, to be rebuilt from the log, which brings them
-        back: an eviction is never half done.
-        """
+    def store_snapshot(self, snapshot: Snapshot) -> bool:
+        """Store a snapshot in the backend; whether it was (observers hear of it)."""
         topic, partition = self.tp
-        observers = self._observers()
         try:
-            self._log.write_snapshot(topic, partition, action.snapshot)
+            self._log.write_snapshot(topic, partition, snapshot)
         except ProducerError:
-            self.core.snapshot_written(action, False)
-            notify(observers, "snapshot_written", topic, partition, False)
+            notify(self._observers(), "snapshot_written", topic, partition, False)
             return False
-        evicted = self.core.snapshot_written(action, True)
-        notify(observers, "snapshot_written", topic, partition, True)
-        if evicted:
-            self._evicted(evicted)
-            notify(observers, "producers_evicted", topic, partition, len(evicted))
+        notify(self._observers(), "snapshot_written", topic, partition, True)
         return True
+
+    def evicted(self, producer_ids: tuple[ProducerId, ...]) -> None:
+        """Flag producers whose eviction is durable in the registry (observers hear of it)."""
+        self._producers.mark_evicted(producer_ids)
+        notify(self._observers(), "producers_evicted", self.tp.topic, self.tp.partition, len(producer_ids))
+
+    def refresh_producers(self) -> None:
+        """Adopt producer records that other brokers stored."""
+        self._producers.refresh()
+
+    def note_partition(self, producer_id: int) -> None:
+        """Store that a named producer writes here before its first batch here is appended."""
+        self._producers.note_partition(producer_id, self.tp)
 
     def last_sequence(self, producer_id: int, timeout: float, who: str) -> int:
         """The last stored sequence of ``producer_id`` here (-1: none), once its batches in
@@ -158,21 +180,21 @@ class PartitionMap:
         config: CheckerConfig,
         log: PartitionLog,
         observers: Callable[[], tuple[BrokerObserver, ...]],
-        evicted: Callable[[Sequence[int]], None],
+        producers: ProducerRecords,
     ) -> None:
         self.parts: dict[TopicPartition, PartitionShell] = {}
         self._lock = lock
         self._config = config
         self._log = log
         self._observers = observers
-        self._evicted = evicted
+        self._producers = producers
 
     def open(self, tp: TopicPartition) -> PartitionShell:
         """The shell of ``tp`` (an existing partition), created on first use."""
         with self._lock:
             part = self.parts.get(tp)
             if part is None:
-                part = self.parts[tp] = PartitionShell(tp, self._config, self._log, self._observers, self._evicted)
+                part = self.parts[tp] = PartitionShell(tp, self._config, self._log, self._observers, self._producers)
             return part
 
     def drop_topic(self, topic: str) -> None:

@@ -5,9 +5,11 @@ Theory of operation
 A :class:`PartitionCore` holds one partition's :class:`~idempotent.core.checker.PartitionChecker`
 and the bookkeeping around it: how many appends are in flight, whether one of them failed
 (the partition must then be rebuilt from its log), and the numbers ``stats`` reports. It
-decides; the shell (``broker.py``) takes the partition's lock, does the I/O the core asks for
-and reports back. No threads, locks, clock or I/O here: every method that needs the time
-takes ``now`` (wall-clock seconds, as stored with batches and snapshots).
+decides; the shell takes the partition's lock, does the I/O the core asks for and reports
+back, through the one loop that carries out these actions for every shell
+(``idempotent/broker/decisions.py``, called by ``Broker`` and by the simulator). No threads,
+locks, clock or I/O here: every method that needs the time takes ``now`` (wall-clock
+seconds, as stored with batches and snapshots).
 
 The shell's side of one produce request, under the partition's lock::
 

@@ -4,7 +4,9 @@
 :class:`~idempotent.core.registry.ProducerRegistry` for admission and one
 :class:`~idempotent.core.partition.PartitionCore` per partition, and carries out the core's actions
 (``Recover``, ``WriteSnapshot``, ``Accept``, ``Append``, ``Reply``, ``Fail``) on the lists of a
-:class:`SimulatedStorage`, as ``broker.py`` carries them out on a
+:class:`SimulatedStorage` through the same loop as ``Broker``
+(:mod:`idempotent.broker.decisions`: only the I/O it asks for is the simulator's, one
+``PartitionEffects`` per partition), as ``Broker`` carries them out on a
 :class:`~idempotent.backend.LogBackend`. It decides nothing itself: admission, sequence checks,
 eviction, policies, the deduplication switch and snapshots are the core's, so a simulation
 through it tests the code that ships (as h11's ``ConnectionPair`` joins two real connections).
@@ -30,17 +32,18 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import attrs
 
+from idempotent.broker import decisions
 from idempotent.core.checker import CheckerConfig, PartitionChecker, Policy
 from idempotent.core.outcomes import ProduceResult
-from idempotent.core.partition import Append, Fail, PartitionCore, RefreshProducers, Reply, WriteSnapshot
+from idempotent.core.partition import Append, Fail, PartitionCore, Reply
 from idempotent.core.records import BatchHeader, Snapshot, StoredBatch
-from idempotent.core.registry import Admission, ProducerRecord, ProducerRegistry, merge_record
+from idempotent.core.registry import ProducerRecord, ProducerRegistry, merge_record
 from idempotent.core.sequence import sequence_at
-from idempotent.core.types import Epoch, TopicPartition
+from idempotent.core.types import Epoch, ProducerId, TopicPartition
 from idempotent.core.types import Sequence as SequenceNumber
 
 from ..errors import (
@@ -58,10 +61,6 @@ __all__ = [
     "SimulatedStorage",
     "StorageFaults",
 ]
-
-#: decisions one request may go through before the partition is reported recovering (as the
-#: broker: an admission refresh, evictions whose snapshot could not be stored)
-_MAX_OFFERS = 4
 
 _Token = TypeVar("_Token")
 
@@ -276,6 +275,8 @@ class SimulatedBroker(Generic[_Token]):
         self.id_block_size = id_block_size
         self.registry = ProducerRegistry(list(self.storage.producers.values()))
         self.cores: dict[TopicPartition, PartitionCore] = {}
+        #: the I/O of each partition's decisions, on the storage (decisions.PartitionEffects)
+        self._effects: dict[TopicPartition, _SimulatedPartition] = {}
         self._writes: dict[TopicPartition, deque[_Write[_Token]]] = {}
 
     def core(self, tp: TopicPartition) -> PartitionCore:
@@ -283,6 +284,7 @@ class SimulatedBroker(Generic[_Token]):
         core = self.cores.get(tp)
         if core is None:
             core = self.cores[tp] = PartitionCore(tp, self.config)
+            self._effects[tp] = _SimulatedPartition(self, tp)
         return core
 
     def _fails(self, probability: float) -> bool:
@@ -382,40 +384,20 @@ class SimulatedBroker(Generic[_Token]):
         now: float,
         ready_at: float,
     ) -> ProduceResult | None:
-        core = self.core(tp)
-        self._ready(tp, now)
-        policy, enabled = self.storage.policy_for(tp.topic), self.storage.deduplication_for(tp.topic)
-        producer_id, producer_epoch = header.producer_id, header.producer_epoch
-        refreshable = False  # one broker: its registry is never stale
-        for _ in range(_MAX_OFFERS):
-            admission = self.registry.admit(producer_id, producer_epoch)
-            record = self.registry.lookup(producer_id) if admission is Admission.FENCED else None
-            decision = core.offer(
-                header,
-                now,
-                admission=admission,
-                registered_epoch=record.producer_epoch if record is not None else None,
-                policy=policy,
-                enabled=enabled,
-                refreshable=refreshable,
-            )
-            if isinstance(decision, Reply):
-                return decision.result
-            if isinstance(decision, RefreshProducers):
-                self.registry.merge(list(self.storage.producers.values()))
-                refreshable = False
-            elif isinstance(decision, WriteSnapshot):  # evictions, made durable first
-                self._write_snapshot(tp, decision)
-                self._ready(tp, now)
-            else:
-                break
-        else:
-            raise PartitionRecoveringError(f"{tp}: could not store the snapshot after evictions; retry")
-        if decision.first_write:
-            changed = self.registry.add_partition(producer_id, tp.topic, tp.partition)
-            if changed is not None:
-                self.storage.save_producer(changed)
-        append = core.append(header, now)
+        core, effects = self.core(tp), self._effects[tp]
+        decisions.ready(core, effects, now)
+        decision = decisions.offer(
+            core,
+            effects,
+            header,
+            now,
+            policy=self.storage.policy_for(tp.topic),
+            enabled=self.storage.deduplication_for(tp.topic),
+            refreshable=False,  # one broker: its registry is never stale
+        )
+        if not isinstance(decision, Append):
+            return decision
+        append = decision
         queue = self._writes.setdefault(tp, deque())
         if queue:
             ready_at = max(ready_at, queue[-1].ready_at)
@@ -436,7 +418,7 @@ class SimulatedBroker(Generic[_Token]):
         answers of their requests, as the broker's completion of ``LogBackend.append`` does."""
         out: list[tuple[_Token, ProduceResult | ProducerError]] = []
         for tp, queue in self._writes.items():
-            core = self.core(tp)
+            core, effects = self.core(tp), self._effects[tp]
             while queue and queue[0].ready_at <= now:
                 write = queue.popleft()
                 if self._fails(self.faults.append_error):
@@ -447,15 +429,11 @@ class SimulatedBroker(Generic[_Token]):
                     queue.clear()  # the ordering contract: nothing after it is stored
                     for w in failed:
                         error = BackendUnavailableError(f"append to {tp} failed (injected)")
-                        answer = core.completed(w.append, error, now)[0]
+                        answer = decisions.completed(core, effects, w.append, error, now)
                         assert isinstance(answer, Fail)
                         out.append((w.token, error))
                     break
-                actions = core.completed(write.append, self._store(tp, write), now)
-                for action in actions[1:]:  # an overdue snapshot
-                    assert isinstance(action, WriteSnapshot)
-                    self._write_snapshot(tp, action)
-                answer = actions[0]
+                answer = decisions.completed(core, effects, write.append, self._store(tp, write), now)
                 assert isinstance(answer, Reply)
                 out.append((write.token, answer.result))
         return out
@@ -467,48 +445,15 @@ class SimulatedBroker(Generic[_Token]):
 
     # -- snapshots, recovery, maintenance ---------------------------------------------------------
 
-    def _write_snapshot(self, tp: TopicPartition, action: WriteSnapshot) -> bool:
-        """Carry out a :class:`WriteSnapshot`; evicted producers are flagged in the registry
-        once it is stored."""
-        core = self.core(tp)
-        if self._fails(self.faults.snapshot_error):
-            self.stats.snapshot_errors += 1
-            core.snapshot_written(action, False)
-            return False
-        self.storage.write_snapshot(tp, action.snapshot)
-        self.stats.snapshots += 1
-        evicted = core.snapshot_written(action, True)
-        self.stats.evicted += len(evicted)
-        for producer_id in evicted:
-            record = self.registry.mark_state_lost(producer_id)
-            if record is not None:
-                self.storage.save_producer(record)
-        return True
-
     def _ready(self, tp: TopicPartition, now: float) -> PartitionChecker:
         """The partition's checker, rebuilt from the newest snapshot and the log first when
-        the core asks for it.
+        the core asks for it (:func:`idempotent.broker.decisions.ready`).
 
         Raises:
             PartitionRecoveringError: appends are still under way after a failure, or the
                 snapshot after the recovery's evictions could not be stored.
         """
-        core = self.core(tp)
-        if core.ensure_ready() is None:
-            checker = core.checker
-            assert checker is not None
-            return checker
-        snapshot = self.storage.latest_snapshot(tp)
-        checker, replayed = PartitionChecker.recover(
-            snapshot, self.storage.replay(tp, snapshot.position if snapshot is not None else 0), self.config, now=now
-        )
-        self.stats.recoveries += 1
-        self.stats.replayed += replayed
-        self.stats.from_snapshot += snapshot is not None
-        swept = core.recovered(checker, replayed, 0.0, now)
-        if swept is not None and not self._write_snapshot(tp, swept):
-            raise PartitionRecoveringError(f"{tp}: could not store the snapshot after evictions; retry")
-        return checker
+        return decisions.ready(self.core(tp), self._effects[tp], now)
 
     def maintain(self, now: float) -> None:
         """The periodic step of every ready partition: expiry, capacity and due snapshots."""
@@ -516,7 +461,7 @@ class SimulatedBroker(Generic[_Token]):
             if core.ready:
                 action = core.maintain(now)
                 if action is not None:
-                    self._write_snapshot(tp, action)
+                    decisions.write_snapshot(core, self._effects[tp], action)
 
     def crash(self) -> None:
         """Die: of the appends under way a random prefix per partition lands in the storage,
@@ -531,6 +476,7 @@ class SimulatedBroker(Generic[_Token]):
             self.stats.lost += len(queue) - landed
         self._writes.clear()
         self.cores.clear()
+        self._effects.clear()
 
     def recovery_mismatches(self) -> list[str]:
         """Partitions whose live checker state differs from what a recovery from the stored
@@ -551,3 +497,55 @@ class SimulatedBroker(Generic[_Token]):
                     f"live {[live.get(p) for p in differ]}, recovered {[stored.get(p) for p in differ]}"
                 )
         return problems
+
+
+class _SimulatedPartition:
+    """The I/O of one partition's decisions over a :class:`SimulatedStorage`, with its faults:
+    the :class:`~idempotent.broker.decisions.PartitionEffects` of a :class:`SimulatedBroker`
+    (one per partition, made with its core)."""
+
+    __slots__ = ("_broker", "_tp")
+
+    def __init__(self, broker: SimulatedBroker[Any], tp: TopicPartition) -> None:
+        self._broker, self._tp = broker, tp
+
+    @property
+    def registry(self) -> ProducerRegistry:
+        return self._broker.registry
+
+    def rebuild(self, now: float) -> tuple[PartitionChecker, int, float]:
+        broker, tp = self._broker, self._tp
+        snapshot = broker.storage.latest_snapshot(tp)
+        start = snapshot.position if snapshot is not None else 0
+        checker, replayed = PartitionChecker.recover(snapshot, broker.storage.replay(tp, start), broker.config, now=now)
+        broker.stats.recoveries += 1
+        broker.stats.replayed += replayed
+        broker.stats.from_snapshot += snapshot is not None
+        return checker, replayed, 0.0
+
+    def store_snapshot(self, snapshot: Snapshot) -> bool:
+        broker = self._broker
+        if broker._fails(broker.faults.snapshot_error):
+            broker.stats.snapshot_errors += 1
+            return False
+        broker.storage.write_snapshot(self._tp, snapshot)
+        broker.stats.snapshots += 1
+        return True
+
+    def evicted(self, producer_ids: tuple[ProducerId, ...]) -> None:
+        broker = self._broker
+        broker.stats.evicted += len(producer_ids)
+        for producer_id in producer_ids:
+            record = broker.registry.mark_state_lost(producer_id)
+            if record is not None:
+                broker.storage.save_producer(record)
+
+    def refresh_producers(self) -> None:
+        broker = self._broker
+        broker.registry.merge(list(broker.storage.producers.values()))
+
+    def note_partition(self, producer_id: int) -> None:
+        broker, tp = self._broker, self._tp
+        changed = broker.registry.add_partition(producer_id, tp.topic, tp.partition)
+        if changed is not None:
+            broker.storage.save_producer(changed)
