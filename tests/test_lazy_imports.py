@@ -16,7 +16,7 @@ import pytest
 #: modules a producer's start does not need, and that importing these does not load
 NOT_AT_IMPORT = (
     "idempotent.producer.aio",
-    "idempotent.broker",
+    "idempotent.broker.broker",
     "idempotent.consumer.reader",
     "idempotent.consumer.state",
     "idempotent.consumer.dedup",
@@ -63,7 +63,7 @@ def test_import_of_the_package_loads_neither_asyncio_nor_ssl() -> None:
     ("name", "module"),
     [
         ("AsyncProducer", "idempotent.producer.aio"),
-        ("Broker", "idempotent.broker"),
+        ("Broker", "idempotent.broker.broker"),
         ("Reader", "idempotent.consumer.reader"),
         ("SqliteCheckpoint", "idempotent.consumer.state"),
         ("DuplicateFilter", "idempotent.consumer.dedup"),

@@ -80,7 +80,7 @@ def test_every_raise_site_raises_a_member_of_the_tree() -> None:
 
 def test_the_scan_sees_raises() -> None:
     """The scan is not vacuous: it finds the tree's classes and would flag a builtin."""
-    names = [name for _, name, _ in raised_names(ROOT / "idempotent" / "broker.py")]
+    names = [name for _, name, _ in raised_names(ROOT / "idempotent" / "broker" / "broker.py")]
     assert "InvalidBatchError" in names and "PartitionRecoveringError" in names
     sample = raised_names(ROOT / "tests" / "test_raise_sites.py")
     assert ("TypeError" in BUILTIN) and ("TypeError", "_never_called") in [(n, f) for _, n, f in sample]

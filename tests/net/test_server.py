@@ -694,7 +694,8 @@ def test_clients_that_never_read_do_not_freeze_the_server(tmp_path: Any, connect
         with RemoteBroker(server.url) as probe:  # a handshake and a ping never wait behind reads
             probe.ping()
         waited = time.monotonic() - started
-        assert waited < 4.0, f"a handshake and a ping took {waited:.2f} s"
+        bound = scaled(4.0)  # a frozen server takes minutes: every queued read answered first
+        assert waited < bound, f"a handshake and a ping took {waited:.2f} s (bound {bound:.1f} s)"
         _served_within(server.url, "during", 6.0)
         for thread in attackers:
             thread.join(10)
