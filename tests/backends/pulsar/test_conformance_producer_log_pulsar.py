@@ -17,4 +17,4 @@ class TestPulsarProducerLog(ProducerLogConformance):
     @pytest.fixture
     def harness(self, pulsar_service: Any) -> UrlProducerLogHarness:
         query = urllib.parse.urlencode({"admin_url": pulsar_service.admin_url})
-        return UrlProducerLogHarness(f"{pulsar_service.url}?{query}")
+        return UrlProducerLogHarness(f"{pulsar_service.url}?{query}", open_waits_for_older=True, dense_offsets=False)
