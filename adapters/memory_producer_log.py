@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -273,6 +273,12 @@ def open_producer_log(
     if not isinstance(backend, MemoryBackend):
         raise ConfigError(f"a memory producer log needs a MemoryBackend, not {type(backend).__name__}")
     return MemoryProducerLog(backend, producer_key, named)
+
+
+if TYPE_CHECKING:  # it keeps the contract's shape (checked by mypy)
+    from idempotent.backend import ProducerLog
+
+    _CONTRACT: type[ProducerLog] = MemoryProducerLog
 
 
 __all__ = ["MAX_BATCH_BYTES", "MAX_BATCH_RECORDS", "MemoryProducerLog", "ProducerLogFaults", "open_producer_log"]
