@@ -264,8 +264,11 @@ class LogBackend(PartitionLog, MetadataStore, Protocol):
 class ProducerLog(Protocol):
     """One producer's own writer into a shared log (producer-scoped ownership; see
     :class:`idempotent.broker.direct.DirectBroker`): Kafka (``idempotent.adapters.kafka.producer_log``) and Pulsar
-    (``idempotent.adapters.pulsar.producer_log``). Opening it fences the producer's earlier instances. Not
-    thread-safe: the producer's sender thread is its only user."""
+    (``idempotent.adapters.pulsar.producer_log``), and in memory with fault injection for tests
+    (``idempotent.adapters.memory_producer_log``); ``idempotent.testing.conformance_producer_log``
+    checks them all. Opening it fences the producer's earlier instances (Kafka, memory: at
+    once; Pulsar: the newer instance's partitions wait for the older to let go, which it does
+    at its next write). Not thread-safe: the producer's sender thread is its only user."""
 
     #: the largest batch (as ``Record.size`` counts) and record count it takes
     max_batch_bytes: int
@@ -312,7 +315,8 @@ class ProducerLog(Protocol):
     def resolve(self) -> Sequence[int | None] | None:
         """Settle the last write whose outcome is unknown: its base offsets when it was
         stored, None when it was not. A log whose groups are not atomic (Pulsar) answers per
-        batch: a base offset, or None for a batch that was not stored.
+        batch: a base offset, or None for a batch that was not stored. Once it answers,
+        :attr:`unresolved` is None and the next :meth:`write` may go.
 
         Raises:
             BackendUnavailableError: the log could not be reached; still unresolved.
@@ -320,7 +324,8 @@ class ProducerLog(Protocol):
         ...
 
     def close(self) -> None:
-        """Stop writing. Stored batches stay stored."""
+        """Stop writing. Stored batches stay stored; an unresolved write stays unknown to
+        this instance (the next instance's :meth:`load_states` reads what was stored)."""
         ...
 
 

@@ -137,10 +137,14 @@ class DirectBroker(ProduceShortcuts):
             (``default_partitions``, ``auto_create_topics``), record limits.
         log_settings: settings of the producer's own writer (Kafka: ``compression.type`` and
             the other librdkafka settings of ``idempotent.adapters.kafka.producer_log.TUNABLE``).
+        log_module: the module whose ``open_producer_log(backend, key, named, settings,
+            takeover)`` opens the producer's writer, in place of the URL scheme's (the
+            in-memory ``idempotent.adapters.memory_producer_log`` over a ``memory://`` URL,
+            for tests).
         **options: the backend's options (as :func:`idempotent.connect` takes them).
 
     Raises:
-        ConfigError: a URL whose scheme has no producer-scoped writer, bad options, or the
+        ConfigError: a URL whose scheme has no producer-scoped writer (and no ``log_module``), bad options, or the
             backend's client library is missing (the message names the extra).
         BackendUnavailableError: the backend could not be opened.
     """
@@ -151,14 +155,15 @@ class DirectBroker(ProduceShortcuts):
         config: BrokerConfig | None = None,
         *,
         log_settings: Mapping[str, Any] | None = None,
+        log_module: Any = None,
         **options: Any,
     ) -> None:
         scheme = url.split("://", 1)[0]
-        if scheme not in PRODUCER_LOGS:
+        if log_module is None and scheme not in PRODUCER_LOGS:
             raise ConfigError(f"{url!r}: a producer's own broker writes to {', '.join(PRODUCER_LOGS)} only")
         self._url = url
         try:
-            self._module = importlib.import_module(PRODUCER_LOGS[scheme])
+            self._module = log_module or importlib.import_module(PRODUCER_LOGS[scheme])
         except ImportError as exc:  # the backend's client library is missing
             extra = "kafka" if scheme == "kafka" else "pulsar"
             hint = "" if "pip install" in str(exc) else f" (pip install 'idempotent[{extra}]')"

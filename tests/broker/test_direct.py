@@ -1,12 +1,13 @@
-"""A producer's own broker (``idempotent/broker/direct.py``) on a real Kafka: what the producer-scoped
-writer promises (docs/architecture.md, "Who owns a write")."""
+"""A producer's own broker (``idempotent/broker/direct.py``) on a real Kafka: what is Kafka's own
+(record times, message sets, refused records). The producer-scoped logic (restarts, fencing,
+groups, unknown outcomes) is the ProducerLog conformance suite's
+(``idempotent/testing/conformance_producer_log.py``), run on the in-memory log in
+tests/broker/test_conformance_producer_log.py and on Kafka and Pulsar in tests/backends/."""
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -16,7 +17,6 @@ from idempotent import Outcome
 from idempotent.broker.direct import DirectBroker
 from idempotent.connection import open_for_producer
 from idempotent.core.records import Record, RecordColumns
-from idempotent.errors import ProducerFencedError
 
 # every test runs on both write paths of the producer log (compiled and pure-Python)
 pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("kafka_write_path")]
@@ -38,90 +38,6 @@ def _direct(kafka_service: Any) -> DirectBroker:
 def _read_all(kafka_service: Any, topic: str, partition: int = 0) -> list[Any]:
     with idempotent.Reader(kafka_service.url, topic, partition=partition) as reader:
         return list(reader)
-
-
-def test_a_restarted_named_producer_answers_resends_with_their_original_offsets(kafka_service: Any) -> None:
-    topic = _topic(kafka_service)
-    name = f"named-{uuid.uuid4().hex[:6]}"
-    first = _direct(kafka_service)
-    session = first.init_producer(name)
-    stored = [
-        first.produce(
-            topic, 0, session.producer_id, session.producer_epoch, 5 * i, [b"%d" % j for j in range(5 * i, 5 * i + 5)]
-        )
-        for i in range(3)
-    ]
-    assert [r.outcome for r in stored] == [Outcome.ACCEPTED] * 3
-    first.close()  # as if killed after the commits: the state went with them
-
-    again = _direct(kafka_service)
-    restarted = again.init_producer(name)
-    assert restarted.producer_id == session.producer_id and restarted.producer_epoch > session.producer_epoch
-    assert again.last_sequence(topic, 0) == 14
-    for i in range(3):  # every stored batch sent again by the new instance
-        resend = again.produce(
-            topic,
-            0,
-            restarted.producer_id,
-            restarted.producer_epoch,
-            5 * i,
-            [b"%d" % j for j in range(5 * i, 5 * i + 5)],
-        )
-        assert resend.outcome is Outcome.DUPLICATE and resend.base_offset == stored[i].base_offset
-    nxt = again.produce(topic, 0, restarted.producer_id, restarted.producer_epoch, 15, [b"15"])
-    assert nxt.outcome is Outcome.ACCEPTED
-    again.close()
-    assert [m.value for m in _read_all(kafka_service, topic)] == [b"%d" % j for j in range(16)]
-
-
-def test_an_older_instance_is_fenced_at_its_next_write(kafka_service: Any) -> None:
-    topic = _topic(kafka_service)
-    name = f"zombie-{uuid.uuid4().hex[:6]}"
-    old = _direct(kafka_service)
-    s_old = old.init_producer(name)
-    assert old.produce(topic, 0, s_old.producer_id, s_old.producer_epoch, 0, [b"a"]).outcome is Outcome.ACCEPTED
-    new = _direct(kafka_service)
-    s_new = new.init_producer(name)
-    began = time.monotonic()
-    with pytest.raises(ProducerFencedError):
-        old.produce(topic, 0, s_old.producer_id, s_old.producer_epoch, 1, [b"zombie"])
-    assert time.monotonic() - began < 30  # at once, not after a delivery timeout
-    assert new.produce(topic, 0, s_new.producer_id, s_new.producer_epoch, 1, [b"b"]).outcome is Outcome.ACCEPTED
-    old.close()
-    new.close()
-    assert [m.value for m in _read_all(kafka_service, topic)] == [b"a", b"b"]
-
-
-def test_producers_writing_one_partition_at_once_each_store_whole_batches_once(kafka_service: Any) -> None:
-    """Three producers (one named) write one partition concurrently: no fencing between
-    them, every record once, and every batch read back whole with its producer's identity."""
-    topic = _topic(kafka_service)
-    results: dict[int, list[Any]] = {}
-
-    def write(index: int) -> None:
-        broker = _direct(kafka_service)
-        session = broker.init_producer(f"writer-{uuid.uuid4().hex[:6]}" if index == 0 else None)
-        out = []
-        for b in range(20):
-            values = [b"%d-%d-%d" % (index, b, i) for i in range(50)]
-            out.append(broker.produce(topic, 0, session.producer_id, session.producer_epoch, 50 * b, values))
-        results[index] = [session.producer_id, out]
-        broker.close()
-
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert sorted(results) == [0, 1, 2]
-    assert all(r.outcome is Outcome.ACCEPTED for _, out in results.values() for r in out)
-    stored = _read_all(kafka_service, topic)
-    assert len(stored) == 3 * 20 * 50 and all(n == 1 for n in Counter(m.value for m in stored).values())
-    by_offset = {m.offset: m for m in stored}
-    for producer_id, out in results.values():
-        for b, result in enumerate(out):  # the batch's records are consecutive, with its identity
-            batch = [by_offset[result.base_offset + i] for i in range(50)]
-            assert [(m.producer_id, m.sequence) for m in batch] == [(producer_id, 50 * b + i) for i in range(50)]
 
 
 @pytest.mark.parametrize("opener", ["direct", "broker"])
@@ -154,76 +70,6 @@ def test_records_are_read_back_with_their_own_times_or_their_batchs(kafka_servic
     with idempotent.Reader(kafka_service.url, topic, idempotent.MessageId(topic, 0, stored[9000].offset)) as reader:
         inside = next(iter(reader))
     assert inside.timestamp == stored[2000].timestamp and inside.sequence == 9001
-
-
-def test_a_group_with_several_batches_of_a_partition_is_one_transaction_and_restarts_from_all_of_them(
-    kafka_service: Any,
-) -> None:
-    """A group may hold several batches of a partition (packed into one message set when they
-    fit, else written in rounds): all are stored whole and in order, and the named producer's stored
-    state covers every one of them, so a restart answers a resend of any as a duplicate."""
-    from idempotent.core.request import ProduceRequest
-
-    topic = _topic(kafka_service, partitions=2)
-    name = f"rounds-{uuid.uuid4().hex[:6]}"
-    first = _direct(kafka_service)
-    session = first.init_producer(name)
-    assert session.max_in_flight is not None and session.max_in_flight >= 3
-    pid, epoch = session.producer_id, session.producer_epoch
-
-    def batch(partition: int, base: int, count: int) -> ProduceRequest:
-        values = [b"%d-%d" % (partition, j) for j in range(base, base + count)]
-        return ProduceRequest.build(topic, partition, pid, epoch, base, values)
-
-    group = [batch(0, 0, 4), batch(1, 0, 2), batch(0, 4, 3), batch(0, 7, 5), batch(1, 2, 1)]
-    answers = [future.result(30) for future in first.submit_requests(group)]
-    assert [a.outcome for a in answers] == [Outcome.ACCEPTED] * 5
-    assert [a.base_offset for a in answers] == [0, 0, 4, 7, 2]
-    first.close()
-
-    assert [m.value for m in _read_all(kafka_service, topic, 0)] == [b"0-%d" % j for j in range(12)]
-    assert [m.value for m in _read_all(kafka_service, topic, 1)] == [b"1-%d" % j for j in range(3)]
-    again = _direct(kafka_service)
-    restarted = again.init_producer(name)
-    assert again.last_sequence(topic, 0) == 11 and again.last_sequence(topic, 1) == 2
-    for request, answer in zip(group, answers, strict=True):
-        resend = again.produce(
-            topic,
-            request.partition,
-            restarted.producer_id,
-            restarted.producer_epoch,
-            request.header.base_sequence,
-            [r.value for r in request.records],
-        )
-        assert resend.outcome is Outcome.DUPLICATE and resend.base_offset == answer.base_offset
-    again.close()
-
-
-@pytest.mark.parametrize("measured", [True, False])
-def test_the_producer_log_places_every_batch_of_a_group_packed_or_in_rounds(kafka_service: Any, measured: bool) -> None:
-    """Batches with a measured size share a message set; without one each goes in a round of
-    its own. Either way each batch's base offset is where its records are."""
-    from idempotent.backend import AppendBatch
-    from idempotent.core.request import ProduceRequest
-
-    topic = _topic(kafka_service, partitions=2)
-    broker = _direct(kafka_service)
-    session = broker.init_producer()
-    pid, epoch = session.producer_id, session.producer_epoch
-    log: Any = broker._log
-    counts = [(0, 3), (1, 1), (0, 1), (0, 4), (1, 2)]
-    bases = {0: 0, 1: 0}
-    group = []
-    for partition, count in counts:
-        values = [b"%d-%d" % (partition, bases[partition] + j) for j in range(count)]
-        request = ProduceRequest.build(topic, partition, pid, epoch, bases[partition], values)
-        bases[partition] += count
-        size = request.size if measured else None
-        group.append((topic, partition, AppendBatch(request.header, request.records, time.time(), size)))
-    assert log.write(group) == [0, 0, 3, 4, 1]
-    broker.close()
-    assert [m.value for m in _read_all(kafka_service, topic, 0)] == [b"0-%d" % j for j in range(8)]
-    assert [m.value for m in _read_all(kafka_service, topic, 1)] == [b"1-%d" % j for j in range(3)]
 
 
 def test_the_largest_batch_the_writer_takes_fits_one_message_set(kafka_service: Any) -> None:
