@@ -12,8 +12,9 @@ Every test runs unchanged on the in-memory log (CPU only), Kafka and Pulsar: a n
 producer's state recovered at its restart (resends answered as duplicates with their original
 offsets), fencing of an older instance, producers sharing a partition, and groups written
 whole. The fault tests (lost acknowledgements, failed writes, in-doubt commits, a crash that
-keeps a prefix, lost or stale states) need a harness whose ``faults`` can inject them; the
-others skip them.
+keeps a prefix, lost or stale states) are in :class:`ProducerLogFaultConformance`, for a
+harness whose ``faults`` inject them; the placement of a group written at once is in
+:class:`GroupWriteConformance`.
 """
 
 from __future__ import annotations
@@ -96,13 +97,6 @@ class ProducerLogConformance:
     def h(self, harness: ProducerLogHarness) -> Any:
         yield harness
         harness.close()
-
-    def _faults(self, h: ProducerLogHarness, broker: DirectBroker) -> Any:
-        faults = h.faults(broker)
-        if faults is None:
-            broker.close()
-            pytest.skip("this log has no fault injection")
-        return faults
 
     # -- recovery and duplicates -------------------------------------------------------------
 
@@ -256,6 +250,12 @@ class ProducerLogConformance:
             assert resend.outcome is Outcome.DUPLICATE and resend.base_offset == answer.base_offset
         again.close()
 
+
+class GroupWriteConformance:
+    """The placement of a group written at once through ``write``, for the logs written that
+    way (memory, Kafka; Pulsar's pipelined log is written through ``submit``). Mixed into a
+    :class:`ProducerLogConformance` subclass."""
+
     @pytest.mark.parametrize("measured", [True, False])
     def test_the_producer_log_places_every_batch_of_a_group(self, h: Any, measured: bool) -> None:
         """Batches with a measured size or without: each batch's base offset is where its
@@ -265,9 +265,6 @@ class ProducerLogConformance:
         session = broker.init_producer()
         pid, epoch = session.producer_id, session.producer_epoch
         log: Any = broker._log
-        if callable(getattr(log, "submit", None)):
-            broker.close()
-            pytest.skip("a pipelined log (Pulsar) is written through submit, not write")
         counts = [(0, 3), (1, 1), (0, 1), (0, 4), (1, 2)]
         bases = {0: 0, 1: 0}
         group = []
@@ -281,6 +278,16 @@ class ProducerLogConformance:
         broker.close()
         assert [m.value for m in _read_all(h, topic, 0)] == [b"0-%d" % j for j in range(8)]
         assert [m.value for m in _read_all(h, topic, 1)] == [b"1-%d" % j for j in range(3)]
+
+
+class ProducerLogFaultConformance(ProducerLogConformance):
+    """The suite plus its fault tests, for a log whose harness injects faults (the memory
+    log; Kafka's and Pulsar's own faults are injected by their outage and fault tests)."""
+
+    def _faults(self, h: ProducerLogHarness, broker: DirectBroker) -> Any:
+        faults = h.faults(broker)
+        assert faults is not None, "the fault tests need a harness whose faults inject them"
+        return faults
 
     # -- unknown outcomes, settled before the next write -----------------------------------------
 

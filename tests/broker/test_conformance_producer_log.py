@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from idempotent.testing.conformance_producer_log import MemoryProducerLogHarness, ProducerLogConformance
+from idempotent.testing.conformance_producer_log import (
+    GroupWriteConformance,
+    MemoryProducerLogHarness,
+    ProducerLogFaultConformance,
+)
 
 
-class TestMemoryProducerLog(ProducerLogConformance):
+class TestMemoryProducerLog(ProducerLogFaultConformance, GroupWriteConformance):
     @pytest.fixture
     def harness(self) -> MemoryProducerLogHarness:
         return MemoryProducerLogHarness()

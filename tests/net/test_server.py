@@ -35,6 +35,7 @@ from idempotent.net.client import RemoteBroker
 from idempotent.net.server import BrokerServer, ServerConfig
 
 from ..conftest import memory_harness
+from ..timing import scaled
 
 
 def open_broker(**config: Any) -> Broker:

@@ -1,5 +1,6 @@
 """The ProducerLog conformance suite on a real Pulsar: the adapter's pipelined writer keeps
-the contract (the fault tests skip: Pulsar's faults are injected in test_pulsar_faults.py)."""
+the contract (Pulsar's faults are injected by test_pulsar_faults.py, not through this
+suite's fault switches; its pipelined writer is written through submit, not write)."""
 
 from __future__ import annotations
 
