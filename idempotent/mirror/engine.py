@@ -84,6 +84,10 @@ RETRIES = 8
 #: so that a broker restart, a leader election or a rolling restart of the source's or the
 #: destination's cluster is waited out.
 RETRY_WINDOW = 120.0
+#: Seconds a copy asked to stop keeps retrying a retriable failure (a destination or source
+#: still recovering) so that what it sent is settled and it stops cleanly; past it, the error
+#: is raised and the next run resumes from the destination.
+STOP_GRACE = 30.0
 #: Seconds between two questions to the source about a partition's lag, for progress reports.
 LAG_INTERVAL = 1.0
 
@@ -267,7 +271,9 @@ def copy_partition(
         task: what to copy.
         source: an open source of ``task.source`` to share (opened and closed here if None).
         broker: an open broker of ``task.destination`` to share (likewise).
-        stop: set it to end the copy early: what was sent is flushed, then it returns.
+        stop: set it to end the copy early: what was sent is flushed, then it returns (a
+            retriable failure met while stopping is retried for up to :data:`STOP_GRACE`
+            seconds, then raised).
         progress: called (in this thread) whenever the stored position moved.
         follow_interval: seconds between asking the source for its end while following.
         retries: how many times a retriable failure (the destination or source unreachable,
@@ -301,6 +307,7 @@ def copy_partition(
         failures = 0
         failing_since = 0.0
         copied_then = -1  # records copied when the current run of failures began
+        stopping_since: float | None = None  # when a retriable failure first met the stop
         while True:
             try:
                 completed = _copy_once(task, source, broker, stop, progress, follow_interval, totals)
@@ -313,7 +320,10 @@ def copy_partition(
                     failures, failing_since, copied_then = 0, now, totals.copied
                 failures += 1
                 exhausted = failures > retries and now - failing_since >= RETRY_WINDOW
-                if exc.recovery is Recovery.FATAL or exhausted or (stop is not None and stop.is_set()):
+                if stop is not None and stop.is_set():  # stopping: settle what was sent, briefly
+                    stopping_since = now if stopping_since is None else stopping_since
+                    exhausted = exhausted or now - stopping_since >= STOP_GRACE
+                if exc.recovery is Recovery.FATAL or exhausted:
                     raise
                 _LOG.warning("%s: %s; resuming from the destination (attempt %d)", task.job, exc, failures)
                 time.sleep(min(5.0, 0.1 * 2**failures))

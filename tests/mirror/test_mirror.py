@@ -321,9 +321,10 @@ class _RefusesFirstBatch:
     """A destination whose first produce is refused (retriable, nothing stored) only after
     the copy could have sent the next batch behind it."""
 
-    def __init__(self, inner: idempotent.BrokerAPI) -> None:
+    def __init__(self, inner: idempotent.BrokerAPI, on_refuse: Callable[[], None] | None = None) -> None:
         self.inner = inner
         self.refused = False
+        self.on_refuse = on_refuse
 
     def init_producer(self, name: str) -> object:
         return self.inner.init_producer(name)
@@ -332,9 +333,32 @@ class _RefusesFirstBatch:
         if self.refused:
             return self.inner.submit_request(request)
         self.refused = True
+        if self.on_refuse is not None:
+            self.on_refuse()
         answer: Future[idempotent.ProduceResult] = Future()
         threading.Timer(0.3, answer.set_exception, [PartitionRecoveringError("recovering")]).start()
         return answer
+
+
+def test_a_stopped_copy_retries_a_passing_failure_and_stops_cleanly(tmp_path: Path) -> None:
+    """A job stopped (SIGTERM) while its destination is still recovering settles what it sent
+    and returns, instead of failing with "run the same command again"; nothing is stored
+    twice or out of order."""
+    source = tmp_path / "in.txt"
+    count = 3 * POLL_RECORDS
+    source.write_bytes(b"".join(b"line %d\n" % i for i in range(count)))
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    broker = idempotent.connect(dest)
+    try:
+        (task,) = Mirror(f"file://{source}", dest, to_topic="t", job="j").plan(open_source(f"file://{source}"), broker)
+        stop = threading.Event()
+        flaky = _RefusesFirstBatch(broker, on_refuse=stop.set)  # the stop arrives with the refusal
+        summary = copy_partition(task, broker=flaky, stop=stop)  # type: ignore[arg-type]
+        assert flaky.refused
+        stored = [r.value for r in broker.read("t", 0, 0, count)]
+        assert stored == [b"line %d" % i for i in range(len(stored))] and summary.copied == len(stored)
+    finally:
+        broker.close()
 
 
 def test_a_batch_refused_for_a_passing_reason_is_not_overtaken(tmp_path: Path) -> None:
