@@ -74,6 +74,9 @@ class ProducerConnectOptions(ConnectOptions, total=False):
     (:class:`~idempotent.broker.direct.DirectBroker`, ``kafka://``)."""
 
     log_settings: Mapping[str, Any] | None
+    #: a module that implements the ProducerLog contract in place of the scheme's own
+    #: (``idempotent.adapters.memory_producer_log`` runs a producer with no external log)
+    log_module: Any
 
 
 def connect(url: str, config: BrokerConfig | None = None, **options: Unpack[ConnectOptions]) -> BrokerAPI:

@@ -38,7 +38,8 @@ _LOG = logging.getLogger("idempotent.adapters.kafka")
 def map_errors(what: str, *, topic_may_be_new: bool = True) -> Iterator[None]:
     """Translate confluent-kafka errors into the project's tree, once, at the adapter edge
     (see :func:`translate`, which ``topic_may_be_new`` is passed to). ``BufferError``
-    (librdkafka's local queue is full) is transient; any other exception is a bug: logged,
+    (librdkafka's local queue is full) and ``TimeoutError`` (an admin request's future
+    unanswered) are transient; any other exception is a bug: logged,
     FATAL."""
     try:
         yield
@@ -48,6 +49,8 @@ def map_errors(what: str, *, topic_may_be_new: bool = True) -> Iterator[None]:
         raise translate(exc.args[0] if exc.args else None, what, topic_may_be_new=topic_may_be_new) from exc
     except BufferError as exc:
         raise BackendUnavailableError(f"kafka: {what}: local queue full: {exc}") from exc
+    except TimeoutError as exc:  # an admin request's future with no answer in its time
+        raise BackendUnavailableError(f"kafka: {what}: the cluster did not answer in time") from exc
     except (RuntimeError, ValueError, TypeError) as exc:
         raise internal_error(f"kafka: {what}", exc, _LOG) from exc
 

@@ -15,22 +15,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import attrs
 
 from ..api import BrokerAPI
-from ..errors import ConfigError, InvalidTopicError, ProducerError
+from ..errors import ConfigError, InvalidTopicError, ProducerError, Recovery
 from .binding import bind_tasks
-from .engine import PartitionSummary, PartitionTask, ProgressCallback, copy_partition
+from .engine import RETRY_WINDOW, PartitionSummary, PartitionTask, ProgressCallback, copy_partition
 from .names import topic_key
 from .schemes import open_source
 from .source import Source
 from .topics import TopicPattern
 
 _LOG = logging.getLogger("idempotent.mirror")
+_T = TypeVar("_T")
 
 #: Seconds between two listings of the source's topics by a following job with a pattern.
 REFRESH_INTERVAL = 30.0
@@ -272,11 +274,11 @@ class Mirror:
         from .. import connect
 
         started = time.monotonic()
-        source = open_source(self.source)
+        source = self._starting("open the source", lambda: open_source(self.source))
         try:
-            broker = connect(self.destination)
+            broker = self._starting("connect to the destination", lambda: connect(self.destination))
             try:
-                tasks = self.plan(source, broker)
+                tasks = self._starting("plan the copy", lambda: self.plan(source, broker))
                 if self.follow:
                     summaries = self._follow(tasks, source, broker)
                 else:
@@ -294,6 +296,27 @@ class Mirror:
             tuple(summaries),
             time.monotonic() - started,
         )
+
+    def _starting(self, what: str, step: Callable[[], _T]) -> _T:
+        """Run one start-up step, retrying a retriable failure (a source or destination that
+        is restarting, electing leaders or not answering yet) with a growing pause for up to
+        :data:`~.engine.RETRY_WINDOW` seconds, as a copy already running does.
+
+        Raises:
+            ProducerError: a failure that is not retriable, one that lasted past the window,
+            or any failure once the job was asked to stop. Nothing was copied yet.
+        """
+        began = time.monotonic()
+        failures = 0
+        while True:
+            try:
+                return step()
+            except ProducerError as exc:
+                failures += 1
+                if exc.recovery is Recovery.FATAL or self._stop.is_set() or time.monotonic() - began >= RETRY_WINDOW:
+                    raise
+                _LOG.warning("%s: %s: %s; retrying (attempt %d)", self.job, what, exc, failures)
+                self._stop.wait(min(5.0, 0.1 * 2**failures))
 
     def _copy(self, task: PartitionTask, source: Source, broker: BrokerAPI) -> PartitionSummary:
         try:

@@ -14,7 +14,13 @@ import pytest
 
 import idempotent
 from idempotent.adapters.memory import reset_store
-from idempotent.errors import ConfigError, InvalidTopicError, PartitionRecoveringError, ProducerFencedError
+from idempotent.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    InvalidTopicError,
+    PartitionRecoveringError,
+    ProducerFencedError,
+)
 from idempotent.mirror import (
     Mirror,
     PartitionProgress,
@@ -359,6 +365,40 @@ def test_a_stopped_copy_retries_a_passing_failure_and_stops_cleanly(tmp_path: Pa
         assert stored == [b"line %d" % i for i in range(len(stored))] and summary.copied == len(stored)
     finally:
         broker.close()
+
+
+def test_a_job_started_while_its_destination_is_down_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job started while its destination restarts (a connect or a topic creation that times
+    out) retries as a running copy does, then copies everything once; a failure that is not
+    retriable ends it at once."""
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"".join(b"line %d\n" % i for i in range(100)))
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    real = idempotent.connect
+    calls: list[str] = []
+
+    def down_twice(url: str, *args: object, **kwargs: object) -> idempotent.BrokerAPI:
+        calls.append(url)
+        if len(calls) <= 2:
+            raise BackendUnavailableError("kafka: connect: _TIMED_OUT: Failed to get metadata")
+        return real(url, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(idempotent, "connect", down_twice)
+    summary = Mirror(f"file://{source}", dest, to_topic="lines", job="j").run()
+    assert len(calls) == 3 and (summary.copied, summary.duplicates) == (100, 0)
+    assert [r.value for r in _stored(dest, "lines")[0]] == [b"line %d" % i for i in range(100)]
+
+    def refused(url: str, *args: object, **kwargs: object) -> idempotent.BrokerAPI:
+        calls.append(url)
+        raise ConfigError("bad destination")
+
+    calls.clear()
+    monkeypatch.setattr(idempotent, "connect", refused)
+    with pytest.raises(ConfigError):
+        Mirror(f"file://{source}", dest, to_topic="lines", job="j").run()
+    assert len(calls) == 1
 
 
 def test_a_batch_refused_for_a_passing_reason_is_not_overtaken(tmp_path: Path) -> None:
