@@ -49,8 +49,8 @@ class SendWindow:
     given_back: int | None = None
     #: the base sequences of batches sent here that expired unacknowledged (past the delivery
     #: timeout) and are not known to be stored: an OUT_OF_ORDER_SEQUENCE asking for one of them
-    #: shows that everything before it is stored and nothing from it on, and renumbers the
-    #: batches sent after it from there
+    #: shows a hole that only a new epoch can fill (a late copy of an expired attempt could
+    #: land in it), so it fails the producer with SequenceDesyncError
     expired: set[int] = attrs.field(factory=set)
     #: a batch of application sequences whose place the ring and the 64-bit line read
     #: differently (``order_depends_on_policy`` against the next or the acknowledged

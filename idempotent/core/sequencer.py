@@ -22,9 +22,11 @@ OUT_OF_ORDER_SEQUENCE       an earlier batch has not arrived yet: resend in orde
                             (unless it was acknowledged after the attempt was sent: the
                             answer is older than that acknowledgement, so resend); if it is
                             the base of a batch refused for good, number the batches behind
-                            it again from there and resend them; if it lies in a batch of
-                            application sequences that expired, this batch fails alone
-                            (the application sends the missing ones again)
+                            it again from there and resend them; if it is the base of a
+                            batch that expired unacknowledged, fail: SequenceDesyncError
+                            (only a new epoch could number records into that hole); if it
+                            lies in a batch of application sequences that expired, this
+                            batch fails alone (the application sends the missing ones again)
 IN_FLIGHT, RETRY errors     resend the same batch after the backoff the shell chose (the
                             attempt's outcome stays unknown: the batch is *doubtful*)
 InvalidBatchError           that batch alone fails, NOT_PERSISTED unless doubtful; its
@@ -568,10 +570,23 @@ class ProducerSequencer:
                 batch.state, batch.not_before = transition(batch.state, _RETRY), now
             elif expected is not None and expected == ps.given_back and self._renumber(ps, batch, expected):
                 pass  # refused behind a batch that was refused for good: numbered again
-            elif expected is not None and expected in ps.expired and self._renumber(ps, batch, expected, expired=True):
-                pass  # behind batches that expired and are not stored: numbered again
             elif self._predecessor_pending(ps, batch, expected):
                 batch.state, batch.not_before = transition(batch.state, _RETRY), now
+            elif expected is not None and expected in ps.expired:
+                # the broker lacks the sequences of batches that expired unanswered. Numbering
+                # later records into that hole is unsafe without a new epoch: a late copy of an
+                # expired attempt could still be stored there, and a renumbered batch answered
+                # DUPLICATE of it (its records lost), or the other way round
+                batch.state = transition(batch.state, _REFUSE)  # answered: this attempt was refused
+                self._fail_all(
+                    SequenceDesyncError(
+                        f"{tp}: broker expects sequence {expected}, of a batch that expired unacknowledged "
+                        f"after {self.delivery_timeout} s (POSSIBLY_PERSISTED); the records after it cannot be "
+                        "numbered again under this epoch: start a new producer instance (a named producer "
+                        "continues from the broker's last sequence under a new epoch)",
+                        expected,
+                    )
+                )
             elif batch.explicit and expected is not None and abandoned_at(ps, expected):
                 # the broker wants application sequences whose batch failed alone (expired):
                 # nothing of this one is stored; it fails alone and the producer goes on, for
@@ -711,22 +726,18 @@ class ProducerSequencer:
         elif ps.next_sequence == next_sequence(batch.base_sequence, len(batch.records)):
             ps.next_sequence = batch.base_sequence
 
-    def _renumber(self, ps: SendWindow, batch: OutgoingBatch, start: int, *, expired: bool = False) -> bool:
+    def _renumber(self, ps: SendWindow, batch: OutgoingBatch, start: int) -> bool:
         """``batch`` was refused OUT_OF_ORDER_SEQUENCE behind the hole a batch refused for good
         left at ``start``. Once every batch in flight behind the hole has been refused like
         this, number them again from ``start`` and resend them. False (the producer fails)
         when one of them cannot be numbered again: it carries the application's sequences, or
-        an attempt of it went unanswered (it may still be stored).
-
-        ``expired``: the hole is where a batch that expired unacknowledged began
-        (:attr:`SendWindow.expired`). The broker's answer shows that nothing from
-        ``start`` on is stored (it stores only the next sequence, and a broker that writes a
-        group before it answers settles a write in doubt before the next one), so batches
-        sent behind them are numbered again even when an attempt of theirs went unanswered."""
-        batch.state, batch.not_before = transition(batch.state, _RETRY), 0.0
+        an attempt of it went unanswered: a late copy of that attempt may still reach the
+        broker under its old sequence after the renumbered resend is stored, and be taken as
+        the next sequence. Nothing changes then."""
         tail = [b for b in ps.inflight if at_or_before(start, b.base_sequence)]
-        if any(b.explicit or (b.doubtful and not expired) for b in tail):
+        if any(b.explicit or b.doubtful for b in tail):
             return False
+        batch.state, batch.not_before = transition(batch.state, _RETRY), 0.0
         if any(b.state is BatchState.AWAITING for b in tail):
             return True  # wait for their answers: an attempt in transit could still be stored
         sequence, previous = start, tail[0].previous_sequence if tail else ps.sent
@@ -736,7 +747,6 @@ class ProducerSequencer:
             sequence = next_sequence(sequence, len(b.records))
         ps.next_sequence, ps.sent = sequence, previous
         ps.given_back = None
-        ps.expired.clear()
         return True
 
     def handle_timeout(self, now: float) -> None:
@@ -744,7 +754,9 @@ class ProducerSequencer:
         ``delivery_timeout``, each batch alone: one never sent is NOT_PERSISTED (it used no
         sequence), one sent is POSSIBLY_PERSISTED (an attempt of it may be stored) and the
         batch after it names no predecessor (see :meth:`_refuse`). The producer keeps working:
-        once the broker answers again, the batches after them are sent."""
+        once the broker answers again, the batches after them are sent (and stored when the
+        broker holds the expired ones; a broker that asks for an expired batch's sequence
+        fails the producer, see :meth:`handle_result`)."""
         if self.failure is not None:
             return
         for ps in self._partitions.values():

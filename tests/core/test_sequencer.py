@@ -603,17 +603,23 @@ def test_delivery_timeout_of_a_sent_batch_fails_it_and_the_producer_goes_on(stor
     [c] = seq.batches_to_send(11.0)
     assert c.base_sequence == a.base_sequence + 1 and c.previous_sequence is None
     answer(seq, c, part.produce(c), now=11.1)
-    if not stored:  # the broker asks for the expired batch's sequence: nothing of it is stored
-        assert drain(seq) == [] and seq.failure is None
-        [c] = seq.batches_to_send(11.2)
-        assert c.base_sequence == a.base_sequence
-        answer(seq, c, part.produce(c), now=11.3)
     [event] = drain(seq)
+    if not stored:
+        # the broker asks for the expired batch's sequence: a hole only a new epoch can fill (a
+        # late copy of the expired attempt could still land there), so the producer fails and
+        # the record it refused is NOT_PERSISTED
+        assert isinstance(seq.failure, SequenceDesyncError) and seq.failure.expected_sequence == a.base_sequence
+        assert isinstance(event, BatchFailed) and event.status is DeliveryStatus.NOT_PERSISTED
+        assert part.log == []
+        return
     assert isinstance(event, BatchDelivered) and not event.duplicate
-    assert [value for _, value in part.log] == ([rec(0).value] if stored else []) + [rec(2).value]
+    assert [value for _, value in part.log] == [rec(0).value, rec(2).value]
 
 
-def test_batches_expired_in_flight_of_which_the_broker_stored_the_first_are_followed_from_the_second() -> None:
+def test_a_hole_after_batches_expired_in_flight_fails_the_producer_instead_of_renumbering() -> None:
+    """The broker stored the first of two expired batches and asks for the second's sequence:
+    the next batch is not numbered into that hole (a late copy of the second's attempt could
+    land there), the producer fails with the broker's expected sequence."""
     seq = make(max_batch_records=1, max_in_flight=2, delivery_timeout=10.0, request_timeout=3.0)
     part = Partition()
     handles = Handles()
@@ -628,13 +634,43 @@ def test_batches_expired_in_flight_of_which_the_broker_stored_the_first_are_foll
     seq.add("t", 0, rec(2), 11.0)
     [c] = seq.batches_to_send(11.0)
     answer(seq, c, part.produce(c), now=11.1)  # OUT_OF_ORDER_SEQUENCE: the broker expects b's sequence
-    assert drain(seq) == [] and seq.failure is None
-    [c] = seq.batches_to_send(11.2)
-    assert c.base_sequence == b.base_sequence
-    answer(seq, c, part.produce(c), now=11.3)
     [event] = drain(seq)
-    assert isinstance(event, BatchDelivered) and not event.duplicate
-    assert [value for _, value in part.log] == [rec(0).value, rec(2).value]
+    assert isinstance(seq.failure, SequenceDesyncError) and seq.failure.expected_sequence == b.base_sequence
+    assert isinstance(event, BatchFailed) and event.status is DeliveryStatus.NOT_PERSISTED
+    assert [value for _, value in part.log] == [rec(0).value]
+
+
+def test_a_batch_sent_unanswered_behind_an_expired_one_is_never_numbered_again() -> None:
+    """The broker asks for an expired batch's sequence (nothing of it is stored) while the batch
+    behind it was sent without an answer. That batch is not numbered again: a copy of an earlier
+    attempt may still reach the broker under the old sequence after the renumbered resend is
+    stored, and be taken as the next sequence (a duplicate reported persisted). The producer
+    fails instead, the batch POSSIBLY_PERSISTED; a new instance continues from the broker's
+    last sequence."""
+    seq = make(max_batch_records=1, max_in_flight=2, delivery_timeout=10.0, request_timeout=3.0)
+    part = Partition()
+    handles = Handles()
+    handles.add(seq, TP, rec(0), 0.0)
+    [a] = seq.batches_to_send(0.0)
+    handles.add(seq, TP, rec(1), 5.0)
+    [b] = seq.batches_to_send(5.0)
+    stale = part.header(b)  # b's first attempt, still on its way under sequence 1
+    seq.handle_timeout(8.0)
+    assert [x.batch_id for x in seq.batches_to_send(8.0)] == [a.batch_id, b.batch_id]  # resent
+    seq.handle_timeout(10.0)  # a expires unanswered; b, sent at 5, has 5 s left
+    [expired] = handles.take(drain(seq))
+    assert isinstance(expired, BatchFailed) and expired.status is DeliveryStatus.POSSIBLY_PERSISTED
+    answer(seq, b, part.produce(b), now=10.5)  # OUT_OF_ORDER_SEQUENCE: the broker expects a's 0
+    assert seq.failure is None and seq.batches_to_send(10.5) == [b]  # resent, naming no predecessor
+    answer(seq, b, part.produce(b), now=10.6)  # the broker still expects 0
+    assert isinstance(seq.failure, SequenceDesyncError) and seq.failure.expected_sequence == 0
+    [failed] = handles.take(drain(seq))
+    assert isinstance(failed, BatchFailed) and failed.status is DeliveryStatus.POSSIBLY_PERSISTED
+    assert seq.batches_to_send(10.6) == [] and handles.all_ended() and part.log == []
+    # what renumbering would have risked: b again at 0, then the stale attempt at 1 is the next
+    renumbered = make_header(PID, 0, 0, 1)
+    part.checker.commit(part.checker.push(renumbered, 0.0), 0)
+    assert part.checker.check(stale).outcome is Outcome.ACCEPTED
 
 
 # -- stale answers -----------------------------------------------------------------------------
