@@ -408,6 +408,14 @@ class Broker(ProduceShortcuts):
     # ``previous_sequence`` other than the producer's latest pushed one is OUT_OF_ORDER_SEQUENCE
     # under the ``monotonic`` policy (docs/semantics.md); ``strict`` ignores it.
 
+    @property
+    def attempts_in_order(self) -> bool:
+        """True: this handle runs in the producer's process and checks the batches submitted
+        for a partition in submission order, so no copy of an earlier attempt reaches the
+        checker after a later one (a producer may then fill a hole that batches expired past
+        the delivery timeout left, see :class:`~idempotent.core.sequencer.ProducerSequencer`)."""
+        return True
+
     def submit_request(self, request: ProduceRequest) -> Future[ProduceResult]:
         """Check a batch and store it if accepted; return at once with a future of the result.
 

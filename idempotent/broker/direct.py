@@ -414,6 +414,14 @@ class DirectBroker(ProduceShortcuts):
     # -- producing -------------------------------------------------------------------------
 
     @property
+    def attempts_in_order(self) -> bool:
+        """True: this handle runs in the producer's process and checks the batches submitted
+        for a partition in submission order, so no copy of an earlier attempt reaches the
+        checker after a later one (a producer may then fill a hole that batches expired past
+        the delivery timeout left, see :class:`~idempotent.core.sequencer.ProducerSequencer`)."""
+        return True
+
+    @property
     def writes_on_submit(self) -> bool:
         """Whether :meth:`submit_requests` writes the group before it returns, on the
         caller's thread (a log without pipelined writes: Kafka's transactions)."""

@@ -23,8 +23,10 @@ OUT_OF_ORDER_SEQUENCE       an earlier batch has not arrived yet: resend in orde
                             answer is older than that acknowledgement, so resend); if it is
                             the base of a batch refused for good, number the batches behind
                             it again from there and resend them; if it is the base of a
-                            batch that expired unacknowledged, fail: SequenceDesyncError
-                            (only a new epoch could number records into that hole); if it
+                            batch that expired unacknowledged, number the batches behind it
+                            again when the broker checks attempts in order (``in_order``),
+                            else fail: SequenceDesyncError (a late copy of an expired attempt
+                            could land in that hole; only a new epoch fences it); if it
                             lies in a batch of application sequences that expired, this
                             batch fails alone (the application sends the missing ones again)
 IN_FLIGHT, RETRY errors     resend the same batch after the backoff the shell chose (the
@@ -149,6 +151,11 @@ class ProducerSequencer:
         linger: seconds a non-full batch waits for more records.
         request_timeout: seconds without an answer before a batch is resent.
         delivery_timeout: seconds after which an unfinished message fails.
+        in_order: the shell's broker checks a partition's attempts in the order they were
+            sent (an in-process broker): no copy of an earlier attempt arrives after a later
+            one. Only then is a hole left by batches that expired unanswered filled under
+            this epoch (the batches behind it numbered again); otherwise it fails the
+            producer with SequenceDesyncError.
 
     Raises:
         ConfigError: an option is out of range.
@@ -166,6 +173,7 @@ class ProducerSequencer:
         linger: float = 0.005,
         request_timeout: float = 30.0,
         delivery_timeout: float = 120.0,
+        in_order: bool = False,
     ) -> None:
         if not 1 <= max_in_flight <= 1000:
             raise ConfigError(f"max_in_flight must be 1..1000, got {max_in_flight}")
@@ -181,6 +189,7 @@ class ProducerSequencer:
         self.linger = linger
         self.request_timeout = request_timeout
         self.delivery_timeout = delivery_timeout
+        self.in_order = in_order
         self._last = {TopicPartition(*k): v for k, v in (last_sequences or {}).items()}
         self._partitions: dict[TopicPartition, SendWindow] = {}
         self._batches: dict[int, OutgoingBatch] = {}
@@ -570,13 +579,21 @@ class ProducerSequencer:
                 batch.state, batch.not_before = transition(batch.state, _RETRY), now
             elif expected is not None and expected == ps.given_back and self._renumber(ps, batch, expected):
                 pass  # refused behind a batch that was refused for good: numbered again
+            elif (
+                expected is not None
+                and expected in ps.expired
+                and self.in_order
+                and self._renumber(ps, batch, expected, expired=True)
+            ):
+                pass  # behind batches that expired and are not stored: numbered again
             elif self._predecessor_pending(ps, batch, expected):
                 batch.state, batch.not_before = transition(batch.state, _RETRY), now
             elif expected is not None and expected in ps.expired:
-                # the broker lacks the sequences of batches that expired unanswered. Numbering
-                # later records into that hole is unsafe without a new epoch: a late copy of an
-                # expired attempt could still be stored there, and a renumbered batch answered
-                # DUPLICATE of it (its records lost), or the other way round
+                # the broker lacks the sequences of batches that expired unanswered, and its
+                # link may reorder attempts: numbering later records into that hole is unsafe
+                # without a new epoch, as a late copy of an expired attempt could still be
+                # stored there and a renumbered batch answered DUPLICATE of it (its records
+                # lost), or the other way round
                 batch.state = transition(batch.state, _REFUSE)  # answered: this attempt was refused
                 self._fail_all(
                     SequenceDesyncError(
@@ -726,16 +743,23 @@ class ProducerSequencer:
         elif ps.next_sequence == next_sequence(batch.base_sequence, len(batch.records)):
             ps.next_sequence = batch.base_sequence
 
-    def _renumber(self, ps: SendWindow, batch: OutgoingBatch, start: int) -> bool:
+    def _renumber(self, ps: SendWindow, batch: OutgoingBatch, start: int, *, expired: bool = False) -> bool:
         """``batch`` was refused OUT_OF_ORDER_SEQUENCE behind the hole a batch refused for good
         left at ``start``. Once every batch in flight behind the hole has been refused like
         this, number them again from ``start`` and resend them. False (the producer fails)
         when one of them cannot be numbered again: it carries the application's sequences, or
         an attempt of it went unanswered: a late copy of that attempt may still reach the
         broker under its old sequence after the renumbered resend is stored, and be taken as
-        the next sequence. Nothing changes then."""
+        the next sequence. Nothing changes then.
+
+        ``expired``: the hole is where a batch that expired unacknowledged began
+        (:attr:`SendWindow.expired`) and the broker checks attempts in the order they were
+        sent (``in_order``). Its answer then shows that nothing from ``start`` on is stored
+        and that no earlier attempt is still on its way (and a broker that writes a group
+        before it answers settles a write in doubt before the next one), so batches sent
+        behind the hole are numbered again even when an attempt of theirs went unanswered."""
         tail = [b for b in ps.inflight if at_or_before(start, b.base_sequence)]
-        if any(b.explicit or b.doubtful for b in tail):
+        if any(b.explicit or (b.doubtful and not expired) for b in tail):
             return False
         batch.state, batch.not_before = transition(batch.state, _RETRY), 0.0
         if any(b.state is BatchState.AWAITING for b in tail):
@@ -747,6 +771,7 @@ class ProducerSequencer:
             sequence = next_sequence(sequence, len(b.records))
         ps.next_sequence, ps.sent = sequence, previous
         ps.given_back = None
+        ps.expired.clear()
         return True
 
     def handle_timeout(self, now: float) -> None:

@@ -159,6 +159,7 @@ class Producer(SenderLoop):
                 linger=linger_ms / 1000,
                 request_timeout=request_timeout_ms / 1000,
                 delivery_timeout=delivery_timeout_ms / 1000,
+                in_order=bool(getattr(self._broker, "attempts_in_order", False)),
             )
         except BaseException:
             if self._owns_broker:

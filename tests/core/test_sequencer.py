@@ -574,9 +574,10 @@ def test_delivery_timeout_of_an_open_batch_fails_only_it() -> None:
     assert seq.failure is None and seq.unfinished == 0 and seq.next_deadline() is None
 
 
+@pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("stored", [False, True])
-def test_delivery_timeout_of_a_sent_batch_fails_it_and_the_producer_goes_on(stored: bool) -> None:
-    seq = make(max_batch_records=1, max_in_flight=1, delivery_timeout=10.0, request_timeout=3.0)
+def test_delivery_timeout_of_a_sent_batch_fails_it_and_the_producer_goes_on(stored: bool, in_order: bool) -> None:
+    seq = make(max_batch_records=1, max_in_flight=1, delivery_timeout=10.0, request_timeout=3.0, in_order=in_order)
     part = Partition()
     handles = Handles()
     for i in range(2):
@@ -603,24 +604,33 @@ def test_delivery_timeout_of_a_sent_batch_fails_it_and_the_producer_goes_on(stor
     [c] = seq.batches_to_send(11.0)
     assert c.base_sequence == a.base_sequence + 1 and c.previous_sequence is None
     answer(seq, c, part.produce(c), now=11.1)
+    if not stored and in_order:  # the broker asks for the expired batch's sequence: nothing of it is stored
+        assert drain(seq) == [] and seq.failure is None
+        [c] = seq.batches_to_send(11.2)
+        assert c.base_sequence == a.base_sequence
+        answer(seq, c, part.produce(c), now=11.3)
     [event] = drain(seq)
-    if not stored:
-        # the broker asks for the expired batch's sequence: a hole only a new epoch can fill (a
-        # late copy of the expired attempt could still land there), so the producer fails and
-        # the record it refused is NOT_PERSISTED
+    if not stored and not in_order:
+        # a broker whose link may reorder attempts: a late copy of the expired attempt could
+        # still land in that hole, which only a new epoch could fence, so the producer fails
+        # and the record it refused is NOT_PERSISTED
         assert isinstance(seq.failure, SequenceDesyncError) and seq.failure.expected_sequence == a.base_sequence
         assert isinstance(event, BatchFailed) and event.status is DeliveryStatus.NOT_PERSISTED
         assert part.log == []
         return
     assert isinstance(event, BatchDelivered) and not event.duplicate
-    assert [value for _, value in part.log] == [rec(0).value, rec(2).value]
+    assert [value for _, value in part.log] == ([rec(0).value] if stored else []) + [rec(2).value]
 
 
-def test_a_hole_after_batches_expired_in_flight_fails_the_producer_instead_of_renumbering() -> None:
-    """The broker stored the first of two expired batches and asks for the second's sequence:
-    the next batch is not numbered into that hole (a late copy of the second's attempt could
-    land there), the producer fails with the broker's expected sequence."""
-    seq = make(max_batch_records=1, max_in_flight=2, delivery_timeout=10.0, request_timeout=3.0)
+@pytest.mark.parametrize("in_order", [True, False])
+def test_batches_expired_in_flight_of_which_the_broker_stored_the_first_are_followed_from_the_second(
+    in_order: bool,
+) -> None:
+    """The broker stored the first of two expired batches and asks for the second's sequence.
+    A broker that checks attempts in order: the next batch is numbered into that hole. One
+    whose link may reorder them: not (a late copy of the second's attempt could land there),
+    the producer fails with the broker's expected sequence."""
+    seq = make(max_batch_records=1, max_in_flight=2, delivery_timeout=10.0, request_timeout=3.0, in_order=in_order)
     part = Partition()
     handles = Handles()
     for i in range(2):
@@ -634,10 +644,19 @@ def test_a_hole_after_batches_expired_in_flight_fails_the_producer_instead_of_re
     seq.add("t", 0, rec(2), 11.0)
     [c] = seq.batches_to_send(11.0)
     answer(seq, c, part.produce(c), now=11.1)  # OUT_OF_ORDER_SEQUENCE: the broker expects b's sequence
+    if not in_order:
+        [event] = drain(seq)
+        assert isinstance(seq.failure, SequenceDesyncError) and seq.failure.expected_sequence == b.base_sequence
+        assert isinstance(event, BatchFailed) and event.status is DeliveryStatus.NOT_PERSISTED
+        assert [value for _, value in part.log] == [rec(0).value]
+        return
+    assert drain(seq) == [] and seq.failure is None
+    [c] = seq.batches_to_send(11.2)
+    assert c.base_sequence == b.base_sequence
+    answer(seq, c, part.produce(c), now=11.3)
     [event] = drain(seq)
-    assert isinstance(seq.failure, SequenceDesyncError) and seq.failure.expected_sequence == b.base_sequence
-    assert isinstance(event, BatchFailed) and event.status is DeliveryStatus.NOT_PERSISTED
-    assert [value for _, value in part.log] == [rec(0).value]
+    assert isinstance(event, BatchDelivered) and not event.duplicate
+    assert [value for _, value in part.log] == [rec(0).value, rec(2).value]
 
 
 def test_a_batch_sent_unanswered_behind_an_expired_one_is_never_numbered_again() -> None:
