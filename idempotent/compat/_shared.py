@@ -41,7 +41,7 @@ def acquire(url: str, options: Mapping[str, Any] | None = None) -> BrokerAPI:
         ConfigError: bad URL or option (nothing opened).
         BackendUnavailableError: the backend could not be opened.
     """
-    from .. import connect
+    from ..connection import connect
 
     key = _key(url, options)
     with _LOCK:

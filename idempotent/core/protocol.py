@@ -34,7 +34,6 @@ from typing import Any, Final, NamedTuple
 import attrs
 import msgpack
 
-from idempotent.core.checker import make_header, validate_header
 from idempotent.core.codec import (
     decode_result,
     decode_session,
@@ -62,7 +61,16 @@ from idempotent.core.framing import (
     frame,
     pack,
 )
-from idempotent.core.records import _ONLY_BYTES, BatchHeader, Record, RecordColumns, trusted_record, value_record
+from idempotent.core.records import (
+    _ONLY_BYTES,
+    BatchHeader,
+    Record,
+    RecordColumns,
+    make_header,
+    trusted_record,
+    validate_header,
+    value_record,
+)
 from idempotent.core.request import ProduceRequest, measure
 from idempotent.core.topics import canonical_topic
 from idempotent.core.types import MAX_APPLICATION_SEQUENCE, MAX_BATCH_RECORDS, MAX_EPOCH, MAX_PRODUCER_ID

@@ -3,7 +3,7 @@
 A :class:`ProduceRequest` is made where a batch enters the project and validated there, once:
 by :meth:`ProduceRequest.build` for batches given as Python values (the producer, the
 loose-argument conveniences of :class:`ProduceShortcuts`), which checks the topic spelling
-(``_topics``), the partition, the header's types and ranges (``_checker.validate_header``)
+(``_topics``), the partition, the header's types and ranges (``records.validate_header``)
 and every record's type, and measures the batch, in one pass over the records; and by the
 broker server's decoder (``_protocol.parse_request``) for a frame off the wire, which checks
 the same while it decodes and then uses the trusted constructor. Everything behind the edge
@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from idempotent.core.checker import make_header, validate_header
-from idempotent.core.records import BatchHeader, Record, RecordColumns, as_record
+from idempotent.core.records import BatchHeader, Record, RecordColumns, as_record, make_header, validate_header
 from idempotent.core.topics import canonical_topic
 from idempotent.errors import (
     InternalError,
