@@ -86,7 +86,9 @@ def _under_fault(cluster: Any, tmp_path: Path, fault: Callable[[str], None]) -> 
         # read_committed reader only reaches the end once they stop)
         while not all(path.exists() for path in ready.values()):
             assert time.monotonic() < deadline, "the producers did not start writing"
-            assert all(p.poll() is None for p in processes.values()), [p.communicate() for p in processes.values()]
+            ended = {name: p for name, p in processes.items() if p.poll() is not None}
+            # (only an ended process's output can be read without waiting for the others to end)
+            assert not ended, {name: (p.returncode, p.communicate()[1][-3000:]) for name, p in ended.items()}
             time.sleep(0.5)
         mirror = _mirror([*mirror_argv, "--follow"], mirror_log)
         time.sleep(2)
