@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from idempotent.core.records import Record
 from idempotent.core.request import ProduceRequest
@@ -116,6 +116,13 @@ class ProduceShortcuts:
     ``submit_request``: each builds one :class:`ProduceRequest` (validated there, once) and
     hands it on; and ``submit_requests``, which submits a group one batch at a time. A class
     using it defines ``submit_request``, ``url`` and, when it waits, ``produce_timeout``."""
+
+    #: True when the handle runs in the producer's process and checks the batches submitted
+    #: for a partition in submission order, so no copy of an earlier attempt reaches the
+    #: checker after a later one: a producer may then fill a hole that batches expired past
+    #: the delivery timeout left (:class:`~idempotent.core.sequencer.ProducerSequencer`,
+    #: ``in_order``). False for a handle across a network, which may reorder them.
+    attempts_in_order: ClassVar[bool] = False
 
     @property
     def produce_timeout(self) -> float | None:

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from typing import ClassVar
 
 from idempotent.api import ProduceShortcuts
 from idempotent.backend import AppendBatch, LogBackend
@@ -408,13 +409,7 @@ class Broker(ProduceShortcuts):
     # ``previous_sequence`` other than the producer's latest pushed one is OUT_OF_ORDER_SEQUENCE
     # under the ``monotonic`` policy (docs/semantics.md); ``strict`` ignores it.
 
-    @property
-    def attempts_in_order(self) -> bool:
-        """True: this handle runs in the producer's process and checks the batches submitted
-        for a partition in submission order, so no copy of an earlier attempt reaches the
-        checker after a later one (a producer may then fill a hole that batches expired past
-        the delivery timeout left, see :class:`~idempotent.core.sequencer.ProducerSequencer`)."""
-        return True
+    attempts_in_order: ClassVar[bool] = True  # in the producer's process (ProduceShortcuts)
 
     def submit_request(self, request: ProduceRequest) -> Future[ProduceResult]:
         """Check a batch and store it if accepted; return at once with a future of the result.

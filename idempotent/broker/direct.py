@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 from idempotent.api import ProduceShortcuts
 from idempotent.backend import AppendBatch, LogBackend, ProducerLog
@@ -413,13 +413,7 @@ class DirectBroker(ProduceShortcuts):
 
     # -- producing -------------------------------------------------------------------------
 
-    @property
-    def attempts_in_order(self) -> bool:
-        """True: this handle runs in the producer's process and checks the batches submitted
-        for a partition in submission order, so no copy of an earlier attempt reaches the
-        checker after a later one (a producer may then fill a hole that batches expired past
-        the delivery timeout left, see :class:`~idempotent.core.sequencer.ProducerSequencer`)."""
-        return True
+    attempts_in_order: ClassVar[bool] = True  # in the producer's process (ProduceShortcuts)
 
     @property
     def writes_on_submit(self) -> bool:
