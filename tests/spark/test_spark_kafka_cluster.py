@@ -134,6 +134,24 @@ def _wait_for_progress(bootstrap: str, topic: str, beyond: int, child: subproces
         time.sleep(0.5)
 
 
+def _wait_for_writes_after(
+    bootstrap: str, topic: str, before: int, child: subprocess.Popen[str], timeout: float
+) -> None:
+    """After a fault: wait until the topic grew beyond ``before`` (the job writes again), or
+    until the job ended, whose rows the caller then counts."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout
+    while child.poll() is None:
+        try:
+            if _ends(bootstrap, topic) > before:
+                return
+        except KafkaException:  # a node still restarting: ask again
+            pass
+        assert time.monotonic() < deadline, f"the job wrote nothing in {timeout} s after the fault"
+        time.sleep(0.5)
+
+
 def _committed_values(bootstrap: str, topic: str) -> list[bytes]:
     """Every value of the topic as a plain ``read_committed`` consumer reads them, up to each
     partition's end."""
@@ -220,7 +238,7 @@ def test_spark_sink_on_a_kafka_cluster_stores_every_row_once_through_a_fault(
         before = _wait_for_progress(cluster.bootstrap, topic, 0, child, timeout=400)
         assert child.poll() is None, "the job ended before the fault"
         inject(topic)
-        assert _ends(cluster.bootstrap, topic) > before
+        _wait_for_writes_after(cluster.bootstrap, topic, before, child, timeout=180)
         out, _ = child.communicate(timeout=900)
     finally:
         if child.poll() is None:
