@@ -47,8 +47,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from idempotent.compare.baselines import Baseline, IdempotentBaseline, KafkaBaseline, PulsarBaseline
 from idempotent.testing import services
-from idempotent.testing.baselines import Baseline, IdempotentBaseline, KafkaBaseline, PulsarBaseline
 
 VARIANTS = {
     "kafka": ("kafka-raw", "kafka-idempotent", "idempotent", "idempotent-cb", "kafka-drop-in"),
@@ -168,7 +168,7 @@ def drop_topics(info: services.ServiceInfo, marker: str) -> None:
             for future in admin.delete_topics(names, operation_timeout=30).values() if names else ():
                 future.result(60)
         elif info.name == "pulsar" and info.admin_url:
-            from idempotent.testing.baselines import pulsar_admin
+            from idempotent.compare.baselines import pulsar_admin
 
             for namespace in pulsar_admin(info.admin_url, "GET", "/admin/v2/namespaces/public") or []:
                 base = f"/admin/v2/persistent/{namespace}"

@@ -44,8 +44,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from idempotent.compare.baselines import pulsar_admin
 from idempotent.testing import services
-from idempotent.testing.baselines import pulsar_admin
 
 
 def _url(info: services.ServiceInfo, backend: str) -> str:

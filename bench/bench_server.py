@@ -40,8 +40,8 @@ from typing import Any
 from bench_backends import measure
 from tqdm import tqdm
 
+from idempotent.compare.baselines import IdempotentBaseline
 from idempotent.testing import services
-from idempotent.testing.baselines import IdempotentBaseline
 
 VARIANTS = ("in-process", "server")
 

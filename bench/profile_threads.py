@@ -83,7 +83,7 @@ def _run(
         if variant == "native":
             import pulsar as module
 
-            from idempotent.testing.baselines import enable_pulsar_dedup
+            from idempotent.compare.baselines import enable_pulsar_dedup
 
             admin = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["admin_url"][0]
             enable_pulsar_dedup(admin, "public/bench-dedup", topic)

@@ -332,7 +332,7 @@ class SystemRun:
         if system == "pulsar":
             self._read_url, self._read_options = info.url + admin, {"read_only": True}
             return Target(system, self.topic, f"pulsar://127.0.0.1:{port}{admin}", name)
-        from ..testing.baselines import enable_pulsar_dedup
+        from .baselines import enable_pulsar_dedup
 
         namespace = DEDUP_NAMESPACE if system == "pulsar-native-dedup" else "public/default"
         if system == "pulsar-native-dedup":
