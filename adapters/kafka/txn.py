@@ -246,14 +246,7 @@ class TransactionalProducer:
             ProducerError: what the body raised or ``begin_transaction`` answered, mapped.
         """
         with self._lock:
-            self.settle()
-            client = self._client
-            try:
-                client.begin_transaction()
-            except KafkaException as exc:
-                raise self._failed("begin a transaction", _error_of(exc), exc) from exc
-            self._state = TxnState.OPEN
-            self._fence_retry = None
+            client = self._begin_locked()
             self._body_commit = None
             try:
                 yield client
@@ -286,15 +279,20 @@ class TransactionalProducer:
             ProducerError: ``begin_transaction`` refused, mapped.
         """
         with self._lock:
-            self.settle()
-            client = self._client
-            try:
-                client.begin_transaction()
-            except KafkaException as exc:
-                raise self._failed("begin a transaction", _error_of(exc), exc) from exc
-            self._state = TxnState.OPEN
-            self._fence_retry = None
-            return client
+            return self._begin_locked()
+
+    def _begin_locked(self) -> Any:
+        """Settle, then begin a transaction on the current client, which it returns (the
+        lock held by the caller). Raises as :meth:`begin`."""
+        self.settle()
+        client = self._client
+        try:
+            client.begin_transaction()
+        except KafkaException as exc:
+            raise self._failed("begin a transaction", _error_of(exc), exc) from exc
+        self._state = TxnState.OPEN
+        self._fence_retry = None
+        return client
 
     def commit_open(self, on_late_commit: Callable[[], None] | None = None) -> None:
         """Commit the transaction :meth:`begin` opened; on failure the state says what
