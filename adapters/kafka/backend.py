@@ -64,7 +64,14 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 
 from idempotent.adapters.kafka.heads import BatchHead, HeadIndex
-from idempotent.adapters.kafka.replicas import ReplicaCheck, broker_default_replicas, describe_replicas, new_topic
+from idempotent.adapters.kafka.replicas import (
+    BROKER_DEFAULT,
+    ReplicaCheck,
+    broker_default_replicas,
+    cluster_brokers,
+    describe_replicas,
+    new_topic,
+)
 from idempotent.adapters.kafka.replicas import replica_options as _replica_options
 from idempotent.adapters.kafka.writer import PartitionWriter
 from idempotent.adapters.meta import TopicOrigin, pack_snapshot, unpack_snapshot
@@ -225,12 +232,7 @@ class KafkaBackend(MetadataDelegate):
         existing = self._list_topics()
         missing = [self.new_topic(name, 1, compacted) for name in wanted if name not in existing]
         if missing:
-            for name, future in self._admin.create_topics(missing, request_timeout=self.timeout).items():
-                try:
-                    future.result(self.timeout)
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise _translate(exc.args[0], f"create {name}") from exc
+            self.create_kafka_topics(missing)
         self._wait_for_topics(wanted)
         self._wait_for_leaders(wanted)  # (also when another process created them just now)
         if not self.read_only:
@@ -240,6 +242,53 @@ class KafkaBackend(MetadataDelegate):
         """The request that creates the Kafka topic ``name`` with this backend's replication
         (the brokers' defaults unless ``replication_factor`` / ``min_insync_replicas`` were given)."""
         return new_topic(name, partitions, config, self.replication_factor, self.min_insync_replicas)
+
+    def create_kafka_topics(self, topics: list[Any]) -> set[str]:
+        """Create the Kafka topics of the requests ``topics`` (see :meth:`new_topic`); returns
+        the names that another client created first (adopted, as they are).
+
+        Raises:
+            BackendUnavailableError: the cluster did not answer, or refused a replication
+                factor its brokers can give while some are away or in controlled shutdown (a
+                rolling restart): the retry succeeds once they are back. Nothing was created
+                then.
+            ConfigError: the cluster refused the request with every broker up (a factor above
+                the cluster's size, a bad topic setting).
+        """
+        raced: set[str] = set()
+        for name, future in self._admin.create_topics(topics, request_timeout=self.timeout).items():
+            try:
+                future.result(self.timeout)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    raced.add(name)
+                    continue
+                if error.code() == KafkaError.INVALID_REPLICATION_FACTOR:
+                    self._replicas_refused(name, topics, error, exc)
+                raise _translate(error, f"create {name}") from exc
+        return raced
+
+    def _replicas_refused(self, name: str, topics: list[Any], error: Any, exc: KafkaException) -> None:
+        """Kafka refused the replication factor of the topic ``name`` (one of the requests
+        ``topics``): when the cluster has as many brokers as it asks for, some are away or in
+        controlled shutdown, and the refusal is raised as the outage it is.
+
+        Raises:
+            BackendUnavailableError: the cluster's brokers can give the factor (retriable).
+        """
+        cluster = self._admin.list_topics(timeout=self.timeout)
+        brokers = cluster_brokers(cluster)
+        asked = next((t.replication_factor for t in topics if t.topic == name), BROKER_DEFAULT)
+        factor = (
+            broker_default_replicas(self._admin, cluster.brokers, self.timeout) if asked == BROKER_DEFAULT else asked
+        )
+        if factor is not None and factor <= len(brokers):
+            raise BackendUnavailableError(
+                f"kafka: create {name}: the cluster cannot place {factor} replicas now, while some of its "
+                f"{len(brokers)} brokers are away or shutting down ({error.str()}); retriable: it succeeds "
+                "once they are back"
+            ) from exc
 
     def check_internal_topics(self, names: list[str], topics: dict[str, Any] | None = None) -> None:
         """Check the replicas of the internal topics ``names``: a WARNING for one with fewer
@@ -601,15 +650,8 @@ class KafkaBackend(MetadataDelegate):
             if recorded is not None:
                 return self._current(topic, recorded, native)
             if native is None:
-                new = self.new_topic(name, partitions, self.topic_config)
-                raced = False
-                for future in self._admin.create_topics([new], request_timeout=self.timeout).values():
-                    try:
-                        future.result(self.timeout)
-                    except KafkaException as exc:
-                        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                            raise
-                        raced = True  # created meanwhile by someone else: adopt theirs
+                # created meanwhile by someone else: adopt theirs
+                raced = bool(self.create_kafka_topics([self.new_topic(name, partitions, self.topic_config)]))
                 self._wait_for_topics([name])
                 if raced:
                     native = self._native_count(name)

@@ -156,13 +156,7 @@ def ensure_state_topic(backend: KafkaBackend) -> None:
             backend.check_internal_topics([name], topics)
             return
         config = {"cleanup.policy": "compact", "segment.ms": "600000", **backend.topic_config}
-        new = backend.new_topic(name, STATE_PARTITIONS, config)
-        for future in backend._admin.create_topics([new], request_timeout=backend.timeout).values():
-            try:
-                future.result(backend.timeout)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise
+        backend.create_kafka_topics([backend.new_topic(name, STATE_PARTITIONS, config)])
         backend._wait_for_topics([name])
 
 

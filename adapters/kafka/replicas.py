@@ -12,6 +12,12 @@ internal topics it finds.
   logged at WARNING, once per topic, with its replica count and the fix
   (``kafka-reassign-partitions``). It is never fatal: the topic works, it is only less
   durable than the data it describes.
+* **A factor refused that the cluster's brokers can give** (:func:`cluster_brokers`): Kafka
+  places a new topic's replicas only on the brokers it can use now, which leaves out a broker
+  in controlled shutdown (a rolling restart) and one that is not registered yet. That refusal
+  is the broker's absence, an outage (:class:`~idempotent.errors.BackendUnavailableError`,
+  retriable); a factor above the cluster's size is the setting's
+  (:class:`~idempotent.errors.ConfigError`).
 * :func:`describe_replicas`: each partition's replicas, in-sync replicas and leader, and the
   topic's ``min.insync.replicas`` in force (``idempotent topics describe``).
 """
@@ -103,6 +109,19 @@ def new_topic(
         settings["min.insync.replicas"] = str(min_insync)
     factor = BROKER_DEFAULT if replication_factor is None else replication_factor
     return NewTopic(name, num_partitions=partitions, replication_factor=factor, config=settings)
+
+
+def cluster_brokers(cluster: Any) -> set[int]:
+    """The brokers the cluster has (confluent-kafka's ClusterMetadata): those up now, and
+    those that hold a replica of some topic yet are not up (a restart, a pause, a crash)."""
+    up = {int(broker) for broker in getattr(cluster, "brokers", None) or {}}
+    held = {
+        int(replica)
+        for topic in (getattr(cluster, "topics", None) or {}).values()
+        for partition in (getattr(topic, "partitions", None) or {}).values()
+        for replica in partition.replicas
+    }
+    return up | held
 
 
 def replica_count(metadata: Any) -> int | None:

@@ -142,3 +142,52 @@ def test_internal_topics_with_one_replica_are_a_warning(cluster: Any, caplog: py
         assert "fewer than the brokers' default.replication.factor (3)" in text
         assert "kafka-reassign-partitions" in text and "listing 3 broker ids" in text
     assert all(r.levelno == logging.WARNING for r in caplog.records if "internal topic" in r.getMessage())
+
+
+@pytest.mark.kafka
+def test_a_topic_made_during_a_controlled_shutdown_is_retriable(cluster: Any) -> None:
+    """Kafka places a new topic's replicas only on the brokers it can use now, which leaves
+    out one in controlled shutdown: while node 3 shuts down, the brokers' default of 3 is
+    refused (INVALID_REPLICATION_FACTOR) though the metadata still lists all three. That is
+    the broker's absence, an outage: retriable, never a ConfigError, and the same creation
+    succeeds at 3 replicas once the node is back. With every broker up, a factor above the
+    cluster's size stays a setting error."""
+    import threading
+
+    from idempotent.adapters.kafka.backend import KafkaBackend
+    from idempotent.errors import BackendUnavailableError, ConfigError, ProducerError
+    from idempotent.testing.services import kafka_cluster
+
+    prefix = f"rf-{uuid.uuid4().hex[:8]}-"
+    backend = KafkaBackend(cluster.url, prefix=prefix, client_config=QUIET)
+    outcomes: dict[str, ProducerError | None] = {}
+    try:
+        restarted = threading.Event()
+
+        def bounce() -> None:
+            try:
+                kafka_cluster.restart(3)
+            finally:
+                restarted.set()
+
+        threading.Thread(target=bounce, daemon=True).start()
+        while not restarted.is_set():  # back to back, to meet the shutdown's few seconds
+            name = f"t{len(outcomes)}"
+            try:
+                backend.create_topic(name, 3)
+                outcomes[name] = None
+            except ProducerError as exc:
+                outcomes[name] = exc
+        refused = {name: exc for name, exc in outcomes.items() if exc is not None}
+        # (a restart also moves the leaders of the project's own topics: other outages)
+        assert any("away or shutting down" in str(exc) for exc in refused.values()), (len(outcomes), refused)
+        for name, exc in refused.items():
+            assert isinstance(exc, BackendUnavailableError) and exc.retriable, (name, exc)
+            assert backend.create_topic(name, 3) == 3  # the retry, once the node is back
+        admin = _admin(cluster)
+        for name in outcomes:
+            assert all(len(set(replicas)) == 3 for replicas in _layout(admin, prefix + name)), name
+    finally:
+        backend.close()
+    with pytest.raises(ConfigError, match="INVALID_REPLICATION_FACTOR"):
+        KafkaBackend(cluster.url, prefix=f"rf-{uuid.uuid4().hex[:8]}-", replication_factor=4, client_config=QUIET)

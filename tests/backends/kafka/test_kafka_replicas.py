@@ -268,6 +268,22 @@ def test_a_configuration_the_cluster_does_not_answer_in_time_is_not_known() -> N
     assert described.min_insync_replicas is None and [p.replicas for p in described.partitions] == [(1,)]
 
 
+def test_the_clusters_brokers_are_those_up_and_those_holding_replicas() -> None:
+    def partition(*replicas: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(replicas=list(replicas))
+
+    topics = {
+        "orders": types.SimpleNamespace(partitions={0: partition(1, 2, 3), 1: partition(2, 3, 1)}),
+        "audit": types.SimpleNamespace(partitions={0: partition(4)}),
+        "new": types.SimpleNamespace(partitions={}),
+    }
+    cluster = types.SimpleNamespace(brokers={1: None, 2: None, 3: None}, topics=topics)
+    assert _kafka_replicas.cluster_brokers(cluster) == {1, 2, 3, 4}  # 4: away, holding a replica
+    cluster.brokers = {1: None, 2: None, 5: None}  # 3 restarting, 5 new
+    assert _kafka_replicas.cluster_brokers(cluster) == {1, 2, 3, 4, 5}
+    assert _kafka_replicas.cluster_brokers(types.SimpleNamespace(brokers={1: None}, topics={})) == {1}
+
+
 # -- idempotent topics describe ------------------------------------------------------------
 
 
