@@ -163,13 +163,17 @@ class SenderLoop:
 
     def _refresh_metadata(self, now: float) -> None:
         """Ask the broker again for the partition count of every topic whose count is older
-        than ``metadata_max_age_ms`` (the sender thread, no lock held while asking)."""
+        than ``metadata_max_age_ms`` (the sender thread, no lock held while asking); none once
+        the producer is closing, so that a cluster that does not answer (each question waits
+        up to the backend's timeout) does not hold up :meth:`close`."""
         age = self._metadata_max_age
         if now < self._metadata_due:
             return
         self._metadata_due = now + max(age, 0.1)
         stale = {id(r): r for r in list(self._routes.values()) if now - r.checked_at >= age}
         for route in stale.values():
+            if self._closing:  # a closing producer sends to the partitions it knows
+                return
             try:
                 count = self._broker.partitions_for(route.topic)
             except ProducerError as exc:  # keep the count in force; ask again next time

@@ -47,6 +47,37 @@ def test_send_flush_and_metadata(tmp_path: Path) -> None:
         assert record.value == b"v7" and record.key == b"k1"
 
 
+def test_close_asks_no_more_partition_counts_of_a_cluster_that_does_not_answer() -> None:
+    """The sender refreshes stale partition counts one topic at a time, each question
+    waiting up to the backend's timeout when the cluster is away: once the producer is
+    closing it asks no more, so close() waits for one question at most, not one per topic."""
+    broker = memory_harness().open()
+    topics = [f"t{i}" for i in range(6)]
+    for topic in topics:
+        broker.create_topic(topic, 1)
+    producer = Producer(broker, metadata_max_age_ms=0)
+    for topic in topics:
+        producer.send(topic, b"x").result(10)
+    asked: list[str] = []
+    answered = broker.partitions_for
+
+    def slow(topic: str, **options: Any) -> int:
+        asked.append(topic)
+        time.sleep(0.5)  # a cluster that answers late
+        return answered(topic, **options)
+
+    broker.partitions_for = slow  # type: ignore[method-assign]
+    deadline = time.monotonic() + 10
+    while not asked:  # the sender is asking
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    producer.close()
+    during = len(asked)
+    assert during <= 2, asked  # the question under way, and at most one begun meanwhile
+    time.sleep(1.0)
+    assert len(asked) == during  # and none after close() returned
+
+
 def test_key_hash_partitioning_is_stable() -> None:
     broker = memory_harness().open()
     broker.create_topic("t", 4)
