@@ -252,8 +252,8 @@ class KafkaBackend(MetadataDelegate):
                 factor its brokers can give while some are away or in controlled shutdown (a
                 rolling restart): the retry succeeds once they are back. Nothing was created
                 then.
-            ConfigError: the cluster refused the request with every broker up (a factor above
-                the cluster's size, a bad topic setting).
+            ConfigError: the cluster refused the request as a setting (a factor above the
+                cluster's size, a bad topic setting).
         """
         raced: set[str] = set()
         for name, future in self._admin.create_topics(topics, request_timeout=self.timeout).items():

@@ -14,7 +14,7 @@ internal topics it finds.
   durable than the data it describes.
 * **A factor refused that the cluster's brokers can give** (:func:`cluster_brokers`): Kafka
   places a new topic's replicas only on the brokers it can use now, which leaves out a broker
-  in controlled shutdown (a rolling restart) and one that is not registered yet. That refusal
+  in controlled shutdown (a rolling restart) while the metadata still lists it. That refusal
   is the broker's absence, an outage (:class:`~idempotent.errors.BackendUnavailableError`,
   retriable); a factor above the cluster's size is the setting's
   (:class:`~idempotent.errors.ConfigError`).
