@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -258,3 +259,116 @@ def test_kill_9_between_the_writes_and_the_commit_leaves_all_or_nothing(kafka_se
     expected = [f"{r}-{i}".encode() for r in range(rounds) for i in range(10)]
     for topic in topics:
         assert _committed(kafka_service, topic) == expected, topic
+
+
+def _kafka_pid() -> int:
+    from idempotent.testing import services
+
+    running = services.status("kafka")
+    assert running is not None
+    return running.pid
+
+
+def _commit_until_decided(producer: idempotent.Producer, positions: object, deadline: float) -> tuple[str, int]:
+    """Commit as an application would: a timed-out commit is called again, one Kafka refused
+    is aborted. Returns "committed" or "aborted", and how many calls of the commit it took."""
+    calls = 0
+    while True:
+        calls += 1
+        try:
+            producer.commit_transaction(positions, timeout=5)
+            return "committed", calls
+        except TransactionTimedOutError:
+            assert time.monotonic() < deadline, "the commit was not decided within the test's bound"
+            time.sleep(0.5)
+        except TransactionAbortableError:
+            producer.abort_transaction()
+            return "aborted", calls
+
+
+@pytest.mark.timeout(600)
+def test_kafka_paused_past_the_request_timeout_during_the_commit_is_committed_or_aborted_never_both(
+    kafka_service: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka is stopped with SIGSTOP for 8 s (the producer's request timeout is 5 s) as
+    librdkafka's ``commit_transaction`` of a transaction over 3 topics begins, or a few ms
+    into it. Whatever the commit then says, a restarted producer resending the same records
+    with the same sequences finds the truth: all of them duplicates when it committed, all of
+    them new when it aborted, and a read_committed consumer sees each record exactly once
+    either way."""
+    from idempotent.adapters.kafka import txn
+
+    topics = _topics(kafka_service, 3)
+    name = f"ps-{uuid.uuid4().hex[:6]}"
+    url = f"{kafka_service.url}?timeout=5"
+    pid = _kafka_pid()
+    #: per round, when the pause begins after the commit was called, and how long it lasts
+    schedule = ((0.0, 8.0), (0.003, 8.0), (0.01, 8.0), (0.0, 25.0))
+    pause: list[tuple[float, float]] = []  # the round's pause, until it has begun
+    timers: list[threading.Timer] = []
+    commit = txn.TransactionalProducer._commit
+
+    def paused_commit(self: Any, on_late_commit: Any) -> None:
+        if pause:  # the application's commit: stop Kafka ``delay`` s after it begins
+            delay, length = pause.pop()
+            timers.extend((threading.Timer(delay, os.kill, (pid, signal.SIGSTOP)),
+                           threading.Timer(delay + length, os.kill, (pid, signal.SIGCONT))))  # fmt: skip
+            for timer in timers:
+                timer.start()
+        commit(self, on_late_commit)
+
+    monkeypatch.setattr(txn.TransactionalProducer, "_commit", paused_commit)
+    outcomes: list[tuple[str, float, int]] = []
+    expected: dict[str, list[bytes]] = {topic: [] for topic in topics}
+    last: object = None  # the positions of the last committed transaction
+    for round_, (delay, length) in enumerate(schedule):
+        values = {topic: [f"{topic}-{round_}-{i}".encode() for i in range(5)] for topic in topics}
+        with idempotent.Producer(url, name) as producer:
+            starts = {topic: producer.resume_sequence(topic) for topic in topics}
+            producer.begin_transaction()
+            futures = [
+                producer.send(topic, value, partition=0, sequence=starts[topic] + i)
+                for topic in topics
+                for i, value in enumerate(values[topic])
+            ]
+            producer.flush(30)  # the records are written (in the transaction): only the commit is left
+            pause.append((delay, length))
+            began = time.monotonic()
+            try:
+                outcome, calls = _commit_until_decided(producer, {"round": round_}, began + 180)
+            finally:
+                for timer in timers:
+                    timer.join()
+                timers.clear()
+                os.kill(pid, signal.SIGCONT)
+            assert not pause, "the commit did not reach Kafka"
+            outcomes.append((outcome, round(time.monotonic() - began, 2), calls))
+            done = [f.exception(60) for f in futures]
+            if outcome == "committed":
+                assert done == [None] * len(futures)
+                offsets = [f.result(0).offset for f in futures]
+            else:
+                assert all(isinstance(e, DeliveryFailed) and e.status is DeliveryStatus.NOT_PERSISTED for e in done)
+        with idempotent.Producer(url, name) as restarted:
+            assert restarted.committed_positions() == ({"round": round_} if outcome == "committed" else last)
+            with restarted.transaction(positions={"round": round_}):
+                again = [
+                    restarted.send(topic, value, partition=0, sequence=starts[topic] + i)
+                    for topic in topics
+                    for i, value in enumerate(values[topic])
+                ]
+            results = [f.result(0) for f in again]
+        if outcome == "committed":
+            assert all(r.duplicate for r in results), results
+            assert [r.offset for r in results] == offsets
+        else:
+            assert not any(r.duplicate for r in results), results
+        last = {"round": round_}  # the resend committed, duplicates or not
+        for topic in topics:
+            expected[topic] += values[topic]
+    # the commit that met the pause from its start waited for it (the pause bit), and the one
+    # paused past its timeout was in doubt and called again before it was decided
+    assert outcomes[0][1] >= 5.0 and outcomes[-1][2] > 1, outcomes
+    for topic in topics:
+        assert _committed(kafka_service, topic) == expected[topic], (topic, outcomes)
+    print({"outcomes (outcome, seconds to decide, commit calls)": outcomes})

@@ -148,12 +148,6 @@ def test_kill9_of_a_partition_leader(cluster: Any, tmp_path: Path) -> None:
     _under_fault(cluster, tmp_path, fault)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open defect of the mirror, not of the producers: stopped with SIGTERM while a call to "
-    "the recovering cluster times out, `idempotent mirror --follow` exits 1 ('... timed out; run the "
-    "same command again to resume') instead of 0 (6 of 12 runs); kept running so that its result shows",
-)
 def test_kill9_of_the_active_controller(cluster: Any, tmp_path: Path) -> None:
     from idempotent.testing.services import kafka_cluster
 
