@@ -1,7 +1,7 @@
 """Kafka's errors in the project's tree: the one translation of confluent-kafka's errors, at
 the adapter edge (:mod:`idempotent.adapters.kafka.backend`, its writer and :mod:`idempotent.adapters.kafka.txn`, the
 producer log of :mod:`idempotent.adapters.kafka.producer_log`, and the mirror's Kafka source
-:mod:`idempotent.mirror.kafka` use it).
+:mod:`idempotent.adapters.kafka.source` use it).
 
 A ``KafkaError`` carries a code and three flags librdkafka sets where it raises it:
 ``fatal()`` (the client instance can do nothing more), ``txn_requires_abort()`` (the current

@@ -415,7 +415,7 @@ class _NativeSource:
         end = self.end(partition)
         if self.scheme == "kafka":
             return max(-1, end - count - 1)
-        from ..mirror.pulsar import pack_message_id, unpack_offset
+        from idempotent.adapters.pulsar.source import pack_message_id, unpack_offset
 
         ledger, entry, _ = unpack_offset(end)  # every entry holds one message or more
         return pack_message_id(ledger, entry - count, 0) - 1 if entry - count > 0 else -1

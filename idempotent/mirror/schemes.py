@@ -1,8 +1,10 @@
 """Which source module reads which URL: :func:`open_source`.
 
 The source modules are imported when a URL of theirs is opened, so that a job reading files
-needs neither confluent-kafka nor pulsar-client. Nothing imports this module back from the
-source modules (they depend only on :mod:`.source`).
+needs neither confluent-kafka nor pulsar-client. The plain-topic readers live beside their
+backends (:mod:`idempotent.adapters.kafka.source`, :mod:`idempotent.adapters.pulsar.source`),
+sharing each backend's one error translation; they depend on the mirror only through
+:mod:`.source`, and nothing imports this module back from them.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ def open_source(url: str) -> Source:
 
         return FileSource(url)
     if scheme == "kafka+native":
-        from .kafka import KafkaNativeSource
+        from idempotent.adapters.kafka.source import KafkaNativeSource
 
         return KafkaNativeSource(url)
     if scheme == "pulsar+native":
-        from .pulsar import PulsarNativeSource
+        from idempotent.adapters.pulsar.source import PulsarNativeSource
 
         return PulsarNativeSource(url)
     if scheme in BROKER_SCHEMES:

@@ -10,18 +10,16 @@ exact: the destination's last stored sequence is the source offset to resume aft
 One module per source kind implements the contract, and :func:`idempotent.mirror.schemes.open_source`
 picks one by the URL's scheme:
 
-========================================  ==========================================
-URL                                       module
-========================================  ==========================================
+========================================  =================================================
 ``file:///path`` (a file or a directory)  :mod:`idempotent.mirror.file`
 ``sqlite://``, ``memory://``,             :mod:`idempotent.mirror.topic`: an idempotent
 ``idem://``, ``idems://``, ``kafka://``,  topic, read through a broker
 ``pulsar://``
-``kafka+native://host:port[,host:port]``  :mod:`idempotent.mirror.kafka`: a plain Kafka
-                                          topic (confluent-kafka)
-``pulsar+native://host:port?admin_url=``  :mod:`idempotent.mirror.pulsar`: a plain Pulsar
-                                          topic (pulsar-client Reader)
-========================================  ==========================================
+``kafka+native://host:port[,host:port]``  :mod:`idempotent.adapters.kafka.source`: a plain
+                                          Kafka topic (confluent-kafka)
+``pulsar+native://host:port?admin_url=``  :mod:`idempotent.adapters.pulsar.source`: a plain
+                                          Pulsar topic (pulsar-client Reader)
+========================================  =================================================
 
 The source modules import this one and nothing of the mirror above it, so the mirror's
 modules import each other in one direction only.

@@ -323,8 +323,8 @@ def test_a_source_error_nobody_documents_as_transient_is_fatal_not_retried(code_
     code it did not know a retriable BackendUnavailableError (and anything that was not a
     KafkaError too), so a bug or a broken record was retried as if the network had failed."""
     from idempotent.adapters.kafka.errors import translate
+    from idempotent.adapters.kafka.source import _translate
     from idempotent.errors import InternalError, Recovery
-    from idempotent.mirror.kafka import _translate
 
     mapped = _translate(_error(code_name), "consume")
     assert type(mapped) is InternalError and mapped.recovery is Recovery.FATAL
@@ -348,7 +348,7 @@ def test_a_source_error_nobody_documents_as_transient_is_fatal_not_retried(code_
 )
 def test_source_errors_map_as_the_adapters_map_them(code_name: str, expected: str) -> None:
     from idempotent.adapters.kafka.errors import translate
-    from idempotent.mirror.kafka import _map_errors, _translate
+    from idempotent.adapters.kafka.source import _map_errors, _translate
 
     assert type(_translate(_error(code_name), "consume")).__name__ == expected
     if code_name != "UNKNOWN_TOPIC_OR_PART":

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 import idempotent
+from idempotent.adapters.pulsar.source import full_topic, pack_message_id, short_topic, unpack_offset
 from idempotent.errors import ConfigError
 from idempotent.mirror import Mirror, open_source
-from idempotent.mirror.pulsar import full_topic, pack_message_id, short_topic, unpack_offset
 from idempotent.testing.services import ServiceInfo
 
 

@@ -29,19 +29,16 @@ stderr.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
+from idempotent.adapters.pulsar.admin import Admin
+from idempotent.adapters.pulsar.errors import map_errors
+from idempotent.errors import BackendUnavailableError, ConfigError, InvalidTopicError
+from idempotent.mirror.source import Polled, SourceRecord
 from idempotent.runtime.native_logs import drain_pulsar_logs, open_pulsar_client
-
-from ..errors import BackendUnavailableError, ConfigError, InvalidTopicError, ProducerError
-from .source import Polled, SourceRecord
 
 try:
     import pulsar
@@ -99,21 +96,6 @@ def short_topic(topic: str) -> str:
     return name[len(prefix) :] if name.startswith(prefix) else name
 
 
-@contextlib.contextmanager
-def _map_errors(what: str) -> Iterator[None]:
-    """Translate pulsar-client errors into the project's tree, once, at this edge."""
-    try:
-        yield
-    except ProducerError:
-        raise
-    except pulsar.TopicNotFound as exc:
-        raise InvalidTopicError(f"pulsar: {what}: {exc}") from exc
-    except (pulsar.AuthenticationError, pulsar.AuthorizationError) as exc:
-        raise ConfigError(f"pulsar: {what}: {exc}") from exc
-    except pulsar.PulsarException as exc:
-        raise BackendUnavailableError(f"pulsar: {what}: {type(exc).__name__}: {exc}") from exc
-
-
 class PulsarNativeSource:
     """The topics of a Pulsar cluster, read as they are; see the module docstring.
 
@@ -137,8 +119,9 @@ class PulsarNativeSource:
         self._url = url
         self.service_url = f"pulsar://{parts.netloc}"
         self.admin_url = options.get("admin_url", f"http://{parts.hostname}:8080").rstrip("/")
+        self._rest = Admin(self.admin_url, {}, _TIMEOUT)
         self._partitioned: dict[str, int] = {}
-        with _map_errors("connect"):
+        with map_errors("connect"):
             # relayed through a file, not pulsar-client's Python logger (idempotent.runtime.native_logs)
             self._client = open_pulsar_client(
                 pulsar.Client, self.service_url, log_to=PULSAR_LOG, operation_timeout_seconds=int(_TIMEOUT)
@@ -149,27 +132,25 @@ class PulsarNativeSource:
         return self._url
 
     def _admin(self, path: str) -> Any:
-        try:
-            with urllib.request.urlopen(self.admin_url + path, timeout=_TIMEOUT) as answer:
-                text = answer.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                raise InvalidTopicError(f"pulsar: not found: {path}") from exc
-            raise BackendUnavailableError(f"pulsar admin: {path}: HTTP {exc.code}") from exc
-        except (urllib.error.URLError, OSError) as exc:
-            raise BackendUnavailableError(f"pulsar admin {self.admin_url}: {path}: {exc}") from exc
-        return json.loads(text) if text else None
+        """The decoded answer of a GET of the admin REST API (the backend's client, its
+        errors translated by the backend's one mapping: 404 is InvalidTopicError).
+
+        Raises:
+            InvalidTopicError, BackendUnavailableError, ConfigError: as the mapping says.
+        """
+        with map_errors(f"admin {self.admin_url}{path}"):
+            return self._rest.call("GET", path)[1]
 
     @staticmethod
     def _path(topic: str) -> str:
         domain, _, rest = full_topic(topic).partition("://")
-        return f"/admin/v2/{domain}/" + "/".join(quote(part, safe="") for part in rest.split("/"))
+        return f"/admin/v2/{domain}/{rest}"
 
     def topics(self) -> list[str]:
         """The persistent topics of :attr:`namespaces` (see the module docstring)."""
         out: set[str] = set()
         for namespace in self.namespaces:
-            path = "/admin/v2/persistent/" + "/".join(quote(part, safe="") for part in namespace.split("/"))
+            path = f"/admin/v2/persistent/{namespace}"
             partitioned = {str(t) for t in self._admin(path + "/partitioned") or []}
             for name in [*partitioned, *(str(t) for t in self._admin(path) or [])]:
                 head, separator, tail = name.rpartition("-partition-")
@@ -213,7 +194,7 @@ class PulsarNativeSource:
             # copied: a batch's remaining messages are read either way
             ledger, entry, batch_index = unpack_offset(after)
             start = pulsar.MessageId(index, ledger, entry, batch_index)
-        with _map_errors(f"read {name}"):
+        with map_errors(f"read {name}"):
             reader = self._client.create_reader(
                 name, start, start_message_id_inclusive=after >= 0, receiver_queue_size=2000
             )
@@ -267,7 +248,7 @@ class PulsarPartitionReader:
     def poll(self, max_records: int, timeout: float) -> Polled:
         records: list[SourceRecord] = []
         caught_up = False
-        with _map_errors("read"):
+        with map_errors("read"):
             while len(records) < max_records:
                 if not self._reader.has_message_available():
                     caught_up = True

@@ -25,8 +25,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from ..errors import ConfigError, InvalidTopicError, ProducerError
-from .source import Polled, SourceRecord
+from idempotent.adapters.kafka import errors
+from idempotent.errors import ConfigError, InvalidTopicError, ProducerError
+from idempotent.mirror.source import Polled, SourceRecord
 
 try:
     from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -41,21 +42,16 @@ LIBRDKAFKA_LOG = logging.getLogger("idempotent.mirror.librdkafka")
 
 @contextlib.contextmanager
 def _map_errors(what: str) -> Iterator[None]:
-    """Translate confluent-kafka errors into the project's tree with the one translation
-    of the Kafka adapters (:mod:`idempotent.adapters.kafka.errors`, imported when a source is used:
-    the library never imports the adapters at module level). A topic the cluster does not
-    know does not exist for a source: :class:`InvalidTopicError`."""
-    from idempotent.adapters.kafka.errors import map_errors
-
-    with map_errors(what, topic_may_be_new=False):
+    """Translate confluent-kafka errors into the project's tree with the backend's one
+    translation (:mod:`idempotent.adapters.kafka.errors`). A topic the cluster does not know
+    does not exist for a source: :class:`InvalidTopicError`."""
+    with errors.map_errors(what, topic_may_be_new=False):
         yield
 
 
 def _translate(error: Any, what: str) -> ProducerError:
     """The project error for a ``KafkaError`` a consumer returned (see :func:`_map_errors`)."""
-    from idempotent.adapters.kafka.errors import translate
-
-    return translate(error, what, topic_may_be_new=False)
+    return errors.translate(error, what, topic_may_be_new=False)
 
 
 def _unseen(error: Any, what: str, listed: Callable[[], bool]) -> ProducerError | None:
@@ -63,13 +59,11 @@ def _unseen(error: Any, what: str, listed: Callable[[], bool]) -> ProducerError 
     a leader now: see :data:`idempotent.adapters.kafka.errors.UNSEEN_CODES`), the project error once
     the cluster was asked afresh whether it lists the partition (``listed``); None for any
     other error."""
-    from idempotent.adapters.kafka.errors import unseen, unseen_partition
-
-    if not unseen(error):
+    if not errors.unseen(error):
         return None
     if isinstance(error, KafkaException):
         error = error.args[0]
-    return unseen_partition(error, what, listed(), topic_may_be_new=False)
+    return errors.unseen_partition(error, what, listed(), topic_may_be_new=False)
 
 
 def client_config(url: str) -> dict[str, str]:
