@@ -102,6 +102,11 @@ class Producer(SenderLoop):
         init_timeout_ms: how long to retry ``init_producer`` on retriable errors.
         metadata_max_age_ms: how long a topic's partition count is trusted before the broker
             is asked again (partitions added to a topic are used after at most this long).
+        max_block_ms: how long ``send()`` to a topic this producer has not sent to yet waits
+            for its partition count while the broker cannot answer (an outage, or a topic
+            Kafka cannot create while a broker shuts down), asking again with a growing
+            pause, as Kafka's ``max.block.ms``; then the retriable error is raised and nothing
+            is queued. 0 raises it at once.
 
     Raises:
         ConfigError: bad option or URL.
@@ -123,6 +128,7 @@ class Producer(SenderLoop):
         max_buffered_bytes: int | None = None,
         init_timeout_ms: float = 30_000,
         metadata_max_age_ms: float = 30_000,
+        max_block_ms: float = 60_000,
         **connect_options: Any,
     ) -> None:
         from idempotent.connection import open_for_producer
@@ -131,6 +137,9 @@ class Producer(SenderLoop):
             raise ConfigError("max_buffered_records must be positive")
         if not metadata_max_age_ms >= 0:
             raise ConfigError("metadata_max_age_ms must be 0 or more")
+        if not max_block_ms >= 0:
+            raise ConfigError("max_block_ms must be 0 or more")
+        self._max_block = max_block_ms / 1000
         self._metadata_max_age = metadata_max_age_ms / 1000
         self._metadata_due = time.monotonic() + self._metadata_max_age
         self._owns_broker = isinstance(url_or_broker, str)
@@ -321,11 +330,32 @@ class Producer(SenderLoop):
             name = canonical_topic(topic)
             route = self._routes.get(name)
             if route is None:
-                route = Route(name, self._broker.partitions_for(name), time.monotonic())
+                route = Route(name, self._partition_count(name), time.monotonic())
             with self._lock:  # one route per stored name, whatever the spelling
                 route = self._routes.setdefault(name, route)
                 self._routes[topic] = route
         return route
+
+    def _partition_count(self, topic: str) -> int:
+        """The broker's partition count of ``topic``, asked again while the broker cannot
+        answer, for up to ``max_block_ms`` (see the constructor).
+
+        Raises:
+            BackendUnavailableError (or another retriable error): still no answer at the end
+                of the wait, or the producer was closed meanwhile.
+            ProducerError: what the broker answered otherwise (InvalidTopicError, ...).
+        """
+        deadline = time.monotonic() + self._max_block
+        pause = 0.05
+        while True:
+            try:
+                return self._broker.partitions_for(topic)
+            except ProducerError as exc:
+                if not exc.retriable or self._closing or time.monotonic() + pause > deadline:
+                    raise
+                _LOG.info("the partition count of %r is not known yet (%s); asking again", topic, exc)
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     # -- sending ---------------------------------------------------------------------------
 

@@ -19,6 +19,8 @@ from idempotent.core.outcomes import RecordMetadata
 from idempotent.core.records import Record
 from idempotent.core.request import ProduceRequest
 from idempotent.errors import (
+    BackendUnavailableError,
+    ConfigError,
     PartitionRecoveringError,
     ProducerClosedError,
     ProducerFencedError,
@@ -76,6 +78,45 @@ def test_close_asks_no_more_partition_counts_of_a_cluster_that_does_not_answer()
     assert during <= 2, asked  # the question under way, and at most one begun meanwhile
     time.sleep(1.0)
     assert len(asked) == during  # and none after close() returned
+
+
+def test_a_first_send_waits_for_a_partition_count_the_broker_cannot_give_yet() -> None:
+    """``send()`` to a topic the producer has not sent to asks the broker for its partition
+    count: while the broker answers with a retriable error (an outage; Kafka refusing to
+    create a topic while a broker shuts down), it asks again for up to ``max_block_ms`` and
+    then queues the record; past that it raises the retriable error and queues nothing."""
+    broker = memory_harness().open()
+    broker.create_topic("late", 2)
+    answered = broker.partitions_for
+    refusals = {"late": 3, "never": 10**9}
+    asked: list[str] = []
+
+    def unavailable_at_first(topic: str, **options: Any) -> int:
+        asked.append(topic)
+        if refusals.get(topic, 0) > 0:
+            refusals[topic] -= 1
+            raise BackendUnavailableError(f"{topic}: no answer yet")
+        return answered(topic, **options)
+
+    broker.partitions_for = unavailable_at_first  # type: ignore[method-assign]
+    with Producer(broker, max_block_ms=5_000) as producer:
+        metadata = producer.send("late", b"x", partition=1).result(10)
+        assert (metadata.topic, metadata.partition) == ("late", 1)
+        assert asked.count("late") == 4  # three refusals, then the answer
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailableError):
+            producer.send("never", b"y")
+        waited = time.monotonic() - started
+        assert 4.0 <= waited < 15.0, waited
+        assert asked.count("never") >= 3
+        assert producer.flush(5) == 0  # nothing of the refused send was queued
+    with Producer(broker, max_block_ms=0) as at_once:
+        before = asked.count("never")
+        with pytest.raises(BackendUnavailableError):
+            at_once.send("never", b"z")
+        assert asked.count("never") == before + 1
+    with pytest.raises(ConfigError):
+        Producer(broker, max_block_ms=-1)
 
 
 def test_key_hash_partitioning_is_stable() -> None:
