@@ -145,6 +145,9 @@ class PartitionWriter(GroupQueue[_Item]):
         #: set after any other failure: appends fail until the broker rebuilds the partition,
         #: which opens a new writer (and so waits until Pulsar has settled this one's writes)
         self.broken: ProducerError | None = None
+        #: True while :meth:`_fail` answers the appends it failed: an append made meanwhile
+        #: waits, so that the appends fail in the order they were made
+        self._failing = False
         self._producer: Any = None
         self._snapshots: Any = None
         owner = f"{OWNER_PREFIX}{self.name.local}-{partition}"
@@ -217,6 +220,9 @@ class PartitionWriter(GroupQueue[_Item]):
                 return future
         with self._cond:
             error = self.failed
+            if error is not None and not self.is_writer_thread():
+                while self._failing:  # the earlier appends are answered first
+                    self._cond.wait()
             if error is None and self._closed:
                 error = BackendUnavailableError("pulsar backend is closed")
             if error is None:
@@ -449,9 +455,15 @@ class PartitionWriter(GroupQueue[_Item]):
             else:
                 self.broken = error
             queued, self._queue = self._queue, []
-        self._close_producers()
-        for item in [*items, *queued]:
-            item.future.set_exception(error)
+            self._failing = True
+        try:
+            self._close_producers()
+            for item in [*items, *queued]:
+                item.future.set_exception(error)
+        finally:
+            with self._cond:
+                self._failing = False
+                self._cond.notify_all()
 
     def is_writer_thread(self) -> bool:
         return threading.current_thread() is self._thread
