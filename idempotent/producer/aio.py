@@ -49,6 +49,7 @@ class ProducerOptions(ProducerConnectOptions, total=False):
     max_buffered_bytes: int | None
     init_timeout_ms: float
     metadata_max_age_ms: float
+    max_block_ms: float
 
 
 class AsyncProducer:
