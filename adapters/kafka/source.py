@@ -130,13 +130,21 @@ class KafkaNativeSource:
             name for name, found in metadata.topics.items() if not name.startswith("__") and found.error is None
         )
 
-    def partitions(self, topic: str) -> int:
+    def _describe(self, topic: str) -> Any:
+        """The cluster's metadata of ``topic``, asked afresh (None when it is not listed).
+
+        Raises:
+            BackendUnavailableError: the cluster could not be asked.
+        """
         try:
             with _map_errors(f"describe {topic!r}"):
                 metadata = self._meta.list_topics(topic, timeout=_TIMEOUT)
         finally:
             self._serve_logs()
-        found = metadata.topics.get(topic)
+        return metadata.topics.get(topic)
+
+    def partitions(self, topic: str) -> int:
+        found = self._describe(topic)
         if found is None or found.error is not None or not found.partitions:
             detail = found.error.str() if found is not None and found.error is not None else "no partitions"
             raise InvalidTopicError(f"kafka: unknown topic {topic!r} ({detail})")
@@ -173,12 +181,7 @@ class KafkaNativeSource:
         Raises:
             BackendUnavailableError: the cluster could not be asked.
         """
-        try:
-            with _map_errors(f"describe {topic!r}"):
-                metadata = self._meta.list_topics(topic, timeout=_TIMEOUT)
-        finally:
-            self._serve_logs()
-        found = metadata.topics.get(topic)
+        found = self._describe(topic)
         if found is None or not found.partitions:
             return False
         if found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
