@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterator
 from collections.abc import Sequence as Seq
 from concurrent.futures import Future
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
@@ -56,9 +57,13 @@ class _Store:
         self.producers: dict[int, ProducerRecord] = {}
         self.settings: dict[str, str] = {}
         self.leases: dict[tuple[str, int], Lease] = {}
+        #: producer name -> the positions its last committed transaction stored
+        self.positions: dict[str, bytes] = {}
         self.next_id = 0
         self.faults = Faults()
 
+
+T = TypeVar("T")
 
 _STORES: dict[str, _Store] = {}
 _STORES_LOCK = threading.Lock()
@@ -152,6 +157,26 @@ class MemoryMetadataStore:
         return False  # writers are per partition (see MetadataStore.claim_writer)
 
 
+def _ack_lost(faults: Faults, future: Future[Any], message: str) -> bool:
+    """Consume an injected ``lose_ack``: fail ``future`` with ``message`` (what was stored
+    stays stored)."""
+    if faults.lose_ack <= 0:
+        return False
+    faults.lose_ack -= 1
+    future.set_exception(BackendUnavailableError(message))
+    return True
+
+
+def _answer(future: Future[T], value: T, delay: float) -> None:
+    """Resolve ``future`` with ``value``, ``delay`` s from now (an injected delay) or at once."""
+    if delay > 0:
+        timer = threading.Timer(delay, future.set_result, (value,))
+        timer.daemon = True
+        timer.start()
+    else:
+        future.set_result(value)
+
+
 class MemoryBackend(MetadataDelegate):
     """A process-local log; see the module docstring. Its metadata half is a
     :class:`MemoryMetadataStore` over the same store."""
@@ -239,20 +264,52 @@ class MemoryBackend(MetadataDelegate):
                     batch.timestamp,
                 )
             )
-            if faults.lose_ack > 0:
-                faults.lose_ack -= 1
-                future.set_exception(
-                    BackendUnavailableError(f"acknowledgement of {topic}[{partition}] lost (injected)")
-                )
-                return future
             delay = faults.delay
-        if delay > 0:
-            timer = threading.Timer(delay, future.set_result, (base,))
-            timer.daemon = True
-            timer.start()
-        else:
-            future.set_result(base)
+            if _ack_lost(faults, future, f"acknowledgement of {topic}[{partition}] lost (injected)"):
+                return future
+        _answer(future, base, delay)
         return future
+
+    def append_atomic(
+        self, appends: Seq[tuple[str, int, AppendBatch, Snapshot | None]], positions: tuple[str, bytes] | None
+    ) -> Future[list[int]]:
+        """Store the batches and the positions in one hold of the store's lock
+        (:class:`~idempotent.backend.AtomicAppends`): a reader sees all of them or none. An
+        injected ``drop`` fails the whole group unstored; ``lose_ack`` and ``delay`` apply to
+        its answer as a whole."""
+        done: Future[list[int]] = LightFuture()
+        try:
+            store = self._up()
+        except BackendUnavailableError as exc:
+            done.set_exception(exc)
+            return done
+        with store.lock:
+            faults = store.faults
+            for topic, partition, _, _ in appends:
+                if not 0 <= partition < store.topics.get(topic, 0):
+                    done.set_exception(InvalidTopicError(f"no partition {topic}[{partition}]"))
+                    return done
+            if faults.drop > 0:
+                faults.drop -= 1
+                done.set_exception(BackendUnavailableError("a transaction's group was dropped (injected)"))
+                return done
+            lost, delay = faults.lose_ack, faults.delay
+            faults.lose_ack = faults.delay = 0
+            try:
+                offsets = [self.append(t, p, batch, snap).result() for t, p, batch, snap in appends]
+            finally:
+                faults.lose_ack, faults.delay = lost, delay
+            if positions is not None:
+                store.positions[positions[0]] = positions[1]
+            if _ack_lost(faults, done, "a transaction's acknowledgement was lost (injected)"):
+                return done
+        _answer(done, offsets, delay)
+        return done
+
+    def committed_positions(self, producer_name: str) -> bytes | None:
+        store = self._up()
+        with store.lock:
+            return store.positions.get(producer_name)
 
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
         store = self._up()

@@ -355,6 +355,38 @@ class TopicReplicas:
 
 
 @runtime_checkable
+class AtomicAppends(Protocol):
+    """A log that stores batches of several partitions, and a named producer's positions, in
+    one atomic step: SQLite (one transaction of its file) and memory (one hold of its store).
+    The broker commits an application's transaction through it (docs/semantics.md,
+    "Application transactions"); a backend without it has no transactions on a
+    :class:`~idempotent.broker.broker.Broker`."""
+
+    def append_atomic(
+        self, appends: Sequence[tuple[str, int, AppendBatch, Snapshot | None]], positions: tuple[str, bytes] | None
+    ) -> Future[list[int]]:
+        """Store every batch of ``appends`` after what each partition holds (with its
+        snapshot, when not None) and ``positions`` (the producer's name and its encoded
+        positions; None: leave them), all or nothing. Appends of the same partitions handed
+        over earlier are stored before them.
+
+        Returns:
+            The future of the batches' base offsets, in order. It fails with
+            BackendUnavailableError when nothing was stored (the partitions' later appends
+            fail too, until they are replayed, as after a failed ``append``).
+        """
+        ...
+
+    def committed_positions(self, producer_name: str) -> bytes | None:
+        """The positions the last committed transaction of ``producer_name`` stored, or None.
+
+        Raises:
+            BackendUnavailableError: the backend could not be read.
+        """
+        ...
+
+
+@runtime_checkable
 class DescribesReplicas(Protocol):
     """A backend that keeps copies of each partition on several servers (Kafka) and can say
     where they are."""

@@ -47,7 +47,7 @@ import msgpack
 
 from idempotent.adapters.sqlite.check import CHECKS, PROBLEMS_QUOTED, check_database, corrupt_file, is_corruption
 from idempotent.adapters.sqlite.rows import MAX_OFFSET, MAX_PARTITION_NUMBER, insert_rows, layout_of
-from idempotent.adapters.sqlite.writer import Append, SQLiteWriter
+from idempotent.adapters.sqlite.writer import Append, PositionsWrite, SQLiteWriter
 from idempotent.backend import AppendBatch
 from idempotent.core.ownership import Lease, supersedes
 from idempotent.core.records import Snapshot, StoredBatch, StoredRecord
@@ -59,6 +59,7 @@ from idempotent.errors import (
     ConfigError,
     CorruptDataError,
     InvalidTopicError,
+    ProducerError,
 )
 from idempotent.runtime.future import LightFuture
 
@@ -87,6 +88,7 @@ CREATE TABLE IF NOT EXISTS leases (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, broker_id TEXT NOT NULL, address TEXT NOT NULL,
     epoch INTEGER NOT NULL, renewed_at REAL NOT NULL, duration REAL NOT NULL, released INTEGER NOT NULL,
     PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS positions (producer TEXT PRIMARY KEY, data BLOB NOT NULL);
 """
 
 _REPLAY_CHUNK = 5000
@@ -329,6 +331,52 @@ class SQLiteBackend:
         writer.submit((topic, partition, batch, snapshot, future))
         return future
 
+    def append_atomic(
+        self, appends: Seq[tuple[str, int, AppendBatch, Snapshot | None]], positions: tuple[str, bytes] | None
+    ) -> Future[list[int]]:
+        """Queue the batches and the positions as one group of the writer thread, stored in one
+        transaction of the file (:class:`~idempotent.backend.AtomicAppends`).
+
+        Raises:
+            ConfigError: another process writes the file; nothing was queued.
+        """
+        done: Future[list[int]] = LightFuture()
+        failure: ProducerError | None = None
+        if self._closed:
+            failure = BackendUnavailableError(f"{self.url} is closed")
+        for topic, partition, _, _ in appends:
+            if failure is None and not 0 <= partition < self._topics.get(topic, 0):
+                failure = InvalidTopicError(f"no partition {topic}[{partition}] in {self.url}")
+        writer = self._writer
+        if failure is None and (writer is None or self._lockfile is None):
+            try:
+                writer = self._start_writer()
+            except BackendUnavailableError as exc:
+                failure = exc
+        if failure is not None or writer is None:
+            done.set_exception(failure or BackendUnavailableError(f"{self.url} is closed"))
+            return done
+        items: list[Append] = [(t, p, b, snap, LightFuture()) for t, p, b, snap in appends]
+        name, data = positions if positions is not None else ("", None)
+        marker: Future[int] = LightFuture()  # the group's last item: ends after all of them
+        items.append(("", -1, PositionsWrite(name, data), None, marker))
+
+        def ended(_: Future[int]) -> None:
+            error = next((f.exception() for _, _, _, _, f in items if f.exception() is not None), None)
+            if error is not None:
+                done.set_exception(error)
+            else:
+                done.set_result([f.result() for _, _, _, _, f in items[:-1]])
+
+        marker.add_done_callback(ended)
+        writer.submit_all(items)
+        return done
+
+    def committed_positions(self, producer_name: str) -> bytes | None:
+        with self._lock, _mapped(self.url):
+            row = self._db.execute("SELECT data FROM positions WHERE producer=?", (producer_name,)).fetchone()
+        return None if row is None else bytes(row[0])
+
     def _start_writer(self) -> SQLiteWriter:
         """The file's writer thread, started on first use (taking the write lock).
 
@@ -360,6 +408,14 @@ class SQLiteBackend:
                     rows: list[Any] = []  # value after value (see insert_rows)
                     bounds: list[tuple[Any, ...]] = []
                     for topic, partition, batch, snapshot, _ in items:
+                        if isinstance(batch, PositionsWrite):  # a transaction's, after its batches
+                            if batch.positions is not None:
+                                db.execute(
+                                    "INSERT OR REPLACE INTO positions VALUES (?, ?)",
+                                    (batch.producer_name, batch.positions),
+                                )
+                            offsets.append(-1)
+                            continue
                         if batch is None:  # a snapshot on its own (write_snapshot), in its turn
                             if snapshot is not None:
                                 self._put_snapshot(db, topic, partition, snapshot)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+
+import attrs
 
 from idempotent.adapters.work_queue import GroupQueue
 from idempotent.backend import AppendBatch
@@ -18,12 +20,22 @@ from idempotent.errors import BackendUnavailableError, ProducerError, internal_e
 
 _LOG = logging.getLogger("idempotent.adapters.sqlite")
 
-__all__ = ["Append", "SQLiteWriter"]
+__all__ = ["Append", "PositionsWrite", "SQLiteWriter"]
+
+
+@attrs.frozen
+class PositionsWrite:
+    """The positions a transaction commits for a named producer (``positions``: None keeps
+    the stored ones), queued as the last item of the transaction's appends."""
+
+    producer_name: str
+    positions: bytes | None
 
 
 #: a queued append: topic, partition, batch, snapshot and the future of its base offset; a
-#: snapshot written on its own (``write_snapshot``) is queued with no batch
-Append = tuple[str, int, AppendBatch | None, Snapshot | None, Future[int]]
+#: snapshot written on its own (``write_snapshot``) is queued with no batch, a transaction's
+#: positions with a :class:`PositionsWrite`
+Append = tuple[str, int, AppendBatch | PositionsWrite | None, Snapshot | None, Future[int]]
 
 
 class SQLiteWriter(GroupQueue[Append]):
@@ -58,15 +70,23 @@ class SQLiteWriter(GroupQueue[Append]):
         self.thread.start()
 
     def submit(self, item: Append) -> None:
+        self.submit_all((item,))
+
+    def submit_all(self, items: Sequence[Append]) -> None:
+        """Queue ``items`` together: the thread takes them in one group, so they are stored
+        in one transaction (several: an application's transaction). When a partition of
+        them is refused (an earlier append of it failed) or the writer is closed, all of them
+        fail."""
         with self._cond:
-            error = self._failed.get((item[0], item[1]))
+            error = next((self._failed[(i[0], i[1])] for i in items if (i[0], i[1]) in self._failed), None)
             if error is None and self._closed:
                 error = BackendUnavailableError(f"{self._url} is closed")
             if error is None:
-                self._queue.append(item)
+                self._queue.extend(items)
                 self._cond.notify()
                 return
-        item[4].set_exception(error)
+        for item in items:
+            item[4].set_exception(error)
 
     def replayed(self, topic: str, partition: int) -> None:
         """The partition is being rebuilt from what is stored: take its appends again."""
@@ -120,7 +140,7 @@ class SQLiteWriter(GroupQueue[Append]):
         )
         with self._cond:
             for topic, partition, batch, *_ in items:
-                if batch is not None:  # a failed snapshot alone leaves its partition's log as it was
+                if isinstance(batch, AppendBatch):  # a failed snapshot alone leaves its partition's log as it was
                     self._failed[(topic, partition)] = failed
             behind = [item for item in self._queue if (item[0], item[1]) in self._failed]
             self._queue = [item for item in self._queue if (item[0], item[1]) not in self._failed]

@@ -23,15 +23,17 @@ and the background loops (``broker_loops``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from functools import partial
 from typing import ClassVar
 
 from idempotent.api import ProduceShortcuts
-from idempotent.backend import AppendBatch, LogBackend
+from idempotent.backend import AppendBatch, AtomicAppends, LogBackend
 from idempotent.broker import decisions
 from idempotent.broker.appends import AppendCompletions, PendingAppend
 from idempotent.broker.claim import WriterClaim
@@ -44,8 +46,9 @@ from idempotent.broker.producers import ProducerRecords
 from idempotent.broker.settings import BrokerSettings
 from idempotent.broker.topics import TopicDirectory
 from idempotent.broker.topics import validate_topic as validate_topic
+from idempotent.broker.transactions import OpenTransaction
 from idempotent.core.checker import PartitionChecker, Policy
-from idempotent.core.outcomes import ProduceResult
+from idempotent.core.outcomes import Outcome, ProduceResult
 from idempotent.core.ownership import RENEW_FRACTION, Lease
 from idempotent.core.partition import Append
 from idempotent.core.records import StoredRecord
@@ -64,6 +67,10 @@ from idempotent.errors import (
     NotOwnerError,
     ProducerClosedError,
     ProducerError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionStateError,
+    TransactionTimedOutError,
     UnknownProducerError,
 )
 from idempotent.runtime.future import LightFuture
@@ -100,6 +107,14 @@ class Broker(ProduceShortcuts):
         )
         #: the open partitions (the map's dict: read without a lock, entries never removed)
         self._partitions = self._partition_map.parts
+        #: producer id -> its open transaction (transactions.py); guarded by _txn_lock, which
+        #: is never held while a partition's lock is taken
+        self._txns: dict[int, OpenTransaction] = {}
+        #: producer id -> how its last transaction ended (epoch, when, "committed" or
+        #: "aborted", the answer): a repeated commit or abort (a client that lost the answer)
+        #: gets the same answer
+        self._ended: dict[int, tuple[int, float, str, object]] = {}
+        self._txn_lock = threading.Lock()
         #: whether the backend confirmed this broker as its writer (see _claim_writer)
         self._writer = WriterClaim(
             backend, self._lock, self._producers, self._topics, self._settings, self._partition_map
@@ -457,6 +472,10 @@ class Broker(ProduceShortcuts):
         # a dict read needs no lock (partitions are never removed); the first batch of a
         # partition takes the slow path, which checks the partition count
         part = self._partitions.get(TopicPartition(topic, partition)) or self._partition(topic, partition)
+        if self._txns:
+            txn = self._txns.get(header.producer_id)
+            if txn is not None and txn.producer_epoch == header.producer_epoch:
+                return self._hold(txn, part, request)
         now = _now_ms()
         self._claim_writer()
         with part.lock:
@@ -492,6 +511,262 @@ class Broker(ProduceShortcuts):
             # an asynchronous backend's on the completion thread (broker_appends.py)
             self._appends.track(PendingAppend(part, append, started, out), appended)
         return out
+
+    # -- the application's transactions (transactions.py) -----------------------------------
+
+    #: a transaction's batches are held until its commit (answered without offsets until then)
+    holds_transactions: ClassVar[bool] = True
+
+    def _transactional(self) -> AtomicAppends:
+        """The backend, when it stores a transaction atomically.
+
+        Raises:
+            TransactionStateError: it cannot (Kafka or Pulsar under a broker server).
+        """
+        backend = self.backend
+        if not isinstance(backend, AtomicAppends):
+            scheme = self.url.split("://", 1)[0]
+            raise TransactionStateError(
+                f"a broker over {scheme}:// has no transactions (docs/semantics.md, 'Application "
+                "transactions'): open the producer on kafka:// itself, or run the broker on sqlite://"
+            )
+        return backend
+
+    def begin_transaction(self, producer_id: int, producer_epoch: int) -> None:
+        """Open a transaction for the producer: its batches are held, unwritten and unseen,
+        until :meth:`commit_transaction` stores them all at once or :meth:`abort_transaction`
+        forgets them.
+
+        Raises:
+            TransactionStateError: one is open already, or the backend has no transactions.
+            ProducerFencedError: a newer instance of the producer took over; nothing opened.
+        """
+        self._check_open()
+        self._transactional()
+        if self._registry.admit(producer_id, producer_epoch) is Admission.FENCED:
+            raise ProducerFencedError(f"producer {producer_id} epoch {producer_epoch}: a newer instance took over")
+        with self._txn_lock:
+            existing = self._txns.get(producer_id)
+            if existing is not None and existing.producer_epoch == producer_epoch and existing.idle:
+                return  # a repeated begin (a client that lost the answer)
+            if existing is not None and existing.producer_epoch >= producer_epoch:
+                raise TransactionStateError("a transaction is open already: commit or abort it first")
+            self._ended.pop(producer_id, None)
+            # (an older epoch's is a fenced instance's, dead or not: replaced, nothing of it stored)
+            self._txns[producer_id] = OpenTransaction(producer_epoch, time.monotonic())
+
+    def _hold(self, txn: OpenTransaction, part: PartitionShell, request: ProduceRequest) -> Future[ProduceResult]:
+        """Hold a batch of an open transaction; ACCEPTED, with no offset yet."""
+        self._claim_writer()
+        with part.lock:
+            self._own(part)
+            last = self._ready(part).last_sequence(request.header.producer_id)
+        with self._txn_lock:
+            if not txn.expired:  # (an expired one's commit fails: nothing of it is stored)
+                txn.hold(request, last)
+        return _done(ProduceResult(Outcome.ACCEPTED))
+
+    def commit_transaction(
+        self, producer_id: int, producer_epoch: int, positions: bytes | None = None
+    ) -> dict[tuple[str, int, int], tuple[int | None, bool]]:
+        """Offer the transaction's batches to their checkers, in order, and store the
+        accepted ones with ``positions`` (None: the last committed stay) in one atomic write.
+
+        Returns:
+            Per batch (topic, partition, base sequence): its base offset and whether it was a
+            duplicate of a stored one (None: a duplicate out of the checker's window).
+
+        Raises:
+            TransactionStateError: no transaction open; ``positions`` of an anonymous producer.
+            TransactionAbortableError: a checker refused a batch (a gap); nothing stored:
+                abort.
+            TransactionTimedOutError: the backend failed, or the outcome is not known yet;
+                still open: call again (what was stored is then a DUPLICATE).
+            ProducerFencedError: a newer instance took over; nothing stored, transaction gone.
+        """
+        self._check_open()
+        backend = self._transactional()
+        txn = self._open_transaction(producer_id, producer_epoch)
+        if txn is None:
+            return self._repeated(producer_id, producer_epoch, "committed")  # type: ignore[return-value]
+        if txn.expired:
+            raise TransactionAbortableError(
+                f"the transaction was open longer than the broker's transaction_timeout "
+                f"({self.config.transaction_timeout:g} s) and was aborted: nothing of it is stored, abort it"
+            )
+        name = self._producer_name(producer_id)
+        if positions is not None and name is None:
+            raise TransactionStateError("positions need a named producer (an anonymous one has no restart)")
+        self._claim_writer()
+        parts = {tp: self._partition(tp.topic, tp.partition) for tp in txn.partitions}
+        now, started = _now_ms(), time.monotonic()
+        answered: dict[tuple[str, int, int], tuple[int | None, bool]] = {}
+        offered: list[tuple[PartitionShell, Append, ProduceRequest]] = []
+        with contextlib.ExitStack() as held:
+            for part in parts.values():
+                held.enter_context(part.lock)
+            refusal: ProduceResult | ProducerError | None = None
+            try:
+                for request in txn.requests:
+                    part = parts[TopicPartition(request.topic, request.partition)]
+                    self._own(part)
+                    self._ready(part)
+                    decision = decisions.offer(
+                        part.core,
+                        part,
+                        request.header,
+                        now,
+                        policy=self._policy(request.topic),
+                        enabled=self._deduplication(request.topic),
+                        refreshable=self._ownership is not None,
+                    )
+                    if isinstance(decision, Append):
+                        offered.append((part, decision, request))
+                    elif decision.outcome is Outcome.DUPLICATE:
+                        answered[_held_key(request)] = (decision.base_offset, True)
+                    else:
+                        refusal = decision
+                        break
+            except ProducerError as exc:
+                refusal = exc
+            if refusal is not None:
+                self._forget(offered, started)
+                raise self._refused_commit(producer_id, refusal)
+            if not offered and positions is None:
+                group: Future[list[int]] = _done_offsets()
+            else:
+                group = backend.append_atomic(
+                    [(r.topic, r.partition, AppendBatch(r.header, r.records, now), a.snapshot) for _, a, r in offered],
+                    None if positions is None or name is None else (name, positions),
+                )
+            outs: list[Future[ProduceResult]] = []
+            pieces: list[Future[int]] = []
+            for part, append, _ in offered:
+                out: Future[ProduceResult] = LightFuture()
+                piece: Future[int] = LightFuture()
+                self._appends.track(PendingAppend(part, append, started, out), piece)
+                outs.append(out)
+                pieces.append(piece)
+            group.add_done_callback(partial(_split_group, pieces))
+        deadline = started + self.config.append_timeout
+        try:
+            group.result(max(0.0, deadline - time.monotonic()))
+            results = [out.result(max(0.0, deadline - time.monotonic())) for out in outs]
+        except (ProducerError, TimeoutError) as exc:
+            if isinstance(exc, ProducerError) and not exc.retriable:
+                raise
+            txn.in_doubt = True
+            raise TransactionTimedOutError(f"the commit's outcome is not known yet, call it again: {exc}") from exc
+        for (_, _, request), result in zip(offered, results, strict=True):
+            answered[_held_key(request)] = (result.base_offset, result.outcome is Outcome.DUPLICATE)
+        with self._txn_lock:
+            if self._txns.get(producer_id) is txn:
+                del self._txns[producer_id]
+                self._ended[producer_id] = (producer_epoch, time.monotonic(), "committed", answered)
+        return answered
+
+    def _open_transaction(self, producer_id: int, producer_epoch: int) -> OpenTransaction | None:
+        """The producer's open transaction, when this epoch opened it.
+
+        Raises:
+            ProducerFencedError: a newer instance of the producer opened it.
+        """
+        with self._txn_lock:
+            txn = self._txns.get(producer_id)
+        if txn is None or txn.producer_epoch == producer_epoch:
+            return txn
+        if txn.producer_epoch > producer_epoch:
+            raise ProducerFencedError(
+                f"producer {producer_id} epoch {producer_epoch}: a newer instance (epoch {txn.producer_epoch}) "
+                "took over; nothing of this instance's transaction is stored"
+            )
+        return None
+
+    def _repeated(self, producer_id: int, producer_epoch: int, kind: str) -> object:
+        """The answer of a transaction's end called again once it ended (``kind``).
+
+        Raises:
+            TransactionStateError: no transaction of this producer ended so.
+        """
+        with self._txn_lock:
+            ended = self._ended.get(producer_id)
+        if ended is None or ended[0] != producer_epoch or ended[2] != kind:
+            verb = "commit" if kind == "committed" else "abort"
+            raise TransactionStateError(f"no transaction open to {verb}")
+        return ended[3]
+
+    def _forget(self, offered: list[tuple[PartitionShell, Append, ProduceRequest]], started: float) -> None:
+        """Withdraw the appends a refused commit offered (part locks held): each fails
+        unwritten, and its partition is rebuilt from the log, as after a failed append."""
+        for part, append, _ in offered:
+            withdrawn: Future[int] = LightFuture()
+            withdrawn.set_exception(TransactionAbortableError("the transaction's commit was refused"))
+            answer: Future[ProduceResult] = LightFuture()
+            self._appends.track(PendingAppend(part, append, started, answer), withdrawn)
+
+    def _refused_commit(self, producer_id: int, refusal: ProduceResult | ProducerError) -> ProducerError:
+        """What a commit a checker (or the backend) refused raises."""
+        if isinstance(refusal, ProducerError):
+            if refusal.retriable:
+                return TransactionTimedOutError(f"the commit could not be decided yet, call it again: {refusal}")
+            return refusal
+        if refusal.outcome is Outcome.FENCED:
+            with self._txn_lock:
+                self._txns.pop(producer_id, None)
+            return ProducerFencedError(
+                f"producer {producer_id}: a newer instance (epoch {refusal.producer_epoch}) took over; "
+                "nothing of the transaction is stored"
+            )
+        if refusal.outcome is Outcome.IN_FLIGHT:
+            return TransactionTimedOutError("an earlier attempt of the commit is still being written: call it again")
+        return TransactionAbortableError(
+            f"a batch of the transaction was refused ({refusal.outcome.value}, expected sequence "
+            f"{refusal.expected_sequence}): nothing of it is stored, abort it"
+        )
+
+    def abort_transaction(self, producer_id: int, producer_epoch: int) -> dict[TopicPartition, int]:
+        """Forget the transaction's batches (none was written).
+
+        Returns:
+            The producer's last stored sequence on each partition it wrote: its client goes on
+            after them.
+
+        Raises:
+            TransactionStateError: no transaction open; or an earlier commit of it whose
+                outcome was unknown turned out stored (call commit again: it completes).
+            PartitionRecoveringError, BackendUnavailableError: that could not be learnt yet;
+                still open, call again.
+        """
+        txn = self._open_transaction(producer_id, producer_epoch)
+        if txn is None:
+            return self._repeated(producer_id, producer_epoch, "aborted")  # type: ignore[return-value]
+        if txn.in_doubt:  # the checkers, rebuilt from the log, know whether it was stored
+            for tp, before in txn.before.items():
+                part = self._partition(tp.topic, tp.partition)
+                with part.lock:
+                    self._own(part)
+                    if self._ready(part).last_sequence(producer_id) != before:
+                        raise TransactionStateError(
+                            "the transaction's earlier commit was stored after all: call commit_transaction "
+                            "again, which completes it (its batches are answered as duplicates)"
+                        )
+        rewound = dict(txn.before)
+        with self._txn_lock:
+            if self._txns.get(producer_id) is txn:
+                del self._txns[producer_id]
+                self._ended[producer_id] = (producer_epoch, time.monotonic(), "aborted", rewound)
+        return rewound
+
+    def committed_positions(self, producer_id: int) -> bytes | None:
+        """The positions the last committed transaction of this (named) producer stored.
+
+        Raises:
+            TransactionStateError: the backend has no transactions.
+            BackendUnavailableError: the backend could not be read.
+        """
+        backend = self._transactional()
+        name = self._producer_name(producer_id)
+        return None if name is None else backend.committed_positions(name)
 
     def _current_observers(self) -> tuple[BrokerObserver, ...]:
         return self._observers
@@ -677,16 +952,34 @@ class Broker(ProduceShortcuts):
             return self._ready(part).state()
 
     def maintain(self, now: float | None = None) -> None:
-        """Expire idle producers, write snapshots that are due (time-based trigger), reload
-        the deduplication settings from the backend (see :meth:`refresh_settings`), and
-        delete producer records idle for longer than ``producer_record_retention``.
+        """Abort the application transactions open past ``transaction_timeout``, expire idle
+        producers, write snapshots that are due (time-based trigger), reload the
+        deduplication settings from the backend (see :meth:`refresh_settings`), and delete
+        producer records idle for longer than ``producer_record_retention``.
 
         Raises:
             BackendUnavailableError: the backend failed; what was done before stays done.
         """
         now = time.time() if now is None else now
+        self._expire_transactions(time.monotonic())
         self.refresh_settings()
         self._expire_records(now, self._partition_map.maintain(now, self._serving))
+
+    def _expire_transactions(self, now: float) -> None:
+        """Abort the transactions open longer than ``transaction_timeout`` (not one whose
+        commit is in doubt: it may be stored), freeing what they held."""
+        limit = self.config.transaction_timeout
+        with self._txn_lock:
+            for producer_id in [p for p, (_, at, _, _) in self._ended.items() if now - at > limit]:
+                del self._ended[producer_id]  # a repeat comes within a request's timeout
+            for producer_id, txn in self._txns.items():
+                if not txn.expired and not txn.in_doubt and now - txn.opened_at > limit:
+                    _LOG.warning(
+                        "aborted the transaction of producer %d: open for over %g s (transaction_timeout)",
+                        producer_id,
+                        limit,
+                    )
+                    txn.expire()
 
     def _expire_records(self, now: float, activity: Mapping[int, float]) -> None:
         """Carry out :meth:`ProducerRegistry.sweep`: store the touched records, delete the
@@ -754,6 +1047,27 @@ def _now_ms() -> float:
     """Wall-clock time in seconds, at millisecond precision: what every backend can store
     (Kafka and Pulsar keep milliseconds), so a replay sees the same timestamps as live."""
     return int(time.time() * 1000) / 1000
+
+
+def _held_key(request: ProduceRequest) -> tuple[str, int, int]:
+    return request.topic, request.partition, request.header.base_sequence
+
+
+def _done_offsets() -> Future[list[int]]:
+    future: Future[list[int]] = LightFuture()
+    future.set_result([])
+    return future
+
+
+def _split_group(pieces: list[Future[int]], group: Future[list[int]]) -> None:
+    """Hand a transaction's stored group to its appends, one base offset each."""
+    exc = group.exception()
+    if exc is not None:
+        for piece in pieces:
+            piece.set_exception(exc)
+        return
+    for piece, offset in zip(pieces, group.result(), strict=True):
+        piece.set_result(offset)
 
 
 def _done(result: ProduceResult) -> Future[ProduceResult]:

@@ -49,6 +49,11 @@ class BrokerConfig:
             that state is missing, older than the data or unreadable (docs/semantics.md,
             "Lost producer state"). A state the window cannot rebuild refuses the restart
             with :class:`~idempotent.errors.ProducerStateLostError`.
+        transaction_timeout: seconds an application's transaction held by this broker
+            (SQLite, memory) may stay open (Kafka's ``transaction.timeout.ms``, 60 s). The
+            maintenance sweep aborts one open longer, freeing what it held: its commit then
+            raises :class:`~idempotent.errors.TransactionAbortableError`. So a client that
+            died inside a transaction (a broker server's) leaves nothing held for good.
     """
 
     checker: CheckerConfig = attrs.field(factory=CheckerConfig)
@@ -67,6 +72,7 @@ class BrokerConfig:
     producer_record_retention: float = 7 * 24 * 3600.0
     topic_refresh_interval: float = 10.0
     state_rebuild_records: int = STATE_REBUILD_RECORDS
+    transaction_timeout: float = 60.0
 
     def __attrs_post_init__(self) -> None:
         if not self.producer_record_retention > 0:
@@ -81,5 +87,7 @@ class BrokerConfig:
             raise ConfigError("id_block_size must be positive")
         if self.state_rebuild_records < 1:
             raise ConfigError("state_rebuild_records must be positive")
+        if not self.transaction_timeout > 0:
+            raise ConfigError("transaction_timeout must be positive")
         if not self.topic_refresh_interval >= 0:
             raise ConfigError("topic_refresh_interval must be 0 or more seconds")

@@ -836,8 +836,10 @@ class DirectBroker(ProduceShortcuts):
             )
         return log
 
-    def begin_transaction(self) -> None:
-        """Open the producer's transaction: every group written until
+    def begin_transaction(self, producer_id: int, producer_epoch: int) -> None:
+        """Open the producer's transaction (``producer_id``, ``producer_epoch``: this broker's
+        own producer, named for the one interface :class:`~idempotent.broker.broker.Broker`
+        shares): every group written until
         :meth:`commit_transaction` or :meth:`abort_transaction` is stored with it, or not at all.
 
         Raises:
@@ -858,11 +860,13 @@ class DirectBroker(ProduceShortcuts):
             self._txn_touched = set()
             self._txn_before = {}
 
-    def commit_transaction(self, positions: bytes | None = None) -> None:
+    def commit_transaction(
+        self, producer_id: int, producer_epoch: int, positions: bytes | None = None
+    ) -> dict[tuple[str, int, int], tuple[int | None, bool]]:
         """Commit the open transaction, with this producer's checker state on every partition
         it wrote and the application's encoded ``positions`` (None: the last committed stay),
         all in the same log transaction. Its groups must all be answered (the producer
-        flushes first).
+        flushes first), so their answers (offsets) are known already: it returns none.
 
         Raises:
             TransactionStateError: no transaction open.
@@ -901,6 +905,7 @@ class DirectBroker(ProduceShortcuts):
                 raise
             self._txn_touched = None
             self._txn_before = {}
+            return {}
 
     def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any, timeout: float) -> None:
         """Commit a consumer group's offsets with the open transaction (Kafka: through the
@@ -922,7 +927,7 @@ class DirectBroker(ProduceShortcuts):
             except OwnershipLostError as exc:
                 raise self._fenced(session=session, exc=exc) from exc
 
-    def abort_transaction(self) -> dict[TopicPartition, int]:
+    def abort_transaction(self, producer_id: int, producer_epoch: int) -> dict[TopicPartition, int]:
         """Abort the open transaction: nothing of it is stored, and this producer's state on
         every partition it wrote is what it was before it, so its sequences are free again
         (a resend of them is new data, never a duplicate of an aborted record).
@@ -953,7 +958,7 @@ class DirectBroker(ProduceShortcuts):
                 raise self._fenced(session=session, exc=exc) from exc
             return rewound
 
-    def committed_positions(self) -> bytes | None:
+    def committed_positions(self, producer_id: int) -> bytes | None:
         """The encoded positions the last committed transaction of this (named) producer
         recorded, read from the log; None when none did.
 

@@ -730,13 +730,15 @@ class Producer(Connecting):
             raise KafkaException(
                 KafkaError(
                     KafkaError._NOT_IMPLEMENTED,
-                    "begin_transaction() needs a Kafka cluster (bootstrap.servers, or a kafka:// "
-                    "idempotent.broker.url): this target has no transactions yet; every record is still "
-                    "stored exactly once without them",
+                    "begin_transaction() needs a Kafka cluster (bootstrap.servers, or a kafka://, sqlite:// "
+                    "or memory:// idempotent.broker.url): this target has no transactions yet; every record "
+                    "is still stored exactly once without them",
                 )
             )
         try:
-            inner._begin_transaction(defer=False)
+            # a broker that holds the transaction's messages until the commit reports them
+            # then (their offsets are not known before); Kafka reports each once acknowledged
+            inner._begin_transaction(defer=bool(getattr(inner.broker, "holds_transactions", False)))
         except ProducerError as exc:
             raise self._txn_failed("begin_transaction", exc) from exc
         self._txn_open = True

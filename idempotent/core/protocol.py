@@ -95,6 +95,8 @@ MAX_CORRELATION_ID: Final = 2**32 - 1
 MAX_READ_RECORDS: Final = 10_000
 #: Longest string argument (topic names are limited further by the broker).
 MAX_STRING: Final = 4096
+#: the largest encoded positions a transaction commits
+MAX_POSITIONS: Final = 1 << 20
 #: Longest ``token`` of ``hello``, in characters: a credential, with a limit of its own
 #: (identity providers' tokens carrying many groups run to several KiB). ``auth`` takes it.
 MAX_TOKEN_LENGTH: Final = 16 * 1024
@@ -192,6 +194,12 @@ def _opt(check: Check) -> Check:
 def _bool(name: str, value: Any) -> bool:
     if type(value) is not bool:
         raise _bad(name, value, "true or false")
+    return value
+
+
+def _blob(name: str, value: Any) -> bytes:
+    if type(value) is not bytes or len(value) > MAX_POSITIONS:
+        raise _bad(name, value, f"bin of at most {MAX_POSITIONS} bytes")
     return value
 
 
@@ -310,6 +318,20 @@ SCHEMAS: Final[dict[str, dict[str, tuple[Check, Any]]]] = {
         "producer_epoch": (_int(0, MAX_EPOCH), REQUIRED),
         "timeout": (_timeout, 30.0),
     },
+    "begin_transaction": {
+        "producer_id": (_int(0, MAX_PRODUCER_ID), REQUIRED),
+        "producer_epoch": (_int(0, MAX_EPOCH), REQUIRED),
+    },
+    "commit_transaction": {
+        "producer_id": (_int(0, MAX_PRODUCER_ID), REQUIRED),
+        "producer_epoch": (_int(0, MAX_EPOCH), REQUIRED),
+        "positions": (_opt(_blob), None),
+    },
+    "abort_transaction": {
+        "producer_id": (_int(0, MAX_PRODUCER_ID), REQUIRED),
+        "producer_epoch": (_int(0, MAX_EPOCH), REQUIRED),
+    },
+    "committed_positions": {"producer_id": (_int(0, MAX_PRODUCER_ID), REQUIRED)},
     "create_topic": {"name": (_TOPIC, REQUIRED), "partitions": (_int(1, MAX_PARTITIONS), 1)},
     "delete_topic": {"name": (_TOPIC, REQUIRED)},
     "topics": {},
@@ -338,6 +360,7 @@ _ERRORS: Final[dict[str, type[ProducerError]]] = {
     "previous_sequence": InvalidBatchError,
     "records": InvalidBatchError,
     "keys": InvalidBatchError,
+    "positions": ConfigError,
     "offset": ConfigError,
     "max_records": ConfigError,
     "token": AuthenticationError,
@@ -345,7 +368,17 @@ _ERRORS: Final[dict[str, type[ProducerError]]] = {
 
 #: Operations that change broker state (an authorizer may want to treat them apart).
 WRITE_OPS: Final = frozenset(
-    {"init_producer", "produce", "create_topic", "delete_topic", "set_deduplication", "set_policy"}
+    {
+        "init_producer",
+        "produce",
+        "begin_transaction",
+        "commit_transaction",
+        "abort_transaction",
+        "create_topic",
+        "delete_topic",
+        "set_deduplication",
+        "set_policy",
+    }
 )
 #: Operations that need the admin role in a deployment with authorization.
 ADMIN_OPS: Final = frozenset({"create_topic", "delete_topic", "set_deduplication", "set_policy"})
@@ -385,7 +418,7 @@ def validate_args(op: str, args: Any) -> dict[str, Any]:
 _COMBINE: Final[dict[str, Callable[[dict[str, Any]], None]]] = {"produce": _with_keys}
 #: What this module's server understands beyond version 1 (the ``extensions`` of ``hello``'s
 #: answer); a client uses an extension only with a server that lists it.
-EXTENSIONS: Final = ("keys",)
+EXTENSIONS: Final = ("keys", "transactions")
 
 
 def parse_produce(args: Any) -> ProduceRequest:

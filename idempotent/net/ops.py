@@ -67,6 +67,17 @@ def call(
             a["topic"], a["partition"], a["producer_id"], a["producer_epoch"], timeout=a["timeout"]
         )
         return {"sequence": sequence}
+    if op == "begin_transaction":
+        broker.begin_transaction(a["producer_id"], a["producer_epoch"])
+        return {}
+    if op == "commit_transaction":
+        answers = broker.commit_transaction(a["producer_id"], a["producer_epoch"], a["positions"])
+        return {"answers": [[t, p, seq, offset, duplicate] for (t, p, seq), (offset, duplicate) in answers.items()]}
+    if op == "abort_transaction":
+        rewound = broker.abort_transaction(a["producer_id"], a["producer_epoch"])
+        return {"last_sequences": [[tp.topic, tp.partition, seq] for tp, seq in rewound.items()]}
+    if op == "committed_positions":
+        return {"positions": broker.committed_positions(a["producer_id"])}
     if op == "create_topic":
         broker.create_topic(a["name"], a["partitions"])
         return {}

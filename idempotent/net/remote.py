@@ -32,6 +32,7 @@ import idempotent.core.protocol as wire
 import idempotent.net.tls as tls_contexts
 from idempotent.api import ProduceShortcuts
 from idempotent.core.request import ProduceRequest
+from idempotent.core.types import TopicPartition
 from idempotent.errors import (
     AuthenticationError,
     BrokerConnectionError,
@@ -43,6 +44,8 @@ from idempotent.errors import (
     ProtocolError,
     RemoteProtocolError,
     RequestTimeoutError,
+    TransactionStateError,
+    TransactionTimedOutError,
 )
 from idempotent.net.link import Decode, Link
 from idempotent.runtime.future import LightFuture
@@ -439,6 +442,71 @@ class RemoteBroker(ProduceShortcuts):
             f"(owned by {owner}); connect with a list of the brokers, e.g. "
             f"'{self._url.rstrip('/')},{error.owner or 'host:port'}' (docs/clustering.md)"
         )
+
+    # -- the application's transactions (a broker server on sqlite:// or memory://) --------------
+
+    #: the server holds a transaction's batches until its commit (answered without offsets)
+    holds_transactions = True
+
+    def _transaction_call(self, op: str, args: dict[str, Any]) -> Any:
+        """``op`` of a transaction, waiting as long as the server's commit may (its backend's
+        append timeout). A lost connection or a timeout, once the repeats are used up, is
+        :class:`~idempotent.errors.TransactionTimedOutError`: the call may be made again (the
+        server answers a repeat of an ended commit or abort as the first time).
+
+        Raises:
+            TransactionStateError: the server predates transactions; what the server raises.
+        """
+        if "transactions" not in self._current().extensions:
+            raise TransactionStateError(f"the broker server at {self._url} predates transactions: upgrade it")
+        try:
+            return self.call(op, args, timeout=max(self.timeout, 60.0))
+        except (BrokerConnectionError, RequestTimeoutError) as exc:
+            raise TransactionTimedOutError(f"{op}: no answer from {self._url} ({exc}); call it again") from exc
+
+    def begin_transaction(self, producer_id: int, producer_epoch: int) -> None:
+        """Open the producer's transaction on the server
+        (:meth:`idempotent.broker.broker.Broker.begin_transaction`).
+
+        Raises:
+            What the server's broker raises; TransactionTimedOutError (no answer: call again).
+        """
+        self._transaction_call("begin_transaction", {"producer_id": producer_id, "producer_epoch": producer_epoch})
+
+    def commit_transaction(
+        self, producer_id: int, producer_epoch: int, positions: bytes | None = None
+    ) -> dict[tuple[str, int, int], tuple[int | None, bool]]:
+        """Commit it (:meth:`idempotent.broker.broker.Broker.commit_transaction`): per batch
+        (topic, partition, base sequence), its base offset and whether it was a duplicate.
+
+        Raises:
+            What the server's broker raises; TransactionTimedOutError (no answer: call again).
+        """
+        args = {"producer_id": producer_id, "producer_epoch": producer_epoch, "positions": positions}
+        answers = self._transaction_call("commit_transaction", args)["answers"]
+        return {(str(t), int(p), int(seq)): (offset, bool(dup)) for t, p, seq, offset, dup in answers}
+
+    def abort_transaction(self, producer_id: int, producer_epoch: int) -> dict[TopicPartition, int]:
+        """Abort it (:meth:`idempotent.broker.broker.Broker.abort_transaction`): the producer's
+        last stored sequence on each partition the transaction wrote.
+
+        Raises:
+            What the server's broker raises; TransactionTimedOutError (no answer: call again).
+        """
+        args = {"producer_id": producer_id, "producer_epoch": producer_epoch}
+        rewound = self._transaction_call("abort_transaction", args)["last_sequences"]
+        return {TopicPartition(str(t), int(p)): int(seq) for t, p, seq in rewound}
+
+    def committed_positions(self, producer_id: int) -> bytes | None:
+        """What the last committed transaction of the (named) producer stored, or None.
+
+        Raises:
+            TransactionStateError: the server predates transactions, or its backend has none.
+        """
+        positions: bytes | None = self._transaction_call("committed_positions", {"producer_id": producer_id})[
+            "positions"
+        ]
+        return positions
 
     def read(self, topic: str, partition: int, offset: int = 0, max_records: int = 500) -> list[StoredRecord]:
         """Up to ``max_records`` stored records from ``offset`` on (the server may return fewer

@@ -59,6 +59,19 @@ from idempotent.producer.sender import YIELD_WAIT, Route, SenderLoop, SpanListen
 _LOG = logging.getLogger("idempotent.producer.producer")
 
 
+#: no answers: the commit's broker answered every batch when it was written
+_NONE: Mapping[tuple[str, int, int], tuple[int | None, bool]] = {}
+
+
+def _answered(event: Event, answers: Mapping[tuple[str, int, int], tuple[int | None, bool]]) -> Event:
+    """``event`` with the offset (and the duplicate flag) its batch got at the commit."""
+    if not isinstance(event, BatchDelivered):
+        return event
+    batch = event.batch
+    answer = answers.get((batch.topic, batch.partition, batch.base_sequence))
+    return event if answer is None else BatchDelivered(batch, answer[0], answer[1])
+
+
 def _retriable(exc: BaseException) -> bool:
     return isinstance(exc, ProducerError) and exc.retriable
 
@@ -745,7 +758,8 @@ class Producer(SenderLoop):
         begin = getattr(self._broker, "begin_transaction", None)
         if not callable(begin):
             raise TransactionStateError(
-                f"{type(self._broker).__name__} has no transactions: open the producer on kafka:// for them"
+                f"{type(self._broker).__name__} has no transactions: open the producer on kafka://, "
+                "sqlite:// or memory:// for them"
             )
         with self._cond:
             if self._txn_open:
@@ -753,7 +767,7 @@ class Producer(SenderLoop):
             if self._halted is not None:
                 raise self._halted
         self.flush()
-        begin()
+        begin(self.producer_id, self.producer_epoch)
         with self._cond:
             self._txn_open = True
             self._txn_events = [] if defer else None
@@ -812,13 +826,15 @@ class Producer(SenderLoop):
                 raise TransactionAbortableError(f"a batch of the transaction failed, abort it: {failed.error}")
             encoded = None if positions is None else msgpack.packb(positions, use_bin_type=True)
             try:
-                self._broker.commit_transaction(encoded)  # type: ignore[attr-defined]
+                answers = self._broker.commit_transaction(  # type: ignore[attr-defined]
+                    self.producer_id, self.producer_epoch, encoded
+                )
             except (TransactionAbortableError, TransactionTimedOutError, TransactionStateError):
                 raise
             except ProducerError as exc:
                 self._end_transaction(exc)
                 raise
-            self._end_transaction(None)
+            self._end_transaction(None, answers)
         finally:
             self._unblock_sends()
 
@@ -838,11 +854,17 @@ class Producer(SenderLoop):
             self.flush()
             error = TransactionAbortableError("the transaction was aborted: nothing of it is stored")
             try:
-                rewound = self._broker.abort_transaction()  # type: ignore[attr-defined]
-                with self._cond:  # the aborted records' sequences are free again
-                    self._seq.rewind(rewound or {})
-            finally:
+                rewound = self._broker.abort_transaction(  # type: ignore[attr-defined]
+                    self.producer_id, self.producer_epoch
+                )
+            except (TransactionStateError, TransactionTimedOutError):
+                raise  # still open (a broker that could not yet learn an earlier commit's outcome)
+            except BaseException:
                 self._end_transaction(error)
+                raise
+            with self._cond:  # the aborted records' sequences are free again
+                self._seq.rewind(rewound or {})
+            self._end_transaction(error)
         finally:
             self._unblock_sends()
 
@@ -885,7 +907,7 @@ class Producer(SenderLoop):
         read = getattr(self._broker, "committed_positions", None)
         if not callable(read):
             raise TransactionStateError(f"{type(self._broker).__name__} has no transactions")
-        encoded = read()
+        encoded = read(self.producer_id)
         return None if encoded is None else msgpack.unpackb(encoded, raw=False)
 
     def _block_sends(self, why: str) -> None:
@@ -899,12 +921,17 @@ class Producer(SenderLoop):
                 self._halted = self._seq.failure
             self._txn_ending = None
 
-    def _end_transaction(self, error: ProducerError | None) -> None:
-        """End the transaction: complete its batches as delivered (``error`` None) or fail
-        the delivered ones NOT_PERSISTED with ``error``."""
+    def _end_transaction(
+        self, error: ProducerError | None, answers: Mapping[tuple[str, int, int], tuple[int | None, bool]] = _NONE
+    ) -> None:
+        """End the transaction: complete its batches as delivered (``error`` None), with the
+        offsets the commit gave (``answers``: a broker that held the batches until then), or
+        fail the delivered ones NOT_PERSISTED with ``error``."""
         with self._cond:
             events, self._txn_events = self._txn_events or [], None
             self._txn_open = False
+        if answers:
+            events = [_answered(e, answers) for e in events]
         if error is not None:
             events = [
                 BatchFailed(e.batch, error, DeliveryStatus.NOT_PERSISTED) if isinstance(e, BatchDelivered) else e

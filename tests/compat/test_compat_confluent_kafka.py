@@ -550,9 +550,22 @@ def test_transactions_purge_and_the_other_calls(url: str) -> None:
             call()
         assert raised.value.args[0].code() == KafkaError._CONFLICT and raised.value.args[0].retriable()
     producer.init_transactions(10)  # waits until connected (the producer's older instances fenced)
-    with pytest.raises(KafkaException) as raised:  # memory:// has no transactions (yet)
-        producer.begin_transaction()
-    assert raised.value.args[0].code() == KafkaError._NOT_IMPLEMENTED
+    # memory:// holds a transaction's messages until the commit: their reports come then
+    reports: list[tuple[Any, int | None]] = []
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce("t", f"txn-{i}".encode(), on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+    assert producer.flush(5) == 0 and reports == []
+    producer.commit_transaction(10)
+    producer.poll(0)
+    assert [err for err, _ in reports] == [None] * 3
+    offsets = [offset for _, offset in reports]
+    assert offsets == list(range(offsets[0], offsets[0] + 3))
+    producer.begin_transaction()
+    producer.produce("t", b"aborted", on_delivery=lambda err, msg: reports.append((err.code(), msg.offset())))
+    producer.abort_transaction(10)
+    producer.poll(0)
+    assert reports[-1] == (KafkaError._PURGE_QUEUE, None)
     for call in (producer.commit_transaction, producer.abort_transaction):  # none open: as librdkafka
         with pytest.raises(KafkaException) as raised:
             call()
@@ -594,7 +607,20 @@ def test_transactions_purge_and_the_other_calls(url: str) -> None:
     lingering.purge()
     lingering.poll(1)
     assert purged == [KafkaError._PURGE_QUEUE] and len(lingering) == 0
+    # inside a transaction, as librdkafka: what was sent stays in it, what was still queued
+    # is purged out of it, and the commit stores the rest
+    txn_reports: list[tuple[Any, bytes]] = []
+    lingering.begin_transaction()
+    lingering.produce("t", b"sent", on_delivery=lambda err, msg: txn_reports.append((err, msg.value())))
+    lingering.flush(10)
+    lingering.produce("t", b"queued", on_delivery=lambda err, msg: txn_reports.append((err.code(), msg.value())))
+    lingering.purge()
+    lingering.commit_transaction(10)
+    lingering.poll(0)
+    assert sorted(txn_reports, key=lambda r: r[1]) == [(KafkaError._PURGE_QUEUE, b"queued"), (None, b"sent")]
     lingering.close()
+    with idempotent.connect(url) as broker:
+        assert [r.value for r in broker.read("t", 0, 0, 100) if r.value in (b"sent", b"queued")] == [b"sent"]
 
 
 def test_closed_producer_raises_runtime_error_and_is_a_context_manager(url: str) -> None:

@@ -775,20 +775,6 @@ def test_a_send_does_not_wait_for_a_small_group_or_a_broker_that_writes_elsewher
     assert _send_during_a_held_write(1000, False, monkeypatch) < 0.3
 
 
-def test_transactions_on_a_backend_without_them_are_refused_and_the_producer_goes_on(tmp_path: Path) -> None:
-    from idempotent.errors import TransactionStateError
-
-    with Producer(f"sqlite:///{tmp_path / 't.db'}", "no-txn") as producer:
-        with pytest.raises(TransactionStateError, match="kafka://"):
-            producer.begin_transaction()
-        for call in (producer.commit_transaction, producer.abort_transaction):
-            with pytest.raises(TransactionStateError):
-                call()
-        with pytest.raises(TransactionStateError):
-            producer.committed_positions()
-        assert producer.send("t", b"v").result(10).offset == 0  # nothing changed
-
-
 def test_a_send_does_not_wait_for_a_write_that_runs_without_the_interpreter_lock(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -5,13 +5,7 @@ the commit leaving all or nothing."""
 
 from __future__ import annotations
 
-import os
 import pickle
-import signal
-import subprocess
-import sys
-import textwrap
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -29,6 +23,8 @@ from idempotent.errors import (
     TransactionStateError,
     TransactionTimedOutError,
 )
+
+from ..transaction_faults import KafkaPauses, kill_between_writes_and_commit, rounds_expected
 
 pytestmark = pytest.mark.kafka
 
@@ -199,74 +195,11 @@ def test_a_reader_shows_a_transaction_only_once_committed_and_never_an_aborted_o
             reader.read_next(1)
 
 
-_KILLED_APP = textwrap.dedent(
-    """
-    import sys, time
-    import idempotent
-
-    url, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    topics = sys.argv[4:]
-    with idempotent.Producer(url, name) as producer:
-        done = producer.committed_positions() or 0
-        for r in range(done, rounds):
-            producer.begin_transaction()
-            for topic in topics:
-                for i in range(10):
-                    producer.send(topic, f"{r}-{i}".encode())
-                producer.flush()
-                print(f"wrote {r} {topic}", flush=True)
-            print(f"committing {r}", flush=True)
-            producer.commit_transaction(r + 1)
-            print(f"committed {r}", flush=True)
-    """
-)
-
-
 def test_kill_9_between_the_writes_and_the_commit_leaves_all_or_nothing(kafka_service: Any, tmp_path: Path) -> None:
     topics = _topics(kafka_service, 3)
-    name = f"pk-{uuid.uuid4().hex[:6]}"
-    script = tmp_path / "app.py"
-    script.write_text(_KILLED_APP)
-    rounds = 6
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    kills = 0
-    # kill after the writes of round r reached the second topic, before its commit
-    for stop_at in ("wrote 0 " + topics[1], "wrote 2 " + topics[2], "committing 4"):
-        app = subprocess.Popen(
-            [sys.executable, str(script), kafka_service.url, name, str(rounds), *topics],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert app.stdout is not None
-        deadline = time.monotonic() + 120
-        for line in app.stdout:
-            if line.strip() == stop_at:
-                os.kill(app.pid, signal.SIGKILL)
-                kills += 1
-                break
-            assert time.monotonic() < deadline
-        app.wait(60)
-    final = subprocess.run(
-        [sys.executable, str(script), kafka_service.url, name, str(rounds), *topics],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert final.returncode == 0, final.stderr
-    assert kills == 3
-    expected = [f"{r}-{i}".encode() for r in range(rounds) for i in range(10)]
+    kill_between_writes_and_commit(kafka_service.url, f"pk-{uuid.uuid4().hex[:6]}", topics, tmp_path)
     for topic in topics:
-        assert _committed(kafka_service, topic) == expected, topic
-
-
-def _kafka_pid() -> int:
-    from idempotent.testing import services
-
-    running = services.status("kafka")
-    assert running is not None
-    return running.pid
+        assert _committed(kafka_service, topic) == rounds_expected(), topic
 
 
 def _commit_until_decided(producer: idempotent.Producer, positions: object, deadline: float) -> tuple[str, int]:
@@ -296,28 +229,12 @@ def test_kafka_paused_past_the_request_timeout_during_the_commit_is_committed_or
     with the same sequences finds the truth: all of them duplicates when it committed, all of
     them new when it aborted, and a read_committed consumer sees each record exactly once
     either way."""
-    from idempotent.adapters.kafka import txn
-
     topics = _topics(kafka_service, 3)
     name = f"ps-{uuid.uuid4().hex[:6]}"
     url = f"{kafka_service.url}?timeout=5"
-    pid = _kafka_pid()
     #: per round, when the pause begins after the commit was called, and how long it lasts
     schedule = ((0.0, 8.0), (0.003, 8.0), (0.01, 8.0), (0.0, 25.0))
-    pause: list[tuple[float, float]] = []  # the round's pause, until it has begun
-    timers: list[threading.Timer] = []
-    commit = txn.TransactionalProducer._commit
-
-    def paused_commit(self: Any, on_late_commit: Any) -> None:
-        if pause:  # the application's commit: stop Kafka ``delay`` s after it begins
-            delay, length = pause.pop()
-            timers.extend((threading.Timer(delay, os.kill, (pid, signal.SIGSTOP)),
-                           threading.Timer(delay + length, os.kill, (pid, signal.SIGCONT))))  # fmt: skip
-            for timer in timers:
-                timer.start()
-        commit(self, on_late_commit)
-
-    monkeypatch.setattr(txn.TransactionalProducer, "_commit", paused_commit)
+    pauses = KafkaPauses(monkeypatch)
     outcomes: list[tuple[str, float, int]] = []
     expected: dict[str, list[bytes]] = {topic: [] for topic in topics}
     last: object = None  # the positions of the last committed transaction
@@ -332,16 +249,12 @@ def test_kafka_paused_past_the_request_timeout_during_the_commit_is_committed_or
                 for i, value in enumerate(values[topic])
             ]
             producer.flush(30)  # the records are written (in the transaction): only the commit is left
-            pause.append((delay, length))
+            pauses.arm(delay, length)
             began = time.monotonic()
             try:
                 outcome, calls = _commit_until_decided(producer, {"round": round_}, began + 180)
             finally:
-                for timer in timers:
-                    timer.join()
-                timers.clear()
-                os.kill(pid, signal.SIGCONT)
-            assert not pause, "the commit did not reach Kafka"
+                pauses.settle()
             outcomes.append((outcome, round(time.monotonic() - began, 2), calls))
             done = [f.exception(60) for f in futures]
             if outcome == "committed":
