@@ -23,6 +23,8 @@ import pytest
 
 from idempotent.compat import confluent_kafka as compat
 
+from ..transaction_faults import KafkaPauses
+
 pytestmark = pytest.mark.kafka
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -242,3 +244,76 @@ def test_a_transaction_open_past_its_timeout_is_aborted_and_told_at_the_next_cal
     producer.commit_transaction()
     producer.close()
     assert _read_committed(kafka_service, sink, 1) == [b"committed-first", b"committed-after"]
+
+
+def _commit_until_decided(producer: compat.Producer, deadline: float) -> tuple[str, int]:
+    """Commit as librdkafka's documentation says an application should: a retriable error
+    (the outcome is not known yet) is answered by calling the commit again, one that
+    requires an abort by aborting. Returns "committed" or "aborted", and the calls made."""
+    calls = 0
+    while True:
+        calls += 1
+        try:
+            producer.commit_transaction(5)
+            return "committed", calls
+        except compat.KafkaException as raised:
+            error = raised.args[0]
+            assert not error.fatal(), error
+            if error.txn_requires_abort():
+                producer.abort_transaction(60)
+                return "aborted", calls
+            assert error.retriable(), error
+            assert time.monotonic() < deadline, "the commit was not decided within the test's bound"
+            time.sleep(0.5)
+
+
+@pytest.mark.timeout(600)
+def test_kafka_paused_past_the_request_timeout_during_commit_transaction_commits_or_aborts_never_both(
+    kafka_service: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drop-in's ``commit_transaction`` of a transaction over 3 topics meets Kafka stopped
+    with SIGSTOP for 8 s (the producer's request timeout is 5 s) as it begins or 3 ms into
+    it, and for 25 s once. Whatever it answers, a ``read_committed`` consumer then sees the
+    round's messages exactly once when it committed and not at all when it aborted (and then
+    once, after the application produced them again)."""
+    topics = [_topic(kafka_service, 1) for _ in range(3)]
+    schedule = ((0.0, 8.0), (0.003, 8.0), (0.0, 25.0))
+    pauses = KafkaPauses(monkeypatch)
+    producer = compat.Producer(
+        {
+            "bootstrap.servers": kafka_service.bootstrap,
+            "idempotent.broker.url": f"{kafka_service.url}?timeout=5",
+            "transactional.id": f"sp-{uuid.uuid4().hex[:8]}",
+        }
+    )
+    producer.init_transactions(60)
+    outcomes: list[tuple[str, float, int]] = []
+    expected: dict[str, list[bytes]] = {topic: [] for topic in topics}
+    try:
+        for round_, (delay, length) in enumerate(schedule):
+            values = {topic: [f"{topic}-{round_}-{i}".encode() for i in range(5)] for topic in topics}
+            producer.begin_transaction()
+            for topic in topics:
+                for value in values[topic]:
+                    producer.produce(topic, value)
+            assert producer.flush(30) == 0  # delivered inside the transaction: only the commit is left
+            pauses.arm(delay, length)
+            began = time.monotonic()
+            try:
+                outcome, calls = _commit_until_decided(producer, began + 180)
+            finally:
+                pauses.settle()
+            outcomes.append((outcome, round(time.monotonic() - began, 2), calls))
+            if outcome == "aborted":  # the application produces the round again
+                producer.begin_transaction()
+                for topic in topics:
+                    for value in values[topic]:
+                        producer.produce(topic, value)
+                producer.commit_transaction(60)
+            for topic in topics:
+                expected[topic] += values[topic]
+                assert _read_committed(kafka_service, topic, 1) == expected[topic], (topic, outcomes)
+    finally:
+        producer.close()
+    assert outcomes[0][1] >= 5.0 and outcomes[-1][2] > 1, outcomes
+    print({"outcomes (outcome, seconds to decide, commit calls)": outcomes})
