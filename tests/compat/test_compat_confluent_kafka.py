@@ -11,6 +11,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -1047,3 +1048,25 @@ def test_ctrl_c_in_poll_leaves_the_lock_with_its_owner(url: str) -> None:
     producer.produce("t", b"after")
     assert producer.flush(10) == 0
     producer.close()
+
+
+def test_a_transaction_through_a_broker_server_reports_its_offsets_at_the_commit(tmp_path: Path) -> None:
+    from idempotent.net.server import BrokerServer
+
+    with BrokerServer(idempotent.connect(f"sqlite:///{tmp_path}/served.db")) as server:
+        producer = _producer(server.url, **{"transactional.id": "served"})
+        producer.init_transactions(10)
+        reports: list[tuple[Any, int | None]] = []
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce("t", f"v{i}".encode(), on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+        assert producer.flush(5) == 0 and reports == []  # held by the server until the commit
+        producer.commit_transaction(10)
+        producer.poll(0)
+        assert reports == [(None, 0), (None, 1), (None, 2)]
+        producer.begin_transaction()
+        producer.produce("t", b"aborted")
+        producer.abort_transaction(10)
+        producer.close()
+        with idempotent.connect(server.url) as client:
+            assert [r.value for r in client.read("t", 0, 0, 10)] == [b"v0", b"v1", b"v2"]
