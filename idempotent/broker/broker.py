@@ -561,9 +561,17 @@ class Broker(ProduceShortcuts):
         with part.lock:
             self._own(part)
             last = self._ready(part).last_sequence(request.header.producer_id)
+        limit = self.config.max_transaction_bytes
         with self._txn_lock:
-            if not txn.expired:  # (an expired one's commit fails: nothing of it is stored)
+            if txn.aborted is None:  # (an aborted one's commit fails: nothing of it is stored)
                 txn.hold(request, last)
+                if txn.size > limit:
+                    _LOG.warning(
+                        "aborted the transaction of producer %d: it holds over %d bytes (max_transaction_bytes)",
+                        request.header.producer_id,
+                        limit,
+                    )
+                    txn.abort(f"it held more than the broker's max_transaction_bytes ({limit})")
         return _done(ProduceResult(Outcome.ACCEPTED))
 
     def commit_transaction(
@@ -589,10 +597,9 @@ class Broker(ProduceShortcuts):
         txn = self._open_transaction(producer_id, producer_epoch)
         if txn is None:
             return self._repeated(producer_id, producer_epoch, "committed")  # type: ignore[return-value]
-        if txn.expired:
+        if txn.aborted is not None:
             raise TransactionAbortableError(
-                f"the transaction was open longer than the broker's transaction_timeout "
-                f"({self.config.transaction_timeout:g} s) and was aborted: nothing of it is stored, abort it"
+                f"the broker aborted the transaction because {txn.aborted}: nothing of it is stored, abort it"
             )
         name = self._producer_name(producer_id)
         if positions is not None and name is None:
@@ -973,13 +980,13 @@ class Broker(ProduceShortcuts):
             for producer_id in [p for p, (_, at, _, _) in self._ended.items() if now - at > limit]:
                 del self._ended[producer_id]  # a repeat comes within a request's timeout
             for producer_id, txn in self._txns.items():
-                if not txn.expired and not txn.in_doubt and now - txn.opened_at > limit:
+                if txn.aborted is None and not txn.in_doubt and now - txn.opened_at > limit:
                     _LOG.warning(
                         "aborted the transaction of producer %d: open for over %g s (transaction_timeout)",
                         producer_id,
                         limit,
                     )
-                    txn.expire()
+                    txn.abort(f"it was open longer than the broker's transaction_timeout ({limit:g} s)")
 
     def _expire_records(self, now: float, activity: Mapping[int, float]) -> None:
         """Carry out :meth:`ProducerRegistry.sweep`: store the touched records, delete the

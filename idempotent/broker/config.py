@@ -54,6 +54,11 @@ class BrokerConfig:
             maintenance sweep aborts one open longer, freeing what it held: its commit then
             raises :class:`~idempotent.errors.TransactionAbortableError`. So a client that
             died inside a transaction (a broker server's) leaves nothing held for good.
+        max_transaction_bytes: the most an open transaction may hold (its records, as
+            ``Record.size`` counts; 256 MiB). A transaction that grows past it is aborted at
+            once, freeing what it held: its commit raises
+            :class:`~idempotent.errors.TransactionAbortableError`. So a broker server's memory
+            is bounded whatever its clients send.
     """
 
     checker: CheckerConfig = attrs.field(factory=CheckerConfig)
@@ -73,6 +78,7 @@ class BrokerConfig:
     topic_refresh_interval: float = 10.0
     state_rebuild_records: int = STATE_REBUILD_RECORDS
     transaction_timeout: float = 60.0
+    max_transaction_bytes: int = 256 * 1024 * 1024
 
     def __attrs_post_init__(self) -> None:
         if not self.producer_record_retention > 0:
@@ -89,5 +95,7 @@ class BrokerConfig:
             raise ConfigError("state_rebuild_records must be positive")
         if not self.transaction_timeout > 0:
             raise ConfigError("transaction_timeout must be positive")
+        if self.max_transaction_bytes < 1:
+            raise ConfigError("max_transaction_bytes must be positive")
         if not self.topic_refresh_interval >= 0:
             raise ConfigError("topic_refresh_interval must be 0 or more seconds")

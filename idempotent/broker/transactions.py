@@ -36,8 +36,10 @@ class OpenTransaction:
         in_doubt: a commit was tried and its outcome is unknown: an abort must first learn
             from the checkers whether it was stored.
         opened_at: when it was opened (``time.monotonic()``).
-        expired: open past the broker's ``transaction_timeout``: what it held is dropped, and
-            only an abort ends it.
+        aborted: why the broker aborted it while it was open (past ``transaction_timeout``,
+            or holding more than ``max_transaction_bytes``), or None: what it held is dropped,
+            its commit fails with that reason, and only an abort ends it.
+        size: the bytes it holds (as ``Record.size`` counts).
     """
 
     producer_epoch: int
@@ -45,7 +47,8 @@ class OpenTransaction:
     requests: list[ProduceRequest] = attrs.field(factory=list)
     before: dict[TopicPartition, int] = attrs.field(factory=dict)
     in_doubt: bool = False
-    expired: bool = False
+    aborted: str | None = None
+    size: int = 0
     _held: set[tuple[str, int, int]] = attrs.field(factory=set)
 
     def hold(self, request: ProduceRequest, last_sequence: int) -> None:
@@ -56,19 +59,21 @@ class OpenTransaction:
             return
         self._held.add(key)
         self.requests.append(request)
+        self.size += request.size
         self.before.setdefault(TopicPartition(request.topic, request.partition), last_sequence)
 
     @property
     def idle(self) -> bool:
         """Nothing held, no commit tried: as it was when it was opened."""
-        return not self.requests and not self.in_doubt and not self.expired
+        return not self.requests and not self.in_doubt and self.aborted is None
 
-    def expire(self) -> None:
-        """Abort it for being open too long: drop what it held (its partitions' ``before``
-        stay, for the abort that ends it)."""
-        self.expired = True
+    def abort(self, reason: str) -> None:
+        """Abort it while it is open (``reason``: why): drop what it held (its partitions'
+        ``before`` stay, for the abort that ends it)."""
+        self.aborted = reason
         self.requests = []
         self._held = set()
+        self.size = 0
 
     @property
     def partitions(self) -> list[TopicPartition]:

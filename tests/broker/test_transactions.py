@@ -103,10 +103,30 @@ def test_a_transaction_open_past_the_timeout_is_aborted_by_the_sweep() -> None:
     broker.produce("t", 0, pid, epoch, 1, [b"after the timeout"])  # not held any more
     with pytest.raises(TransactionAbortableError, match="transaction_timeout"):
         broker.commit_transaction(pid, epoch)
+    with pytest.raises(TransactionAbortableError, match="transaction_timeout"):
+        broker.commit_transaction(pid, epoch)  # until it is aborted
     assert broker.abort_transaction(pid, epoch) == {TopicPartition("t", 0): -1}
     assert _values(broker, 0) == []
     broker.begin_transaction(pid, epoch)
     broker.produce("t", 0, pid, epoch, 0, [b"on time"])
     broker.commit_transaction(pid, epoch)
     assert _values(broker, 0) == [b"on time"]
+    broker.close()
+
+
+def test_a_transaction_holding_more_than_the_limit_is_aborted_and_the_next_one_commits() -> None:
+    broker = _broker(max_transaction_bytes=1000)
+    session = broker.init_producer("app")
+    pid, epoch = session.producer_id, session.producer_epoch
+    broker.begin_transaction(pid, epoch)
+    for sequence in range(3):  # about 416 bytes each (value and 16 bytes of overhead)
+        assert broker.produce("t", 0, pid, epoch, sequence, [b"x" * 400]).outcome is Outcome.ACCEPTED
+    with pytest.raises(TransactionAbortableError, match="max_transaction_bytes"):
+        broker.commit_transaction(pid, epoch)
+    assert broker.abort_transaction(pid, epoch) == {TopicPartition("t", 0): -1}
+    broker.begin_transaction(pid, epoch)
+    broker.produce("t", 0, pid, epoch, 0, [b"x" * 400])
+    broker.produce("t", 0, pid, epoch, 1, [b"y" * 400])
+    broker.commit_transaction(pid, epoch)
+    assert _values(broker, 0) == [b"x" * 400, b"y" * 400]
     broker.close()
