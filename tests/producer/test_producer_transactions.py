@@ -249,3 +249,47 @@ def test_kill_9_between_the_writes_and_the_commit_leaves_all_or_nothing(tmp_path
     kill_between_writes_and_commit(url, "killed", TOPICS, tmp_path, whole_rounds_only)
     for topic in TOPICS:
         assert _values(url, topic) == rounds_expected(), topic
+
+
+def test_transactions_and_plain_sends_of_several_producers_at_once_each_store_once(tmp_path: Path) -> None:
+    """Four producers of one process share its broker on one SQLite file: two commit
+    transactions over the same two partitions (their commits lock them together), two send
+    without; every record is stored once, every transaction whole."""
+    import threading
+
+    url = f"sqlite:///{tmp_path}/shared.db"
+    with idempotent.connect(url) as broker:
+        broker.create_topic("shared", 2)
+        errors: list[BaseException] = []
+
+        def transactional(name: str) -> None:
+            try:
+                with idempotent.Producer(broker, name) as producer:
+                    for r in range(20):
+                        with producer.transaction(positions=r + 1):
+                            for partition in (1, 0) if r % 2 else (0, 1):
+                                producer.send("shared", f"{name}-{r}-{partition}".encode(), partition=partition)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        def plain(name: str) -> None:
+            try:
+                with idempotent.Producer(broker, name) as producer:
+                    for i in range(200):
+                        producer.send("shared", f"{name}-{i}".encode(), partition=i % 2)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=transactional, args=(f"t{i}",)) for i in range(2)]
+        threads += [threading.Thread(target=plain, args=(f"p{i}",)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+            assert not thread.is_alive(), "a producer hung"
+        assert errors == []
+        stored = [r.value for p in (0, 1) for r in broker.read("shared", p, 0, 10_000)]
+    assert len(stored) == len(set(stored)) == 2 * 20 * 2 + 2 * 200
+    for name in ("t0", "t1"):
+        with idempotent.Producer(url, name) as restarted:
+            assert restarted.committed_positions() == 20
