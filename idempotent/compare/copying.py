@@ -26,6 +26,8 @@ from ..errors import InvalidTopicError, ProducerError
 from .producers import Target
 from .workload import Workload, record_id
 
+#: Records per transaction of the copy job.
+COPY_TXN_RECORDS = 20
 #: How long a native call may block (s): longer than a kill -9 of the private Kafka takes.
 KAFKA_TIMEOUT = 120.0
 
@@ -224,4 +226,13 @@ def input_ids(values: list[tuple[int, bytes]]) -> list[int]:
     return [i for i in ids if i is not None]
 
 
-__all__ = ["CopyJob", "KafkaCopyJob", "OursCopyJob", "fill_input", "input_ids", "input_topic", "open_copy_job"]
+__all__ = [
+    "COPY_TXN_RECORDS",
+    "CopyJob",
+    "KafkaCopyJob",
+    "OursCopyJob",
+    "fill_input",
+    "input_ids",
+    "input_topic",
+    "open_copy_job",
+]

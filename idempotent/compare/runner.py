@@ -143,10 +143,6 @@ class _Sink:
     committed: int = 0
 
 
-#: Records per transaction of the ctp workload's copy job.
-CTP_TXN_RECORDS = 20
-
-
 class _Run:
     def __init__(self, env: Environment, config: CompareConfig, system: str, fault: str, seed: int, kind: str) -> None:
         self.config = config
@@ -183,7 +179,6 @@ class _Run:
             "pauses": [event.at for event in self.pending],
             "workload": self.config.workload,
             "fill": self.producing is None,
-            "txn_records": CTP_TXN_RECORDS,
         }
         with self._processes_lock:
             if self._closing:

@@ -39,7 +39,7 @@ from typing import Any
 import attrs
 
 from ..api import BrokerAPI
-from .copying import CopyJob, fill_input, input_ids, open_copy_job
+from .copying import COPY_TXN_RECORDS, CopyJob, fill_input, input_ids, open_copy_job
 from .faults import LinkInjector
 from .producers import Instance, OursInstance, Target, client_errors, open_instance
 from .workload import Workload, copied_id, transform
@@ -274,7 +274,7 @@ class Worker:
 
 class CopyWorker(Worker):
     """The ctp workload's copy job (see the module docstring): it fills the input first when
-    the spec says ``fill``, then copies it, ``txn_records`` records per transaction, pausing
+    the spec says ``fill``, then copies it, :data:`~.copying.COPY_TXN_RECORDS` records per transaction, pausing
     at the fault points (input record ids) inside the open transaction. A transaction whose
     commit fails is given up with its records possibly persisted, and a new instance of the
     job resumes from its committed position, as an application restarts its copy job."""
@@ -284,7 +284,6 @@ class CopyWorker(Worker):
     def __init__(self, spec: dict[str, Any]) -> None:
         super().__init__(spec)
         self.fill = bool(spec.get("fill"))
-        self.txn_records = int(spec["txn_records"])
         self.job: CopyJob | None = None
         self._copied = 0  # records copied by this process (the rate limit counts them)
         self._began = 0.0
@@ -356,7 +355,7 @@ class CopyWorker(Worker):
             if time.monotonic() > deadline:
                 self.emit(f"e no transaction committed for {FLUSH_TIMEOUT:.0f} s: the copy job stops")
                 return
-            batch = job.read(self.txn_records)
+            batch = job.read(COPY_TXN_RECORDS)
             if not batch:
                 time.sleep(0.01)
             elif self._transaction(job, batch):
