@@ -23,7 +23,7 @@ Subcommands::
     idempotent admin [--url URL] describe-producers TOPIC [--partition P] [--json]
     idempotent services ...
     idempotent compare --systems LIST --faults LIST [--records N] [--rate R] [--schedules K] [--seed S] [--out DIR]
-                       [--native-schedules K] [--capacity-records N] [--resume]
+                       [--native-schedules K] [--capacity-records N] [--workload produce|ctp] [--resume]
     idempotent compare --long [options above]
     idempotent --version
 

@@ -19,6 +19,7 @@ from typing import Any
 from ..compare import FAULTS, LONG, SYSTEMS, CompareConfig, run_compare
 from ..compare.config import CAPACITY_RECORDS
 from ..compare.results import FILE_NAME
+from ..compare.workload import WORKLOADS
 from .common import CliError, Subcommands, err, float_type, int_type
 
 
@@ -63,6 +64,15 @@ def add_parser(commands: Subcommands) -> None:
             f"--seed {LONG['seed']} --out compare-long unless given"
         ),
     )
+    compare.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default="produce",
+        help=(
+            "produce: publish the records; ctp: consume-transform-produce, a copy job copies them from an "
+            "input topic in transactions, on the transactional systems, under the process faults (produce)"
+        ),
+    )
     compare.add_argument("--records", type=int_type(10, "--records"), help="records per run (2000)")
     compare.add_argument("--rate", type=float_type, help="offered records/s per producer; 0 = unlimited (0)")
     compare.add_argument("--schedules", type=int_type(1, "--schedules"), help="seeded schedules per system (1)")
@@ -104,7 +114,9 @@ def config_of(args: argparse.Namespace) -> tuple[CompareConfig, pathlib.Path, bo
         values["native_schedules"] = None
     default_out = pathlib.Path("compare-long" if args.long else "compare-report")
     try:
-        config = CompareConfig(systems, faults, capacity_records=args.capacity_records, **values)
+        config = CompareConfig(
+            systems, faults, capacity_records=args.capacity_records, workload=args.workload, **values
+        )
     except ValueError as exc:
         raise CliError(str(exc), 2) from None
     return config, args.out or default_out, args.resume or args.long

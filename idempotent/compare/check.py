@@ -11,8 +11,9 @@ winning (an acknowledgement beats everything, "possibly persisted" beats "not pe
 * ``UNSENT``: never handed to a producer (the run stopped early).
 
 :func:`check` compares the ledger with the records read back in log order: ``duplicates``
-counts extra copies, ``lost`` the acknowledged records that are not stored, ``reordered`` the
-first copies stored after a record with a higher id (within the partition).
+counts extra copies, ``lost`` the acknowledged records that are not stored (and, for a copy
+job, the input records below its committed input position that are not in its output),
+``reordered`` the first copies stored after a record with a higher id (within the partition).
 """
 
 from __future__ import annotations
@@ -118,10 +119,12 @@ class Verdict:
     examples: dict[str, list[int]]
 
 
-def check(states: list[State], stored: Iterable[int | None]) -> Verdict:
+def check(states: list[State], stored: Iterable[int | None], committed: int = 0) -> Verdict:
     """Compare the final ledger states with the ids read back, in log order (one partition).
 
     ``None`` in ``stored`` is a record this workload did not write (counted as unexpected).
+    ``committed`` is a copy job's committed input position (in record ids): every record
+    below it must be stored too, acknowledged or not, or it counts as lost.
     """
     counts: Counter[int] = Counter()
     reordered: list[int] = []
@@ -141,7 +144,7 @@ def check(states: list[State], stored: Iterable[int | None]) -> Verdict:
         else:
             highest = record_id
     tally = Counter(states)
-    lost = [i for i, s in enumerate(states) if s == State.ACKNOWLEDGED and i not in counts]
+    lost = [i for i, s in enumerate(states) if (s == State.ACKNOWLEDGED or i < committed) and i not in counts]
     duplicated = sorted(i for i, c in counts.items() if c > 1)
     ambiguous_stored = sum(1 for i, s in enumerate(states) if s == State.AMBIGUOUS and i in counts)
     failed_stored = [i for i, s in enumerate(states) if s == State.FAILED and i in counts]

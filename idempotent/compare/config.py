@@ -12,6 +12,7 @@ import attrs
 
 from .schedule import FAULTS
 from .systems import SYSTEMS, is_ours
+from .workload import WORKLOADS
 
 #: ``idempotent compare --long``: every fault on every system, 50 seeded schedules each for
 #: this project's systems and 20 for the native clients, 500 records as fast as each goes.
@@ -42,10 +43,12 @@ class CompareConfig:
 
     ``schedules`` seeded schedules (seeds ``seed``, ``seed + 1``, ...) of every fault on every
     system, except the native clients, which run the first ``native_schedules`` of them
-    (``None``: all). ``capacity_records > 0`` adds one capacity run per system.
+    (``None``: all). ``capacity_records > 0`` adds one capacity run per system. ``workload``
+    is ``produce`` (publish the records) or ``ctp`` (a copy job copies them from an input
+    topic in transactions: :mod:`~idempotent.compare.copying`).
 
     Raises:
-        ValueError: an unknown system or fault, or a count out of range.
+        ValueError: an unknown system, fault or workload, or a count out of range.
     """
 
     systems: tuple[str, ...]
@@ -57,8 +60,11 @@ class CompareConfig:
     value_bytes: int = 100
     native_schedules: int | None = None
     capacity_records: int = CAPACITY_RECORDS
+    workload: str = "produce"
 
     def __attrs_post_init__(self) -> None:
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"unknown workload {self.workload!r}; expected one of {', '.join(WORKLOADS)}")
         for system in self.systems:
             if system not in SYSTEMS:
                 raise ValueError(f"unknown system {system!r}; expected some of {', '.join(SYSTEMS)}")

@@ -33,6 +33,14 @@ SUMMARY_COLUMNS = ("system", "fault", "runs", *COUNTS, "records_per_s", "p50_ms"
 RUN_COLUMNS = ("system", "fault", "seed", *COUNTS, "records_per_s", "p50_ms", "p99_ms", "p999_ms")
 SEED_COLUMNS = ("system", "fault", "runs", "errors", "injected", *ANOMALIES, "seeds with anomalies")
 CAPACITY_COLUMNS = ("system", "records", "records_per_s", "p50_ms", "p99_ms", "seconds")
+#: How the report names each workload.
+WORKLOAD_NAMES = {
+    "produce": "produce (each record published by the system's producer)",
+    "ctp": (
+        "ctp (consume-transform-produce: a copy job copies an input topic to the output in transactions "
+        "with its input position; counts are of the output)"
+    ),
+}
 
 
 def _faults(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -178,6 +186,7 @@ def _describe(config: CompareConfig, runs: Sequence[dict[str, Any]], elapsed: fl
     )
     capacity = f"; capacity runs of {config.capacity_records} records" if config.capacity_records else ""
     return (
+        f"Workload {WORKLOAD_NAMES[config.workload]}: "
         f"{config.records} records of {config.value_bytes} bytes, {rate}, {config.schedules} schedule(s){native} "
         f"from seed {config.seed}; {len(config.systems)} systems x {len(config.faults)} faults{capacity}; "
         f"{sum(1 for run in runs if run['status'] != 'n/a')} runs, {_hours(elapsed)} of run time."

@@ -1,7 +1,7 @@
 """The results file of a comparison, ``runs.jsonl``: what makes a long comparison resumable.
 
-The first line says what every run in the file was made with (records, rate, value size,
-capacity records); each further line is one finished run's report entry, appended and
+The first line says what every run in the file was made with (workload, records, rate,
+value size, capacity records); each further line is one finished run's report entry, appended and
 flushed to disk as soon as the run ends. A comparison that is interrupted (Ctrl-C, SIGTERM,
 kill -9, a reboot) therefore loses at most the run it was in: run the same command again
 and it carries out only the runs the file does not hold. A run that ended with status
@@ -21,7 +21,9 @@ from .config import CompareConfig, PlannedRun
 
 FILE_NAME = "runs.jsonl"
 #: What a file's runs must have been made with to be continued (CompareConfig fields).
-SHAPE = ("records", "rate", "value_bytes", "capacity_records")
+SHAPE = ("workload", "records", "rate", "value_bytes", "capacity_records")
+#: What a file written before a field of SHAPE existed was made with.
+UNRECORDED = {"workload": "produce"}
 
 Key = tuple[str, str, str, int]
 
@@ -43,7 +45,7 @@ class Results:
 
     Raises:
         ValueError: another comparison is writing to the file; or ``resume`` and the file
-            was made with other records, rate, value size or capacity records (the message
+            was made with another workload, records, rate, value size or capacity records (the message
             names them), or is not a results file. The file is left as it was.
         OSError: the file cannot be read or written.
     """
@@ -77,9 +79,10 @@ class Results:
             head = None
         if not isinstance(head, dict) or head.get("results") != 1:
             raise ValueError(f"{self.path} is not a results file of idempotent compare; use another --out")
-        differs = [name for name in SHAPE if head.get(name) != shape[name]]
+        made_with = {name: head.get(name, UNRECORDED.get(name)) for name in SHAPE}
+        differs = [name for name in SHAPE if made_with[name] != shape[name]]
         if differs:
-            made = " ".join(f"--{n.replace('_', '-')} {head.get(n)}" for n in differs)
+            made = " ".join(f"--{n.replace('_', '-')} {made_with[n]}" for n in differs)
             asked = " ".join(f"--{n.replace('_', '-')} {shape[n]}" for n in differs)
             raise ValueError(
                 f"{self.path} holds runs made with {made}, not {asked}: "

@@ -9,6 +9,11 @@
 3. the producing process ends (every record answered), possibly after having been killed
    and restarted from its first unacknowledged record;
 4. everything stored is read back and checked against the ledger (:mod:`~idempotent.compare.check`).
+
+In the ctp workload the process is a copy job (:class:`~idempotent.compare.worker.CopyWorker`):
+its first start fills the input topic, a restarted one resumes from its committed input
+position, and the output is read back and checked, the records below the highest committed
+position reported counting as lost when they are missing.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from .report import write_report
 from .results import Results
 from .schedule import FaultEvent, schedule
 from .systems import Environment, SystemRun, is_ours, unsupported
+from .workload import copied_id, record_id
 
 #: What makes one run fail without ending the comparison: a broker, server or producing process
 #: that did not start, and a broker still unreachable after its fault (the project's transport
@@ -85,6 +91,8 @@ class _Producing:
                 self.high = max(self.high, high)
             elif kind == "f":
                 ledger.failed(int(parts[1]), parts[2] == "p")
+            elif kind == "c":
+                self.sink.committed = max(self.sink.committed, int(parts[1]))
             elif kind == "r":
                 self.sink.stored.append(None if parts[1] == "-1" else int(parts[1]))
             elif kind == "i":
@@ -132,6 +140,7 @@ class _Sink:
     carried_out: threading.Event = attrs.field(factory=threading.Event)
     paused: queue.Queue[int] = attrs.field(factory=queue.Queue)
     injected: int = 0
+    committed: int = 0
 
 
 class _Run:
@@ -168,6 +177,8 @@ class _Run:
             "in_process": self.sys.in_process,
             "readback": self.sys.worker_reads_back,
             "pauses": [event.at for event in self.pending],
+            "workload": self.config.workload,
+            "fill": self.producing is None,
         }
         with self._processes_lock:
             if self._closing:
@@ -295,7 +306,8 @@ class _Run:
                         process.wait()
             self.sys.close()
             self.sink.stderr.close()
-        stored = self.sink.stored if self.sys.worker_reads_back else self.sys.read_back()
+        identify = copied_id if self.config.workload == "ctp" else record_id
+        stored = self.sink.stored if self.sys.worker_reads_back else self.sys.read_back(identify=identify)
         return self._result(stored, produce_seconds)
 
     def _injected(self) -> int:
@@ -306,7 +318,7 @@ class _Run:
         return sum(1 for window in self.windows if window["applied"])
 
     def _result(self, stored: list[int | None], produce_seconds: float) -> dict[str, Any]:
-        verdict = check(self.ledger.states(), stored)
+        verdict = check(self.ledger.states(), stored, self.sink.committed)
         acks = sorted((at - self._t0, latency) for at, latency in self.ledger.acks)
         latencies = sorted(latency for _, latency in acks)
         last_ack = acks[-1][0] if acks else produce_seconds
@@ -314,7 +326,7 @@ class _Run:
         timeline = [0] * TIMELINE_BUCKETS
         for at, _ in acks:
             timeline[min(TIMELINE_BUCKETS - 1, int(at / bucket))] += 1
-        result = _head(self.kind, self.system, self.fault, self.seed, "ok")
+        result = _head(self.kind, self.system, self.fault, self.seed, "ok", self.config.workload)
         result.update(attrs.asdict(verdict))
         result.update(
             {
@@ -341,19 +353,26 @@ def _quantile(sorted_values: list[float], q: float) -> float | None:
     return round(sorted_values[index] * 1000, 3)
 
 
-def _head(kind: str, system: str, fault: str, seed: int, status: str) -> dict[str, Any]:
-    return {"kind": kind, "system": system, "fault": fault, "seed": seed, "status": status, "ours": is_ours(system)}
+def _head(kind: str, system: str, fault: str, seed: int, status: str, workload: str) -> dict[str, Any]:
+    return {
+        "kind": kind, "workload": workload, "system": system, "fault": fault, "seed": seed, "status": status,
+        "ours": is_ours(system),
+    }  # fmt: skip
 
 
-def not_applicable(system: str, fault: str, seed: int, reason: str, kind: str = "fault") -> dict[str, Any]:
-    """The report entry of a (system, fault) pair that cannot happen."""
-    return {**_head(kind, system, fault, seed, "n/a"), "notes": [reason]}
+def not_applicable(
+    system: str, fault: str, seed: int, reason: str, kind: str = "fault", workload: str = "produce"
+) -> dict[str, Any]:
+    """The report entry of a (system, fault) pair that cannot happen in ``workload``."""
+    return {**_head(kind, system, fault, seed, "n/a", workload), "notes": [reason]}
 
 
-def error_entry(system: str, fault: str, seed: int, exc: BaseException, kind: str = "fault") -> dict[str, Any]:
+def error_entry(
+    system: str, fault: str, seed: int, exc: BaseException, kind: str = "fault", workload: str = "produce"
+) -> dict[str, Any]:
     """The report entry of a run that could not be carried out (retried when resumed)."""
     notes = [f"{type(exc).__name__}: {exc}", *getattr(exc, "__notes__", ())]
-    return {**_head(kind, system, fault, seed, "error"), "notes": notes}
+    return {**_head(kind, system, fault, seed, "error", workload), "notes": notes}
 
 
 def _logs_note(paths: list[pathlib.Path]) -> str:
@@ -375,9 +394,9 @@ def run_one(
         TransportError: a broker was unreachable when the run needed it (see RUN_ERRORS).
     """
     started = time.monotonic()
-    reason = unsupported(system, fault)
+    reason = unsupported(system, fault, config.workload)
     if reason is not None:
-        return not_applicable(system, fault, seed, reason, kind)
+        return not_applicable(system, fault, seed, reason, kind, config.workload)
     if kind == "capacity":
         config = attrs.evolve(config, records=config.capacity_records, rate=0.0)
     run = _Run(env, config, system, fault, seed, kind)
@@ -407,8 +426,9 @@ class _Clock:
     """Progress: runs done out of the plan, and the time left, estimated from the wall time
     of the runs of the same (kind, system, fault) so far (in this invocation or earlier)."""
 
-    def __init__(self, plan: list[PlannedRun], done: list[dict[str, Any]]) -> None:
+    def __init__(self, plan: list[PlannedRun], done: list[dict[str, Any]], workload: str) -> None:
         self.plan = plan
+        self.workload = workload
         self.started = time.monotonic()
         self.finished = {(e["kind"], e["system"], e["fault"], e["seed"]) for e in done if e["status"] != "error"}
         self._walls: dict[tuple[str, str, str], list[float]] = {}
@@ -431,7 +451,7 @@ class _Clock:
         overall = sum(every) / len(every)
         total = 0.0
         for run in self.plan:
-            if run.key in self.finished or unsupported(run.system, run.fault) is not None:
+            if run.key in self.finished or unsupported(run.system, run.fault, self.workload) is not None:
                 continue
             walls = self._walls.get((run.kind, run.system, run.fault))
             total += sum(walls) / len(walls) if walls else overall
@@ -476,7 +496,8 @@ def run_compare(
 
     Raises:
         ValueError: another comparison is writing into ``out``; or ``resume`` and the
-            results file was made with other records, rate, value size or capacity records.
+            results file was made with another workload, records, rate, value size or
+            capacity records.
         KeyboardInterrupt: interrupted; the finished runs are in the results file and report.
     """
     say = progress or (lambda _line: None)
@@ -486,7 +507,7 @@ def run_compare(
     earlier = results.entries(plan)
     todo = [run for run in plan if results.done(run) is None]
     say(f"{len(plan)} runs planned, {len(plan) - len(todo)} already in {results.path}; {len(todo)} to go")
-    clock = _Clock(plan, earlier)
+    clock = _Clock(plan, earlier, config.workload)
     marker = out / SCRATCH_MARKER
     scratch: pathlib.Path | None = None
     last_report = time.monotonic()
@@ -501,7 +522,7 @@ def run_compare(
             try:
                 result = run_one(env, config, run.system, run.fault, run.seed, run.kind)
             except RUN_ERRORS as exc:
-                result = error_entry(run.system, run.fault, run.seed, exc, run.kind)
+                result = error_entry(run.system, run.fault, run.seed, exc, run.kind, config.workload)
             results.add(result)
             clock.add(result)
             say(f"{_line(result)}  {clock.line()}")

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..testing import services
@@ -49,6 +49,15 @@ NATIVE = (
     "pulsar-native-dedup",
 )
 SYSTEMS = OURS_IN_PROCESS + OURS_SERVER + NATIVE
+
+#: Reads a record id from a stored value (None: a value the workload did not write).
+Identify = Callable[[bytes | None], int | None]
+
+#: The systems that run the ctp workload: those whose client commits a transaction's output
+#: with the copy job's input position (see :func:`unsupported` for the others).
+TRANSACTIONAL = ("memory", "sqlite", "kafka", "idem+sqlite", "kafka-native-transactional")
+#: The faults of the ctp workload: the ones that end or restart a process.
+CTP_FAULTS = ("none", "broker-kill", "producer-restart")
 
 #: Namespace with Pulsar deduplication enabled (pulsar-native-dedup).
 DEDUP_NAMESPACE = "public/compare-dedup"
@@ -70,14 +79,33 @@ def backend_of(system: str) -> str:
     return system.removeprefix("idem+").split("-")[0]
 
 
-def unsupported(system: str, fault: str) -> str | None:
-    """Why ``fault`` cannot happen to ``system``, or None when it can."""
+def unsupported(system: str, fault: str, workload: str = "produce") -> str | None:
+    """Why ``fault`` cannot happen to ``system`` in ``workload``, or None when it can."""
+    if workload == "ctp":
+        reason = _no_ctp(system, fault)
+        if reason is not None:
+            return reason
     in_process = system in ("memory", "sqlite")
     if in_process and fault in ("cut", "broker-restart"):
         return "the broker runs inside the producing process: there is no connection to cut or broker to restart"
     if fault == "duplicate-request" and backend_of(system) in ("kafka", "pulsar") and system not in OURS_SERVER:
         return "the Kafka/Pulsar proxy cannot duplicate a request without confusing the client's correlation"
     return None
+
+
+def _no_ctp(system: str, fault: str) -> str | None:
+    if system in TRANSACTIONAL:
+        if fault in CTP_FAULTS:
+            return None
+        return (
+            f"the ctp workload runs the process faults ({', '.join(CTP_FAULTS[1:])}); "
+            f"{fault} is measured by the produce workload"
+        )
+    if backend_of(system) == "pulsar":
+        return "ctp needs transactions: pulsar-client-python has none (pulsar:// refuses them)"
+    if system in OURS_SERVER:
+        return "ctp needs transactions: a broker server over Kafka cannot store a group atomically"
+    return "ctp needs transactions: this client cannot commit its output with the input position"
 
 
 def _port_open(port: int) -> bool:
@@ -407,12 +435,13 @@ class SystemRun:
         if self.cut_proxy is not None:
             self.cut_proxy.close()
 
-    def read_back(self, timeout: float = 60.0) -> list[int | None]:
-        """Every record stored for the run, in log order (call after :meth:`close`)."""
+    def read_back(self, timeout: float = 60.0, identify: Identify = record_id) -> list[int | None]:
+        """The id of every record stored for the run, in log order (call after :meth:`close`);
+        ``identify`` reads an id from a value (``copied_id`` for a copy job's output)."""
         if self.system.startswith("kafka-native"):
-            return _read_kafka(self._read_url, self.topic, timeout)
+            return _read_kafka(self._read_url, self.topic, timeout, identify)
         if self.system.startswith("pulsar-native"):
-            return _read_pulsar(self._read_url, self.topic, timeout)
+            return _read_pulsar(self._read_url, self.topic, timeout, identify)
         from .. import connect
 
         broker = connect(self._read_url, **self._read_options)
@@ -423,13 +452,13 @@ class SystemRun:
                 stored = broker.read(self.topic, 0, offset, 1000)
                 if not stored:
                     return out
-                out.extend(record_id(r.value) for r in stored)
+                out.extend(identify(r.value) for r in stored)
                 offset = stored[-1].offset + 1
         finally:
             broker.close()
 
 
-def _read_kafka(bootstrap: str, topic: str, timeout: float) -> list[int | None]:
+def _read_kafka(bootstrap: str, topic: str, timeout: float, identify: Identify) -> list[int | None]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
@@ -455,13 +484,13 @@ def _read_kafka(bootstrap: str, topic: str, timeout: float) -> list[int | None]:
                 if error.code() == KafkaError._PARTITION_EOF:
                     return out
                 continue
-            out.append(record_id(msg.value()))
+            out.append(identify(msg.value()))
         raise TimeoutError(f"read-back of {topic} did not reach the end within {timeout:.0f} s")
     finally:
         consumer.close()
 
 
-def _read_pulsar(url: str, topic: str, timeout: float) -> list[int | None]:
+def _read_pulsar(url: str, topic: str, timeout: float, identify: Identify) -> list[int | None]:
     import pulsar
 
     client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
@@ -472,17 +501,19 @@ def _read_pulsar(url: str, topic: str, timeout: float) -> list[int | None]:
         while reader.has_message_available():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"read-back of {topic} did not reach the end within {timeout:.0f} s")
-            out.append(record_id(reader.read_next(int(timeout * 1000)).data()))
+            out.append(identify(reader.read_next(int(timeout * 1000)).data()))
         return out
     finally:
         client.close()
 
 
 __all__ = [
+    "CTP_FAULTS",
     "NATIVE",
     "OURS_IN_PROCESS",
     "OURS_SERVER",
     "SYSTEMS",
+    "TRANSACTIONAL",
     "BrokerServer",
     "Environment",
     "SystemRun",

@@ -1,7 +1,9 @@
 """The producing process: ``python -m idempotent.compare.worker SPEC_JSON``.
 
 It replays the workload from ``start`` through one producer instance of one system, as fast
-as allowed by ``rate`` (records/s, 0 = unlimited), and reports on stdout, one line each::
+as allowed by ``rate`` (records/s, 0 = unlimited); in the ctp workload (:class:`CopyWorker`)
+it is a copy job instead, which copies the input topic from its last committed position in
+transactions (:mod:`~idempotent.compare.copying`). It reports on stdout, one line each::
 
     ready T                     the instance is initialised, at monotonic time T
     p ID                        paused before record ID, a fault point: waits for ``go``
@@ -12,6 +14,7 @@ as allowed by ``rate`` (records/s, 0 = unlimited), and reports on stdout, one li
     e MESSAGE                   something went wrong that the report should show
     k COUNT                     link faults that happened in this process (at the end)
     r ID                        (read-back) a stored record, in log order
+    c POSITION                  (ctp) the records below POSITION are committed in the output
     done T                      every record has ended (or the flush timed out), at time T
 
 Commands on stdin, one per line: ``go`` ends a pause (the parent has injected the fault
@@ -36,9 +39,11 @@ from typing import Any
 import attrs
 
 from ..api import BrokerAPI
+from .copying import COPY_TXN_RECORDS, CopyJob, fill_input, input_ids, open_copy_job
 from .faults import LinkInjector
 from .producers import Instance, OursInstance, Target, client_errors, open_instance
-from .workload import Workload
+from .workload import Workload, copied_id, transform
+from .workload import record_id as produced_id
 
 FLUSH_TIMEOUT = 180.0
 PAUSE_TIMEOUT = 300.0
@@ -56,6 +61,9 @@ class _Driver:
 
 class Worker:
     """One producing process (see the module docstring)."""
+
+    #: Reads a record id from a value the process wrote (its read-back).
+    identify = staticmethod(produced_id)
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.target = Target(**spec["target"])
@@ -253,21 +261,133 @@ class Worker:
         self._flush_output()
 
     def _read_back(self, broker: BrokerAPI) -> None:
-        from .workload import record_id
-
         offset = 0
+        identify = self.identify
         while True:
             stored = broker.read(self.target.topic, 0, offset, 1000)
             if not stored:
                 return
-            ids = (record_id(r.value) for r in stored)
+            ids = (identify(r.value) for r in stored)
             self.emit("\n".join(f"r {-1 if i is None else i}" for i in ids))
             offset = stored[-1].offset + 1
 
 
+class CopyWorker(Worker):
+    """The ctp workload's copy job (see the module docstring): it fills the input first when
+    the spec says ``fill``, then copies it, :data:`~.copying.COPY_TXN_RECORDS` records per transaction, pausing
+    at the fault points (input record ids) inside the open transaction. A transaction whose
+    commit fails is given up with its records possibly persisted, and a new instance of the
+    job resumes from its committed position, as an application restarts its copy job."""
+
+    identify = staticmethod(copied_id)
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        super().__init__(spec)
+        self.fill = bool(spec.get("fill"))
+        self.job: CopyJob | None = None
+        self._copied = 0  # records copied by this process (the rate limit counts them)
+        self._began = 0.0
+
+    def _instance(self) -> tuple[CopyJob, int]:
+        """A new instance of the job (the previous one closed) and its committed input offset."""
+        deadline = time.monotonic() + FLUSH_TIMEOUT
+        while True:
+            if self.job is not None:
+                self.job.close()
+                self.job = None
+            try:
+                self.job = open_copy_job(self.target)
+                return self.job, self.job.resume()
+            except client_errors() as exc:  # the broker is away (a fault): try again
+                if time.monotonic() > deadline:
+                    raise
+                self.emit(f"e copy job not started: {type(exc).__name__}: {exc}".replace("\n", " "))
+                time.sleep(0.5)
+
+    def _throttle(self) -> None:
+        if self.rate > 0:
+            ahead = self._began + self._copied / self.rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+        self._copied += 1
+
+    def _transaction(self, job: CopyJob, batch: list[tuple[int, bytes]]) -> bool:
+        """Copy one batch in one transaction; False when the job must be replaced (a fault
+        was carried out in the process, or the client failed: the records are then possibly
+        persisted)."""
+        ids = input_ids(batch)
+        started: dict[int, float] = {}
+        try:
+            job.begin()
+            for record_id, (_, value) in zip(ids, batch, strict=True):
+                if self._pauses and record_id >= self._pauses[0]:
+                    self._pause(self._pauses.pop(0))
+                if not self._requests.empty():  # memory: the instance dies in the open transaction
+                    self.emit(f"i {self._requests.get()}")
+                    for done in started:
+                        self.emit(f"f {done} p")
+                    return False
+                self._throttle()
+                started[record_id] = time.monotonic()
+                with self._lock:
+                    self._high = max(self._high, record_id)
+                job.send(record_id, transform(value))
+            job.commit(batch[-1][0] + 1)
+        except client_errors() as exc:
+            self.emit(f"e transaction given up: {type(exc).__name__}: {exc}".replace("\n", " "))
+            for record_id in started:
+                self.emit(f"f {record_id} p")
+            return False
+        now = time.monotonic()
+        for record_id, at in started.items():
+            self.emit(f"a {record_id} {int((now - at) * 1e6)} {now:.6f}")
+        self.emit(f"c {ids[-1] + 1}")
+        return True
+
+    def _copy(self) -> None:
+        """Copy until the last input record is committed, or until no transaction has
+        committed for :data:`FLUSH_TIMEOUT` s (a note says so)."""
+        job, _ = self._instance()
+        last = self.workload.records - 1
+        deadline = time.monotonic() + FLUSH_TIMEOUT
+        done = False
+        while not done:
+            if time.monotonic() > deadline:
+                self.emit(f"e no transaction committed for {FLUSH_TIMEOUT:.0f} s: the copy job stops")
+                return
+            batch = job.read(COPY_TXN_RECORDS)
+            if not batch:
+                time.sleep(0.01)
+            elif self._transaction(job, batch):
+                deadline = time.monotonic() + FLUSH_TIMEOUT
+                done = input_ids(batch)[-1] >= last
+            else:
+                job, _ = self._instance()
+
+    def run(self) -> None:
+        threading.Thread(target=self._flusher, name="emit", daemon=True).start()
+        if self.fill:
+            fill_input(self.target, self.workload)
+        self.emit(f"ready {time.monotonic():.6f}")
+        threading.Thread(target=self._commands, name="commands", daemon=True).start()
+        self._began = time.monotonic()
+        self._copy()
+        if self.job is not None:
+            self.job.close()
+        self.emit("k 0")
+        self.emit(f"done {time.monotonic():.6f}")
+        if self.readback:
+            from .. import connect
+
+            self._read_back(connect(self.target.url))
+        self._stop.set()
+        self._flush_output()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    worker = Worker(json.loads(args[0]))
+    spec = json.loads(args[0])
+    worker = CopyWorker(spec) if spec.get("workload") == "ctp" else Worker(spec)
     worker.run()
     sys.stdout.flush()
     os._exit(0)  # client threads (librdkafka, pulsar) must not hold the exit up

@@ -5,6 +5,11 @@ padding up to ``value_bytes``. Its id is therefore readable from the stored valu
 a read-back of any system (ours, native Kafka, native Pulsar) can be checked against what was
 sent. ``source(start)`` replays the records from ``start`` on, the way an application replays
 its input after a restart.
+
+Two workloads use these records (``WORKLOADS``): ``produce`` publishes them, ``ctp``
+(consume-transform-produce) first fills an input topic with them, then a copy job writes
+each one, transformed by :func:`transform`, to the output topic, whose values
+:func:`copied_id` reads the ids from.
 """
 
 from __future__ import annotations
@@ -14,6 +19,10 @@ from collections.abc import Iterator
 import attrs
 
 ID_DIGITS = 10
+#: What the ctp copy job puts between a record's id and its padding.
+COPIED = b"<copied>"
+#: ``produce``: publish the records; ``ctp``: copy them from an input topic, transformed.
+WORKLOADS = ("produce", "ctp")
 
 
 @attrs.frozen
@@ -46,4 +55,17 @@ def record_id(value: bytes | None) -> int | None:
     return int(value[:ID_DIGITS])
 
 
-__all__ = ["Workload", "record_id"]
+def transform(value: bytes) -> bytes:
+    """The ctp copy job's output for an input value: the id, :data:`COPIED`, the rest."""
+    return value[:ID_DIGITS] + COPIED + value[ID_DIGITS:]
+
+
+def copied_id(value: bytes | None) -> int | None:
+    """The id of an output value of the copy job, or None for a value it did not write
+    (an input value stored untransformed among them included)."""
+    if value is None or value[ID_DIGITS : ID_DIGITS + len(COPIED)] != COPIED:
+        return None
+    return record_id(value)
+
+
+__all__ = ["COPIED", "WORKLOADS", "Workload", "copied_id", "record_id", "transform"]

@@ -2,7 +2,8 @@
 report rendered in headless Chromium.
 
 For this project's systems every run must end with 0 duplicates, 0 lost and 0 reordered
-records, every record acknowledged. For the native clients the counts are recorded (printed
+records, every record acknowledged; the same for the consume-transform-produce workload
+(``--workload ctp``) under kills of the copy job, in its output. For the native clients the counts are recorded (printed
 and attached to the test as properties) and nothing is asserted about them. Kafka and Pulsar
 are private brokers of this module (:class:`~idempotent.compare.Environment`), shared by
 every run, so kill -9 never hits the session's brokers.
@@ -56,27 +57,80 @@ CASES = [
 ]
 
 
+def _assert_run(result: dict[str, Any], records: int, record_property: Callable[[str, object], None]) -> None:
+    """Every scheduled fault happened, every record was sent; for this project's systems
+    every record is acknowledged and stored once, in order. The counts become test properties
+    (prefixed with the system when several systems run in one test)."""
+    system, fault = result["system"], result["fault"]
+    counts = {
+        k: result.get(k)
+        for k in ("sent", "acknowledged", "failed", "ambiguous", "stored", "duplicates", "lost", "reordered")
+    }
+    print(result.get("workload"), system, fault, counts, result.get("notes"))
+    for name, value in counts.items():
+        record_property(f"{system}-{fault}-{name}", value)
+    assert result["status"] == "ok", result["notes"]
+    assert [window["at"] for window in result["faults"]] == [event.at for event in schedule(fault, SEED, records)]
+    assert all(window["applied"] for window in result["faults"]), result["faults"]
+    assert result["injected"] >= len(result["faults"]), "a scheduled fault did not happen"
+    assert result["sent"] == records
+    if is_ours(system):
+        assert (result["duplicates"], result["lost"], result["reordered"]) == (0, 0, 0), result["examples"]
+        assert result["acknowledged"] == records and result["stored"] == records and result["unexpected"] == 0
+
+
 @pytest.mark.parametrize(("system", "fault"), CASES)
 def test_matrix(
     compare_env: Environment, system: str, fault: str, record_property: Callable[[str, object], None]
 ) -> None:
     config = CompareConfig((system,), (fault,), records=RECORDS, rate=RATE, seed=SEED)
-    result = run_one(compare_env, config, system, fault, SEED)
-    counts = {
-        k: result.get(k)
-        for k in ("sent", "acknowledged", "failed", "ambiguous", "stored", "duplicates", "lost", "reordered")
-    }
-    print(system, fault, counts, result.get("notes"))
-    for name, value in counts.items():
-        record_property(name, value)
-    assert result["status"] == "ok", result["notes"]
-    assert [window["at"] for window in result["faults"]] == [event.at for event in schedule(fault, SEED, RECORDS)]
-    assert all(window["applied"] for window in result["faults"]), result["faults"]
-    assert result["injected"] >= len(result["faults"]), "a scheduled fault did not happen"
-    assert result["sent"] == RECORDS
-    if is_ours(system):
-        assert (result["duplicates"], result["lost"], result["reordered"]) == (0, 0, 0), result["examples"]
-        assert result["acknowledged"] == RECORDS and result["stored"] == RECORDS and result["unexpected"] == 0
+    _assert_run(run_one(compare_env, config, system, fault, SEED), RECORDS, record_property)
+
+
+# ------------------------------------------------------------------------------ consume-transform-produce
+
+CTP_RECORDS = 1000
+
+
+def test_ctp_on_memory_and_sqlite_under_kills_copies_every_record_once(
+    compare_env: Environment, tmp_path: pathlib.Path, record_property: Callable[[str, object], None]
+) -> None:
+    """The copy job is killed inside an open transaction (sqlite: kill -9 of its process,
+    memory: its instance dies in process) and restarted from its committed input position;
+    the output holds every input record once, transformed. Systems and faults without ctp are
+    reported n/a with their reason, and the results file and the report say ctp ran."""
+    config = CompareConfig(("memory", "sqlite", "pulsar"), ("producer-restart", "broker-kill", "lost-ack"),
+                           records=CTP_RECORDS, rate=RATE, seed=SEED, capacity_records=0, workload="ctp")  # fmt: skip
+    out = tmp_path / "ctp"
+    runs = run_compare(config, out, env=compare_env)
+    assert {r["workload"] for r in runs} == {"ctp"}
+    ran = [r for r in runs if r["status"] != "n/a"]
+    assert sorted((r["system"], r["fault"]) for r in ran) == [
+        ("memory", "broker-kill"), ("memory", "producer-restart"),
+        ("sqlite", "broker-kill"), ("sqlite", "producer-restart"),
+    ]  # fmt: skip
+    for result in ran:
+        _assert_run(result, CTP_RECORDS, record_property)
+    reasons = {(r["system"], r["fault"]): r["notes"][0] for r in runs if r["status"] == "n/a"}
+    assert "transactions" in reasons[("pulsar", "producer-restart")]
+    assert "produce workload" in reasons[("memory", "lost-ack")]
+    assert json.loads((out / "runs.jsonl").read_text().splitlines()[0])["workload"] == "ctp"
+    assert "Workload ctp (consume-transform-produce" in (out / "report.md").read_text()
+    assert json.loads((out / "report.json").read_text())["config"]["workload"] == "ctp"
+
+
+@pytest.mark.kafka
+def test_ctp_on_kafka_ours_and_native_transactional_under_a_kill(
+    compare_env: Environment, record_property: Callable[[str, object], None]
+) -> None:
+    """kill -9 of the copy job inside an open transaction, on the private Kafka: ours resumes
+    from ``committed_positions()``, confluent-kafka from its group's offsets committed with
+    ``send_offsets_to_transaction``. Ours must copy every record once; the native counts
+    are recorded."""
+    for system in ("kafka", "kafka-native-transactional"):
+        config = CompareConfig((system,), ("producer-restart",), records=CTP_RECORDS, rate=RATE, seed=SEED,
+                               capacity_records=0, workload="ctp")  # fmt: skip
+        _assert_run(run_one(compare_env, config, system, "producer-restart", SEED), CTP_RECORDS, record_property)
 
 
 # ------------------------------------------------------------------------------ rendering

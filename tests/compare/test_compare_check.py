@@ -6,7 +6,7 @@ import pytest
 
 from idempotent.compare.check import Ledger, State, check
 from idempotent.compare.schedule import FAULTS, schedule
-from idempotent.compare.workload import Workload, record_id
+from idempotent.compare.workload import Workload, copied_id, record_id, transform
 
 
 def test_workload_values_carry_their_id_and_replay_from_any_point() -> None:
@@ -64,3 +64,22 @@ def test_check_counts_duplicates_losses_and_reorders() -> None:
 def test_check_of_a_clean_log_is_clean() -> None:
     verdict = check([State.ACKNOWLEDGED] * 4, [0, 1, 2, 3])
     assert (verdict.duplicates, verdict.lost, verdict.reordered, verdict.unexpected) == (0, 0, 0, 0)
+
+
+def test_the_copy_jobs_output_carries_the_input_id_and_only_copies_count() -> None:
+    value = Workload(50, value_bytes=32).value(42)
+    copied = transform(value)
+    assert copied != value and copied_id(copied) == 42 and record_id(copied) == 42
+    assert copied_id(value) is None  # an input value stored untransformed is not a copy
+    assert copied_id(None) is None and copied_id(b"short") is None
+
+
+def test_check_of_a_copy_job_counts_what_it_committed_past_and_did_not_write_as_lost() -> None:
+    # 0-3 acknowledged; 4-5 possibly persisted (the instance died), then passed by a commit
+    # recorded in another instance: the committed input position says 6 were copied
+    states = [State.ACKNOWLEDGED] * 4 + [State.AMBIGUOUS] * 2 + [State.UNSENT] * 2
+    stored = [0, 1, 2, 3, 4]
+    assert check(states, stored).lost == 0
+    verdict = check(states, stored, committed=6)
+    assert (verdict.lost, verdict.examples["lost"]) == (1, [5])
+    assert check(states, [*stored, 5], committed=6).lost == 0

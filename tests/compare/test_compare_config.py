@@ -55,9 +55,26 @@ def test_the_long_preset_covers_every_applicable_fault_on_every_system() -> None
         {"native_schedules": -1},
         {"capacity_records": 5},
         {"rate": -1.0},
+        {"workload": "batch"},
     ],
 )
 def test_bad_configurations_are_refused(changes: dict[str, object]) -> None:
     values: dict[str, object] = {"systems": ("memory",), "faults": ("none",), **changes}
     with pytest.raises(ValueError):
         CompareConfig(**values)  # type: ignore[arg-type]
+
+
+def test_ctp_runs_on_the_transactional_systems_under_the_process_faults() -> None:
+    from idempotent.compare.systems import CTP_FAULTS, TRANSACTIONAL
+
+    for system in SYSTEMS:
+        for fault in FAULTS:
+            reason = unsupported(system, fault, "ctp")
+            if system in TRANSACTIONAL and fault in CTP_FAULTS:
+                assert reason is None, (system, fault, reason)
+            else:
+                assert reason, (system, fault)
+    assert "pulsar" in (unsupported("pulsar", "none", "ctp") or "")
+    assert "transactions" in (unsupported("kafka-native-idempotent", "none", "ctp") or "")
+    assert "produce workload" in (unsupported("memory", "lost-ack", "ctp") or "")
+    assert unsupported("pulsar", "none") is None  # the produce workload is unchanged

@@ -17,7 +17,8 @@ from idempotent.cli import build_parser
 from idempotent.cli.compare import config_of
 from idempotent.compare import FAULTS, LONG, SYSTEMS, CompareConfig, run_compare
 from idempotent.compare.results import FILE_NAME
-from idempotent.compare.systems import SystemRun
+from idempotent.compare.systems import Identify, SystemRun
+from idempotent.compare.workload import record_id
 from idempotent.errors import BackendUnavailableError
 
 TINY = ["--systems", "memory,sqlite", "--faults", "none,lost-ack,producer-restart", "--schedules", "3",
@@ -37,6 +38,11 @@ def test_long_presets_every_system_and_fault_and_takes_overrides() -> None:
     assert (config.schedules, config.native_schedules, config.records, out) == (2, 1, 300, pathlib.Path("x"))
     config, out, resume = config_of(build_parser().parse_args(["compare", "--systems", "memory", "--faults", "none"]))
     assert (config.schedules, config.native_schedules, config.records, resume) == (1, None, 2000, False)
+    assert config.workload == "produce"
+    args = ["compare", "--systems", "memory", "--faults", "none", "--workload", "ctp"]
+    assert config_of(build_parser().parse_args(args))[0].workload == "ctp"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*args[:-1], "batch"])
 
 
 def _lines(path: pathlib.Path) -> list[str]:
@@ -120,10 +126,10 @@ def test_a_broker_unreachable_after_its_fault_fails_that_run_only(
     is an error (carried out again on resume); the others go on."""
     real = SystemRun.read_back
 
-    def unreachable(self: SystemRun, timeout: float = 60.0) -> list[int | None]:
+    def unreachable(self: SystemRun, timeout: float = 60.0, identify: Identify = record_id) -> list[int | None]:
         if self.system == "sqlite":
             raise BackendUnavailableError("pulsar: cannot connect to 127.0.0.1:1 within the connect timeout of 10 s")
-        return real(self, timeout)
+        return real(self, timeout, identify)
 
     monkeypatch.setattr(SystemRun, "read_back", unreachable)
     config = CompareConfig(systems=("memory", "sqlite"), faults=("none",), records=50, capacity_records=0, seed=100)

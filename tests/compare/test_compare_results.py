@@ -75,6 +75,20 @@ def test_runs_of_another_shape_are_not_continued(tmp_path: pathlib.Path) -> None
     more.close()
 
 
+def test_runs_of_another_workload_are_not_continued(tmp_path: pathlib.Path) -> None:
+    first = Results(tmp_path, CONFIG, resume=False)
+    first.close()
+    assert json.loads((tmp_path / FILE_NAME).read_text().splitlines()[0])["workload"] == "produce"
+    ctp = CompareConfig(("memory", "sqlite"), ("none",), records=100, capacity_records=0, workload="ctp")
+    with pytest.raises(ValueError, match=r"made with --workload produce, not --workload ctp"):
+        Results(tmp_path, ctp, resume=True)
+    # a file written before the workload was recorded holds produce runs
+    (tmp_path / FILE_NAME).write_text('{"results":1,"records":100,"rate":0.0,"value_bytes":100,"capacity_records":0}\n')
+    Results(tmp_path, CONFIG, resume=True).close()
+    with pytest.raises(ValueError, match="--workload produce"):
+        Results(tmp_path, ctp, resume=True)
+
+
 def test_two_comparisons_never_write_into_one_file(tmp_path: pathlib.Path) -> None:
     first = Results(tmp_path, CONFIG, resume=False)
     with pytest.raises(ValueError, match="another idempotent compare is writing"):
