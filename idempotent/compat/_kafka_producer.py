@@ -36,7 +36,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from idempotent.core.records import Headers
+from idempotent.core.records import Headers, optional_bytes
 from idempotent.producer.producer import Producer as _Producer
 from idempotent.producer.sender import Route
 
@@ -63,16 +63,6 @@ _NATIVE = "confluent_kafka"
 
 def _closed_error() -> RuntimeError:
     return RuntimeError("Producer has been closed")
-
-
-def _payload(what: str, value: Any) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise TypeError(f"{what} must be bytes, str or None, not {type(value).__name__}")
 
 
 def _header_tuple(headers: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Headers:
@@ -251,9 +241,9 @@ class Producer(Connecting):
         if type(topic) is not str:
             raise TypeError(f"topic must be str, not {type(topic).__name__}")
         if type(value) is not bytes:
-            value = _payload("value", value)
+            value = optional_bytes(value, "value", TypeError)
         if key is not None and type(key) is not bytes:
-            key = _payload("key", key)
+            key = optional_bytes(key, "key", TypeError)
         if type(partition) is not int or type(timestamp) is not int:
             what = "partition" if type(partition) is not int else "timestamp"
             raise TypeError(f"{what} must be int, not {type(partition if what == 'partition' else timestamp).__name__}")
