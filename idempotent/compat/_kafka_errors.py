@@ -218,6 +218,20 @@ def kafka_error_for(error: BaseException, stopped: bool | None = None) -> KafkaE
         status = _STATUS[error.status]
         if error.__cause__ is not None:
             cause = error.__cause__
+    return _kafka_error(cause, status, stopped, error)
+
+
+def kafka_error_of(cause: BaseException, status: DeliveryStatus | None, stopped: bool | None) -> KafkaError:
+    """The :class:`KafkaError` of records that ended with ``cause`` (their ``status``, None
+    for an error that is not about records); see :func:`kafka_error_for`."""
+    return _kafka_error(cause, None if status is None else _STATUS[status], stopped, cause)
+
+
+def _kafka_error(
+    cause: BaseException, status: MessageStatus | None, stopped: bool | None, error: BaseException
+) -> KafkaError:
+    """The :class:`KafkaError` whose code, retriability and fatality ``cause`` decides (see
+    :func:`kafka_error_for`), with ``error``'s text and ``error`` as its cause."""
     code, retriable = _code_for(cause, status)
     if isinstance(cause, ProducerClosedError | UsageError):
         fatal = False
@@ -228,22 +242,6 @@ def kafka_error_for(error: BaseException, stopped: bool | None = None) -> KafkaE
             cause, ProducerFencedError | UnknownProducerError | SequenceDesyncError | ProducerStateLostError
         )
     return KafkaError(code, str(error), fatal=fatal, retriable=retriable and not fatal, status=status, cause=error)
-
-
-def kafka_error_of(cause: BaseException, status: DeliveryStatus | None, stopped: bool | None) -> KafkaError:
-    """The :class:`KafkaError` of records that ended with ``cause`` (their ``status``, None
-    for an error that is not about records); see :func:`kafka_error_for`."""
-    mapped = None if status is None else _STATUS[status]
-    code, retriable = _code_for(cause, mapped)
-    if isinstance(cause, ProducerClosedError | UsageError):
-        fatal = False
-    elif stopped is not None:
-        fatal = stopped
-    else:
-        fatal = isinstance(
-            cause, ProducerFencedError | UnknownProducerError | SequenceDesyncError | ProducerStateLostError
-        )
-    return KafkaError(code, str(cause), fatal=fatal, retriable=retriable and not fatal, status=mapped, cause=cause)
 
 
 def _code_for(cause: BaseException, status: MessageStatus | None) -> tuple[int, bool]:
