@@ -43,7 +43,6 @@ import contextlib
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import time
@@ -80,7 +79,7 @@ from idempotent.testing.services.state import _CONF_DIR as _CONF_DIR
 from idempotent.testing.services.state import _HOST as _HOST
 from idempotent.testing.services.state import _POM_DIR as _POM_DIR
 from idempotent.testing.services.state import _SPECS as _SPECS
-from idempotent.testing.services.state import SERVICES, ServiceInfo, cache_dir
+from idempotent.testing.services.state import SERVICES, ServiceInfo, _remove_workdir, cache_dir
 from idempotent.testing.services.state import _default_workdir as _default_workdir
 from idempotent.testing.services.state import _info as _info
 from idempotent.testing.services.state import _read_state as _read_state
@@ -365,16 +364,7 @@ def clean(name: str) -> list[pathlib.Path]:
     with _locked(_run_dir() / f"{name}.lock"):
         if _running_pid(spec, _read_state(name)) is not None:
             raise RuntimeError(f"{name} is running: stop it first (idempotent services down {name})")
-        workdir = _default_workdir(name)
-        removed = []
-        if workdir.exists():
-            shutil.rmtree(workdir)
-            removed.append(workdir)
-        parent = workdir.parent
-        if parent.name.startswith("idempotent-") and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
-            removed.append(parent)
-        return removed
+        return _remove_workdir(name)
 
 
 # ----------------------------------------------------------------------------- CLI

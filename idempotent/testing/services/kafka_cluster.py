@@ -31,7 +31,6 @@ import contextlib
 import json
 import os
 import pathlib
-import shutil
 import signal
 import subprocess
 import time
@@ -54,7 +53,17 @@ from idempotent.testing.services.process import (
     _terminate,
     _workdir_flag,
 )
-from idempotent.testing.services.state import _CONF_DIR, _HOST, _SPECS, _default_workdir, _run_dir
+from idempotent.testing.services.state import (
+    _CONF_DIR,
+    _HOST,
+    _SPECS,
+    _default_workdir,
+    _remove_workdir,
+    _run_dir,
+)
+from idempotent.testing.services.state import _read_state as _read_service_state
+from idempotent.testing.services.state import _state_path as _service_state_path
+from idempotent.testing.services.state import _write_state as _write_service_state
 
 __all__ = [
     "NAME",
@@ -183,7 +192,7 @@ class PartitionState:
 
 
 def _state_path() -> pathlib.Path:
-    return _run_dir() / f"{NAME}.json"
+    return _service_state_path(NAME)
 
 
 def _lock() -> contextlib.AbstractContextManager[None]:
@@ -191,26 +200,12 @@ def _lock() -> contextlib.AbstractContextManager[None]:
 
 
 def _read_state() -> dict[str, Any] | None:
-    path = _state_path()
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        path.unlink(missing_ok=True)  # unreadable: treat as stale
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("nodes"), dict) else None
+    state = _read_service_state(NAME)
+    return state if state is not None and isinstance(state.get("nodes"), dict) else None
 
 
 def _write_state(state: Mapping[str, Any]) -> None:
-    path = _state_path()
-    tmp = path.with_suffix(".json.tmp")
-    text = json.dumps(state, indent=2, sort_keys=True) + "\n"
-    tmp.write_text(text)
-    tmp.replace(path)
-    workdir = pathlib.Path(str(state["workdir"]))
-    if workdir.is_dir():
-        (workdir / "service.json").write_text(text)
+    _write_service_state(NAME, state)
 
 
 def _node_dir(workdir: pathlib.Path, node_id: int) -> pathlib.Path:
@@ -692,16 +687,7 @@ def clean() -> list[pathlib.Path]:
         state = _read_state()
         if state is not None and any(_node_pid(state, n) is not None for n in NODES):
             raise RuntimeError(f"{NAME} is running: stop it first (idempotent services down {NAME})")
-        workdir = _default_workdir(NAME)
-        removed = []
-        if workdir.exists():
-            shutil.rmtree(workdir)
-            removed.append(workdir)
-        parent = workdir.parent
-        if parent.name.startswith("idempotent-") and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
-            removed.append(parent)
-        return removed
+        return _remove_workdir(NAME)
 
 
 # ----------------------------------------------------------------------------- questions
