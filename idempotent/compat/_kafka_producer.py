@@ -805,6 +805,37 @@ class Producer(Connecting):
 Serializer = Callable[[Any, Any], Any]
 
 
+def _serialized(
+    serializer: Serializer,
+    data: Any,
+    topic: str,
+    headers: Mapping[str, Any] | Iterable[tuple[str, Any]] | None,
+    field: str,
+) -> Any:
+    """A message's key or value (``field`` is ``KEY`` or ``VALUE``) through its serializer,
+    with confluent-kafka's ``SerializationContext`` when it is installed (else None).
+
+    Raises:
+        KeySerializationError, ValueSerializationError: the serializer failed (confluent-kafka's
+            classes when it is installed, else :class:`KafkaException` with the code
+            ``_KEY_SERIALIZATION`` or ``_VALUE_SERIALIZATION``).
+    """
+    serialization = _shared.native(_NATIVE + ".serialization")
+    ctx = (
+        None
+        if serialization is None
+        else serialization.SerializationContext(topic, getattr(serialization.MessageField, field), headers)
+    )
+    try:
+        return serializer(data, ctx)
+    except Exception as exc:
+        native_errors = _shared.native(_NATIVE + ".error")
+        if native_errors is None:
+            code = getattr(KafkaError, f"_{field}_SERIALIZATION")
+            raise KafkaException(KafkaError(code, str(exc))) from exc
+        raise getattr(native_errors, f"{field.title()}SerializationError")(exception=exc) from exc
+
+
 class SerializingProducer(Producer):
     """confluent-kafka's ``SerializingProducer``, exactly-once: ``key.serializer`` and
     ``value.serializer`` in the configuration (confluent-kafka's serializers, or any
@@ -841,32 +872,10 @@ class SerializingProducer(Producer):
             As :meth:`Producer.produce` otherwise.
         """
         self._check_open()
-        serialization = _shared.native(_NATIVE + ".serialization")
-        native_errors = _shared.native(_NATIVE + ".error")
         if self._key_serializer is not None:
-            ctx = (
-                None
-                if serialization is None
-                else serialization.SerializationContext(topic, serialization.MessageField.KEY, headers)
-            )
-            try:
-                key = self._key_serializer(key, ctx)
-            except Exception as exc:
-                if native_errors is None:
-                    raise KafkaException(KafkaError(KafkaError._KEY_SERIALIZATION, str(exc))) from exc  # type: ignore[attr-defined]
-                raise native_errors.KeySerializationError(exception=exc) from exc
+            key = _serialized(self._key_serializer, key, topic, headers, "KEY")
         if self._value_serializer is not None:
-            ctx = (
-                None
-                if serialization is None
-                else serialization.SerializationContext(topic, serialization.MessageField.VALUE, headers)
-            )
-            try:
-                value = self._value_serializer(value, ctx)
-            except Exception as exc:
-                if native_errors is None:
-                    raise KafkaException(KafkaError(KafkaError._VALUE_SERIALIZATION, str(exc))) from exc  # type: ignore[attr-defined]
-                raise native_errors.ValueSerializationError(exception=exc) from exc
+            value = _serialized(self._value_serializer, value, topic, headers, "VALUE")
         super().produce(topic, value, key, partition, on_delivery=on_delivery, timestamp=timestamp, headers=headers)
 
 
