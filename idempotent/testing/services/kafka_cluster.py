@@ -39,7 +39,14 @@ from typing import Any
 
 import attrs
 
-from idempotent.testing.services.config import _check_wipeable, _kafka_cluster_id, _prepare_workdir, _render
+from idempotent.testing.services.config import (
+    _check_wipeable,
+    _kafka_cluster_id,
+    _log4j,
+    _prepare_workdir,
+    _render,
+    _storage_format,
+)
 from idempotent.testing.services.maven import _java, _locked, _tail, install
 from idempotent.testing.services.ports import _can_connect, _free_ports, _port_free
 from idempotent.testing.services.process import (
@@ -54,7 +61,6 @@ from idempotent.testing.services.process import (
     _workdir_flag,
 )
 from idempotent.testing.services.state import (
-    _CONF_DIR,
     _HOST,
     _SPECS,
     _default_workdir,
@@ -262,10 +268,6 @@ def _voters(state: Mapping[str, Any]) -> str:
     return ",".join(f"{n}@{_HOST}:{state['nodes'][str(n)]['ports']['controller_port']}" for n in NODES)
 
 
-def _log4j() -> str:
-    return f"-Dlog4j2.configurationFile={_CONF_DIR / 'log4j2.properties'}"
-
-
 def _render_node(state: Mapping[str, Any], node_id: int) -> pathlib.Path:
     node_dir = _node_dir(pathlib.Path(str(state["workdir"])), node_id)
     node_dir.mkdir(parents=True, exist_ok=True)
@@ -286,22 +288,7 @@ def _format(lib: pathlib.Path, state: Mapping[str, Any], deadline: float) -> Non
         if (node_dir / "data" / "meta.properties").exists():
             continue
         log = node_dir / "broker.log"
-        cmd = [
-            _java(),
-            "-Xmx128m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            _log4j(),
-            "-cp",
-            f"{lib}/*",
-            "kafka.tools.StorageTool",
-            "format",
-            "-c",
-            str(props),
-            "-t",
-            str(state["cluster_id"]),
-            "--ignore-formatted",
-        ]
+        cmd = _storage_format(lib, props, str(state["cluster_id"]))
         with log.open("ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=node_dir)
         running.append((node_id, proc, log))
