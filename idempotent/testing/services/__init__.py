@@ -43,7 +43,6 @@ import contextlib
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -67,6 +66,7 @@ from idempotent.testing.services.process import _clean_stale as _clean_stale
 from idempotent.testing.services.process import _graceful_stop as _graceful_stop
 from idempotent.testing.services.process import _is_ours as _is_ours
 from idempotent.testing.services.process import _kill as _kill
+from idempotent.testing.services.process import _launch
 from idempotent.testing.services.process import _our_jvms as _our_jvms
 from idempotent.testing.services.process import _port_holders as _port_holders
 from idempotent.testing.services.process import _running_pid as _running_pid
@@ -116,30 +116,9 @@ def _start(spec: _Spec, *, ports: dict[str, int], workdir: pathlib.Path, fresh: 
         out.write(f"--- idempotent: starting {spec.name} at {time.ctime()} ---\n".encode())
     prepare = _prepare_kafka if spec.name == "kafka" else _prepare_pulsar
     jvm_extra, main_args = prepare(lib, workdir, ports, log)
-    cmd = [
-        _java(),
-        *spec.jvm_flags,
-        *jvm_extra,
-        f"-Didempotent.service={spec.name}",
-        _workdir_flag(workdir),
-        "-cp",
-        f"{lib}/*",
-        spec.main_class,
-        *main_args,
-    ]
     env = {k: v for k, v in os.environ.items() if k != "PULSAR_STANDALONE_USE_ZOOKEEPER"}
     started = time.monotonic()
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    _CHILDREN[proc.pid] = proc
+    proc = _launch(spec, lib, workdir, log, jvm_extra, main_args, env)
     state: dict[str, Any] = {
         "name": spec.name,
         "pid": proc.pid,

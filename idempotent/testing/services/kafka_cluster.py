@@ -47,18 +47,17 @@ from idempotent.testing.services.config import (
     _render,
     _storage_format,
 )
-from idempotent.testing.services.maven import _java, _locked, _tail, install
+from idempotent.testing.services.maven import _locked, _tail, install
 from idempotent.testing.services.ports import _can_connect, _free_ports, _port_free
 from idempotent.testing.services.process import (
-    _CHILDREN,
     _alive,
     _is_ours,
     _kill,
+    _launch,
     _our_jvms,
     _port_holders,
     _proc_state,
     _terminate,
-    _workdir_flag,
 )
 from idempotent.testing.services.state import (
     _HOST,
@@ -319,27 +318,7 @@ def _spawn(lib: pathlib.Path, state: dict[str, Any], node_id: int) -> int:
     log = node_dir / "broker.log"
     with log.open("ab") as out:
         out.write(f"--- idempotent: starting {NAME} node {node_id} at {time.ctime()} ---\n".encode())
-    cmd = [
-        _java(),
-        *_SPEC.jvm_flags,
-        _log4j(),
-        f"-Didempotent.service={NAME}",
-        _workdir_flag(node_dir),
-        "-cp",
-        f"{lib}/*",
-        _SPEC.main_class,
-        str(props),
-    ]
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=node_dir,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    _CHILDREN[proc.pid] = proc
+    proc = _launch(_SPEC, lib, node_dir, log, [_log4j()], [str(props)])
     # until the child has exec'd the JVM its command line is still this process's, and it
     # would not count as ours (nor as running)
     deadline = time.monotonic() + 30
