@@ -11,13 +11,12 @@ imported only when a URL needs them: nothing here imports ``adapters`` at module
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from idempotent.errors import ConfigError
+from idempotent.net.options import ClientOptions
 
 if TYPE_CHECKING:
-    import ssl
-
     from idempotent.api import BrokerAPI
     from idempotent.broker.broker import BrokerConfig
 
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
 REMOTE_SCHEMES = ("idem", "idems")
 
 
-class ConnectOptions(TypedDict, total=False):
+class ConnectOptions(ClientOptions, total=False):
     """The options :func:`connect` passes on, each to the backend or client that takes it.
 
     One set for every URL, because which options apply depends on the URL's scheme, which a
@@ -56,14 +55,7 @@ class ConnectOptions(TypedDict, total=False):
     timeout: float | None
     connect_timeout: float | None
     read_only: bool | None
-    # idem:// and idems://
-    token: str | None
-    cafile: str | None
-    verify: bool
-    certfile: str | None
-    keyfile: str | None
-    ssl_context: ssl.SSLContext | None
-    client_name: str | None
+    # idem:// and idems://: retries, and ClientOptions' credentials and TLS settings
     retries: int
     # idem://host:port,host:port (several brokers)
     attempt_timeout: float

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -25,35 +25,65 @@ def text_of(data: bytes | None, limit: int | None) -> str | None:
     return text
 
 
+class PrintedRecord(Protocol):
+    """What a printed record shows besides where it is: a :class:`StoredRecord`, or a record
+    of ``tail`` (of an idempotent topic or a plain one)."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def sequence(self) -> int: ...
+    @property
+    def timestamp(self) -> float | None: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+
+
+def shown_text(data: bytes | None, limit: int = TEXT_VALUE_LIMIT) -> str:
+    """A key or value on one line of text output: decoded (bad UTF-8 replaced), truncated at
+    ``limit`` characters, backslashes and line breaks escaped; ``null`` for None."""
+    text = text_of(data, limit)
+    if text is None:
+        return "null"
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def record_json(topic: str, partition: int, record: PrintedRecord) -> str:
+    """A record as one JSON object (no newline): where it is, its producer identity, its
+    time, and its key, value and headers decoded as text in full."""
+    return json.dumps(
+        {
+            "topic": topic,
+            "partition": partition,
+            "offset": record.offset,
+            "producer_id": record.producer_id,
+            "producer_epoch": record.producer_epoch,
+            "sequence": record.sequence,
+            "timestamp": record.timestamp,
+            "key": text_of(record.key, None),
+            "value": text_of(record.value, None),
+            "headers": [[name, text_of(data, None)] for name, data in record.headers],
+        },
+        ensure_ascii=False,
+    )
+
+
 def format_record(topic: str, partition: int, record: StoredRecord, fmt: str) -> str:
     """One record as a line of ``tail`` output (``text`` or ``json``)."""
     if fmt == "json":
-        return json.dumps(
-            {
-                "topic": topic,
-                "partition": partition,
-                "offset": record.offset,
-                "producer_id": record.producer_id,
-                "producer_epoch": record.producer_epoch,
-                "sequence": record.sequence,
-                "timestamp": record.timestamp,
-                "key": text_of(record.key, None),
-                "value": text_of(record.value, None),
-                "headers": [[name, text_of(data, None)] for name, data in record.headers],
-            },
-            ensure_ascii=False,
-        )
-
-    def show(data: bytes | None) -> str:
-        text = text_of(data, TEXT_VALUE_LIMIT)
-        if text is None:
-            return "null"
-        return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-
+        return record_json(topic, partition, record)
     return (
         f"{topic}[{partition}] offset={record.offset} producer={record.producer_id} "
         f"epoch={record.producer_epoch} seq={record.sequence} "
-        f"key={show(record.key)} value={show(record.value)}"
+        f"key={shown_text(record.key)} value={shown_text(record.value)}"
     )
 
 

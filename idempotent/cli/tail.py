@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
-import json
 import re
 import sys
 import time
@@ -46,7 +45,7 @@ from .common import (
     partition_count,
     topic_type,
 )
-from .formatting import text_of
+from .formatting import record_json, shown_text
 
 TAIL_DEFAULT_LAST = 10
 FOLLOW_INTERVAL = 0.5
@@ -222,13 +221,6 @@ def compile_format(fmt: str) -> Callable[[TailRecord], str]:
     return render
 
 
-def _show(data: bytes | None, limit: int = 200) -> str:
-    text = text_of(data, limit)
-    if text is None:
-        return "null"
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-
-
 def format_text(record: TailRecord) -> str:
     """The default line: where the record is, its identity on an idempotent topic, key and value."""
     identity = (
@@ -236,30 +228,13 @@ def format_text(record: TailRecord) -> str:
     )
     return (
         f"{record.topic}[{record.partition}] offset={record.offset} {identity}"
-        f"key={_show(record.key)} value={_show(record.value)}\n"
+        f"key={shown_text(record.key)} value={shown_text(record.value)}\n"
     )
 
 
 def format_json(record: TailRecord) -> str:
     """One JSON object (and a newline)."""
-    return (
-        json.dumps(
-            {
-                "topic": record.topic,
-                "partition": record.partition,
-                "offset": record.offset,
-                "producer_id": record.producer_id,
-                "producer_epoch": record.producer_epoch,
-                "sequence": record.sequence,
-                "timestamp": record.timestamp,
-                "key": text_of(record.key, None),
-                "value": text_of(record.value, None),
-                "headers": [[name, text_of(data, None)] for name, data in record.headers],
-            },
-            ensure_ascii=False,
-        )
-        + "\n"
-    )
+    return record_json(record.topic, record.partition, record) + "\n"
 
 
 def _formatter(args: argparse.Namespace) -> Callable[[TailRecord], str]:

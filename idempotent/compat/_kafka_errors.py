@@ -218,6 +218,20 @@ def kafka_error_for(error: BaseException, stopped: bool | None = None) -> KafkaE
         status = _STATUS[error.status]
         if error.__cause__ is not None:
             cause = error.__cause__
+    return _kafka_error(cause, status, stopped, error)
+
+
+def kafka_error_of(cause: BaseException, status: DeliveryStatus | None, stopped: bool | None) -> KafkaError:
+    """The :class:`KafkaError` of records that ended with ``cause`` (their ``status``, None
+    for an error that is not about records); see :func:`kafka_error_for`."""
+    return _kafka_error(cause, None if status is None else _STATUS[status], stopped, cause)
+
+
+def _kafka_error(
+    cause: BaseException, status: MessageStatus | None, stopped: bool | None, error: BaseException
+) -> KafkaError:
+    """The :class:`KafkaError` whose code, retriability and fatality ``cause`` decides (see
+    :func:`kafka_error_for`), with ``error``'s text and ``error`` as its cause."""
     code, retriable = _code_for(cause, status)
     if isinstance(cause, ProducerClosedError | UsageError):
         fatal = False
@@ -230,56 +244,37 @@ def kafka_error_for(error: BaseException, stopped: bool | None = None) -> KafkaE
     return KafkaError(code, str(error), fatal=fatal, retriable=retriable and not fatal, status=status, cause=error)
 
 
-def kafka_error_of(cause: BaseException, status: DeliveryStatus | None, stopped: bool | None) -> KafkaError:
-    """The :class:`KafkaError` of records that ended with ``cause`` (their ``status``, None
-    for an error that is not about records); see :func:`kafka_error_for`."""
-    mapped = None if status is None else _STATUS[status]
-    code, retriable = _code_for(cause, mapped)
-    if isinstance(cause, ProducerClosedError | UsageError):
-        fatal = False
-    elif stopped is not None:
-        fatal = stopped
-    else:
-        fatal = isinstance(
-            cause, ProducerFencedError | UnknownProducerError | SequenceDesyncError | ProducerStateLostError
-        )
-    return KafkaError(code, str(cause), fatal=fatal, retriable=retriable and not fatal, status=mapped, cause=cause)
+#: ``(error class, code, retriable)`` of the errors whose code does not depend on the
+#: message's status, in the order they are tried (a subclass before its base)
+_CODES: tuple[tuple[type[BaseException], int, bool], ...] = (
+    (ProducerFencedError, KafkaError._FENCED, False),
+    (ProducerStateLostError, KafkaError._STATE, False),  # the restart was refused: the operator acts
+    (UnknownProducerError, KafkaError.UNKNOWN_PRODUCER_ID, False),
+    (DeliveryTimeoutError, KafkaError._MSG_TIMED_OUT, False),
+    (EntryTooLargeError, KafkaError.MSG_SIZE_TOO_LARGE, False),
+    (RequestTimeoutError, KafkaError._TIMED_OUT, True),
+    (PartitionRecoveringError, KafkaError.NOT_ENOUGH_REPLICAS, True),
+    (TransportError, KafkaError._TRANSPORT, True),
+    (InvalidTopicError, KafkaError.TOPIC_EXCEPTION, False),
+    (InvalidBatchError, KafkaError.INVALID_RECORD, False),
+    (QueueFullError, KafkaError._QUEUE_FULL, True),
+    (UsageError, KafkaError._INVALID_ARG, False),
+)
 
 
 def _code_for(cause: BaseException, status: MessageStatus | None) -> tuple[int, bool]:
     """``(code, retriable)`` for an idempotent error."""
-    if isinstance(cause, ProducerFencedError):
-        return KafkaError._FENCED, False
-    if isinstance(cause, ProducerStateLostError):  # the restart was refused: the operator acts
-        return KafkaError._STATE, False
-    if isinstance(cause, UnknownProducerError):
-        return KafkaError.UNKNOWN_PRODUCER_ID, False
     if isinstance(cause, SequenceDesyncError):
         # retriable when the records are certainly not stored and the producer goes on (a
         # batch refused behind expired ones: send them again with their sequences); a desync
         # that stopped the producer is fatal, which clears retriable
         return KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, status is MessageStatus.NOT_PERSISTED
-    if isinstance(cause, DeliveryTimeoutError):
-        return KafkaError._MSG_TIMED_OUT, False
     if isinstance(cause, ProducerClosedError):
         inflight = status is MessageStatus.POSSIBLY_PERSISTED
         return (KafkaError._PURGE_INFLIGHT if inflight else KafkaError._PURGE_QUEUE), False
-    if isinstance(cause, EntryTooLargeError):
-        return KafkaError.MSG_SIZE_TOO_LARGE, False
-    if isinstance(cause, RequestTimeoutError):
-        return KafkaError._TIMED_OUT, True
-    if isinstance(cause, PartitionRecoveringError):
-        return KafkaError.NOT_ENOUGH_REPLICAS, True
-    if isinstance(cause, TransportError):
-        return KafkaError._TRANSPORT, True
-    if isinstance(cause, InvalidTopicError):
-        return KafkaError.TOPIC_EXCEPTION, False
-    if isinstance(cause, InvalidBatchError):
-        return KafkaError.INVALID_RECORD, False
-    if isinstance(cause, QueueFullError):
-        return KafkaError._QUEUE_FULL, True
-    if isinstance(cause, UsageError):
-        return KafkaError._INVALID_ARG, False
+    for kind, code, retriable in _CODES:
+        if isinstance(cause, kind):
+            return code, retriable
     return KafkaError._FAIL, False
 
 

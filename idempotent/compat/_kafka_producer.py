@@ -36,7 +36,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from idempotent.core.records import Headers
+from idempotent.core.records import Headers, optional_bytes
 from idempotent.producer.producer import Producer as _Producer
 from idempotent.producer.sender import Route
 
@@ -63,16 +63,6 @@ _NATIVE = "confluent_kafka"
 
 def _closed_error() -> RuntimeError:
     return RuntimeError("Producer has been closed")
-
-
-def _payload(what: str, value: Any) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise TypeError(f"{what} must be bytes, str or None, not {type(value).__name__}")
 
 
 def _header_tuple(headers: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Headers:
@@ -251,9 +241,9 @@ class Producer(Connecting):
         if type(topic) is not str:
             raise TypeError(f"topic must be str, not {type(topic).__name__}")
         if type(value) is not bytes:
-            value = _payload("value", value)
+            value = optional_bytes(value, "value", TypeError)
         if key is not None and type(key) is not bytes:
-            key = _payload("key", key)
+            key = optional_bytes(key, "key", TypeError)
         if type(partition) is not int or type(timestamp) is not int:
             what = "partition" if type(partition) is not int else "timestamp"
             raise TypeError(f"{what} must be int, not {type(partition if what == 'partition' else timestamp).__name__}")
@@ -815,6 +805,37 @@ class Producer(Connecting):
 Serializer = Callable[[Any, Any], Any]
 
 
+def _serialized(
+    serializer: Serializer,
+    data: Any,
+    topic: str,
+    headers: Mapping[str, Any] | Iterable[tuple[str, Any]] | None,
+    field: str,
+) -> Any:
+    """A message's key or value (``field`` is ``KEY`` or ``VALUE``) through its serializer,
+    with confluent-kafka's ``SerializationContext`` when it is installed (else None).
+
+    Raises:
+        KeySerializationError, ValueSerializationError: the serializer failed (confluent-kafka's
+            classes when it is installed, else :class:`KafkaException` with the code
+            ``_KEY_SERIALIZATION`` or ``_VALUE_SERIALIZATION``).
+    """
+    serialization = _shared.native(_NATIVE + ".serialization")
+    ctx = (
+        None
+        if serialization is None
+        else serialization.SerializationContext(topic, getattr(serialization.MessageField, field), headers)
+    )
+    try:
+        return serializer(data, ctx)
+    except Exception as exc:
+        native_errors = _shared.native(_NATIVE + ".error")
+        if native_errors is None:
+            code = getattr(KafkaError, f"_{field}_SERIALIZATION")
+            raise KafkaException(KafkaError(code, str(exc))) from exc
+        raise getattr(native_errors, f"{field.title()}SerializationError")(exception=exc) from exc
+
+
 class SerializingProducer(Producer):
     """confluent-kafka's ``SerializingProducer``, exactly-once: ``key.serializer`` and
     ``value.serializer`` in the configuration (confluent-kafka's serializers, or any
@@ -851,32 +872,10 @@ class SerializingProducer(Producer):
             As :meth:`Producer.produce` otherwise.
         """
         self._check_open()
-        serialization = _shared.native(_NATIVE + ".serialization")
-        native_errors = _shared.native(_NATIVE + ".error")
         if self._key_serializer is not None:
-            ctx = (
-                None
-                if serialization is None
-                else serialization.SerializationContext(topic, serialization.MessageField.KEY, headers)
-            )
-            try:
-                key = self._key_serializer(key, ctx)
-            except Exception as exc:
-                if native_errors is None:
-                    raise KafkaException(KafkaError(KafkaError._KEY_SERIALIZATION, str(exc))) from exc  # type: ignore[attr-defined]
-                raise native_errors.KeySerializationError(exception=exc) from exc
+            key = _serialized(self._key_serializer, key, topic, headers, "KEY")
         if self._value_serializer is not None:
-            ctx = (
-                None
-                if serialization is None
-                else serialization.SerializationContext(topic, serialization.MessageField.VALUE, headers)
-            )
-            try:
-                value = self._value_serializer(value, ctx)
-            except Exception as exc:
-                if native_errors is None:
-                    raise KafkaException(KafkaError(KafkaError._VALUE_SERIALIZATION, str(exc))) from exc  # type: ignore[attr-defined]
-                raise native_errors.ValueSerializationError(exception=exc) from exc
+            value = _serialized(self._value_serializer, value, topic, headers, "VALUE")
         super().produce(topic, value, key, partition, on_delivery=on_delivery, timestamp=timestamp, headers=headers)
 
 

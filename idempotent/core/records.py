@@ -42,14 +42,22 @@ def _headers(value: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None) ->
     return tuple(out)
 
 
-def _optional_bytes(value: object) -> bytes | None:
+def optional_bytes(
+    value: object, what: str = "record keys and values", error: type[Exception] = InvalidRecordError
+) -> bytes | None:
+    """A record's key or value as stored: bytes (bytearray and memoryview copied), ``str``
+    encoded as UTF-8, or None.
+
+    Raises:
+        error: any other type, as ``"{what} must be bytes, str or None, not {type}"``.
+    """
     if value is None:
         return None
     if isinstance(value, str):
         return value.encode()
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
-    raise InvalidRecordError(f"record keys and values must be bytes, str or None, not {type(value).__name__}")
+    raise error(f"{what} must be bytes, str or None, not {type(value).__name__}")
 
 
 def _optional_millis(value: object) -> int | None:
@@ -70,8 +78,8 @@ class Record:
     store a time per record (Kafka, Pulsar's event time) keep it.
     """
 
-    value: bytes | None = attrs.field(converter=_optional_bytes)
-    key: bytes | None = attrs.field(default=None, converter=_optional_bytes)
+    value: bytes | None = attrs.field(converter=optional_bytes)
+    key: bytes | None = attrs.field(default=None, converter=optional_bytes)
     headers: Headers = attrs.field(default=(), converter=_headers)
     timestamp: int | None = attrs.field(default=None, converter=_optional_millis)
 

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import msgpack
@@ -48,6 +48,7 @@ from idempotent.errors import (
     TransactionTimedOutError,
 )
 from idempotent.net.link import Decode, Link
+from idempotent.net.options import ClientOptions
 from idempotent.runtime.future import LightFuture
 
 if TYPE_CHECKING:
@@ -58,19 +59,6 @@ if TYPE_CHECKING:
 
 #: Port of ``idem://host`` without an explicit port.
 DEFAULT_PORT = 7650
-
-
-class ClientOptions(TypedDict, total=False):
-    """The credentials and TLS options of a :class:`RemoteBroker` (see there), which a
-    :class:`~idempotent.net.client.ClusterBroker` passes to each broker's client."""
-
-    token: str | None
-    cafile: str | None
-    verify: bool
-    certfile: str | None
-    keyfile: str | None
-    ssl_context: ssl.SSLContext | None
-    client_name: str | None
 
 
 #: Operations whose repetition has no further effect: retried after transport errors.

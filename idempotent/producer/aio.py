@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Sequence as SequenceOf
-from typing import Unpack
+from typing import TypeVar, Unpack
 
 from idempotent.api import BrokerAPI
 from idempotent.connection import ProducerConnectOptions
@@ -20,6 +20,8 @@ from idempotent.core.outcomes import RecordMetadata
 from idempotent.core.records import Record
 from idempotent.errors import DeliveryFailed, QueueFullError, UsageError
 from idempotent.producer.producer import Deliveries, Producer
+
+_T = TypeVar("_T")
 
 
 def _settle(
@@ -32,6 +34,19 @@ def _settle(
         future.set_exception(error)
     else:
         future.set_result(metadata)  # type: ignore[arg-type]
+
+
+async def _while_full(enqueue: Callable[[], _T]) -> _T:
+    """``enqueue()``'s result once the producer's buffer takes the records: while it raises
+    QueueFullError (nothing queued), it is called again after a pause growing from 1 ms to
+    100 ms, the event loop running meanwhile. Other errors are raised as they come."""
+    delay = 0.001
+    while True:
+        try:
+            return enqueue()
+        except QueueFullError:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
 
 class ProducerOptions(ProducerConnectOptions, total=False):
@@ -112,14 +127,11 @@ class AsyncProducer:
         def delivered(error: DeliveryFailed | None, metadata: RecordMetadata | None) -> None:
             loop.call_soon_threadsafe(_settle, future, error, metadata)
 
-        delay = 0.001
-        while True:
-            try:
-                producer.send(topic, value, key, partition, headers, sequence=sequence, on_delivery=delivered)
-                break
-            except QueueFullError:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.1)
+        await _while_full(
+            functools.partial(
+                producer.send, topic, value, key, partition, headers, sequence=sequence, on_delivery=delivered
+            )
+        )
         return future
 
     async def send_many(
@@ -138,14 +150,9 @@ class AsyncProducer:
         """
         producer = self.producer
         items = list(records)
-        delay = 0.001
-        while True:
-            try:
-                future = producer.send_many(topic, items, partition=partition, sequence=sequence)
-                break
-            except QueueFullError:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.1)
+        future = await _while_full(
+            functools.partial(producer.send_many, topic, items, partition=partition, sequence=sequence)
+        )
         return asyncio.wrap_future(future)
 
     async def send_and_wait(

@@ -124,18 +124,49 @@ class RecordBuffer:
     def __len__(self) -> int:
         return len(self.values)
 
-    def add_extras(self, index: int, headers: Headers | None, sequence: int | None) -> None:
-        """Record the record at ``index``'s headers and sequence (None: none), starting each
-        column when a record first has one (the producer's lock held)."""
-        self.extra = True
-        if headers is not None or self.headers is not None:
-            if self.headers is None:
-                self.headers = [None] * index
-            self.headers.append(headers)
-        if sequence is not None or self.sequences is not None:
-            if self.sequences is None:
-                self.sequences = [None] * index
-            self.sequences.append(sequence)
+    def append(
+        self,
+        value: bytes | None,
+        key: bytes | None,
+        callback: DeliveryCallback | None,
+        report: object,
+        timestamp: int | None,
+        headers: Headers | None,
+        sequence: int | None,
+    ) -> int:
+        """Append one record to every column (the producer's lock held), starting an optional
+        column, filled with None for the earlier records, when a record first has one.
+        Returns the record's index in the buffer."""
+        values = self.values
+        index = len(values)
+        values.append(value)
+        if key is not None or self.keys is not None:
+            if self.keys is None:
+                self.keys = [None] * index
+            self.keys.append(key)
+        if callback is not None or self.callbacks is not None:
+            if self.callbacks is None:
+                self.callbacks = [None] * index
+            self.callbacks.append(callback)
+        if report is not None or self.reports is not None:
+            if self.reports is None:
+                self.reports = [None] * index
+            self.reports.append(report)
+        if timestamp is not None or self.timestamps is not None:
+            if self.timestamps is None:
+                self.timestamps = [None] * index
+            self.timestamps.append(timestamp)
+        if headers is not None or sequence is not None or self.extra:
+            self.extra = True
+            if headers is not None or self.headers is not None:
+                if self.headers is None:
+                    self.headers = [None] * index
+                self.headers.append(headers)
+            if sequence is not None or self.sequences is not None:
+                if self.sequences is None:
+                    self.sequences = [None] * index
+                self.sequences.append(sequence)
+        return index
 
     # -- outcomes ----------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from typing import Any, cast, overload
 from idempotent.api import BrokerAPI
 from idempotent.core.batches import BatchDelivered, BatchFailed, Event
 from idempotent.core.outcomes import DeliveryStatus
-from idempotent.core.records import Headers, Record, RecordColumns, _headers, as_record, record_sizes
+from idempotent.core.records import Headers, Record, RecordColumns, _headers, as_record, optional_bytes, record_sizes
 from idempotent.core.sequencer import ProducerSequencer, sequences_for
 from idempotent.core.topics import canonical_topic
 from idempotent.core.types import DEFAULT_MAX_IN_FLIGHT
@@ -81,17 +81,6 @@ def default_partition(key: bytes | None, partitions: int, counter: int) -> int:
     if key is None:
         return counter % partitions
     return zlib.crc32(key) % partitions
-
-
-def _payload(what: str, value: object) -> bytes | None:
-    """A value or key as stored: bytes, ``str`` encoded as UTF-8, or None."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise UsageError(f"record {what}s must be bytes, str or None, not {type(value).__name__}")
 
 
 class Producer(SenderLoop):
@@ -453,7 +442,7 @@ class Producer(SenderLoop):
         if route is None:
             route = self._route(topic)
         if type(value) is not bytes:
-            value = _payload("value", value)
+            value = optional_bytes(value, "record values", UsageError)
         buffers = route.buffers
         if partition is not None and (type(partition) is not int or not 0 <= partition < len(buffers)):
             raise UsageError(f"topic {route.topic!r} has partitions 0..{len(buffers) - 1}, not {partition!r}")
@@ -463,7 +452,7 @@ class Producer(SenderLoop):
             length = 0 if value is None else len(value)
         else:
             if type(key) is not bytes:
-                key = cast(bytes, _payload("key", key))
+                key = cast(bytes, optional_bytes(key, "record keys", UsageError))
             if partition is None:
                 partition = zlib.crc32(key) % len(buffers)
             length = len(key) if value is None else len(key) + len(value)
@@ -487,26 +476,7 @@ class Producer(SenderLoop):
                 self._outstanding -= 1
                 raise QueueFullError(f"{self._outstanding} records are waiting; flush() or slow down")
             buffer = buffers[partition]
-            values = buffer.values
-            index = len(values)
-            values.append(value)
-            if key is not None or buffer.keys is not None:
-                keys = buffer.keys
-                if keys is None:
-                    keys = buffer.keys = [None] * index
-                keys.append(key)
-            if on_delivery is not None or buffer.callbacks is not None:
-                callbacks = buffer.callbacks
-                if callbacks is None:
-                    callbacks = buffer.callbacks = [None] * index
-                callbacks.append(on_delivery)
-            # the columns only a drop-in's _add fills stay aligned with the records
-            if buffer.reports is not None:
-                buffer.reports.append(None)
-            if buffer.timestamps is not None:
-                buffer.timestamps.append(None)
-            if header_tuple is not None or sequence is not None or buffer.extra:
-                buffer.add_extras(index, header_tuple, sequence)
+            index = buffer.append(value, key, on_delivery, None, None, header_tuple, sequence)
             if index == 0:
                 self._first(route, partition, buffer)
         return None if on_delivery is not None else DeliveryFuture(buffer, index)
@@ -557,28 +527,7 @@ class Producer(SenderLoop):
             self._outstanding += 1
             self._outstanding_bytes += size
             buffer = route.buffers[partition]
-            values = buffer.values
-            index = len(values)
-            values.append(value)
-            if key is not None or buffer.keys is not None:
-                keys = buffer.keys
-                if keys is None:
-                    keys = buffer.keys = [None] * index
-                keys.append(key)
-            if report is not None or buffer.reports is not None:
-                reports = buffer.reports
-                if reports is None:
-                    reports = buffer.reports = [None] * index
-                reports.append(report)
-            if timestamp is not None or buffer.timestamps is not None:
-                timestamps = buffer.timestamps
-                if timestamps is None:
-                    timestamps = buffer.timestamps = [None] * index
-                timestamps.append(timestamp)
-            if buffer.callbacks is not None:  # aligned with the records send() added
-                buffer.callbacks.append(None)
-            if headers is not None or sequence is not None or buffer.extra:
-                buffer.add_extras(index, headers, sequence)
+            index = buffer.append(value, key, None, report, timestamp, headers, sequence)
             if index == 0:
                 self._first(route, partition, buffer)
             return buffer

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pathlib
 import shutil
-import subprocess
 
-from .services import _DEPENDENCY_PLUGIN, _POM_DIR, _locked, _tail, cache_dir
+from .services import _POM_DIR, _locked, _tail, cache_dir
+from .services.maven import _copy_dependencies
 
 _ARTIFACTS = "spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2"
 
@@ -55,24 +55,9 @@ def _resolve(version: str) -> list[pathlib.Path]:
         staging = home / "lib.partial"
         shutil.rmtree(staging, ignore_errors=True)
         log = home / "maven.log"
-        with log.open("wb") as out:
-            rc = subprocess.run(
-                [
-                    mvn,
-                    "-B",
-                    "-f",
-                    str(pom),
-                    f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
-                    "-DincludeScope=runtime",
-                    f"-Dspark.version={version}",
-                    f"-DincludeArtifactIds={_ARTIFACTS}",
-                    f"-DoutputDirectory={staging}",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            ).returncode
+        rc = _copy_dependencies(
+            mvn, pom, staging, log, f"-Dspark.version={version}", f"-DincludeArtifactIds={_ARTIFACTS}"
+        )
         if rc != 0 or not any(staging.glob("spark-sql-kafka*.jar")):
             raise RuntimeError(f"resolving spark-sql-kafka {version} failed (mvn exit {rc}):\n" + _tail(log))
         shutil.rmtree(lib, ignore_errors=True)

@@ -222,6 +222,25 @@ class Interrupted(PulsarException, _native("Interrupted")):  # type: ignore[misc
 _UNREACHABLE = "cannot connect to"
 
 
+#: the pulsar-style exception of each idempotent error but BackendUnavailableError (whose
+#: text decides), in the order they are tried (a subclass before its base)
+_EXCEPTIONS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], type[PulsarException]], ...] = (
+    (errors.AuthenticationError, AuthenticationError),
+    (errors.AuthorizationError, AuthorizationError),
+    (ProducerFencedError, ProducerFenced),
+    (UnknownProducerError, ProducerNotInitialized),
+    ((DeliveryTimeoutError, RequestTimeoutError), Timeout),
+    (PartitionRecoveringError, ServiceUnitNotReady),
+    (EntryTooLargeError, MessageTooBig),
+    (TransportError, ConnectError),
+    (QueueFullError, ProducerQueueIsFull),
+    (ProducerClosedError, AlreadyClosed),
+    (InvalidTopicError, InvalidTopicName),
+    (InvalidBatchError, InvalidMessage),
+    ((ConfigError, UsageError), InvalidConfiguration),
+)
+
+
 def _exception_for(error: BaseException) -> PulsarException:
     """The pulsar-style exception for an idempotent error (a DeliveryFailed through its cause)."""
     status = None
@@ -231,38 +250,13 @@ def _exception_for(error: BaseException) -> PulsarException:
         if error.__cause__ is not None:
             cause = error.__cause__
     kind: type[PulsarException]
-    if isinstance(cause, errors.AuthenticationError):
-        kind = AuthenticationError
-    elif isinstance(cause, errors.AuthorizationError):
-        kind = AuthorizationError
-    elif isinstance(cause, ProducerFencedError):
-        kind = ProducerFenced
-    elif isinstance(cause, UnknownProducerError):
-        kind = ProducerNotInitialized
-    elif isinstance(cause, DeliveryTimeoutError | RequestTimeoutError):
-        kind = Timeout
-    elif isinstance(cause, PartitionRecoveringError):
-        kind = ServiceUnitNotReady
-    elif isinstance(cause, EntryTooLargeError):
-        kind = MessageTooBig
-    elif isinstance(cause, BackendUnavailableError):
+    if isinstance(cause, BackendUnavailableError):
         # nothing answered at the service's address within the connect timeout
         # (idempotent.adapters.reach): pulsar-client's ConnectError; other outages are the broker's
         kind = ConnectError if _UNREACHABLE in str(cause) else BrokerPersistenceError
-    elif isinstance(cause, TransportError):
-        kind = ConnectError
-    elif isinstance(cause, QueueFullError):
-        kind = ProducerQueueIsFull
-    elif isinstance(cause, ProducerClosedError):
-        kind = AlreadyClosed
-    elif isinstance(cause, InvalidTopicError):
-        kind = InvalidTopicName
-    elif isinstance(cause, InvalidBatchError):
-        kind = InvalidMessage
-    elif isinstance(cause, ConfigError | UsageError):
-        kind = InvalidConfiguration
     else:
-        kind = UnknownError  # SequenceDesyncError and anything else: the message says what
+        # SequenceDesyncError and anything else: UnknownError, the message says what
+        kind = next((exception for base, exception in _EXCEPTIONS if isinstance(cause, base)), UnknownError)
     out = kind(str(error), status)
     out.__cause__ = error
     return out

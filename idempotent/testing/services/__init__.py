@@ -43,8 +43,6 @@ import contextlib
 import json
 import os
 import pathlib
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -68,6 +66,7 @@ from idempotent.testing.services.process import _clean_stale as _clean_stale
 from idempotent.testing.services.process import _graceful_stop as _graceful_stop
 from idempotent.testing.services.process import _is_ours as _is_ours
 from idempotent.testing.services.process import _kill as _kill
+from idempotent.testing.services.process import _launch
 from idempotent.testing.services.process import _our_jvms as _our_jvms
 from idempotent.testing.services.process import _port_holders as _port_holders
 from idempotent.testing.services.process import _running_pid as _running_pid
@@ -80,7 +79,7 @@ from idempotent.testing.services.state import _CONF_DIR as _CONF_DIR
 from idempotent.testing.services.state import _HOST as _HOST
 from idempotent.testing.services.state import _POM_DIR as _POM_DIR
 from idempotent.testing.services.state import _SPECS as _SPECS
-from idempotent.testing.services.state import SERVICES, ServiceInfo, cache_dir
+from idempotent.testing.services.state import SERVICES, ServiceInfo, _remove_workdir, cache_dir
 from idempotent.testing.services.state import _default_workdir as _default_workdir
 from idempotent.testing.services.state import _info as _info
 from idempotent.testing.services.state import _read_state as _read_state
@@ -117,30 +116,9 @@ def _start(spec: _Spec, *, ports: dict[str, int], workdir: pathlib.Path, fresh: 
         out.write(f"--- idempotent: starting {spec.name} at {time.ctime()} ---\n".encode())
     prepare = _prepare_kafka if spec.name == "kafka" else _prepare_pulsar
     jvm_extra, main_args = prepare(lib, workdir, ports, log)
-    cmd = [
-        _java(),
-        *spec.jvm_flags,
-        *jvm_extra,
-        f"-Didempotent.service={spec.name}",
-        _workdir_flag(workdir),
-        "-cp",
-        f"{lib}/*",
-        spec.main_class,
-        *main_args,
-    ]
     env = {k: v for k, v in os.environ.items() if k != "PULSAR_STANDALONE_USE_ZOOKEEPER"}
     started = time.monotonic()
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    _CHILDREN[proc.pid] = proc
+    proc = _launch(spec, lib, workdir, log, jvm_extra, main_args, env)
     state: dict[str, Any] = {
         "name": spec.name,
         "pid": proc.pid,
@@ -365,16 +343,7 @@ def clean(name: str) -> list[pathlib.Path]:
     with _locked(_run_dir() / f"{name}.lock"):
         if _running_pid(spec, _read_state(name)) is not None:
             raise RuntimeError(f"{name} is running: stop it first (idempotent services down {name})")
-        workdir = _default_workdir(name)
-        removed = []
-        if workdir.exists():
-            shutil.rmtree(workdir)
-            removed.append(workdir)
-        parent = workdir.parent
-        if parent.name.startswith("idempotent-") and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
-            removed.append(parent)
-        return removed
+        return _remove_workdir(name)
 
 
 # ----------------------------------------------------------------------------- CLI

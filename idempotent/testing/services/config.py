@@ -33,30 +33,40 @@ def _kafka_cluster_id() -> str:
             return cid
 
 
+def _log4j() -> str:
+    """The JVM option that points Kafka and Pulsar at the services' log4j2 configuration."""
+    return f"-Dlog4j2.configurationFile={_CONF_DIR / 'log4j2.properties'}"
+
+
+def _storage_format(lib: pathlib.Path, props: pathlib.Path, cluster_id: str) -> list[str]:
+    """The command (a short JVM) that formats the data directory ``props`` names for the
+    Kafka cluster ``cluster_id``; a directory formatted already is left as it is."""
+    return [
+        _java(),
+        "-Xmx128m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        _log4j(),
+        "-cp",
+        f"{lib}/*",
+        "kafka.tools.StorageTool",
+        "format",
+        "-c",
+        str(props),
+        "-t",
+        cluster_id,
+        "--ignore-formatted",
+    ]
+
+
 def _prepare_kafka(
     lib: pathlib.Path, workdir: pathlib.Path, ports: Mapping[str, int], log: pathlib.Path
 ) -> tuple[list[str], list[str]]:
     data = workdir / "data"
     props = workdir / "server.properties"
     _render("kafka-server.properties", props, {**ports, "data_dir": data})
-    log4j = f"-Dlog4j2.configurationFile={_CONF_DIR / 'log4j2.properties'}"
     if not (data / "meta.properties").exists():
-        fmt = [
-            _java(),
-            "-Xmx128m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            log4j,
-            "-cp",
-            f"{lib}/*",
-            "kafka.tools.StorageTool",
-            "format",
-            "-c",
-            str(props),
-            "-t",
-            _kafka_cluster_id(),
-            "--ignore-formatted",
-        ]
+        fmt = _storage_format(lib, props, _kafka_cluster_id())
         with log.open("ab") as out:
             rc = subprocess.run(
                 fmt,
@@ -68,7 +78,7 @@ def _prepare_kafka(
             ).returncode
         if rc != 0:
             raise RuntimeError(f"kafka storage format failed (exit {rc}):\n{_tail(log)}")
-    return [log4j], [str(props)]
+    return [_log4j()], [str(props)]
 
 
 def _prepare_pulsar(
@@ -97,7 +107,7 @@ def _prepare_pulsar(
         "--advertised-address",
         _HOST,
     ]
-    return [f"-Dlog4j2.configurationFile={_CONF_DIR / 'log4j2.properties'}"], args
+    return [_log4j()], args
 
 
 def _pulsar_metadata_cleanup(lib: pathlib.Path, metadata: pathlib.Path, log: pathlib.Path) -> None:

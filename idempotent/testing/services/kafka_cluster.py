@@ -31,7 +31,6 @@ import contextlib
 import json
 import os
 import pathlib
-import shutil
 import signal
 import subprocess
 import time
@@ -40,21 +39,36 @@ from typing import Any
 
 import attrs
 
-from idempotent.testing.services.config import _check_wipeable, _kafka_cluster_id, _prepare_workdir, _render
-from idempotent.testing.services.maven import _java, _locked, _tail, install
+from idempotent.testing.services.config import (
+    _check_wipeable,
+    _kafka_cluster_id,
+    _log4j,
+    _prepare_workdir,
+    _render,
+    _storage_format,
+)
+from idempotent.testing.services.maven import _locked, _tail, install
 from idempotent.testing.services.ports import _can_connect, _free_ports, _port_free
 from idempotent.testing.services.process import (
-    _CHILDREN,
     _alive,
     _is_ours,
     _kill,
+    _launch,
     _our_jvms,
     _port_holders,
     _proc_state,
     _terminate,
-    _workdir_flag,
 )
-from idempotent.testing.services.state import _CONF_DIR, _HOST, _SPECS, _default_workdir, _run_dir
+from idempotent.testing.services.state import (
+    _HOST,
+    _SPECS,
+    _default_workdir,
+    _remove_workdir,
+    _run_dir,
+)
+from idempotent.testing.services.state import _read_state as _read_service_state
+from idempotent.testing.services.state import _state_path as _service_state_path
+from idempotent.testing.services.state import _write_state as _write_service_state
 
 __all__ = [
     "NAME",
@@ -183,7 +197,7 @@ class PartitionState:
 
 
 def _state_path() -> pathlib.Path:
-    return _run_dir() / f"{NAME}.json"
+    return _service_state_path(NAME)
 
 
 def _lock() -> contextlib.AbstractContextManager[None]:
@@ -191,26 +205,12 @@ def _lock() -> contextlib.AbstractContextManager[None]:
 
 
 def _read_state() -> dict[str, Any] | None:
-    path = _state_path()
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        path.unlink(missing_ok=True)  # unreadable: treat as stale
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("nodes"), dict) else None
+    state = _read_service_state(NAME)
+    return state if state is not None and isinstance(state.get("nodes"), dict) else None
 
 
 def _write_state(state: Mapping[str, Any]) -> None:
-    path = _state_path()
-    tmp = path.with_suffix(".json.tmp")
-    text = json.dumps(state, indent=2, sort_keys=True) + "\n"
-    tmp.write_text(text)
-    tmp.replace(path)
-    workdir = pathlib.Path(str(state["workdir"]))
-    if workdir.is_dir():
-        (workdir / "service.json").write_text(text)
+    _write_service_state(NAME, state)
 
 
 def _node_dir(workdir: pathlib.Path, node_id: int) -> pathlib.Path:
@@ -267,10 +267,6 @@ def _voters(state: Mapping[str, Any]) -> str:
     return ",".join(f"{n}@{_HOST}:{state['nodes'][str(n)]['ports']['controller_port']}" for n in NODES)
 
 
-def _log4j() -> str:
-    return f"-Dlog4j2.configurationFile={_CONF_DIR / 'log4j2.properties'}"
-
-
 def _render_node(state: Mapping[str, Any], node_id: int) -> pathlib.Path:
     node_dir = _node_dir(pathlib.Path(str(state["workdir"])), node_id)
     node_dir.mkdir(parents=True, exist_ok=True)
@@ -291,22 +287,7 @@ def _format(lib: pathlib.Path, state: Mapping[str, Any], deadline: float) -> Non
         if (node_dir / "data" / "meta.properties").exists():
             continue
         log = node_dir / "broker.log"
-        cmd = [
-            _java(),
-            "-Xmx128m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            _log4j(),
-            "-cp",
-            f"{lib}/*",
-            "kafka.tools.StorageTool",
-            "format",
-            "-c",
-            str(props),
-            "-t",
-            str(state["cluster_id"]),
-            "--ignore-formatted",
-        ]
+        cmd = _storage_format(lib, props, str(state["cluster_id"]))
         with log.open("ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=node_dir)
         running.append((node_id, proc, log))
@@ -337,27 +318,7 @@ def _spawn(lib: pathlib.Path, state: dict[str, Any], node_id: int) -> int:
     log = node_dir / "broker.log"
     with log.open("ab") as out:
         out.write(f"--- idempotent: starting {NAME} node {node_id} at {time.ctime()} ---\n".encode())
-    cmd = [
-        _java(),
-        *_SPEC.jvm_flags,
-        _log4j(),
-        f"-Didempotent.service={NAME}",
-        _workdir_flag(node_dir),
-        "-cp",
-        f"{lib}/*",
-        _SPEC.main_class,
-        str(props),
-    ]
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=node_dir,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    _CHILDREN[proc.pid] = proc
+    proc = _launch(_SPEC, lib, node_dir, log, [_log4j()], [str(props)])
     # until the child has exec'd the JVM its command line is still this process's, and it
     # would not count as ours (nor as running)
     deadline = time.monotonic() + 30
@@ -692,16 +653,7 @@ def clean() -> list[pathlib.Path]:
         state = _read_state()
         if state is not None and any(_node_pid(state, n) is not None for n in NODES):
             raise RuntimeError(f"{NAME} is running: stop it first (idempotent services down {NAME})")
-        workdir = _default_workdir(NAME)
-        removed = []
-        if workdir.exists():
-            shutil.rmtree(workdir)
-            removed.append(workdir)
-        parent = workdir.parent
-        if parent.name.startswith("idempotent-") and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
-            removed.append(parent)
-        return removed
+        return _remove_workdir(NAME)
 
 
 # ----------------------------------------------------------------------------- questions

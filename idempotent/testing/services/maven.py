@@ -77,6 +77,26 @@ def _java() -> str:
     return found
 
 
+def _copy_dependencies(mvn: str, pom: pathlib.Path, staging: pathlib.Path, log: pathlib.Path, *options: str) -> int:
+    """Run Maven (``mvn``) to copy the runtime dependencies of ``pom`` into ``staging``, with
+    the ``-D`` ``options`` given (``-Dname=value``), its output written to ``log``. Returns
+    Maven's exit status (non-zero: ``log`` says why; ``staging`` may hold some jars)."""
+    cmd = [
+        mvn,
+        "-B",
+        "-f",
+        str(pom),
+        f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
+        "-DincludeScope=runtime",
+        *options,
+        f"-DoutputDirectory={staging}",
+    ]
+    with log.open("wb") as out:
+        return subprocess.run(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False
+        ).returncode
+
+
 def install(name: str, progress: bool = True) -> pathlib.Path:
     """Resolve the broker's runtime classpath from Maven Central once; return its lib dir.
 
@@ -116,19 +136,7 @@ def install(name: str, progress: bool = True) -> pathlib.Path:
         log = home / "maven.log"
         _say(f"resolving {name} {version} from Maven Central ...", progress, end=" ")
         started = time.monotonic()
-        cmd = [
-            mvn,
-            "-B",
-            "-f",
-            str(pom),
-            f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={staging}",
-        ]
-        with log.open("wb") as out:
-            rc = subprocess.run(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False
-            ).returncode
+        rc = _copy_dependencies(mvn, pom, staging, log)
         if rc != 0:
             _say("FAILED", progress)
             raise RuntimeError(

@@ -15,9 +15,10 @@ import pathlib
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from idempotent.testing.services.maven import _java
 from idempotent.testing.services.readiness import _pulsar_unload_all
 from idempotent.testing.services.state import _info, _Spec
 
@@ -93,6 +94,48 @@ def _cmdline(pid: int) -> list[str]:
 
 def _workdir_flag(workdir: pathlib.Path) -> str:
     return f"-Didempotent.service.workdir={workdir}"
+
+
+def _launch(
+    spec: _Spec,
+    lib: pathlib.Path,
+    workdir: pathlib.Path,
+    log: pathlib.Path,
+    jvm_extra: Sequence[str],
+    main_args: Sequence[str],
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``spec``'s JVM over the jars in ``lib`` in its own session, in ``workdir``, its
+    output appended to ``log``, and keep it in ``_CHILDREN`` (reaped when it stops). Its
+    command line carries the marks :func:`_is_ours` looks for (the service's name, ``workdir``).
+
+    Raises:
+        RuntimeError: no usable ``java`` (see :func:`~idempotent.testing.services.maven._java`).
+        OSError: the JVM could not be started.
+    """
+    cmd = [
+        _java(),
+        *spec.jvm_flags,
+        *jvm_extra,
+        f"-Didempotent.service={spec.name}",
+        _workdir_flag(workdir),
+        "-cp",
+        f"{lib}/*",
+        spec.main_class,
+        *main_args,
+    ]
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    _CHILDREN[proc.pid] = proc
+    return proc
 
 
 def _is_ours(pid: int, spec: _Spec, workdir: pathlib.Path | None = None) -> bool:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -184,11 +185,28 @@ def _read_state(name: str) -> dict[str, Any] | None:
 def _write_state(name: str, state: Mapping[str, Any]) -> None:
     path = _state_path(name)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(state, indent=2, sort_keys=True) + "\n"
+    tmp.write_text(text)
     tmp.replace(path)
     workdir = pathlib.Path(str(state["workdir"]))
     if workdir.is_dir():
-        (workdir / "service.json").write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        (workdir / "service.json").write_text(text)
+
+
+def _remove_workdir(name: str) -> list[pathlib.Path]:
+    """Remove ``name``'s default work directory, and the per-cache directory holding it when
+    that is left empty (the caller holds the service's lock and has checked it is stopped).
+    Returns what was removed."""
+    workdir = _default_workdir(name)
+    removed = []
+    if workdir.exists():
+        shutil.rmtree(workdir)
+        removed.append(workdir)
+    parent = workdir.parent
+    if parent.name.startswith("idempotent-") and parent.is_dir() and not any(parent.iterdir()):
+        parent.rmdir()
+        removed.append(parent)
+    return removed
 
 
 def _info(state: Mapping[str, Any]) -> ServiceInfo:
