@@ -3,8 +3,10 @@
 * :func:`kill_between_writes_and_commit`: an application writing rounds of transactions over
   several topics, killed with -9 between its writes and its commit, three times, then run
   to its end; the caller checks what is stored.
-* :func:`pause_kafka_during_commits`: the suite's Kafka stopped with SIGSTOP as the
-  application's ``commit_transaction`` reaches librdkafka (or a few ms into it).
+* :class:`KafkaPauses`: the suite's Kafka stopped with SIGSTOP as the application's
+  ``commit_transaction`` reaches librdkafka (or a few ms into it).
+
+And the calls in the wrong state every backend refuses alike (:func:`refuse_wrong_states`).
 """
 
 from __future__ import annotations
@@ -83,6 +85,23 @@ def kill_between_writes_and_commit(
     final = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert final.returncode == 0, final.stderr
     assert kills == 3
+
+
+def refuse_wrong_states(producer: Any, topic: str) -> None:
+    """A commit or an abort with no transaction open, and a second begin, are refused with
+    ``TransactionStateError`` and change nothing; then a transaction of one record ``x`` on
+    ``topic`` commits (the caller checks it is stored)."""
+    from idempotent.errors import TransactionStateError
+
+    with pytest.raises(TransactionStateError):
+        producer.commit_transaction()
+    with pytest.raises(TransactionStateError):
+        producer.abort_transaction()
+    producer.begin_transaction()
+    with pytest.raises(TransactionStateError):
+        producer.begin_transaction()
+    producer.send(topic, b"x")
+    producer.commit_transaction()
 
 
 def kafka_pid() -> int:

@@ -828,7 +828,8 @@ def _serialized(
     )
     try:
         return serializer(data, ctx)
-    except Exception as exc:
+    except Exception as exc:  # the application's serializer failed (not ours): confluent-kafka
+        # wraps whatever it raised in its serialization error, which is terminal, never retriable
         native_errors = _shared.native(_NATIVE + ".error")
         if native_errors is None:
             code = getattr(KafkaError, f"_{field}_SERIALIZATION")

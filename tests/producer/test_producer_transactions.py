@@ -26,7 +26,7 @@ from idempotent.errors import (
 )
 from idempotent.net.server import BrokerServer
 
-from ..transaction_faults import kill_between_writes_and_commit, rounds_expected
+from ..transaction_faults import kill_between_writes_and_commit, refuse_wrong_states, rounds_expected
 
 TOPICS = ("orders", "payments", "audit")
 
@@ -107,15 +107,7 @@ def test_an_open_transaction_is_never_read_and_an_aborted_one_never_stored(url: 
 
 def test_calls_in_the_wrong_state_are_refused_and_leave_the_producer_usable(url: str) -> None:
     with idempotent.Producer(url, "app") as producer:
-        with pytest.raises(TransactionStateError):
-            producer.commit_transaction()
-        with pytest.raises(TransactionStateError):
-            producer.abort_transaction()
-        producer.begin_transaction()
-        with pytest.raises(TransactionStateError):
-            producer.begin_transaction()
-        producer.send(TOPICS[0], b"x")
-        producer.commit_transaction()
+        refuse_wrong_states(producer, TOPICS[0])
     with idempotent.Producer(url) as anonymous:
         anonymous.begin_transaction()
         anonymous.send(TOPICS[0], b"y")

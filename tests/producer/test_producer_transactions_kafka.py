@@ -24,7 +24,7 @@ from idempotent.errors import (
     TransactionTimedOutError,
 )
 
-from ..transaction_faults import KafkaPauses, kill_between_writes_and_commit, rounds_expected
+from ..transaction_faults import KafkaPauses, kill_between_writes_and_commit, refuse_wrong_states, rounds_expected
 
 pytestmark = pytest.mark.kafka
 
@@ -113,15 +113,7 @@ def test_an_aborted_transaction_is_invisible_and_the_next_one_commits(kafka_serv
 def test_calls_in_the_wrong_state_are_refused_and_leave_the_producer_usable(kafka_service: Any) -> None:
     (topic,) = _topics(kafka_service, 1)
     with idempotent.Producer(kafka_service.url, f"ps-{uuid.uuid4().hex[:6]}") as producer:
-        with pytest.raises(TransactionStateError):
-            producer.commit_transaction()
-        with pytest.raises(TransactionStateError):
-            producer.abort_transaction()
-        producer.begin_transaction()
-        with pytest.raises(TransactionStateError):
-            producer.begin_transaction()
-        producer.send(topic, b"x")
-        producer.commit_transaction()
+        refuse_wrong_states(producer, topic)
         producer.send(topic, b"y").result(30)  # outside a transaction: as before
     assert _committed(kafka_service, topic) == [b"x", b"y"]
     for error in (
