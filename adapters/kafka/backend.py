@@ -63,7 +63,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
-from idempotent.adapters.kafka.heads import BatchHead, HeadIndex
+from idempotent.adapters.kafka.heads import IDENTITY_HEADERS, BatchHead, HeadIndex
 from idempotent.adapters.kafka.replicas import (
     BROKER_DEFAULT,
     ReplicaCheck,
@@ -105,10 +105,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 _LOG = logging.getLogger("idempotent.adapters.kafka")
 META_TOPIC = "__idempotent_meta"
 SNAPSHOT_TOPIC = "__idempotent_snapshots"
-#: The headers this adapter adds to a batch's first record (and that records of the earlier
-#: layout carry each); other headers (``idem.src.*`` of a mirror among them) are the user's
-#: and are read back unchanged.
-_OWN_HEADERS = frozenset({"idem.pid", "idem.epoch", "idem.seq", "idem.count", "idem.timed"})
 #: librdkafka's default ``message.max.bytes``: the largest message the client sends
 _MESSAGE_MAX_BYTES = 1_000_000
 #: room for a record's Kafka framing and ``idem.*`` headers beyond what Record.size counts
@@ -782,7 +778,7 @@ class KafkaBackend(MetadataDelegate):
                         unresolved += 1
                     else:
                         foreign.append(len(out))
-                user = () if not raw else tuple((k, v or b"") for k, v in raw if k not in _OWN_HEADERS)
+                user = () if not raw else tuple((k, v or b"") for k, v in raw if k not in IDENTITY_HEADERS)
                 record = StoredRecord(at, producer_id, epoch, sequence, message.key(), message.value(), user, timestamp)
                 out.append(record)
             self.note_heads(name, partition, heads)

@@ -121,6 +121,12 @@ class HeadIndex:
         return False
 
 
+#: The headers this adapter adds to a batch's first record (and that records of the earlier
+#: layout carry each), after the record's own; other headers (``idem.src.*`` of a mirror among
+#: them) are the user's and are read back unchanged.
+IDENTITY_HEADERS = frozenset({"idem.pid", "idem.epoch", "idem.seq", "idem.count", "idem.timed"})
+
+
 def identity_headers(header: BatchHeader | None, record_count: int, timed: bool) -> list[tuple[str, bytes]]:
     """The headers of a batch's head: ``idem.pid``, ``idem.epoch``, ``idem.seq`` (none for a
     batch without a producer), ``idem.count``, and ``idem.timed`` when its records carry

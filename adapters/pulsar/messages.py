@@ -106,6 +106,18 @@ def headers_of(properties: dict[str, str]) -> tuple[tuple[str, bytes], ...]:
     return tuple((name, value.encode()) for name, value in sorted(properties.items()) if not name.startswith("idem."))
 
 
+def application_properties(properties: dict[str, str]) -> dict[str, str]:
+    """The properties the application set, from those a message carries: without the
+    ``idem.*`` ones this adapter adds (identity, exact headers, a binary key), and, when the
+    exact headers are there, those headers as str (values decoded as UTF-8, undecodable bytes
+    replaced). ``properties`` itself is returned when it holds no ``idem.*`` name."""
+    if not any(name.startswith(_PROPERTY_PREFIX) for name in properties):
+        return properties
+    if "idem.headers" in properties:
+        return {name: value.decode("utf-8", "replace") for name, value in headers_of(properties)}
+    return {name: value for name, value in properties.items() if not name.startswith(_PROPERTY_PREFIX)}
+
+
 def key_of(message: Any, properties: dict[str, str]) -> bytes | None:
     encoded = properties.get("idem.key")
     if encoded is not None:

@@ -1,4 +1,5 @@
-"""The consumers the confluent-kafka drop-in passes through, with a ``consume()`` Ctrl-C stops.
+"""The consumers the confluent-kafka drop-in passes through: a ``consume()`` Ctrl-C stops, and
+the messages as the application wrote them.
 
 confluent-kafka's ``Consumer.consume()`` waits inside librdkafka for its whole timeout (for
 ever with the default ``timeout=-1``), so a ``KeyboardInterrupt`` only arrives when it returns;
@@ -8,6 +9,13 @@ its subclasses in confluent-kafka, each already routed into Python logging by
 :data:`CONSUME_SLICE` seconds instead, so the interpreter runs its signal handlers between
 slices. What ``consume()`` returns is unchanged: up to ``num_messages`` messages, as soon as
 that many arrived or the timeout passed.
+
+The messages ``poll()`` and ``consume()`` return carry only the headers the application set:
+the identity headers the project adds to the first record of each batch (``idem.pid``,
+``idem.epoch``, ``idem.seq``, ``idem.count``, ``idem.timed``; see
+:mod:`idempotent.adapters.kafka.heads`) are taken off, so a message produced through the
+drop-in reads back through the drop-in as the application wrote it (``headers()`` is None when
+it set none). Consumers of confluent-kafka itself, and other Kafka clients, still see them.
 """
 
 from __future__ import annotations
@@ -20,6 +28,22 @@ from idempotent.runtime.native_logs import named_as, route_kafka_attribute
 
 #: the longest ``consume()`` waits in librdkafka before the interpreter can act on a signal
 CONSUME_SLICE = 0.2
+
+#: the headers the project's Kafka backend adds to a batch's first record (the same set as
+#: :data:`idempotent.adapters.kafka.heads.IDENTITY_HEADERS`, which a test compares; that module
+#: is not imported here so that a consumer does not load the backend)
+IDENTITY_HEADERS = frozenset({"idem.pid", "idem.epoch", "idem.seq", "idem.count", "idem.timed"})
+
+
+def without_identity(message: Any) -> Any:
+    """``message`` (a confluent-kafka ``Message`` or None) with the project's identity headers
+    taken off, in place: its ``headers()`` are then the ones the application set, None when
+    it set none. A message without them is returned untouched."""
+    if message is not None:
+        headers = message.headers()
+        if headers and any(name in IDENTITY_HEADERS for name, _ in headers):
+            message.set_headers([header for header in headers if header[0] not in IDENTITY_HEADERS] or None)
+    return message
 
 
 @functools.cache
@@ -44,9 +68,10 @@ def _native_producer() -> type | None:
 
 @functools.cache
 def wakeable_consumer_class(native: Any) -> type:
-    """A subclass of the consumer class ``native`` whose ``consume()`` waits in slices (see
-    the module docstring); the same class for the same ``native``. Its instances are instances
-    of ``native``."""
+    """A subclass of the consumer class ``native`` whose ``consume()`` waits in slices and
+    whose ``poll()`` and ``consume()`` return messages without the project's identity headers
+    (see the module docstring); the same class for the same ``native``. Its instances are
+    instances of ``native``."""
 
     class Wakeable(native):  # type: ignore[misc]
         __doc__ = native.__doc__
@@ -64,14 +89,29 @@ def wakeable_consumer_class(native: Any) -> type:
             if timeout is None:
                 timeout = -1
             if num_messages < 1 or 0 <= timeout <= CONSUME_SLICE:
-                return super().consume(num_messages, timeout)  # type: ignore[no-any-return]
-            deadline = None if timeout < 0 else time.monotonic() + timeout
-            out: list[Any] = []
-            while True:
-                wait = CONSUME_SLICE if deadline is None else max(0.0, min(CONSUME_SLICE, deadline - time.monotonic()))
-                out += super().consume(num_messages - len(out), wait)
-                if len(out) >= num_messages or (deadline is not None and time.monotonic() >= deadline):
-                    return out
+                out: list[Any] = super().consume(num_messages, timeout)
+            else:
+                deadline = None if timeout < 0 else time.monotonic() + timeout
+                out = []
+                while True:
+                    wait = (
+                        CONSUME_SLICE if deadline is None else max(0.0, min(CONSUME_SLICE, deadline - time.monotonic()))
+                    )
+                    out += super().consume(num_messages - len(out), wait)
+                    if len(out) >= num_messages or (deadline is not None and time.monotonic() >= deadline):
+                        break
+            for message in out:
+                without_identity(message)
+            return out
+
+        def poll(self, *args: Any, **kwargs: Any) -> Any:
+            """As confluent-kafka's ``Consumer.poll``, the message without the project's
+            identity headers (see the module docstring).
+
+            Raises:
+                KafkaException, RuntimeError, ...: as confluent-kafka raises them.
+            """
+            return without_identity(super().poll(*args, **kwargs))
 
     return named_as(Wakeable, native)
 

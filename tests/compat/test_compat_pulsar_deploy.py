@@ -212,6 +212,75 @@ def test_event_timestamp_and_properties_reach_a_plain_consumer(pulsar_service: A
     assert second.data() == b"two"
 
 
+def test_drop_in_consumers_and_readers_give_the_properties_the_application_set(pulsar_service: Any) -> None:
+    """Messages sent through the drop-in (each its own batch, so each carries the ``idem.*``
+    identity in the topic) read back through the drop-in's ``receive``, ``batch_receive``,
+    ``message_listener``, reader and asyncio consumer with exactly the properties their
+    application gave them, a property the application named ``idem.*`` included; a
+    pulsar-client reader still sees the identity (docs/migration.md says so)."""
+    import asyncio
+    import queue
+
+    import pulsar
+
+    from idempotent.compat import pulsar as drop_in
+    from idempotent.compat.pulsar import asyncio as drop_in_asyncio
+
+    name = topic_name("shown-properties")
+    full = f"persistent://public/default/{name}"
+    _make_topic(pulsar_service, name, 1)
+    sent: list[dict[str, str]] = [{}, {"color": "blue", "size": "9"}, {"idem.note": "kept", "b": "2", "a": "1"}]
+    client = drop_in.Client(_url(pulsar_service))
+    try:
+        received: queue.Queue[Any] = queue.Queue()
+        consumers = {
+            "receive": client.subscribe(full, f"{name}-receive"),
+            "batch": client.subscribe(
+                full,
+                f"{name}-batch",
+                batch_receive_policy=pulsar.ConsumerBatchReceivePolicy(len(sent), -1, 20_000),
+            ),
+            "listener": client.subscribe(
+                full, f"{name}-listener", message_listener=lambda c, m: received.put(m.properties())
+            ),
+        }
+        producer = client.create_producer(name, producer_name=f"{name}-p")
+        for index, properties in enumerate(sent):
+            producer.send(b"m%d" % index, properties or None)
+        by_receive = [consumers["receive"].receive(20_000).properties() for _ in sent]
+        by_batch: list[dict[str, str]] = []
+        deadline = time.monotonic() + 30
+        while len(by_batch) < len(sent) and time.monotonic() < deadline:
+            by_batch += [m.properties() for m in consumers["batch"].batch_receive()]
+        by_listener = [received.get(timeout=20) for _ in sent]
+        reader = client.create_reader(full, drop_in.MessageId.earliest)
+        by_reader = [reader.read_next(20_000).properties() for _ in sent]
+        for consumer in consumers.values():
+            consumer.close()
+    finally:
+        client.close()
+
+    async def by_async_consumer() -> list[dict[str, str]]:
+        async_client = drop_in_asyncio.Client(_url(pulsar_service))
+        try:
+            consumer = await async_client.subscribe(
+                full, f"{name}-async", initial_position=pulsar.InitialPosition.Earliest
+            )
+            return [(await consumer.receive()).properties() for _ in sent]
+        finally:
+            await async_client.close()
+
+    by_async = asyncio.run(asyncio.wait_for(by_async_consumer(), 60))
+    for seen in (by_receive, by_batch, by_listener, by_reader, by_async):
+        assert seen == sent
+    native = pulsar.Client(pulsar_service.bootstrap, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        plain = native.create_reader(full, pulsar.MessageId.earliest)
+        assert all("idem.pid" in plain.read_next(20_000).properties() for _ in sent)
+    finally:
+        native.close()
+
+
 def test_a_new_topic_is_made_as_pulsar_makes_it_and_access_modes_apply(pulsar_service: Any) -> None:
     """A topic the drop-in is the first to use is not partitioned (as Pulsar creates one for
     a producer; it was a partitioned topic of one partition), and an exclusive access mode

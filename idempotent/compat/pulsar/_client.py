@@ -17,6 +17,7 @@ from ... import errors
 from ...api import BrokerAPI
 from ...errors import ProducerError
 from .. import _shared
+from ._consuming import listening, shown, subscribed
 from ._errors import (
     AlreadyClosed,
     InvalidConfiguration,
@@ -478,14 +479,16 @@ class Client:
 
     def subscribe(self, topic: Any, subscription_name: Any, *args: Any, **kwargs: Any) -> Any:
         """On a Pulsar service URL, pulsar-client's ``Client.subscribe`` on a real client (its
-        Consumer, messages and errors are pulsar-client's own).
+        Consumer, messages and errors are pulsar-client's own; the messages' ``properties()``
+        are the ones their application set, see :mod:`._consuming`).
 
         Raises:
             OperationNotSupported: the service URL is not a Pulsar one.
             AlreadyClosed: the client is closed.
         """
         self._check_open()
-        return self._native_client("subscribe").subscribe(topic, subscription_name, *args, **kwargs)
+        native = self._native_client("subscribe")
+        return shown(subscribed(native.subscribe, topic, subscription_name, *args, **kwargs))
 
     def create_table_view(self, topic: Any, *args: Any, **kwargs: Any) -> Any:
         """On a Pulsar service URL, pulsar-client's ``Client.create_table_view`` on a real client.
@@ -535,10 +538,10 @@ class Client:
                     )
                 native = _native_message_id()
                 start_message_id = native.earliest if start_message_id._kind == "earliest" else native.latest
-            return self._native_client("create_reader").create_reader(
+            reader = self._native_client("create_reader").create_reader(
                 topic,
                 start_message_id,
-                reader_listener=reader_listener,
+                reader_listener=listening(reader_listener),
                 receiver_queue_size=receiver_queue_size,
                 reader_name=reader_name,
                 subscription_role_prefix=subscription_role_prefix,
@@ -547,6 +550,7 @@ class Client:
                 start_message_id_inclusive=start_message_id_inclusive,
                 **({} if schema is None else {"schema": schema}),
             )
+            return shown(reader)
         if not isinstance(topic, str):
             raise InvalidTopicName(f"{where}: topic must be a str, not {topic!r}")
         if not isinstance(start_message_id, MessageId):

@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import _shared
 from ._client import Client as _Client
+from ._consuming import shown, subscribed
 from ._errors import OperationNotSupported, ProducerQueueIsFull, Result
 from ._errors import PulsarException as _DropInException
 from ._producer import Producer as _Producer
@@ -297,20 +298,24 @@ class Client:
         return self._native
 
     async def subscribe(self, topic: Any, subscription_name: Any, *args: Any, **kwargs: Any) -> Any:
-        """pulsar-client's own asyncio ``subscribe`` (a Pulsar service URL only).
+        """pulsar-client's own asyncio ``subscribe`` (a Pulsar service URL only); the messages'
+        ``properties()`` are the ones their application set (see
+        :mod:`idempotent.compat.pulsar._consuming`).
 
         Raises:
             OperationNotSupported: the service URL is not a Pulsar one.
         """
-        return await self._native_async("subscribe").subscribe(topic, subscription_name, *args, **kwargs)
+        native = self._native_async("subscribe")
+        return shown(await subscribed(native.subscribe, topic, subscription_name, *args, **kwargs))
 
     async def create_reader(self, topic: Any, start_message_id: Any, *args: Any, **kwargs: Any) -> Any:
-        """pulsar-client's own asyncio ``create_reader`` (a Pulsar service URL only).
+        """pulsar-client's own asyncio ``create_reader`` (a Pulsar service URL only); the
+        messages' ``properties()`` are the ones their application set.
 
         Raises:
             OperationNotSupported: the service URL is not a Pulsar one.
         """
-        return await self._native_async("create_reader").create_reader(topic, start_message_id, *args, **kwargs)
+        return shown(await self._native_async("create_reader").create_reader(topic, start_message_id, *args, **kwargs))
 
     async def get_topic_partitions(self, topic: str) -> list[str]:
         return self._client.get_topic_partitions(topic)
