@@ -8,7 +8,10 @@ example ``kafka+native://host:9093?security.protocol=SSL&ssl.ca.location=/ca.pem
 A record's offset is its Kafka offset. Offsets have holes: a compacted topic has removed
 records, and transaction markers (and aborted records, which are skipped:
 ``isolation.level=read_committed``) take offsets of their own. Keys, values, headers and
-timestamps (``CreateTime`` or ``LogAppendTime``) are kept.
+timestamps (``CreateTime`` or ``LogAppendTime``) are kept; the identity headers this project's
+Kafka backend puts on a batch's first record (:data:`~idempotent.adapters.kafka.heads.IDENTITY_HEADERS`)
+are not: they name the producer that wrote the source, not the record, and the destination's
+writer gives each batch its own.
 
 The consumers' own log lines (librdkafka's ``FAIL``, ``%4|...`` ...) go to the Python logger
 ``idempotent.mirror.librdkafka`` at the level librdkafka gave them (confluent-kafka maps its
@@ -26,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from idempotent.adapters.kafka import errors
+from idempotent.adapters.kafka.heads import IDENTITY_HEADERS
 from idempotent.errors import ConfigError, InvalidTopicError, ProducerError
 from idempotent.mirror.source import Polled, SourceRecord
 
@@ -248,7 +252,13 @@ class KafkaPartitionReader:
                     offset,
                     message.key(),
                     message.value(),
-                    tuple((name, b"" if value is None else bytes(value)) for name, value in headers) if headers else (),
+                    tuple(
+                        (name, b"" if value is None else bytes(value))
+                        for name, value in headers
+                        if name not in IDENTITY_HEADERS
+                    )
+                    if headers
+                    else (),
                     None if kind == 0 else millis / 1000,  # 0: TIMESTAMP_NOT_AVAILABLE
                 )
             )

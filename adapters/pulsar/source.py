@@ -19,7 +19,9 @@ below 2**33, entries per ledger below 2**18 (the broker's default rollover is 50
 messages per batch below 2**12 (producers batch 1,000 by default). A message id beyond these
 stops the job with ConfigError before anything of it is copied. Keys (``partition_key``),
 values, properties (as headers, sorted by name) and timestamps (the event time if the
-producer set one, else the publish time) are kept.
+producer set one, else the publish time) are kept, except the ``idem.*`` properties this
+project's Pulsar backend adds (:func:`~idempotent.adapters.pulsar.messages.headers_of`): they
+name the producer that wrote the source, and a record's exact headers come back from them.
 
 The client's own C++ log lines go to the Python logger ``idempotent.mirror.pulsar`` (at
 INFO and above only when that logger is enabled for them), never straight to stdout or
@@ -36,6 +38,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from idempotent.adapters.pulsar.admin import Admin
 from idempotent.adapters.pulsar.errors import map_errors
+from idempotent.adapters.pulsar.messages import headers_of
 from idempotent.errors import BackendUnavailableError, ConfigError, InvalidTopicError
 from idempotent.mirror.source import Polled, SourceRecord
 from idempotent.runtime.native_logs import drain_pulsar_logs, open_pulsar_client
@@ -269,7 +272,7 @@ class PulsarPartitionReader:
                         offset,
                         key.encode() if key else None,
                         message.data(),
-                        tuple((name, value.encode()) for name, value in sorted(message.properties().items())),
+                        headers_of(message.properties()),
                         millis / 1000 if millis else None,
                     )
                 )

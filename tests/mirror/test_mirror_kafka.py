@@ -152,6 +152,36 @@ def test_headers_named_idem_survive_a_kafka_backed_destination(kafka_service: Se
     assert dict(stored[0].headers) == {"idem.src.offset": b"7", "idem.trace": b"t"}
 
 
+def test_a_source_written_by_this_project_is_copied_without_its_writers_identity(
+    tmp_path: Path, kafka_service: ServiceInfo
+) -> None:
+    """A topic a named producer of this project wrote (each record its own batch, so each is a
+    head with ``idem.*`` identity headers) copied through ``kafka+native://``: the copies carry
+    the application's headers and the copy's coordinates, not the source writer's identity,
+    and a Kafka-backed destination reads each copy back with the identity of its own batch."""
+    from idempotent.adapters.kafka.heads import IDENTITY_HEADERS
+
+    topic = f"src-{uuid.uuid4().hex[:8]}"
+    with idempotent.Producer(kafka_service.url, producer_name=f"w-{topic}") as producer:
+        for i in range(4):
+            producer.send(topic, b"v%d" % i, partition=0, headers={"app": b"%d" % i}).result()
+    source = f"kafka+native://{kafka_service.bootstrap}"
+    for dest in (f"sqlite:///{tmp_path / 'd.db'}", kafka_service.url):
+        mirrored = f"copy-{uuid.uuid4().hex[:8]}"
+        assert Mirror(source, dest, topic=topic, to_topic=mirrored, job=f"j-{mirrored}").run().copied == 4
+        broker = idempotent.connect(dest)
+        try:
+            copies = broker.read(mirrored, 0, 0, 100)
+        finally:
+            broker.close()
+        assert [r.value for r in copies] == [b"v%d" % i for i in range(4)]
+        for i, record in enumerate(copies):
+            names = [name for name, _ in record.headers]
+            assert not IDENTITY_HEADERS & set(names), names
+            assert dict(record.headers)["app"] == b"%d" % i
+        assert len({r.producer_id for r in copies}) == 1  # the copy job's producer, one for all
+
+
 def _produce(bootstrap: str, topic: str, count: int, partitions: int = 1, start: int = 0) -> None:
     from confluent_kafka import Producer
 

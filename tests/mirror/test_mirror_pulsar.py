@@ -112,6 +112,36 @@ def test_reusing_a_job_for_another_pulsar_topic_is_refused(tmp_path: Path, pulsa
 
 
 @pytest.mark.pulsar
+def test_a_source_written_by_this_project_is_copied_without_its_writers_identity(
+    tmp_path: Path, pulsar_service: ServiceInfo
+) -> None:
+    """A topic a named producer of this project wrote on Pulsar (each record its own batch,
+    each head carrying ``idem.*`` properties) copied through ``pulsar+native://``: the copies
+    carry the application's headers, ``idem.``-named ones included, and not the source
+    writer's identity."""
+    assert pulsar_service.admin_url is not None
+    topic = f"pm-{uuid.uuid4().hex[:8]}"
+    _create(pulsar_service.admin_url, topic, 1)
+    sent = [{"app": b"%d" % i, "idem.trace": b"t%d" % i} for i in range(3)]
+    url = f"{pulsar_service.url}?admin_url={pulsar_service.admin_url}"
+    with idempotent.Producer(url, producer_name=f"w-{topic}") as producer:
+        for i, headers in enumerate(sent):
+            producer.send(topic, b"v%d" % i, partition=0, headers=headers).result()
+    source = f"pulsar+native://{pulsar_service.bootstrap.split('://')[1]}?admin_url={pulsar_service.admin_url}"
+    dest = f"sqlite:///{tmp_path / 'd.db'}"
+    assert Mirror(source, dest, topic=topic, to_topic="copy", job="j").run().copied == 3
+    broker = idempotent.connect(dest)
+    try:
+        copies = broker.read("copy", 0, 0, 100)
+    finally:
+        broker.close()
+    assert [r.value for r in copies] == [b"v%d" % i for i in range(3)]
+    for record, headers in zip(copies, sent, strict=True):
+        own = {name: value for name, value in record.headers if not name.startswith("idem.src.")}
+        assert own == headers
+
+
+@pytest.mark.pulsar
 def test_topics_by_pattern_follow_and_status(tmp_path: Path, pulsar_service: ServiceInfo) -> None:
     """``--topics`` over a Pulsar namespace: a following job picks up a new matching topic;
     ``mirror status`` counts the entries it is behind."""
