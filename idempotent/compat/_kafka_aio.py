@@ -242,7 +242,7 @@ class AIOProducer:
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         inner = producer._inner
         if inner is not None:
-            inner._begin_flush()
+            inner.begin_flush()
         try:
             while True:
                 producer.poll(0)
@@ -251,14 +251,14 @@ class AIOProducer:
                     return 0
                 if inner is None and producer._inner is not None:
                     inner = producer._inner
-                    inner._begin_flush()
+                    inner.begin_flush()
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return waiting
                 await self._woken_or(remaining)
         finally:
             if inner is not None:
-                inner._end_flush()
+                inner.end_flush()
 
     async def purge(self, *args: Any, **kwargs: Any) -> None:
         """Fail the messages not sent yet with ``_PURGE_QUEUE`` (their futures raise)."""

@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from idempotent.producer.delivery import DeliveryFuture, RecordBuffer, Segment
+from idempotent.producer.delivery import DeliveryFuture
+from idempotent.producer.dropin import DropInPort, RecordBuffer, Segment
 from idempotent.producer.producer import Producer as _Producer
 
 from ...errors import ProducerError, QueueFullError
@@ -52,6 +53,8 @@ class Producer:
         router: Callable[[Any, int], int] | None = None,
     ) -> None:
         self._inner = inner
+        #: what ``send_async``'s short path drives of ``inner`` (idempotent/producer/dropin.py)
+        self._port = port = DropInPort(inner)
         #: the name as the application gave it (on a Pulsar URL the producer's own name also
         #: says the topic)
         self._name = name
@@ -86,7 +89,7 @@ class Producer:
         self._ids: Callable[[int, int | None], Any] | None = None
         #: the partition count the last message was routed with
         self._partitions: int | None = partitions
-        inner._span_listener = self._span_ended
+        port.listen(self._span_ended)
 
     @property
     def producer(self) -> _Producer:
@@ -202,26 +205,18 @@ class Producer:
         ):
             key = partition_key.encode() if partition_key and type(partition_key) is str else None
             if key is not None or partition_key is None:
-                route = self._partitions
-                inner = self._inner
+                count = self._partitions  # the partition count the last message was routed with
+                port = self._port
                 try:
+                    route = port.route(self._topic)
                     if (
-                        route is not None
-                        and route == inner.partitions_for(self._topic)
-                        and len(content) + (0 if key is None else len(key)) <= inner._max_payload
+                        count is not None
+                        and count == len(route.buffers)
+                        and len(content) + (0 if key is None else len(key)) <= port.max_payload
                     ):
-                        partition = 0 if route == 1 else self._route(partition_key, route)
+                        partition = 0 if count == 1 else self._route(partition_key, count)
                         # the callback goes to the buffer's reports column; _span_ended calls it
-                        inner._add(
-                            inner._routes.get(self._topic) or inner._route(self._topic),
-                            partition,
-                            content,
-                            key,
-                            callback,
-                            None,
-                            None,
-                            None,
-                        )
+                        port.add(route, partition, content, key, callback, None, None, None)
                         return
                 except QueueFullError:
                     pass  # the general path waits or refuses, as configured
