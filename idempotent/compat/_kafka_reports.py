@@ -61,7 +61,7 @@ class Reports:
 
     ``cond`` (on ``lock``) is the drop-in producer's one lock: it also guards the records
     queued while it connects. An RLock, so that a Ctrl-C in ``poll``/``flush`` leaves it held
-    by its owner (see ``idempotent.producer.producer.Producer._lock``).
+    by its owner (see ``idempotent.producer.sender.Sender.lock``).
     """
 
     def __init__(self) -> None:

@@ -23,8 +23,9 @@ and nowhere else:
   (:attr:`DropInPort.halted`).
 
 One drop-in drives one producer, through one port. The per-record members (:attr:`add`,
-:attr:`route`) are the producer's own bound methods, not wrappers: a record costs no call more
-than the producer's own path.
+:attr:`route`) are the bound methods of the producer and of its
+:class:`~idempotent.producer.sender.Sender`, not wrappers: a record costs no call more than
+the producer's own path.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class DropInPort:
         producer: the producer the drop-in owns; it is the drop-in's to flush and close.
     """
 
-    __slots__ = ("add", "max_payload", "producer", "route")
+    __slots__ = ("_sender", "add", "max_payload", "producer", "route")
 
     producer: Producer
     """The producer driven; its public API is the drop-in's as anyone's."""
@@ -111,7 +112,8 @@ class DropInPort:
 
     def __init__(self, producer: Producer) -> None:
         self.producer = producer
-        self.add = producer._add
+        self._sender = sender = producer._sender
+        self.add = sender.add
         self.route = producer._route
         self.max_payload = producer._max_payload
 
@@ -123,14 +125,14 @@ class DropInPort:
         :meth:`served`. It must not raise (what it raises stops the sender: a FATAL
         :class:`~idempotent.errors.InternalError` for every record). Set it before the first
         record: spans that end before are not heard."""
-        self.producer._span_listener = listener
+        self._sender.span_listener = listener
 
     def served(self, count: int, size: int = 0) -> None:
         """The application was served the reports of ``count`` records the listener held, of
         ``size`` key and value bytes (their ``size`` at :attr:`add`): they no longer count
         against the buffer limits, and a :attr:`add` waiting for room may succeed. Raises
         nothing."""
-        self.producer._served(count, size)
+        self._sender.served(count, size)
 
     def purge(self, error: ProducerError) -> int:
         """End every record not handed to the sequencer yet with ``error`` (NOT_PERSISTED),
@@ -141,17 +143,17 @@ class DropInPort:
         Returns:
             How many records were purged.
         """
-        return self.producer._purge(error)
+        return self._sender.purge(error)
 
     def begin_flush(self) -> None:
         """Send everything buffered now, lingering for nothing, until :meth:`end_flush`, without
         waiting here (the drop-in waits on its reports). Calls nest: each needs its
         :meth:`end_flush`. Raises nothing."""
-        self.producer._begin_flush()
+        self._sender.begin_flush()
 
     def end_flush(self) -> None:
         """End one :meth:`begin_flush`: after the last, buffers linger again. Raises nothing."""
-        self.producer._end_flush()
+        self._sender.end_flush()
 
     def begin_transaction(self, hold_reports: bool) -> None:
         """:meth:`Producer.begin_transaction`, with the delivery reports of the transaction's
@@ -170,15 +172,15 @@ class DropInPort:
         """Records given to the producer that have not ended, plus those the listener holds
         and the application was not served yet (librdkafka's ``len()``, without what the
         drop-in itself queues)."""
-        producer = self.producer
-        return producer._outstanding + producer._held
+        sender = self._sender
+        return sender.outstanding + sender.held
 
     @property
     def buffered_bytes(self) -> int:
         """The key and value bytes (``size`` at :attr:`add`) of the records counted against
         ``max_buffered_bytes``: not ended, or held and not served (``msg_size`` of
         librdkafka's statistics)."""
-        return self.producer._outstanding_bytes
+        return self._sender.outstanding_bytes
 
     @property
     def halted(self) -> ProducerError | None:
@@ -186,7 +188,7 @@ class DropInPort:
         ...), ``ProducerClosedError`` once closed, a ``TransactionStateError`` while a commit
         or abort runs; None while it takes them. A span that failed with this very error
         failed because the producer stopped."""
-        return self.producer._halted
+        return self._sender.halted
 
 
 __all__ = ["AddRecord", "DropInPort", "RecordBuffer", "Route", "Segment", "SpanListener"]
