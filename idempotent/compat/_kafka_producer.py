@@ -35,7 +35,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, final
 
 from idempotent.core.records import Headers, optional_bytes
 from idempotent.producer.dropin import DropInPort, Route
@@ -497,9 +497,7 @@ class Producer(Connecting):
         """
         self._check_open()
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
-        inner = self._inner
-        if inner is not None:
-            inner.begin_flush()
+        flushing = Flushing(self)
         try:
             while True:
                 self._expire_early()
@@ -508,17 +506,14 @@ class Producer(Connecting):
                     waiting = len(self)
                     if waiting == 0:
                         return 0
-                    if self._inner is not None and inner is None:
-                        inner = self._inner
-                        inner.begin_flush()
+                    flushing.follow()
                     if not self._reports.pending():
                         remaining = None if deadline is None else deadline - time.monotonic()
                         if remaining is not None and remaining <= 0:
                             return waiting
                         self._cond.wait(0.2 if remaining is None else min(remaining, 0.2))
         finally:
-            if inner is not None:
-                inner.end_flush()
+            flushing.end()
 
     def __len__(self) -> int:
         """Messages produced whose delivery report has not been served yet (0 once closed)."""
@@ -800,6 +795,70 @@ class Producer(Connecting):
         finally:
             self._serve()
         self._txn_open = False
+
+
+@final
+class Flushing:
+    """One flush of a drop-in :class:`Producer`: the producer it owns sends everything at once
+    (:meth:`DropInPort.begin_flush <idempotent.producer.dropin.DropInPort.begin_flush>`) from
+    now, or, while it is still connecting, from the moment :meth:`follow` finds it connected,
+    until :meth:`end`. The caller waits for the reports itself (``Producer.flush`` in its
+    thread, ``AIOProducer.flush`` on its loop). Raises nothing.
+    """
+
+    __slots__ = ("_owner", "_port")
+
+    def __init__(self, owner: Producer) -> None:
+        self._owner = owner
+        self._port = owner._inner
+        if self._port is not None:
+            self._port.begin_flush()
+
+    def follow(self) -> None:
+        """Flush the owner's producer too if it connected since this flush began."""
+        if self._port is None:
+            port = self._owner._inner
+            if port is not None:
+                self._port = port
+                port.begin_flush()
+
+    def end(self) -> None:
+        """End the flush: the producer's buffers linger again (unless another flush runs)."""
+        port, self._port = self._port, None
+        if port is not None:
+            port.end_flush()
+
+
+@final
+class LoopHooks:
+    """What the asyncio producer (``_kafka_aio.AIOProducer``) drives of the drop-in
+    :class:`Producer` it wraps beyond its confluent-kafka API: it serves the reports on its
+    event loop, and waits there, instead of in a thread.
+
+    Args:
+        producer: the drop-in producer the asyncio one owns.
+    """
+
+    __slots__ = ("_producer",)
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    def wake_on_report(self, wake: Callable[[], None] | None) -> None:
+        """Have ``wake()`` called after each delivery report or error is queued, from the
+        thread that queued it, without the producer's lock (None: nothing is called). It must
+        return at once and not raise (the loop's ``call_soon_threadsafe``). Raises nothing."""
+        self._producer._reports.wake = wake
+
+    @property
+    def message_timeout(self) -> float:
+        """``message.timeout.ms``, in seconds: how long a record may wait for room in a full
+        queue before it fails with ``_QUEUE_FULL``."""
+        return self._producer._config.delivery_timeout_ms / 1000
+
+    def flushing(self) -> Flushing:
+        """Start one flush (see :class:`Flushing`); the caller ends it. Raises nothing."""
+        return Flushing(self._producer)
 
 
 #: a confluent-kafka serializer: ``serializer(obj, ctx) -> bytes``

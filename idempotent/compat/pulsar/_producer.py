@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, final
 
 from idempotent.producer.delivery import DeliveryFuture
 from idempotent.producer.dropin import DropInPort, RecordBuffer, Segment
@@ -416,6 +416,51 @@ class Producer:
             return
         self._closed = True
         self._inner.close(30)
+
+
+@final
+class LoopHooks:
+    """What the asyncio producer (``pulsar.asyncio.Producer``) drives of the drop-in
+    :class:`Producer` it wraps beyond pulsar-client's API: it queues each message with a
+    callback of its own and waits on its event loop, never in the producer.
+
+    Args:
+        producer: the drop-in producer the asyncio one owns (made with
+            ``block_if_queue_full=False``: a full queue waits on the loop).
+    """
+
+    __slots__ = ("_producer",)
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    def submit(
+        self,
+        content: bytes | None,
+        properties: Mapping[str, str] | None,
+        partition_key: str | None,
+        sequence_id: int | None,
+        options: Mapping[str, Any],
+        on_delivery: Callable[[BaseException | None, Any], None],
+    ) -> None:
+        """Check and queue one message as :meth:`Producer.send_async` does; once it is stored
+        or has failed, ``on_delivery(error, metadata)`` is called on the producer's sender
+        thread (``error`` None and ``metadata`` its record's metadata when stored, for
+        :meth:`message_id`). It must not raise.
+
+        Raises:
+            ProducerQueueIsFull: ``max_pending_messages`` reached; nothing queued, call again.
+            AlreadyClosed: the producer is closed.
+            InvalidConfiguration, OperationNotSupported, TypeError: a bad argument or an
+                unsupported option (named); nothing queued.
+            PulsarException: another mapped failure (the producer failed earlier, ...).
+        """
+        self._producer._submit(content, properties, partition_key, sequence_id, options, on_delivery)
+
+    def message_id(self, metadata: Any) -> Any:
+        """The message id of a stored message from its ``metadata`` (as :meth:`submit`'s
+        ``on_delivery`` got it), as :meth:`Producer.send` returns it. Raises nothing."""
+        return self._producer._id_of(metadata)
 
 
 class _Routed:
