@@ -22,10 +22,10 @@ and nowhere else:
   :attr:`DropInPort.buffered_bytes`), and the error that stopped the producer
   (:attr:`DropInPort.halted`).
 
-One drop-in drives one producer, through one port. The per-record members (:attr:`add`,
-:attr:`route`) are the bound methods of the producer and of its
-:class:`~idempotent.producer.sender.Sender`, not wrappers: a record costs no call more than
-the producer's own path.
+One drop-in drives one producer, through one port. The per-record members are bound methods,
+not wrappers (:attr:`DropInPort.add` is the producer's
+:class:`~idempotent.producer.sender.Sender`'s, :attr:`DropInPort.route` the producer's own):
+a record costs no call more than the producer's own path.
 """
 
 from __future__ import annotations
