@@ -36,7 +36,7 @@ import idempotent.runtime.native_logs as clientlogs
 
 from . import _shared
 from ._kafka_errors import KafkaError, KafkaException
-from ._kafka_producer import Producer
+from ._kafka_producer import LoopHooks, Producer
 
 _LOG = logging.getLogger("idempotent.compat.confluent_kafka")
 _NATIVE = "confluent_kafka.aio"
@@ -113,7 +113,8 @@ class AIOProducer:
         self._producer = Producer(conf)
         self._wake_pending = False
         self._woken: asyncio.Event | None = None
-        self._producer._reports.wake = self._wake
+        self._hooks = LoopHooks(self._producer)
+        self._hooks.wake_on_report(self._wake)
 
     # -- the loop's side of delivery reports -------------------------------------------------
 
@@ -208,7 +209,7 @@ class AIOProducer:
             except BufferError:
                 now = time.monotonic()
                 if deadline is None:
-                    deadline = now + producer._config.delivery_timeout_ms / 1000
+                    deadline = now + self._hooks.message_timeout
                 elif now >= deadline:
                     future.set_exception(KafkaException(KafkaError(KafkaError._QUEUE_FULL)))
                     return future
@@ -240,25 +241,20 @@ class AIOProducer:
         """
         producer = self._producer
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
-        inner = producer._inner
-        if inner is not None:
-            inner._begin_flush()
+        flushing = self._hooks.flushing()
         try:
             while True:
                 producer.poll(0)
                 waiting = len(producer)
                 if waiting == 0:
                     return 0
-                if inner is None and producer._inner is not None:
-                    inner = producer._inner
-                    inner._begin_flush()
+                flushing.follow()
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return waiting
                 await self._woken_or(remaining)
         finally:
-            if inner is not None:
-                inner._end_flush()
+            flushing.end()
 
     async def purge(self, *args: Any, **kwargs: Any) -> None:
         """Fail the messages not sent yet with ``_PURGE_QUEUE`` (their futures raise)."""

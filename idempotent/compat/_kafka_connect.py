@@ -18,8 +18,8 @@ import time
 from typing import Any, NamedTuple
 
 from idempotent.core.records import Headers
+from idempotent.producer.dropin import DropInPort, Route
 from idempotent.producer.producer import Producer as _Producer
-from idempotent.producer.sender import Route
 from idempotent.runtime.native_logs import LIBRDKAFKA_LOG
 
 from ..errors import ProducerError, QueueFullError
@@ -57,7 +57,7 @@ class _Clients:
 
     def __init__(self) -> None:
         self.stop = threading.Event()
-        self.inner: _Producer | None = None
+        self.inner: DropInPort | None = None
         self.probe: Any = None
         #: the URL of the process's shared broker this producer holds a reference to
         self.shared: str | None = None
@@ -66,7 +66,7 @@ class _Clients:
         self.stop.set()
         inner, self.inner = self.inner, None
         if inner is not None:
-            inner.close(0)
+            inner.producer.close(0)
         shared, self.shared = self.shared, None
         if shared is not None:
             _shared.release(shared)
@@ -83,9 +83,10 @@ class Connecting:
     _cond: threading.Condition
     _early: collections.deque[_Early]
     _early_bytes: int  # the sizes of the records in ``_early``, kept as they come and go
-    _inner: _Producer | None
-    #: the producer being opened: the early records are being handed to it
-    _opening: _Producer | None
+    #: the port of the producer records go to, once it is open (and the early records are in it)
+    _inner: DropInPort | None
+    #: the port of the producer being opened: the early records are being handed to it
+    _opening: DropInPort | None
     #: early records taken from ``_early`` and not yet in ``_opening`` (nor failed), so that
     #: ``len()`` (and so ``flush()``) counts a record while it moves
     _moving: int
@@ -93,14 +94,15 @@ class Connecting:
     _clients: _Clients
     _stop: threading.Event
 
-    def _route(self, inner: _Producer, topic: str) -> Route:
+    def _route(self, inner: DropInPort, topic: str) -> Route:
         raise NotImplementedError
 
     def _place(self, route: Route, partition: int, key: bytes | None) -> int:
         raise NotImplementedError
 
-    def _connect_inner(self) -> _Producer:
-        """Open this project's producer on the configured target (blocking).
+    def _connect_inner(self) -> DropInPort:
+        """Open this project's producer on the configured target (blocking), with the
+        drop-in's span listener, and return its port.
 
         Raises:
             ProducerError: it could not be opened (retriable ones are retried by the caller).
@@ -126,8 +128,9 @@ class Connecting:
                 _shared.release(shared)
             raise
         self._clients.shared = shared
-        inner._span_listener = functools.partial(self._reports.ended, inner)
-        return inner
+        port = DropInPort(inner)
+        port.listen(functools.partial(self._reports.ended, port))
+        return port
 
     def _open_inner(self, target: Any) -> _Producer:
         config = self._config
@@ -169,7 +172,7 @@ class Connecting:
                 delay = min(delay * 2, 5.0)
                 continue
             if self._stop.is_set():
-                inner.close(0)
+                inner.producer.close(0)
                 return
             self._open(inner)
             return
@@ -207,7 +210,7 @@ class Connecting:
     def _probe_error(self, error: Any) -> None:
         self._reports.error(KafkaError(error.code(), error.str(), error.fatal(), error.retriable()))
 
-    def _open(self, inner: _Producer) -> None:
+    def _open(self, inner: DropInPort) -> None:
         """Hand the early records to ``inner`` in order, then let ``produce`` use it. While
         this runs, ``produce`` hands over up to ``HAND_OVER_SHARE`` of them on each call,
         so an application that produces without pause still reaches ``inner``; when
@@ -218,9 +221,9 @@ class Connecting:
             if self._stop.wait(HAND_OVER_RETRY):
                 break
         if self._stop.is_set():  # closed meanwhile, perhaps before ``inner`` was known to it
-            inner.close(0)
+            inner.producer.close(0)
 
-    def _hand_over(self, inner: _Producer, limit: int | None) -> bool:
+    def _hand_over(self, inner: DropInPort, limit: int | None) -> bool:
         """Move up to ``limit`` early records (None: all) to ``inner``, oldest first, one
         mover at a time; when none is left, ``inner`` takes every later record. Returns
         whether it does. A record ``inner`` refuses for lack of room goes back first in line,
@@ -244,7 +247,7 @@ class Connecting:
                 try:
                     route = self._route(inner, early.topic)
                     partition = self._place(route, early.partition, early.key)
-                    inner._add(
+                    inner.add(
                         route,
                         partition,
                         early.value,

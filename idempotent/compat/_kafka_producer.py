@@ -12,7 +12,8 @@ exactly once through this project's producer:
   any number of processes write one topic at once), or any broker URL.
 * **One record, no objects.** Once connected, ``produce()`` checks its arguments, picks the
   partition with the configured partitioner, and appends value, key, callback and time to the
-  producer's column buffer (``Producer._add``): no record, future or message object is made.
+  producer's column buffer (``DropInPort.add``, ``idempotent/producer/dropin.py``): no record,
+  future or message object is made.
 * **Delivery reports** are served only by :meth:`Producer.poll` and :meth:`Producer.flush`,
   in the calling thread, as librdkafka's are: the producer's sender hands each ended span of
   records over (its span listener), and ``poll`` builds a :class:`DeliveredMessage` only for
@@ -34,11 +35,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, final
 
 from idempotent.core.records import Headers, optional_bytes
+from idempotent.producer.dropin import DropInPort, Route
 from idempotent.producer.producer import Producer as _Producer
-from idempotent.producer.sender import Route
 
 from ..errors import (
     InvalidTopicError,
@@ -127,8 +128,8 @@ class Producer(Connecting):
         self._cond = self._reports.cond
         self._early: collections.deque[_Early] = collections.deque()
         self._early_bytes = 0
-        self._inner: _Producer | None = None
-        self._opening: _Producer | None = None
+        self._inner: DropInPort | None = None
+        self._opening: DropInPort | None = None
         self._moving = 0
         self._hand_over_lock = threading.Lock()
         self._routes: dict[str, Route] = {}
@@ -161,11 +162,11 @@ class Producer(Connecting):
         if self._closed:
             raise _closed_error()
 
-    def _route(self, inner: _Producer, topic: str) -> Route:
+    def _route(self, inner: DropInPort, topic: str) -> Route:
         route = self._routes.get(topic)
         if route is None:
             try:
-                route = inner._route(topic)
+                route = inner.route(topic)
             except InvalidTopicError as exc:
                 raise KafkaException(KafkaError(KafkaError.TOPIC_EXCEPTION, str(exc), cause=exc)) from exc
             except ProducerError as exc:
@@ -275,7 +276,7 @@ class Producer(Connecting):
         if route is None:
             route = self._route(inner, topic)
         try:
-            inner._add(
+            inner.add(
                 route,
                 self._place(route, partition, key),
                 value,
@@ -394,7 +395,7 @@ class Producer(Connecting):
                 queued = len(self._early) + len(self._reports.ready)
                 opening = self._opening
                 if opening is not None:  # records handed over wait there
-                    queued += opening._outstanding + opening._held
+                    queued += opening.unfinished
                 if queued >= config.max_messages or (queued and self._early_bytes + size > config.max_bytes):
                     raise BufferError(KafkaError(KafkaError._QUEUE_FULL).str())
                 self._early.append(
@@ -475,7 +476,7 @@ class Producer(Connecting):
             "time": int(time.time()),
             "age": int((now - self._created) * 1_000_000),
             "msg_cnt": len(self),
-            "msg_size": 0 if inner is None else inner._outstanding_bytes,
+            "msg_size": 0 if inner is None else inner.buffered_bytes,
             "msg_max": self._config.max_messages,
             "msg_size_max": self._config.max_bytes,
             "brokers": {},
@@ -496,9 +497,7 @@ class Producer(Connecting):
         """
         self._check_open()
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
-        inner = self._inner
-        if inner is not None:
-            inner._begin_flush()
+        flushing = Flushing(self)
         try:
             while True:
                 self._expire_early()
@@ -507,17 +506,14 @@ class Producer(Connecting):
                     waiting = len(self)
                     if waiting == 0:
                         return 0
-                    if self._inner is not None and inner is None:
-                        inner = self._inner
-                        inner._begin_flush()
+                    flushing.follow()
                     if not self._reports.pending():
                         remaining = None if deadline is None else deadline - time.monotonic()
                         if remaining is not None and remaining <= 0:
                             return waiting
                         self._cond.wait(0.2 if remaining is None else min(remaining, 0.2))
         finally:
-            if inner is not None:
-                inner._end_flush()
+            flushing.end()
 
     def __len__(self) -> int:
         """Messages produced whose delivery report has not been served yet (0 once closed)."""
@@ -526,7 +522,7 @@ class Producer(Connecting):
         # while the early records move to the producer being opened, count those it holds
         inner = self._inner if self._inner is not None else self._opening
         early = len(self._early) + self._moving
-        return early + len(self._reports.ready) + (0 if inner is None else inner._outstanding + inner._held)
+        return early + len(self._reports.ready) + (0 if inner is None else inner.unfinished)
 
     def close(self, timeout: float | None = -1) -> bool:
         """Flush (up to ``timeout``), then release the producer. Reports not served by then
@@ -559,9 +555,9 @@ class Producer(Connecting):
             KafkaException: ``_TIMED_OUT``, not connected within ``message.timeout.ms``.
         """
         self._check_open()
-        return self._connected(self._config.delivery_timeout_ms / 1000)
+        return self._connected(self._config.delivery_timeout_ms / 1000).producer
 
-    def _connected(self, timeout: float) -> _Producer:
+    def _connected(self, timeout: float) -> DropInPort:
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._inner is None:
@@ -583,7 +579,7 @@ class Producer(Connecting):
         """
         self._check_open()
         try:
-            return self._connected(timeout).last_sequence(topic, partition)
+            return self._connected(timeout).producer.last_sequence(topic, partition)
         except InvalidTopicError as exc:
             raise KafkaException(KafkaError(KafkaError.TOPIC_EXCEPTION, str(exc), cause=exc)) from exc
 
@@ -615,7 +611,7 @@ class Producer(Connecting):
         self._fail_early(KafkaError(KafkaError._PURGE_QUEUE))
         inner = self._inner
         if inner is not None:
-            inner._purge(ProducerClosedError("purged before it was sent"))
+            inner.purge(ProducerClosedError("purged before it was sent"))
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         """The cluster's metadata, as confluent-kafka returns it (a Kafka target only).
@@ -660,8 +656,8 @@ class Producer(Connecting):
         self._connected(timeout if timeout is not None and timeout >= 0 else 2**31)
         self._txn_ready = True
 
-    def _transactional(self, name: str) -> _Producer:
-        """The inner producer for a transactional call, once ``init_transactions`` succeeded.
+    def _transactional(self, name: str) -> DropInPort:
+        """The port of the inner producer for a transactional call, once ``init_transactions`` succeeded.
 
         Raises:
             KafkaException: ``_CONFLICT`` (retriable) before ``init_transactions``, as
@@ -716,7 +712,7 @@ class Producer(Connecting):
             raise KafkaException(
                 KafkaError(KafkaError._STATE, "begin_transaction: Operation not valid in state InTransaction")
             )
-        if not callable(getattr(inner.broker, "begin_transaction", None)):
+        if not callable(getattr(inner.producer.broker, "begin_transaction", None)):
             raise KafkaException(
                 KafkaError(
                     KafkaError._NOT_IMPLEMENTED,
@@ -728,7 +724,7 @@ class Producer(Connecting):
         try:
             # a broker that holds the transaction's messages until the commit reports them
             # then (their offsets are not known before); Kafka reports each once acknowledged
-            inner._begin_transaction(defer=bool(getattr(inner.broker, "holds_transactions", False)))
+            inner.begin_transaction(hold_reports=bool(getattr(inner.producer.broker, "holds_transactions", False)))
         except ProducerError as exc:
             raise self._txn_failed("begin_transaction", exc) from exc
         self._txn_open = True
@@ -749,7 +745,7 @@ class Producer(Connecting):
             )
         wait = self._txn_timeout(timeout)
         try:
-            inner.send_offsets_to_transaction(positions, group_metadata, 60.0 if wait is None else wait)
+            inner.producer.send_offsets_to_transaction(positions, group_metadata, 60.0 if wait is None else wait)
         except ProducerError as exc:
             raise self._txn_failed("send_offsets_to_transaction", exc) from exc
 
@@ -776,7 +772,7 @@ class Producer(Connecting):
                 )
             )
         try:
-            inner.commit_transaction(None, wait)
+            inner.producer.commit_transaction(None, wait)
         except ProducerError as exc:
             raise self._txn_failed("commit_transaction", exc) from exc
         self._txn_open = False
@@ -793,12 +789,76 @@ class Producer(Connecting):
             raise KafkaException(KafkaError(KafkaError._STATE, "abort_transaction: Operation not valid in state Ready"))
         self.purge(in_queue=True)
         try:
-            inner.abort_transaction()
+            inner.producer.abort_transaction()
         except ProducerError as exc:
             raise self._txn_failed("abort_transaction", exc) from exc
         finally:
             self._serve()
         self._txn_open = False
+
+
+@final
+class Flushing:
+    """One flush of a drop-in :class:`Producer`: the producer it owns sends everything at once
+    (:meth:`DropInPort.begin_flush <idempotent.producer.dropin.DropInPort.begin_flush>`) from
+    now, or, while it is still connecting, from the moment :meth:`follow` finds it connected,
+    until :meth:`end`. The caller waits for the reports itself (``Producer.flush`` in its
+    thread, ``AIOProducer.flush`` on its loop). Raises nothing.
+    """
+
+    __slots__ = ("_owner", "_port")
+
+    def __init__(self, owner: Producer) -> None:
+        self._owner = owner
+        self._port = owner._inner
+        if self._port is not None:
+            self._port.begin_flush()
+
+    def follow(self) -> None:
+        """Flush the owner's producer too if it connected since this flush began."""
+        if self._port is None:
+            port = self._owner._inner
+            if port is not None:
+                self._port = port
+                port.begin_flush()
+
+    def end(self) -> None:
+        """End the flush: the producer's buffers linger again (unless another flush runs)."""
+        port, self._port = self._port, None
+        if port is not None:
+            port.end_flush()
+
+
+@final
+class LoopHooks:
+    """What the asyncio producer (``_kafka_aio.AIOProducer``) drives of the drop-in
+    :class:`Producer` it wraps beyond its confluent-kafka API: it serves the reports on its
+    event loop, and waits there, instead of in a thread.
+
+    Args:
+        producer: the drop-in producer the asyncio one owns.
+    """
+
+    __slots__ = ("_producer",)
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    def wake_on_report(self, wake: Callable[[], None] | None) -> None:
+        """Have ``wake()`` called after each delivery report or error is queued, from the
+        thread that queued it, without the producer's lock (None: nothing is called). It must
+        return at once and not raise (the loop's ``call_soon_threadsafe``). Raises nothing."""
+        self._producer._reports.wake = wake
+
+    @property
+    def message_timeout(self) -> float:
+        """``message.timeout.ms``, in seconds: how long a record may wait for room in a full
+        queue before it fails with ``_QUEUE_FULL``."""
+        return self._producer._config.delivery_timeout_ms / 1000
+
+    def flushing(self) -> Flushing:
+        """Start one flush (see :class:`Flushing`); the caller ends it. Raises nothing."""
+        return Flushing(self._producer)
 
 
 #: a confluent-kafka serializer: ``serializer(obj, ctx) -> bytes``

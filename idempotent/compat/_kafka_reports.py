@@ -16,16 +16,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from idempotent.core.outcomes import DeliveryStatus
-from idempotent.producer.delivery import RecordBuffer, Segment
+from idempotent.producer.dropin import DropInPort, RecordBuffer, Segment
 
 from ._kafka_errors import KafkaError, MessageStatus, kafka_error_of
 from ._kafka_message import DeliveredMessage, Message
-
-if TYPE_CHECKING:
-    from idempotent.producer.producer import Producer as _Producer
 
 _LOG = logging.getLogger("idempotent.compat.confluent_kafka")
 _STATUS = {
@@ -45,12 +42,12 @@ class _Span:
     """Records of one ended span whose reports are not served yet (``next`` is the first
     record still to serve)."""
 
-    __slots__ = ("buffer", "error", "latency", "next", "producer", "segment", "status")
+    __slots__ = ("buffer", "error", "latency", "next", "port", "segment", "status")
 
     def __init__(
-        self, producer: _Producer, buffer: RecordBuffer, segment: Segment, latency: float, error: KafkaError | None
+        self, port: DropInPort, buffer: RecordBuffer, segment: Segment, latency: float, error: KafkaError | None
     ) -> None:
-        self.producer = producer
+        self.port = port
         self.buffer = buffer
         self.segment = segment
         self.latency = latency
@@ -64,7 +61,7 @@ class Reports:
 
     ``cond`` (on ``lock``) is the drop-in producer's one lock: it also guards the records
     queued while it connects. An RLock, so that a Ctrl-C in ``poll``/``flush`` leaves it held
-    by its owner (see ``idempotent.producer.producer.Producer._lock``).
+    by its owner (see ``idempotent.producer.sender.Sender.lock``).
     """
 
     def __init__(self) -> None:
@@ -100,13 +97,13 @@ class Reports:
         if self.wake is not None:
             self.wake()
 
-    def ended(self, producer: _Producer, buffer: RecordBuffer, segment: Segment) -> int:
-        """The span listener of ``producer``: queue a span's reports (their records count
-        against its buffer limits until served). Returns how many records it holds."""
+    def ended(self, port: DropInPort, buffer: RecordBuffer, segment: Segment) -> int:
+        """The span listener of ``port``'s producer: queue a span's reports (their records
+        count against its buffer limits until served). Returns how many records it holds."""
         error = segment[5]
-        stopped = error is not None and producer._halted is error
+        stopped = error is not None and port.halted is error
         kafka_error = None if error is None else kafka_error_of(error, segment[6], stopped)
-        span = _Span(producer, buffer, segment, time.monotonic() - buffer.first_at, kafka_error)
+        span = _Span(port, buffer, segment, time.monotonic() - buffer.first_at, kafka_error)
         with self.cond:
             if kafka_error is not None and kafka_error.fatal() and self.fatal is None:
                 self.fatal = kafka_error
@@ -173,7 +170,7 @@ class Reports:
                 self.spans.popleft()
         values = buffer.values[start:end]
         keys = buffer.keys[start:end] if buffer.keys is not None else ()
-        span.producer._served(count, sum(map(len, filter(None, values))) + sum(map(len, filter(None, keys))))
+        span.port.served(count, sum(map(len, filter(None, values))) + sum(map(len, filter(None, keys))))
         return count
 
 

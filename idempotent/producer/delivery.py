@@ -107,7 +107,7 @@ class RecordBuffer:
         self.sequences: list[int | None] | None = None
         self.callbacks: list[DeliveryCallback | None] | None = None
         #: per record: what a drop-in serves the record's report with (its own callback), kept
-        #: for it and never called here (see ``Producer._span_listener``)
+        #: for it and never called here (see ``DropInPort.listen``)
         self.reports: list[object] | None = None
         #: per record: its own time in milliseconds (None: the time its batch is stored)
         self.timestamps: list[int | None] | None = None

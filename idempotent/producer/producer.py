@@ -18,7 +18,6 @@ import contextlib
 import itertools
 import logging
 import sys
-import threading
 import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -51,10 +50,9 @@ from idempotent.producer.delivery import (
     DeliveryCallback,
     DeliveryFuture,
     Part,
-    RecordBuffer,
     SendManyFuture,
 )
-from idempotent.producer.sender import YIELD_WAIT, Route, SenderLoop, SpanListener
+from idempotent.producer.sender import YIELD_WAIT, Route, Sender
 
 _LOG = logging.getLogger("idempotent.producer.producer")
 
@@ -83,7 +81,7 @@ def default_partition(key: bytes | None, partitions: int, counter: int) -> int:
     return zlib.crc32(key) % partitions
 
 
-class Producer(SenderLoop):
+class Producer:
     """Exactly-once producer. Thread-safe.
 
     Args:
@@ -99,7 +97,7 @@ class Producer(SenderLoop):
         request_timeout_ms: resend a batch that got no answer for this long.
         delivery_timeout_ms: fail a message not delivered within this long.
         max_buffered_records: ``send`` raises QueueFullError beyond this many unfinished.
-        max_buffered_bytes: with a drop-in's ``_add``, QueueFullError beyond this many bytes
+        max_buffered_bytes: with a drop-in's ``DropInPort.add``, QueueFullError beyond this many bytes
             of keys and values unfinished (None: no bound).
         init_timeout_ms: how long to retry ``init_producer`` on retriable errors.
         metadata_max_age_ms: how long a topic's partition count is trusted before the broker
@@ -143,7 +141,6 @@ class Producer(SenderLoop):
             raise ConfigError("max_block_ms must be 0 or more")
         self._max_block = max_block_ms / 1000
         self._metadata_max_age = metadata_max_age_ms / 1000
-        self._metadata_due = time.monotonic() + self._metadata_max_age
         self._owns_broker = isinstance(url_or_broker, str)
         self._broker = (
             open_for_producer(url_or_broker, **connect_options) if isinstance(url_or_broker, str) else url_or_broker
@@ -182,44 +179,29 @@ class Producer(SenderLoop):
         self._max_buffered = max_buffered_records
         #: the largest key + value + headers a record may have (Record.size counts 16 more)
         self._max_payload = sys.maxsize if self._max_record_bytes is None else self._max_record_bytes - 16
-        #: guards the buffers, the routes and the sequencer; the sender waits on ``_cond``.
-        #: An RLock: a Condition on it takes it back even when a signal handler raises in
-        #: ``wait`` (Ctrl-C in ``flush``); on a Lock the interrupted re-acquire would leave
-        #: the caller's ``with`` to release a lock another thread holds.
-        self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
-        self._routes: dict[str, Route] = {}
-        #: (route, partition) of the buffers that got their first record since the sender
-        #: last took them
-        self._filled: list[tuple[Route, int]] = []
-        #: records accepted by send and send_many whose outcome is not recorded yet (or, with a
-        #: span listener, not served yet), and the bytes of those a drop-in added
-        self._outstanding = 0
-        #: records that ended and were handed to a span listener, not served by its owner yet
-        self._held = 0
-        self._outstanding_bytes = 0
-        self._max_buffered_bytes = max_buffered_bytes
-        #: why send refuses records (closed, or the error that failed the producer), or None
-        self._halted: ProducerError | None = None
-        #: when the sender wakes up next (it is woken earlier only when that is too late)
-        self._wake_at = 0.0
-        self._flushing = 0
+        #: the records held and the sender thread; what it shares with ``send`` is its own
+        self._sender = sender = Sender(
+            self._seq,
+            self._broker,
+            self._session,
+            linger=self._linger,
+            max_batch_records=max_batch_records,
+            metadata_max_age=self._metadata_max_age,
+            max_buffered=max_buffered_records,
+            max_buffered_bytes=max_buffered_bytes,
+        )
+        # the sender's objects that are never replaced, under short names for the hot paths
+        self._lock = sender.lock
+        self._cond = sender.cond
+        self._routes = sender.routes
+        self._gate = sender.gate
         self._counter = itertools.count()
-        self._closing = False
         self._closed = False
-        self._span_listener: SpanListener | None = None
-        #: the ended batches of the open transaction, completed at its commit or abort (None:
-        #: no transaction open); and the error send() raises while a commit or abort runs
-        self._txn_events: list[Event] | None = None
+        #: whether a transaction is open; and the error send() raises while a commit or abort
+        #: runs (the ended batches of the open transaction are the sender's ``txn_events``)
         self._txn_open = False
         self._txn_ending: ProducerError | None = None
-        #: open (set) except while the sender writes a large group on its own thread: then
-        #: send() waits for it, at most YIELD_WAIT (see SenderLoop._submit)
-        self._gate = threading.Event()
-        self._gate.set()
-        self._yielding = False
-        self._thread = threading.Thread(target=self._run, name="idempotent-sender", daemon=True)
-        self._thread.start()
+        sender.thread.start()
 
     def _init(self, producer_name: str | None, timeout: float) -> ProducerSession:
         import tenacity  # only when opening needs a retry loop: not at import
@@ -353,7 +335,7 @@ class Producer(SenderLoop):
             try:
                 return self._broker.partitions_for(topic)
             except ProducerError as exc:
-                if not exc.retriable or self._closing or time.monotonic() + pause > deadline:
+                if not exc.retriable or self._sender.closing or time.monotonic() + pause > deadline:
                     raise
                 _LOG.info("the partition count of %r is not known yet (%s); asking again", topic, exc)
             time.sleep(pause)
@@ -436,7 +418,8 @@ class Producer(SenderLoop):
             ProducerClosedError: the producer is closed.
             ProducerError: the producer failed earlier (fenced, unknown producer, ...).
         """
-        if self._yielding:
+        sender = self._sender
+        if sender.yielding:
             self._gate.wait(YIELD_WAIT)
         route = self._routes.get(topic)
         if route is None:
@@ -469,68 +452,17 @@ class Producer(SenderLoop):
         if sequence is not None:
             sequences_for(1, sequence)  # validates: UsageError
         with self._lock:
-            if self._halted is not None:
-                raise self._halted
-            self._outstanding += 1
-            if self._outstanding > self._max_buffered:
-                self._outstanding -= 1
-                raise QueueFullError(f"{self._outstanding} records are waiting; flush() or slow down")
+            if sender.halted is not None:
+                raise sender.halted
+            sender.outstanding += 1
+            if sender.outstanding > self._max_buffered:
+                sender.outstanding -= 1
+                raise QueueFullError(f"{sender.outstanding} records are waiting; flush() or slow down")
             buffer = buffers[partition]
             index = buffer.append(value, key, on_delivery, None, None, header_tuple, sequence)
             if index == 0:
-                self._first(route, partition, buffer)
+                sender.first(route, partition, buffer)
         return None if on_delivery is not None else DeliveryFuture(buffer, index)
-
-    def _first(self, route: Route, partition: int, buffer: RecordBuffer) -> None:
-        """A buffer got its first record (the lock held): note when, and wake the sender
-        when it would otherwise sleep past this buffer's linger."""
-        now = buffer.first_at = time.monotonic()
-        buffer.created_ms = int(time.time() * 1000)
-        self._filled.append((route, partition))
-        if self._wake_at > now + self._linger:
-            self._wake_at = now + self._linger
-            self._cond.notify()
-
-    def _add(
-        self,
-        route: Route,
-        partition: int,
-        value: bytes | None,
-        key: bytes | None,
-        report: object,
-        timestamp: int | None,
-        headers: Headers | None,
-        sequence: int | None,
-        size: int = 0,
-    ) -> RecordBuffer:
-        """Append one record whose arguments a drop-in has checked already (types, the
-        partition, the size against the broker's limit): ``report`` is kept in the buffer's
-        ``reports`` column for the drop-in's span listener, never called by the producer;
-        ``size`` (its key and value bytes) counts against ``max_buffered_bytes`` until
-        :meth:`_served`. Returns the buffer the record went into (the lock held only inside).
-
-        Raises:
-            ProducerError: the producer failed earlier, or is closed.
-            QueueFullError: ``max_buffered_records`` unfinished records.
-        """
-        if self._yielding:
-            self._gate.wait(YIELD_WAIT)
-        with self._lock:
-            if self._halted is not None:
-                raise self._halted
-            if self._outstanding + self._held >= self._max_buffered or (
-                self._max_buffered_bytes is not None
-                and self._outstanding + self._held
-                and self._outstanding_bytes + size > self._max_buffered_bytes
-            ):
-                raise QueueFullError(f"{self._outstanding} records ({self._outstanding_bytes} bytes) are waiting")
-            self._outstanding += 1
-            self._outstanding_bytes += size
-            buffer = route.buffers[partition]
-            index = buffer.append(value, key, None, report, timestamp, headers, sequence)
-            if index == 0:
-                self._first(route, partition, buffer)
-            return buffer
 
     def send_many(
         self,
@@ -618,20 +550,20 @@ class Producer(SenderLoop):
                     for p, indices in by_partition.items()
                 ]
         with self._lock:
-            if self._halted is not None:
-                raise self._halted
-            if self._outstanding >= self._max_buffered:
-                raise QueueFullError(f"{self._outstanding} records are waiting; flush() or slow down")
+            if self._sender.halted is not None:
+                raise self._sender.halted
+            if self._sender.outstanding >= self._max_buffered:
+                raise QueueFullError(f"{self._sender.outstanding} records are waiting; flush() or slow down")
             now = time.monotonic()
             for share_partition, share, share_sequence, part, share_sizes in shares:
                 # the records sent before this call go first: hand them over ahead of it
                 if route.buffers[share_partition].values:
-                    self._hand_over(route, share_partition)
+                    self._sender.hand_over(route, share_partition)
                 self._seq.add_many(topic, share_partition, share, now, share_sequence, part, share_sizes)
-                self._outstanding += len(share)
+                self._sender.outstanding += len(share)
             if self._seq.wakeup:
                 self._seq.wakeup = False
-                self._wake_at = 0.0
+                self._sender.wake_at = 0.0
                 self._cond.notify()
         return future
 
@@ -642,17 +574,17 @@ class Producer(SenderLoop):
             How many messages are still unfinished (0 unless ``timeout`` ran out).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._begin_flush()
+        self._sender.begin_flush()
         try:
             with self._cond:
-                while self._outstanding:
+                while self._sender.outstanding:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         break
                     self._cond.wait(remaining if remaining is not None else 0.5)
-                return self._outstanding
+                return self._sender.outstanding
         finally:
-            self._end_flush()
+            self._sender.end_flush()
 
     def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout``), fail whatever is left as closed, stop, and close the
@@ -666,19 +598,19 @@ class Producer(SenderLoop):
             self.flush(timeout)
         finally:
             with self._cond:
-                self._closing = True
-                if self._halted is None:
-                    self._halted = ProducerClosedError("producer is closed")
+                self._sender.closing = True
+                if self._sender.halted is None:
+                    self._sender.halted = ProducerClosedError("producer is closed")
                 if self._seq.failure is None:  # what is still buffered fails with the rest
-                    for route, partition in self._filled:
+                    for route, partition in self._sender.filled:
                         if route.buffers[partition].values:
-                            self._hand_over(route, partition)
-                    self._filled = []
+                            self._sender.hand_over(route, partition)
+                    self._sender.filled = []
                 # (after a failure the sender purges the buffers with its error)
                 self._seq.close()
-                self._wake_at = 0.0
+                self._sender.wake_at = 0.0
                 self._cond.notify_all()
-            self._thread.join(10)
+            self._sender.thread.join(10)
             self._closed = True
             if self._owns_broker:
                 self._broker.close()
@@ -713,13 +645,13 @@ class Producer(SenderLoop):
         with self._cond:
             if self._txn_open:
                 raise TransactionStateError("a transaction is open already: commit or abort it first")
-            if self._halted is not None:
-                raise self._halted
+            if self._sender.halted is not None:
+                raise self._sender.halted
         self.flush()
         begin(self.producer_id, self.producer_epoch)
         with self._cond:
             self._txn_open = True
-            self._txn_events = [] if defer else None
+            self._sender.txn_events = [] if defer else None
 
     def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any, timeout: float = 30.0) -> None:
         """Extension (``kafka://``): commit a Kafka consumer group's ``offsets`` (a list of
@@ -769,7 +701,7 @@ class Producer(SenderLoop):
                     f"the transaction's records were not all written within {timeout} s; call commit again"
                 )
             with self._cond:
-                events = list(self._txn_events or ())
+                events = list(self._sender.txn_events or ())
             failed = next((e for e in events if isinstance(e, BatchFailed)), None)
             if failed is not None:
                 raise TransactionAbortableError(f"a batch of the transaction failed, abort it: {failed.error}")
@@ -861,13 +793,13 @@ class Producer(SenderLoop):
 
     def _block_sends(self, why: str) -> None:
         """Refuse send() while a commit or abort runs (lock held)."""
-        if self._halted is None:
-            self._txn_ending = self._halted = TransactionStateError(f"{why}: send after it returns")
+        if self._sender.halted is None:
+            self._txn_ending = self._sender.halted = TransactionStateError(f"{why}: send after it returns")
 
     def _unblock_sends(self) -> None:
         with self._cond:
-            if self._txn_ending is not None and self._halted is self._txn_ending:
-                self._halted = self._seq.failure
+            if self._txn_ending is not None and self._sender.halted is self._txn_ending:
+                self._sender.halted = self._seq.failure
             self._txn_ending = None
 
     def _end_transaction(
@@ -877,7 +809,7 @@ class Producer(SenderLoop):
         offsets the commit gave (``answers``: a broker that held the batches until then), or
         fail the delivered ones NOT_PERSISTED with ``error``."""
         with self._cond:
-            events, self._txn_events = self._txn_events or [], None
+            events, self._sender.txn_events = self._sender.txn_events or [], None
             self._txn_open = False
         if answers:
             events = [_answered(e, answers) for e in events]
@@ -886,9 +818,9 @@ class Producer(SenderLoop):
                 BatchFailed(e.batch, error, DeliveryStatus.NOT_PERSISTED) if isinstance(e, BatchDelivered) else e
                 for e in events
             ]
-        held = self._complete(events)
+        held = self._sender.complete(events)
         with self._cond:
-            self._held += held
+            self._sender.held += held
             self._cond.notify_all()
 
     def __enter__(self) -> Producer:

@@ -1,15 +1,18 @@
-"""The producer's sender thread: takes due buffers, sends batches, records how they ended.
+"""The records a producer holds and its sender thread: :class:`Sender`.
 
-:class:`SenderLoop` is the part of :class:`~idempotent.producer.producer.Producer` that runs on its
-sender thread (``idempotent-sender``): each round it hands every due buffer whole to the
-sequencer (:meth:`_take`), sends the round's batches to the broker in one call
-(:meth:`_submit`), feeds the answers back (:meth:`_answered`), and records each ended batch once
-per span of a buffer (:meth:`_complete`). It also refreshes partition counts and serves the
-drop-ins' hooks: a span listener (delivery reports served on the application's thread), a
-purge of records not sent yet, and flushing without waiting here.
+A :class:`~idempotent.producer.producer.Producer` owns one :class:`Sender`. It holds what
+``send`` and the sender thread share: each partition's :class:`RecordBuffer` (through the
+topics' :class:`Route`), the counts of unfinished records, the lock. On its thread
+(``idempotent-sender``) each round it hands every due buffer whole to the sequencer
+(:meth:`Sender._take`), sends the round's batches to the broker in one call
+(:meth:`Sender._submit`), feeds the answers back (:meth:`Sender._answered`), and records each
+ended batch once per span of a buffer (:meth:`Sender.complete`). It also refreshes partition
+counts and serves what the drop-ins drive through their port
+(:class:`~idempotent.producer.dropin.DropInPort`): the checked per-record path
+(:meth:`Sender.add`), a span listener (delivery reports served on the application's thread),
+a purge of records not sent yet, and flushing without waiting here.
 
-The state it works on belongs to the producer (declared below for the type checker); every
-change happens under the producer's lock, and nothing is called out while it is held.
+Every change of its state happens under its lock, and nothing is called out while it is held.
 """
 
 from __future__ import annotations
@@ -26,18 +29,18 @@ from typing import cast
 
 from idempotent.api import BrokerAPI
 from idempotent.core.outcomes import DeliveryStatus, Outcome, ProduceResult
-from idempotent.core.records import Record, RecordColumns, trusted_record
+from idempotent.core.records import Headers, Record, RecordColumns, trusted_record
 from idempotent.core.request import ProduceRequest
 from idempotent.core.sequence import sequence_at
 from idempotent.core.sequencer import BatchDelivered, BatchFailed, Event, OutgoingBatch, ProducerSequencer
 from idempotent.core.values import ProducerSession
-from idempotent.errors import ProducerError, internal_error
+from idempotent.errors import ProducerError, QueueFullError, internal_error
 from idempotent.producer.delivery import Part, RecordBuffer, Segment
 
 _LOG = logging.getLogger("idempotent.producer.producer")
 
 #: the longest a ``send`` waits for the sender's write when it yields to it (see
-#: :meth:`SenderLoop._submit`); after that it goes on regardless
+#: :meth:`Sender._submit`); after that it goes on regardless
 YIELD_WAIT = 0.1
 #: the fewest records, or bytes (as ``Record.size`` counts), of a group written on the
 #: sender's thread for sends to wait for it (smaller groups are a producer well below its
@@ -72,37 +75,164 @@ class Route:
 #: Called by the sender for every span of a buffer that ended (the drop-ins serve delivery
 #: reports from it), after the buffer has recorded it. Returns how many of the span's records
 #: it holds for its owner to serve later (they count against the buffer limits until
-#: :meth:`SenderLoop._served`); 0 when it served them already.
+#: :meth:`Sender.served`); 0 when it served them already.
 SpanListener = Callable[[RecordBuffer, Segment], int]
 
 
-class SenderLoop:
-    """The producer's sender thread and the hooks around it (see the module docstring)."""
+class Sender:
+    """The records a producer holds and its sender thread (see the module docstring).
 
-    _lock: threading.RLock
-    _cond: threading.Condition
-    _seq: ProducerSequencer
-    _broker: BrokerAPI
-    _session: ProducerSession
-    _routes: dict[str, Route]
-    _filled: list[tuple[Route, int]]
-    _outstanding: int
-    _held: int
-    _outstanding_bytes: int
-    _halted: ProducerError | None
-    _wake_at: float
-    _flushing: int
-    _closing: bool
-    _linger: float
-    _max_batch_records: int
-    _metadata_max_age: float
-    _metadata_due: float
-    _span_listener: SpanListener | None
-    _txn_events: list[Event] | None
-    _gate: threading.Event
-    _yielding: bool
+    A :class:`~idempotent.producer.producer.Producer` makes one and owns it. Its attributes
+    are the state ``send`` and the sender thread share; each is changed only under ``lock``
+    (``cond`` is on it), and nothing is called out while it is held.
 
-    def _hand_over(self, route: Route, partition: int) -> None:
+    Args:
+        seq: the producer's sequencer (driven here under ``lock``).
+        broker: where the batches go (``submit_requests``, ``partitions_for``).
+        session: the producer's identity, stamped on every request.
+        linger: seconds a buffer waits for more records after its first.
+        max_batch_records: a buffer with this many records is due at once.
+        metadata_max_age: seconds a topic's partition count is trusted.
+        max_buffered: :meth:`add` refuses records beyond this many unfinished.
+        max_buffered_bytes: :meth:`add` refuses records beyond this many bytes unfinished
+            (None: no bound).
+    """
+
+    __slots__ = (
+        "broker",
+        "closing",
+        "cond",
+        "filled",
+        "flushing",
+        "gate",
+        "halted",
+        "held",
+        "linger",
+        "lock",
+        "max_batch_records",
+        "max_buffered",
+        "max_buffered_bytes",
+        "metadata_due",
+        "metadata_max_age",
+        "outstanding",
+        "outstanding_bytes",
+        "routes",
+        "seq",
+        "session",
+        "span_listener",
+        "thread",
+        "txn_events",
+        "wake_at",
+        "yielding",
+    )
+
+    def __init__(
+        self,
+        seq: ProducerSequencer,
+        broker: BrokerAPI,
+        session: ProducerSession,
+        *,
+        linger: float,
+        max_batch_records: int,
+        metadata_max_age: float,
+        max_buffered: int,
+        max_buffered_bytes: int | None,
+    ) -> None:
+        self.seq = seq
+        self.broker = broker
+        self.session = session
+        self.linger = linger
+        self.max_batch_records = max_batch_records
+        self.metadata_max_age = metadata_max_age
+        self.metadata_due = time.monotonic() + metadata_max_age
+        self.max_buffered = max_buffered
+        self.max_buffered_bytes = max_buffered_bytes
+        #: guards the buffers, the routes and the sequencer; the sender waits on ``cond``.
+        #: An RLock: a Condition on it takes it back even when a signal handler raises in
+        #: ``wait`` (Ctrl-C in ``flush``); on a Lock the interrupted re-acquire would leave
+        #: the caller's ``with`` to release a lock another thread holds.
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.routes: dict[str, Route] = {}
+        #: (route, partition) of the buffers that got their first record since the sender
+        #: last took them
+        self.filled: list[tuple[Route, int]] = []
+        #: records accepted by send and send_many whose outcome is not recorded yet (or, with a
+        #: span listener, not served yet), and the bytes of those a drop-in added
+        self.outstanding = 0
+        #: records that ended and were handed to a span listener, not served by its owner yet
+        self.held = 0
+        self.outstanding_bytes = 0
+        #: why send refuses records (closed, or the error that failed the producer), or None
+        self.halted: ProducerError | None = None
+        #: when the sender wakes up next (it is woken earlier only when that is too late)
+        self.wake_at = 0.0
+        self.flushing = 0
+        self.closing = False
+        self.span_listener: SpanListener | None = None
+        #: the ended batches of the open transaction, completed at its commit or abort (None:
+        #: no transaction open)
+        self.txn_events: list[Event] | None = None
+        #: open (set) except while the sender writes a large group on its own thread: then
+        #: send() waits for it, at most YIELD_WAIT (see :meth:`_submit`)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.yielding = False
+        self.thread = threading.Thread(target=self.run, name="idempotent-sender", daemon=True)
+
+    def first(self, route: Route, partition: int, buffer: RecordBuffer) -> None:
+        """A buffer got its first record (the lock held): note when, and wake the sender
+        when it would otherwise sleep past this buffer's linger."""
+        now = buffer.first_at = time.monotonic()
+        buffer.created_ms = int(time.time() * 1000)
+        self.filled.append((route, partition))
+        if self.wake_at > now + self.linger:
+            self.wake_at = now + self.linger
+            self.cond.notify()
+
+    def add(
+        self,
+        route: Route,
+        partition: int,
+        value: bytes | None,
+        key: bytes | None,
+        report: object,
+        timestamp: int | None,
+        headers: Headers | None,
+        sequence: int | None,
+        size: int = 0,
+    ) -> RecordBuffer:
+        """Append one record whose arguments a drop-in has checked already (types, the
+        partition, the size against the broker's limit): ``report`` is kept in the buffer's
+        ``reports`` column for the drop-in's span listener, never called by the producer;
+        ``size`` (its key and value bytes) counts against ``max_buffered_bytes`` until
+        :meth:`served`. Returns the buffer the record went into (the lock held only inside).
+        The drop-ins call it as :attr:`~idempotent.producer.dropin.DropInPort.add`.
+
+        Raises:
+            ProducerError: the producer failed earlier, or is closed.
+            QueueFullError: ``max_buffered_records`` unfinished records.
+        """
+        if self.yielding:
+            self.gate.wait(YIELD_WAIT)
+        with self.lock:
+            if self.halted is not None:
+                raise self.halted
+            if self.outstanding + self.held >= self.max_buffered or (
+                self.max_buffered_bytes is not None
+                and self.outstanding + self.held
+                and self.outstanding_bytes + size > self.max_buffered_bytes
+            ):
+                raise QueueFullError(f"{self.outstanding} records ({self.outstanding_bytes} bytes) are waiting")
+            self.outstanding += 1
+            self.outstanding_bytes += size
+            buffer = route.buffers[partition]
+            index = buffer.append(value, key, None, report, timestamp, headers, sequence)
+            if index == 0:
+                self.first(route, partition, buffer)
+            return buffer
+
+    def hand_over(self, route: Route, partition: int) -> None:
         """Give a partition's buffer to the sequencer whole (lock held) and start a new one.
 
         Runs of records with application sequences and runs without are added separately;
@@ -127,13 +257,13 @@ class SenderLoop:
             )
         sequences = buffer.sequences
         if sequences is None:
-            self._seq.add_many(route.topic, partition, records, buffer.first_at, None, buffer)
+            self.seq.add_many(route.topic, partition, records, buffer.first_at, None, buffer)
             return
         start = 0
         for explicit, run in itertools.groupby(sequences, key=lambda s: s is not None):
             length = sum(1 for _ in run)
             chosen = cast(list[int], sequences[start : start + length]) if explicit else None
-            self._seq.add_many(
+            self.seq.add_many(
                 route.topic, partition, records[start : start + length], buffer.first_at, chosen, buffer, origin=start
             )
             start += length
@@ -142,23 +272,23 @@ class SenderLoop:
         """Hand every due buffer whose partition can take a batch to the sequencer (lock
         held); return when the next one that is not due yet will be, or None. Nothing once
         the sequencer has failed: the buffers are purged with its error (:meth:`_loop`)."""
-        if not self._filled or self._seq.failure is not None:
+        if not self.filled or self.seq.failure is not None:
             return None
         keep: list[tuple[Route, int]] = []
         due_at: float | None = None
-        for route, partition in self._filled:
+        for route, partition in self.filled:
             buffer = route.buffers[partition]
             if not buffer.values:
                 continue  # taken by send_many or close
-            ready = buffer.first_at + self._linger
-            due = self._flushing or self._closing or now >= ready or len(buffer.values) >= self._max_batch_records
-            if due and self._seq.has_room(route.topic, partition):
-                self._hand_over(route, partition)
+            ready = buffer.first_at + self.linger
+            due = self.flushing or self.closing or now >= ready or len(buffer.values) >= self.max_batch_records
+            if due and self.seq.has_room(route.topic, partition):
+                self.hand_over(route, partition)
                 continue
             keep.append((route, partition))
             if not due and (due_at is None or ready < due_at):
                 due_at = ready
-        self._filled = keep
+        self.filled = keep
         return due_at
 
     def _refresh_metadata(self, now: float) -> None:
@@ -166,23 +296,23 @@ class SenderLoop:
         than ``metadata_max_age_ms`` (the sender thread, no lock held while asking); none once
         the producer is closing, so that a cluster that does not answer (each question waits
         up to the backend's timeout) does not hold up :meth:`close`."""
-        age = self._metadata_max_age
-        if now < self._metadata_due:
+        age = self.metadata_max_age
+        if now < self.metadata_due:
             return
-        self._metadata_due = now + max(age, 0.1)
-        stale = {id(r): r for r in list(self._routes.values()) if now - r.checked_at >= age}
+        self.metadata_due = now + max(age, 0.1)
+        stale = {id(r): r for r in list(self.routes.values()) if now - r.checked_at >= age}
         for route in stale.values():
-            if self._closing:  # a closing producer sends to the partitions it knows
+            if self.closing:  # a closing producer sends to the partitions it knows
                 return
             try:
-                count = self._broker.partitions_for(route.topic)
+                count = self.broker.partitions_for(route.topic)
             except ProducerError as exc:  # keep the count in force; ask again next time
                 _LOG.debug("could not refresh the partitions of %s: %s", route.topic, exc)
                 continue
-            with self._lock:
+            with self.lock:
                 route.grow(count, now)
 
-    def _run(self) -> None:
+    def run(self) -> None:
         """The sender thread. It never ends with a record left without an outcome: an
         exception escaping the loop is a bug (logged, FATAL :class:`InternalError`), and every
         record still pending fails with it (:meth:`_stop`)."""
@@ -195,77 +325,77 @@ class SenderLoop:
         """End the producer on ``error``: new records are refused with it, every batch of
         the sequencer fails with it (POSSIBLY_PERSISTED where an attempt may be stored,
         NOT_PERSISTED otherwise) and every buffered record NOT_PERSISTED."""
-        with self._cond:
-            if self._halted is None:
-                self._halted = error
-            self._seq.fail(error)
+        with self.cond:
+            if self.halted is None:
+                self.halted = error
+            self.seq.fail(error)
             events = self._drain_events()
         held = 0
         try:
-            held = self._complete(events)
+            held = self.complete(events)
         finally:
-            with self._cond:
-                self._outstanding -= sum(len(event.batch.records) for event in events)
-                self._held += held
-                self._cond.notify_all()
-            self._purge(self._seq.failure or error)
+            with self.cond:
+                self.outstanding -= sum(len(event.batch.records) for event in events)
+                self.held += held
+                self.cond.notify_all()
+            self.purge(self.seq.failure or error)
 
     def _loop(self) -> None:
         while True:
             self._refresh_metadata(time.monotonic())
-            with self._cond:
+            with self.cond:
                 now = time.monotonic()
                 due_at = self._take(now)
-                self._seq.handle_timeout(now)
+                self.seq.handle_timeout(now)
                 self._note_failure()
-                batches = self._seq.batches_to_send(now)
+                batches = self.seq.batches_to_send(now)
                 events = self._drain_events()
                 # the sequencer failed: what is buffered will never be sent (after the events)
-                stranded = self._seq.failure if self._filled and self._seq.failure is not None else None
+                stranded = self.seq.failure if self.filled and self.seq.failure is not None else None
                 if not batches and not events and stranded is None:
-                    if self._closing and not self._outstanding:
+                    if self.closing and not self.outstanding:
                         return
-                    deadline = self._seq.next_deadline()
+                    deadline = self.seq.next_deadline()
                     if due_at is not None and (deadline is None or due_at < deadline):
                         deadline = due_at
                     wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - now))
                     if wait > 0:
-                        self._wake_at = now + wait
-                        self._cond.wait(wait)
-                        self._wake_at = 0.0
+                        self.wake_at = now + wait
+                        self.cond.wait(wait)
+                        self.wake_at = 0.0
                     continue
-                self._wake_at = 0.0
+                self.wake_at = 0.0
             if events:
-                held = self._complete(events)
-                with self._cond:
-                    self._outstanding -= sum(len(event.batch.records) for event in events)
-                    self._held += held
-                    self._cond.notify_all()
+                held = self.complete(events)
+                with self.cond:
+                    self.outstanding -= sum(len(event.batch.records) for event in events)
+                    self.held += held
+                    self.cond.notify_all()
             if batches:
                 self._submit(batches)
             if stranded is not None:
-                self._purge(stranded)
+                self.purge(stranded)
 
     def _drain_events(self) -> list[Event]:
         out = []
-        while (event := self._seq.next_event()) is not None:
+        while (event := self.seq.next_event()) is not None:
             out.append(event)
         return out
 
     def _note_failure(self) -> None:
         """Refuse new records once the sequencer has failed (lock held)."""
-        if self._halted is None and self._seq.failure is not None:
-            self._halted = self._seq.failure
+        if self.halted is None and self.seq.failure is not None:
+            self.halted = self.seq.failure
 
-    def _complete(self, events: list[Event]) -> int:
+    def complete(self, events: list[Event]) -> int:
         """Record how ended batches ended: one entry per span of each batch. Returns how many
         records were handed to a span listener: they count against ``max_buffered_records``
-        until its owner has served them (:meth:`_served`)."""
-        stash = self._txn_events
+        until its owner has served them (:meth:`served`)."""
+        stash = self.txn_events
         if stash is not None:  # an open transaction's: completed at its commit or abort
             stash.extend(events)
             return 0
-        listener = self._span_listener
+        listener = self.span_listener
         held = 0
         for event in events:
             batch = event.batch
@@ -295,27 +425,27 @@ class SenderLoop:
 
     # -- hooks of the drop-ins -------------------------------------------------------------
 
-    def _served(self, count: int, size: int = 0) -> None:
+    def served(self, count: int, size: int = 0) -> None:
         """A span listener's owner served the reports of ``count`` records of ``size``
-        bytes (see :meth:`Producer._add`): they no longer count against the buffer limits."""
-        with self._cond:
-            self._held -= count
-            self._outstanding_bytes -= size
-            self._cond.notify_all()
+        bytes (see :meth:`add`): they no longer count against the buffer limits."""
+        with self.cond:
+            self.held -= count
+            self.outstanding_bytes -= size
+            self.cond.notify_all()
 
-    def _purge(self, error: ProducerError) -> int:
+    def purge(self, error: ProducerError) -> int:
         """End every record not handed to the sequencer yet with ``error`` (NOT_PERSISTED), as
         librdkafka's ``purge(in_queue=True)`` does; batches already sent are not recalled.
         Returns how many records were purged."""
-        with self._cond:
+        with self.cond:
             taken: list[RecordBuffer] = []
-            for route, partition in self._filled:
+            for route, partition in self.filled:
                 buffer = route.buffers[partition]
                 if buffer.values:
                     route.buffers[partition] = RecordBuffer(route.topic, partition)
                     taken.append(buffer)
-            self._filled = []
-        listener = self._span_listener
+            self.filled = []
+        listener = self.span_listener
         held = 0
         for buffer in taken:
             segment: Segment = (0, len(buffer), None, -1, False, error, DeliveryStatus.NOT_PERSISTED)
@@ -323,30 +453,30 @@ class SenderLoop:
             if listener is not None:
                 held += listener(buffer, segment)
         purged = sum(len(buffer) for buffer in taken)
-        with self._cond:
-            self._outstanding -= purged
-            self._held += held
-            self._cond.notify_all()
+        with self.cond:
+            self.outstanding -= purged
+            self.held += held
+            self.cond.notify_all()
         return purged
 
-    def _begin_flush(self) -> None:
-        """Send everything buffered now, and keep doing so until :meth:`_end_flush`."""
-        with self._cond:
-            self._flushing += 1
-            self._seq.flush()
-            self._wake_at = 0.0
-            self._cond.notify_all()
+    def begin_flush(self) -> None:
+        """Send everything buffered now, and keep doing so until :meth:`end_flush`."""
+        with self.cond:
+            self.flushing += 1
+            self.seq.flush()
+            self.wake_at = 0.0
+            self.cond.notify_all()
 
-    def _end_flush(self) -> None:
-        with self._cond:
-            self._flushing -= 1
-            if not self._flushing:
-                self._seq.end_flush()
+    def end_flush(self) -> None:
+        with self.cond:
+            self.flushing -= 1
+            if not self.flushing:
+                self.seq.end_flush()
 
     def _submit(self, batches: list[OutgoingBatch]) -> None:
         """Hand one round's batches to the broker at once (``submit_requests``); their answers
         come back through :meth:`_answered`, at once or later."""
-        session = self._session
+        session = self.session
         requests: list[ProduceRequest] = []
         sent: list[OutgoingBatch] = []
         for batch in batches:
@@ -383,14 +513,14 @@ class SenderLoop:
                 sum(len(batch.records) for batch in sent) >= YIELD_MIN_RECORDS
                 or sum(batch.size for batch in sent) >= YIELD_MIN_BYTES
             )
-            and getattr(self._broker, "writes_on_submit", False)
-            and not getattr(self._broker, "writes_without_lock", False)
+            and getattr(self.broker, "writes_on_submit", False)
+            and not getattr(self.broker, "writes_without_lock", False)
         )
         if yielding:
-            self._gate.clear()
-            self._yielding = True
+            self.gate.clear()
+            self.yielding = True
         try:
-            answers = self._broker.submit_requests(requests)
+            answers = self.broker.submit_requests(requests)
         except ProducerError as exc:
             for batch in sent:
                 self._answered(batch.batch_id, batch.attempt, None, exc)
@@ -402,8 +532,8 @@ class SenderLoop:
             return
         finally:
             if yielding:
-                self._yielding = False
-                self._gate.set()
+                self.yielding = False
+                self.gate.set()
         for batch, answer in zip(sent, answers, strict=True):
             answer.add_done_callback(self._answer_of(batch.batch_id, batch.attempt))
 
@@ -433,12 +563,12 @@ class SenderLoop:
             result is not None and result.outcome is Outcome.IN_FLIGHT
         )
         retry_at = now + self._backoff(attempt) if retried else now
-        with self._cond:
+        with self.cond:
             if error is not None:
-                self._seq.handle_error(batch_id, attempt, error, now, retry_at)
+                self.seq.handle_error(batch_id, attempt, error, now, retry_at)
             else:
                 assert result is not None
-                self._seq.handle_result(batch_id, attempt, result, now, retry_at)
+                self.seq.handle_result(batch_id, attempt, result, now, retry_at)
             self._note_failure()
-            self._wake_at = 0.0
-            self._cond.notify_all()
+            self.wake_at = 0.0
+            self.cond.notify_all()

@@ -18,6 +18,7 @@ import confluent_kafka
 import pytest
 
 import idempotent
+import idempotent.producer.sender
 from idempotent import DeliveryFailed, DeliveryStatus, ProducerFencedError, Recovery
 from idempotent.adapters import open_backend
 from idempotent.adapters.memory import reset_store
@@ -248,7 +249,7 @@ def test_a_record_moving_to_the_opened_producer_is_still_waited_for(url: str, mo
     start in four on Kafka)."""
     connect = _kafka_connect.Connecting._connect_inner
     released, adding, added = threading.Event(), threading.Event(), threading.Event()
-    add = idempotent.producer.producer.Producer._add
+    add = idempotent.producer.sender.Sender.add
 
     def held(self: Any) -> Any:
         released.wait(30)
@@ -260,7 +261,7 @@ def test_a_record_moving_to_the_opened_producer_is_still_waited_for(url: str, mo
         return add(self, *args, **kwargs)
 
     monkeypatch.setattr(_kafka_connect.Connecting, "_connect_inner", held)
-    monkeypatch.setattr(idempotent.producer.producer.Producer, "_add", slow_add)
+    monkeypatch.setattr(idempotent.producer.sender.Sender, "add", slow_add)
     producer = _producer(url)
     reports: list[Any] = []
     try:

@@ -7,9 +7,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, final
 
-from idempotent.producer.delivery import DeliveryFuture, RecordBuffer, Segment
+from idempotent.producer.delivery import DeliveryFuture
+from idempotent.producer.dropin import DropInPort, RecordBuffer, Segment
 from idempotent.producer.producer import Producer as _Producer
 
 from ...errors import ProducerError, QueueFullError
@@ -52,6 +53,8 @@ class Producer:
         router: Callable[[Any, int], int] | None = None,
     ) -> None:
         self._inner = inner
+        #: what ``send_async``'s short path drives of ``inner`` (idempotent/producer/dropin.py)
+        self._port = port = DropInPort(inner)
         #: the name as the application gave it (on a Pulsar URL the producer's own name also
         #: says the topic)
         self._name = name
@@ -86,7 +89,7 @@ class Producer:
         self._ids: Callable[[int, int | None], Any] | None = None
         #: the partition count the last message was routed with
         self._partitions: int | None = partitions
-        inner._span_listener = self._span_ended
+        port.listen(self._span_ended)
 
     @property
     def producer(self) -> _Producer:
@@ -202,26 +205,18 @@ class Producer:
         ):
             key = partition_key.encode() if partition_key and type(partition_key) is str else None
             if key is not None or partition_key is None:
-                route = self._partitions
-                inner = self._inner
+                count = self._partitions  # the partition count the last message was routed with
+                port = self._port
                 try:
+                    route = port.route(self._topic)
                     if (
-                        route is not None
-                        and route == inner.partitions_for(self._topic)
-                        and len(content) + (0 if key is None else len(key)) <= inner._max_payload
+                        count is not None
+                        and count == len(route.buffers)
+                        and len(content) + (0 if key is None else len(key)) <= port.max_payload
                     ):
-                        partition = 0 if route == 1 else self._route(partition_key, route)
+                        partition = 0 if count == 1 else self._route(partition_key, count)
                         # the callback goes to the buffer's reports column; _span_ended calls it
-                        inner._add(
-                            inner._routes.get(self._topic) or inner._route(self._topic),
-                            partition,
-                            content,
-                            key,
-                            callback,
-                            None,
-                            None,
-                            None,
-                        )
+                        port.add(route, partition, content, key, callback, None, None, None)
                         return
                 except QueueFullError:
                     pass  # the general path waits or refuses, as configured
@@ -421,6 +416,51 @@ class Producer:
             return
         self._closed = True
         self._inner.close(30)
+
+
+@final
+class LoopHooks:
+    """What the asyncio producer (``pulsar.asyncio.Producer``) drives of the drop-in
+    :class:`Producer` it wraps beyond pulsar-client's API: it queues each message with a
+    callback of its own and waits on its event loop, never in the producer.
+
+    Args:
+        producer: the drop-in producer the asyncio one owns (made with
+            ``block_if_queue_full=False``: a full queue waits on the loop).
+    """
+
+    __slots__ = ("_producer",)
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    def submit(
+        self,
+        content: bytes | None,
+        properties: Mapping[str, str] | None,
+        partition_key: str | None,
+        sequence_id: int | None,
+        options: Mapping[str, Any],
+        on_delivery: Callable[[BaseException | None, Any], None],
+    ) -> None:
+        """Check and queue one message as :meth:`Producer.send_async` does; once it is stored
+        or has failed, ``on_delivery(error, metadata)`` is called on the producer's sender
+        thread (``error`` None and ``metadata`` its record's metadata when stored, for
+        :meth:`message_id`). It must not raise.
+
+        Raises:
+            ProducerQueueIsFull: ``max_pending_messages`` reached; nothing queued, call again.
+            AlreadyClosed: the producer is closed.
+            InvalidConfiguration, OperationNotSupported, TypeError: a bad argument or an
+                unsupported option (named); nothing queued.
+            PulsarException: another mapped failure (the producer failed earlier, ...).
+        """
+        self._producer._submit(content, properties, partition_key, sequence_id, options, on_delivery)
+
+    def message_id(self, metadata: Any) -> Any:
+        """The message id of a stored message from its ``metadata`` (as :meth:`submit`'s
+        ``on_delivery`` got it), as :meth:`Producer.send` returns it. Raises nothing."""
+        return self._producer._id_of(metadata)
 
 
 class _Routed:

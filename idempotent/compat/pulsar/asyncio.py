@@ -27,6 +27,7 @@ from ._client import Client as _Client
 from ._consuming import shown, subscribed
 from ._errors import OperationNotSupported, ProducerQueueIsFull, Result
 from ._errors import PulsarException as _DropInException
+from ._producer import LoopHooks
 from ._producer import Producer as _Producer
 
 _NATIVE = "pulsar.asyncio"
@@ -89,6 +90,7 @@ class Producer:
 
     def __init__(self, producer: _Producer, block_if_queue_full: bool) -> None:
         self._producer = producer
+        self._hooks = LoopHooks(producer)
         self._block = block_if_queue_full
 
     @property
@@ -132,11 +134,11 @@ class Producer:
                 options[name] = value
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        producer = self._producer
+        hooks = self._hooks
 
         def delivered(error: BaseException | None, metadata: Any) -> None:
             if error is None:
-                loop.call_soon_threadsafe(_settle, future, Result.Ok, producer._id_of(metadata))
+                loop.call_soon_threadsafe(_settle, future, Result.Ok, hooks.message_id(metadata))
             else:
                 from ._errors import _exception_for
 
@@ -145,7 +147,7 @@ class Producer:
         delay = 0.001
         while True:
             try:
-                producer._submit(content, properties, partition_key, sequence_id, options, delivered)
+                hooks.submit(content, properties, partition_key, sequence_id, options, delivered)
                 break
             except ProducerQueueIsFull as exc:
                 if not self._block:
