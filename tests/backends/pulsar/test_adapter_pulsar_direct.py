@@ -322,3 +322,32 @@ def test_transactions_are_refused_saying_why_and_what_to_use(pulsar_service: Any
         assert "pulsar-client has no transaction API" in message and "kafka://" in message
         topic = topic_name("ptx")
         assert producer.send(topic, b"still-once").result(60).offset is not None  # the producer goes on
+
+
+def test_the_newest_message_of_an_empty_topic_is_known_without_a_reader(backend: Any, pulsar_service: Any) -> None:
+    """A topic that retains no entry (just made) is answered None from the admin API, no
+    reader opened; once a message is stored, a reader finds it as before."""
+    import pulsar
+
+    name = f"persistent://public/default/{topic_name('newest')}"
+    backend._admin.call("PUT", f"/admin/v2/persistent/public/default/{name.rsplit('/', 1)[1]}")
+    opened: list[str] = []
+    real = backend._client.create_reader
+
+    def counted(topic: str, *args: Any, **kwargs: Any) -> Any:
+        opened.append(topic)
+        return real(topic, *args, **kwargs)
+
+    backend._client.create_reader = counted
+    try:
+        assert backend._last(name) is None
+        assert opened == []
+        client = pulsar.Client(pulsar_service.bootstrap, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        try:
+            client.create_producer(name).send(b"stored")
+        finally:
+            client.close()
+        assert backend._last(name).data() == b"stored"
+        assert opened == [name]
+    finally:
+        backend._client.create_reader = real
