@@ -31,6 +31,7 @@ from idempotent.core.values import PartitionStats
 from .. import connect
 from ..api import BrokerAPI
 from ..backend import DescribesReplicas, TopicReplicas
+from ..errors import ProducerError
 from .common import (
     SERVER_SCHEMES,
     CliError,
@@ -199,15 +200,21 @@ def _on_off(value: object) -> str:
 
 
 def cmd_topics_list(args: argparse.Namespace) -> int:
-    """``idempotent topics list``: every topic, its partitions, end offsets and settings."""
+    """``idempotent topics list``: every topic, its partitions, end offsets and settings.
+
+    A topic whose checkers cannot be built (a topic made by another tool whose messages
+    cannot be read, such as an encrypted one) is listed without its settings (``-``), and a
+    line on stderr says why; the other topics are listed as usual."""
     broker = open_read_only(args.url, args.connect_timeout)
+    rows = []
     try:
-        topics = broker.topics()
-        stats = broker.stats() if topics else []
-        rows = [
-            _summary(broker, name, count, [s for s in stats if s.topic == name])
-            for name, count in sorted(topics.items())
-        ]
+        for name, count in sorted(broker.topics().items()):
+            try:
+                stats = broker.stats(name)
+            except ProducerError as exc:
+                err(f"topic {name}: its settings could not be read ({type(exc).__name__}: {exc})")
+                stats = []
+            rows.append(_summary(broker, name, count, stats))
     finally:
         broker.close()
     if args.json:

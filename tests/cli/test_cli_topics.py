@@ -136,3 +136,30 @@ def test_topics_on_kafka(kafka_service: Any, capsys: pytest.CaptureFixture[str])
 @pytest.mark.pulsar
 def test_topics_on_pulsar(pulsar_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     _lifecycle(capsys, pulsar_url)
+
+
+def test_a_topic_whose_settings_cannot_be_read_is_listed_without_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One topic that cannot be read (a foreign, encrypted one on Pulsar timed out the whole
+    listing) leaves the others listed as usual; stderr names it and why."""
+    from idempotent.broker.broker import Broker
+    from idempotent.errors import BackendUnavailableError
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    for topic in ("a", "b"):
+        assert run(capsys, "topics", "create", url, topic, "--partitions", "2")[0] == 0
+    real = Broker.stats
+
+    def stats(self: Broker, topic: str | None = None) -> Any:
+        if topic in (None, "a"):
+            raise BackendUnavailableError("replay a[0]: timed out")
+        return real(self, topic)
+
+    monkeypatch.setattr(Broker, "stats", stats)
+    code, out, err = run(capsys, "topics", "list", url, "--json")
+    assert code == 0, err
+    rows = {r["topic"]: r for r in json.loads(out)}
+    assert (rows["a"]["partitions"], rows["a"]["deduplication"]) == (2, None)
+    assert (rows["b"]["partitions"], rows["b"]["deduplication"]) == (2, True)
+    assert "topic a: its settings could not be read (BackendUnavailableError: replay a[0]: timed out)" in err
