@@ -7,9 +7,9 @@ and the bookkeeping around it: how many appends are in flight, whether one of th
 (the partition must then be rebuilt from its log), and the numbers ``stats`` reports. It
 decides; the shell takes the partition's lock, does the I/O the core asks for and reports
 back, through the one loop that carries out these actions for every shell
-(``idempotent/broker/decisions.py``, called by ``Broker`` and by the simulator). No threads,
-locks, clock or I/O here: every method that needs the time takes ``now`` (wall-clock
-seconds, as stored with batches and snapshots).
+(``idempotent/broker/decisions.py``, called by ``Broker``, ``DirectBroker`` and the
+simulator). No threads, locks, clock or I/O here: every method that needs the time takes
+``now`` (wall-clock seconds, as stored with batches and snapshots).
 
 The shell's side of one produce request, under the partition's lock::
 
@@ -20,7 +20,7 @@ The shell's side of one produce request, under the partition's lock::
                               |  Accept           note the partition (first write), then:
     append(header, now)       -> Append           store the batch (with the snapshot, if any)
     ... later, in append order ...
-    completed(append, base_offset | error, now)
+    completed(append, base_offset | error | NotStored, now)
                               -> [Reply | Fail, WriteSnapshot?]
 
 Decisions made here:
