@@ -3,23 +3,29 @@
 A partition's core decides and returns actions (``Recover``, ``Reply``, ``RefreshProducers``,
 ``WriteSnapshot``, ``Accept``, ``Append``, ``Fail``); a shell does the I/O they ask for. The
 order in which the actions are met and answered is the same for every shell, so it is
-written once, here, and every shell calls it: :class:`~idempotent.broker.broker.Broker`
-(through :class:`~idempotent.broker.partitions.PartitionShell` and
-:class:`~idempotent.broker.appends.AppendCompletions`) over a
-:class:`~idempotent.backend.LogBackend`, and
-:class:`~idempotent.testing.simulated_broker.SimulatedBroker` over its lists, so that a
-seeded simulation runs the loop that ships.
+written once, here, and every shell calls it:
+
+* :class:`~idempotent.broker.broker.Broker` (through
+  :class:`~idempotent.broker.partitions.PartitionShell` and
+  :class:`~idempotent.broker.appends.AppendCompletions`) over a
+  :class:`~idempotent.backend.LogBackend`;
+* :class:`~idempotent.broker.direct.DirectBroker`, a producer's own broker (one
+  producer-scoped core per partition), over a :class:`~idempotent.backend.ProducerLog`;
+* :class:`~idempotent.testing.simulated_broker.SimulatedBroker` over its lists, so that a
+  seeded simulation runs the loop that ships.
 
 What differs between shells is only the I/O, which a shell gives as :class:`PartitionEffects`:
-rebuild a checker from the storage, store a snapshot, flag evicted producers, reload the
-producer records, note a partition in a producer's record. Handing a batch to the storage
-stays with the shell (what it needs differs: records, futures, a simulated delay): :func:`offer`
-returns the core's :class:`~idempotent.core.partition.Append`, and the shell reports its
-outcome to :func:`completed`.
+the producers' admission (the registry, or a producer's own), rebuild a checker from the
+storage, store a snapshot, flag evicted producers, reload the producer records, note a
+partition in a producer's record. Handing a batch to the storage stays with the shell (what
+it needs differs: records, futures, a simulated delay, one transaction per group):
+:func:`offer` returns the core's :class:`~idempotent.core.partition.Append`, and the shell
+reports its outcome to :func:`completed`: an offset, an error, or
+:class:`~idempotent.core.partition.NotStored` when it knows nothing was stored.
 
 Hot path: :func:`offer` and :func:`completed` run once per batch and build nothing the core
 does not (the core's actions are the values passed through); no object per record.
-Every function needs the partition's lock held (the shell's).
+Every function needs the partition's lock held (the shell's; a DirectBroker's checker lock).
 """
 
 from __future__ import annotations
@@ -28,9 +34,17 @@ from typing import Protocol
 
 from idempotent.core.checker import PartitionChecker, Policy
 from idempotent.core.outcomes import ProduceResult
-from idempotent.core.partition import Append, Fail, PartitionCore, RefreshProducers, Reply, WriteSnapshot
+from idempotent.core.partition import (
+    Append,
+    Fail,
+    NotStored,
+    PartitionCore,
+    RefreshProducers,
+    Reply,
+    WriteSnapshot,
+)
 from idempotent.core.records import BatchHeader, Snapshot
-from idempotent.core.registry import Admission, ProducerRegistry
+from idempotent.core.registry import Admission, Admissions
 from idempotent.core.types import ProducerId
 from idempotent.errors import PartitionRecoveringError
 
@@ -45,8 +59,9 @@ class PartitionEffects(Protocol):
     """The I/O of one partition's shell, as the loop asks for it (under the partition lock)."""
 
     @property
-    def registry(self) -> ProducerRegistry:
-        """The producer registry that admits the partition's batches (read at each offer)."""
+    def registry(self) -> Admissions:
+        """The admission of the partition's batches (read at each offer): the producer
+        registry, or a producer's own broker's :class:`~idempotent.core.registry.OwnProducer`."""
         ...
 
     def rebuild(self, now: float) -> tuple[PartitionChecker, int, float]:
@@ -173,11 +188,15 @@ def offer(
 
 
 def completed(
-    core: PartitionCore, effects: PartitionEffects, append: Append, outcome: int | BaseException, now: float
+    core: PartitionCore,
+    effects: PartitionEffects,
+    append: Append,
+    outcome: int | BaseException | NotStored,
+    now: float,
 ) -> Reply | Fail:
-    """Report an append's outcome (its base offset, or the error it failed with) to the core,
-    in the order the storage completes the appends, and write the snapshot that became
-    overdue, if any.
+    """Report an append's outcome (its base offset, the error it failed with, or
+    :class:`~idempotent.core.partition.NotStored`) to the core, once per append, in the order
+    the storage completes the appends, and write the snapshot that became overdue, if any.
 
     Returns:
         The request's answer: ``Reply`` (ACCEPTED at the offset) or ``Fail``.

@@ -10,9 +10,12 @@ The design (docs/architecture.md, "Who owns a write"):
   producer owns its own records. Its :class:`~idempotent.backend.ProducerLog` is fenced by
   the log's own mechanism (Kafka: a ``transactional.id`` naming the producer), so an older
   instance of the same producer cannot write once a newer one has opened.
-* **The checker decides**, as everywhere: one :class:`~idempotent.core.checker.PartitionChecker`
-  per partition, tracking this producer only, with the topic's policy and deduplication
-  switch from the shared settings. A batch is checked and pushed, written, then committed.
+* **The core decides**, as everywhere: one producer-scoped
+  :class:`~idempotent.core.partition.PartitionCore` per partition, tracking this producer
+  only, with the topic's policy and deduplication switch from the shared settings, driven by
+  the one decision loop every broker calls (:mod:`idempotent.broker.decisions`): a batch is
+  offered (checked and pushed), written, then completed (committed at its offset, or
+  :class:`~idempotent.core.partition.NotStored`).
 * **One group, one write.** The producer's sender thread hands a group of batches (up to the
   log's ``max_in_flight`` per partition, in sequence order) to :meth:`submit_requests`, which
   writes them as one transaction and returns their answers, already complete: the same
@@ -42,11 +45,13 @@ from typing import Any, ClassVar
 
 from idempotent.api import ProduceShortcuts
 from idempotent.backend import AppendBatch, LogBackend, ProducerLog
+from idempotent.broker import decisions
 from idempotent.broker.config import BrokerConfig
-from idempotent.core.checker import PartitionChecker
+from idempotent.core.checker import CheckerConfig, PartitionChecker
 from idempotent.core.outcomes import Outcome, ProduceResult
+from idempotent.core.partition import Append, NotStored, PartitionCore, Reply
 from idempotent.core.records import Snapshot, StoredBatch, StoredRecord
-from idempotent.core.registry import ProducerRecord, ProducerRegistry, validate_name
+from idempotent.core.registry import OwnProducer, ProducerRecord, ProducerRegistry, validate_name
 from idempotent.core.request import ProduceRequest
 from idempotent.core.settings import (
     DEDUP,
@@ -61,6 +66,7 @@ from idempotent.core.topics import canonical_topic
 from idempotent.core.types import Epoch, ProducerId, TopicPartition
 from idempotent.core.values import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
 from idempotent.errors import (
+    BackendUnavailableError,
     ConfigError,
     InvalidTopicError,
     OwnershipLostError,
@@ -123,6 +129,80 @@ def _release(shared: _Shared) -> None:
     shared.backend.close()
 
 
+class _OwnPartition:
+    """One partition of a producer's own broker: its producer-scoped core, and the I/O the
+    decision loop asks for (:class:`~idempotent.broker.decisions.PartitionEffects`), which is
+    little: the admission is the broker's one producer, and the state is the producer's own,
+    which the broker stores with each of its writes (the core schedules no snapshot, expires
+    and evicts nothing, and its writes' outcomes are settled by the broker, never left to a
+    rebuild).
+
+    Args:
+        tp: the partition.
+        config: the checker's config.
+        own: the broker's producer.
+        state: the producer's stored state on the partition (restored at its restart, or
+            from before an aborted transaction), None when it has none.
+    """
+
+    __slots__ = ("_config", "_own", "_state", "core")
+
+    def __init__(self, tp: TopicPartition, config: CheckerConfig, own: OwnProducer, state: Snapshot | None) -> None:
+        self.core = PartitionCore(tp, config, producer_scoped=True)
+        self._config = config
+        self._own = own
+        self._state = state
+
+    def ready(self, now: float) -> PartitionChecker:
+        """The partition's checker, installed by the decision loop from ``state`` at the
+        first call (:func:`idempotent.broker.decisions.ready`).
+
+        Raises:
+            CorruptDataError: the stored state is not a snapshot of a known format.
+        """
+        return decisions.ready(self.core, self, now)
+
+    @property
+    def checker(self) -> PartitionChecker:
+        """The checker (call :meth:`ready` first)."""
+        checker = self.core.checker
+        assert checker is not None  # installed at the partition's creation, never dropped
+        return checker
+
+    # -- the effects the decision loop asks for (decisions.PartitionEffects) -----------------
+
+    @property
+    def registry(self) -> OwnProducer:
+        """The broker's one producer."""
+        return self._own
+
+    def rebuild(self, now: float) -> tuple[PartitionChecker, int, float]:
+        """The checker of the producer's stored state (empty when it has none)."""
+        state, self._state = self._state, None
+        if state is None:
+            return PartitionChecker(self._config), 0, 0.0
+        return PartitionChecker.restore(state, self._config, now=now), 0, 0.0
+
+    def store_snapshot(self, snapshot: Snapshot) -> bool:
+        """Never asked (a producer-scoped core schedules no snapshot): refused."""
+        return False
+
+    def evicted(self, producer_ids: tuple[ProducerId, ...]) -> None:
+        """Never asked (a producer-scoped core evicts nothing)."""
+
+    def refresh_producers(self) -> None:
+        """Never asked (the broker's producer is known; another one is unknown for good)."""
+
+    def note_partition(self, producer_id: int) -> None:
+        """Nothing to store: a restart finds the producer's partitions in its log."""
+
+
+def _not_stored() -> NotStored:
+    """The outcome of a write the log settled as not stored (its requests were answered
+    already, with the write's error)."""
+    return NotStored(BackendUnavailableError("the write was not stored; its batches are resent as new"))
+
+
 def direct_scheme(url: str) -> bool:
     """Whether a producer opened on ``url`` writes through its own :class:`DirectBroker`."""
     return url.split("://", 1)[0] in PRODUCER_LOGS
@@ -182,9 +262,13 @@ class DirectBroker(ProduceShortcuts):
         self._pipelined = False
         self._log: ProducerLog | None = None
         self._session: ProducerSession | None = None
-        self._checkers: dict[TopicPartition, PartitionChecker] = {}
-        #: pushed batches whose write's outcome is unknown: (checker, ticket, request)
-        self._unsettled: list[tuple[PartitionChecker, Any, ProduceRequest, Any]] = []
+        #: the producer's admission (set by init_producer)
+        self._own: OwnProducer | None = None
+        #: the partitions this producer wrote or restored, each with its core
+        self._parts: dict[TopicPartition, _OwnPartition] = {}
+        #: appended batches whose write's outcome is unknown: (partition, append, request,
+        #: the pipelined log's entry or None)
+        self._unsettled: list[tuple[_OwnPartition, Append, ProduceRequest, Any]] = []
         self._failure: ProducerError | None = None
         self._closed = False
         self._settings = dict(self.backend.load_settings())
@@ -237,8 +321,8 @@ class DirectBroker(ProduceShortcuts):
                     self._settings.pop(key, None)
             self.backend.delete_topic(name)
             self._topics.pop(name, None)
-            for tp in [tp for tp in self._checkers if tp.topic == name]:
-                del self._checkers[tp]
+            for tp in [tp for tp in self._parts if tp.topic == name]:
+                del self._parts[tp]
 
     def topics(self) -> dict[str, int]:
         """Every topic and its partition count."""
@@ -367,13 +451,13 @@ class DirectBroker(ProduceShortcuts):
         except BaseException:
             log.close()
             raise
-        checkers: dict[TopicPartition, PartitionChecker] = {}
+        own = OwnProducer(record)
+        parts: dict[TopicPartition, _OwnPartition] = {}
         last: dict[TopicPartition, int] = {}
         for (topic, partition), snapshot in states.items():
-            checker = PartitionChecker.restore(snapshot, self.config.checker, now=time.time())
             tp = TopicPartition(topic, partition)
-            checkers[tp] = checker
-            sequence = checker.last_sequence(record.producer_id)
+            part = parts[tp] = _OwnPartition(tp, self.config.checker, own, snapshot)
+            sequence = part.ready(time.time()).last_sequence(record.producer_id)
             if sequence >= 0:
                 last[tp] = sequence
         max_record = self.config.max_record_bytes
@@ -392,7 +476,7 @@ class DirectBroker(ProduceShortcuts):
             log.max_batch_records,
         )
         with self._lock:
-            self._log, self._session, self._checkers = log, session, checkers
+            self._log, self._session, self._own, self._parts = log, session, own, parts
             self._pipelined = callable(getattr(log, "submit", None))
         return session
 
@@ -495,13 +579,21 @@ class DirectBroker(ProduceShortcuts):
         counts: dict[str, int],
         session: ProducerSession,
         now: float,
-    ) -> list[tuple[int, ProduceRequest, PartitionChecker, Any]]:
-        """Check each batch and push the accepted ones (``_checker_lock`` held); answer the
-        others."""
-        accepted: list[tuple[int, ProduceRequest, PartitionChecker, Any]] = []
+    ) -> list[tuple[int, ProduceRequest, _OwnPartition, Append]]:
+        """Offer each batch to its partition's core, through the decision loop (``_checker_lock``
+        held), and answer the ones that are not to be written; returns the appends to write.
+
+        Raises:
+            InvalidBatchError: a header does not fit its topic's policy; the batches of the
+                group offered before it stay pending, unwritten (the caller fails every
+                future not answered yet).
+        """
+        accepted: list[tuple[int, ProduceRequest, _OwnPartition, Append]] = []
+        own = self._own
+        assert own is not None  # (set with the session)
         for index, request in enumerate(requests):
             header = request.header
-            if header.producer_id != session.producer_id:
+            if header.producer_id != session.producer_id:  # not this broker's: before its partition
                 futures[index].set_result(ProduceResult(Outcome.UNKNOWN_PRODUCER))
                 continue
             topic, partition = request.topic, request.partition
@@ -512,91 +604,102 @@ class DirectBroker(ProduceShortcuts):
                 )
                 continue
             tp = TopicPartition(topic, partition)
-            checker = self._checkers.get(tp)
-            if checker is None:
-                checker = self._checkers[tp] = PartitionChecker(self.config.checker)
+            part = self._parts.get(tp)
+            if part is None:
+                part = self._parts[tp] = _OwnPartition(tp, self.config.checker, own, None)
+                part.ready(now)
+            core = part.core
             if self._txn_touched is not None and tp not in self._txn_before:
-                self._txn_before[tp] = checker.snapshot(now)  # restored if the transaction aborts
-            result = checker.check(
+                self._txn_before[tp] = core.stored_state(now)  # restored if the transaction aborts
+            decision = decisions.offer(
+                core,
+                part,
                 header,
+                now,
                 policy=policy_in_force(self._settings, topic, self.config.policy),
                 enabled=deduplication_in_force(self._settings, topic, self.config.deduplication),
+                refreshable=False,
             )
-            if result.outcome is not Outcome.ACCEPTED:
-                futures[index].set_result(result)
-                continue
-            accepted.append((index, request, checker, checker.push(header, now)))
+            if isinstance(decision, Append):
+                accepted.append((index, request, part, decision))
+            else:
+                futures[index].set_result(decision)
         return accepted
 
     def _write(
         self,
         log: ProducerLog,
-        accepted: list[tuple[int, ProduceRequest, PartitionChecker, Any]],
+        accepted: list[tuple[int, ProduceRequest, _OwnPartition, Append]],
         futures: list[Future[ProduceResult]],
         now: float,
         session: ProducerSession,
     ) -> None:
-        """Write a group synchronously, as one transaction (Kafka), and answer it."""
+        """Write a group synchronously, as one transaction (Kafka), and answer it: stored,
+        each append completes at its offset; not stored, as NotStored; unknown, the appends
+        wait unsettled.
+
+        Raises:
+            ProducerFencedError: a newer instance of the producer took over (the appends stay
+                pending: the producer is done).
+        """
         batches = [(r.topic, r.partition, AppendBatch(r.header, r.records, now, r.size)) for _, r, _, _ in accepted]
         touched = self._txn_touched
         try:
             offsets = log.write(batches, None if touched is not None else self._states_after(accepted, now))
         except OwnershipLostError as exc:
-            self._failure = ProducerFencedError(
-                f"producer {session.producer_id} ({session.producer_name!r}) was fenced: a newer instance "
-                f"of it opened its writer ({exc})",
-                session.producer_id,
-                session.producer_epoch,
-            )
-            raise self._failure from exc
+            raise self._fenced(session, exc) from exc
         except ProducerError as exc:
             if log.unresolved is not None:
-                self._unsettled = [(checker, ticket, request, None) for _, request, checker, ticket in accepted]
+                self._unsettled = [(part, append, request, None) for _, request, part, append in accepted]
                 self._settle(log, quiet=True)
             else:
-                for _, _, checker, _ in accepted:
-                    checker.discard_pending()
+                outcome = NotStored(exc)
+                for _, _, part, append in accepted:
+                    decisions.completed(part.core, part, append, outcome, now)
             for index, _, _, _ in accepted:
                 futures[index].set_exception(exc)
             return
-        for (index, request, checker, ticket), offset in zip(accepted, offsets, strict=True):
-            checker.commit(ticket, offset)
-            futures[index].set_result(ProduceResult(Outcome.ACCEPTED, offset))
+        for (index, _, part, append), offset in zip(accepted, offsets, strict=True):
+            answer = decisions.completed(part.core, part, append, offset, now)
+            assert isinstance(answer, Reply)  # (an offset is always accepted)
+            futures[index].set_result(answer.result)
             if touched is not None:
-                touched.add(TopicPartition(request.topic, request.partition))
+                touched.add(part.core.tp)
 
     def _states_after(
-        self, accepted: list[tuple[int, ProduceRequest, PartitionChecker, Any]], now: float
+        self, accepted: list[tuple[int, ProduceRequest, _OwnPartition, Append]], now: float
     ) -> Callable[[list[int]], list[tuple[str, int, Snapshot]]]:
         """The named producer's state on each written partition once the group is stored at
-        ``offsets``: the checker's stored view with the group's batches applied, as a replay
-        of the log would apply them."""
+        ``offsets``: each core's stored state with the group's batches applied
+        (:meth:`PartitionCore.state_after`), as a replay of the log would apply them."""
 
         def states(offsets: list[int]) -> list[tuple[str, int, Snapshot]]:
             # a group may hold several batches of a partition: each applies after the one before
-            afters: dict[tuple[str, int], PartitionChecker] = {}
-            for (_, request, checker, _), offset in zip(accepted, offsets, strict=True):
-                after = afters.get((request.topic, request.partition))
-                if after is None:
-                    after = PartitionChecker.restore(checker.snapshot(now), self.config.checker, now=now)
-                    afters[(request.topic, request.partition)] = after
+            stored: dict[TopicPartition, tuple[_OwnPartition, list[StoredBatch]]] = {}
+            for (_, request, part, _), offset in zip(accepted, offsets, strict=True):
                 header = request.header
-                after.apply(
-                    StoredBatch(
-                        offset,
-                        ProducerId(header.producer_id),
-                        Epoch(header.producer_epoch),
-                        header.base_sequence,
-                        header.record_count,
-                        now,
-                    )
+                batch = StoredBatch(
+                    offset,
+                    ProducerId(header.producer_id),
+                    Epoch(header.producer_epoch),
+                    header.base_sequence,
+                    header.record_count,
+                    now,
                 )
-            return [(topic, partition, after.snapshot(now)) for (topic, partition), after in afters.items()]
+                entry = stored.get(part.core.tp)
+                if entry is None:
+                    stored[part.core.tp] = (part, [batch])
+                else:
+                    entry[1].append(batch)
+            return [
+                (tp.topic, tp.partition, part.core.state_after(batches, now)) for tp, (part, batches) in stored.items()
+            ]
 
         return states
 
     def _settle(self, log: ProducerLog, *, quiet: bool = False) -> None:
-        """Settle a write whose outcome was unknown before anything else is written.
+        """Settle a write whose outcome was unknown before anything else is written: each
+        of its appends completes at its offset, or as NotStored.
 
         Raises:
             BackendUnavailableError: the log cannot say yet (unless ``quiet``); the batches
@@ -614,16 +717,16 @@ class DirectBroker(ProduceShortcuts):
                 return
             raise
         unsettled, self._unsettled = self._unsettled, []
+        now = time.time()
         if offsets is None:
-            for checker, _, _, _ in unsettled:
-                checker.discard_pending()
+            lost = _not_stored()
+            for part, append, _, _ in unsettled:
+                decisions.completed(part.core, part, append, lost, now)
             return
-        # a log without atomic groups (Pulsar) settles each batch: None, not stored
-        for (checker, ticket, _, _), offset in zip(unsettled, offsets, strict=True):
-            if offset is None:
-                checker.discard_pending()
-            else:
-                checker.commit(ticket, offset)
+        # a log without atomic groups (Pulsar) settles each batch: None, not stored (nor
+        # anything after it on its partition)
+        for (part, append, _, _), offset in zip(unsettled, offsets, strict=True):
+            decisions.completed(part.core, part, append, _not_stored() if offset is None else offset, now)
 
     # -- pipelined logs (Pulsar) ------------------------------------------------------------
 
@@ -677,29 +780,31 @@ class DirectBroker(ProduceShortcuts):
     def _write_pipelined(
         self,
         log: ProducerLog,
-        accepted: list[tuple[int, ProduceRequest, PartitionChecker, Any]],
+        accepted: list[tuple[int, ProduceRequest, _OwnPartition, Append]],
         futures: list[Future[ProduceResult]],
         now: float,
     ) -> None:
         """Hand a group to a pipelined log without waiting; each batch is answered when the log
-        reports it (on the log client's thread): stored, it is committed; failed, it waits
-        unsettled (its future fails with a retriable error) until the next group settles it."""
+        reports it (on the log client's thread): stored, its append completes at its offset;
+        failed, it waits unsettled (its future fails with a retriable error) until the next
+        group settles it."""
         named = self._session is not None and self._session.producer_name is not None
 
         def done(i: int, offset: int | None, error: ProducerError | None, entry: Any) -> None:
-            index, request, checker, ticket = accepted[i]
+            index, request, part, append = accepted[i]
             if error is None and offset is not None:
                 with self._checker_lock:
-                    checker.commit(ticket, offset)
-                    snapshot = checker.snapshot(time.time()) if named else None
+                    answer = decisions.completed(part.core, part, append, offset, now)
+                    snapshot = part.core.stored_state(time.time()) if named else None
                 if snapshot is not None:
                     log.note_state(request.topic, request.partition, snapshot)  # type: ignore[attr-defined]
-                futures[index].set_result(ProduceResult(Outcome.ACCEPTED, offset))
+                assert isinstance(answer, Reply)  # (an offset is always accepted)
+                futures[index].set_result(answer.result)
                 return
             if isinstance(error, OwnershipLostError) and self._session is not None:
                 error = self._fenced(self._session, error)  # another producer fenced this one
             with self._checker_lock:
-                self._unsettled.append((checker, ticket, request, entry))
+                self._unsettled.append((part, append, request, entry))
             futures[index].set_exception(
                 error if error is not None else internal_error("a log answer", ValueError("no offset"), _LOG)
             )
@@ -709,8 +814,9 @@ class DirectBroker(ProduceShortcuts):
 
     def _settle_entries(self, log: ProducerLog) -> None:
         """Settle what a pipelined log failed to store before anything else is written: the
-        stored ones (a prefix of each partition's, in order) are committed, and a partition
-        with one that was not stored drops its pending batches (they are resent as new).
+        stored ones (a prefix of each partition's, in order) complete at their offsets, and
+        a partition with one that was not stored forgets its pending batches (NotStored:
+        they are resent as new).
 
         Raises:
             BackendUnavailableError: the log cannot say yet; every group waits.
@@ -724,16 +830,20 @@ class DirectBroker(ProduceShortcuts):
             # others waits for the next settle, which its writer's failure still asks for
             unsettled = [u for u in self._unsettled if u[3] in offsets]
             self._unsettled = [u for u in self._unsettled if u[3] not in offsets]
-            lost: list[PartitionChecker] = []
-            for checker, ticket, _, entry in sorted(unsettled, key=lambda u: u[3].entry_id):
+            now = time.time()
+            lost: list[tuple[_OwnPartition, Append]] = []
+            for part, append, _, entry in sorted(unsettled, key=lambda u: u[3].entry_id):
                 offset = offsets.get(entry)
                 if offset is None:
-                    if checker not in lost:
-                        lost.append(checker)
-                elif checker not in lost:
-                    checker.commit(ticket, offset)
-            for checker in lost:
-                checker.discard_pending()
+                    lost.append((part, append))
+                elif all(part is not p for p, _ in lost):
+                    decisions.completed(part.core, part, append, offset, now)
+                else:  # after one not stored on its partition: forgotten with it (below)
+                    lost.append((part, append))
+            # the partitions with one not stored forget their pending batches once the
+            # stored prefixes of the others are applied
+            for part, append in lost:
+                decisions.completed(part.core, part, append, _not_stored(), now)
 
     # -- reads and state -------------------------------------------------------------------
 
@@ -767,11 +877,11 @@ class DirectBroker(ProduceShortcuts):
     def last_sequence(self, topic: str, partition: int) -> int:
         """The last sequence of this broker's producer stored on a partition, or -1."""
         with self._lock:
-            checker = self._checkers.get(TopicPartition(canonical_topic(topic), partition))
+            part = self._parts.get(TopicPartition(canonical_topic(topic), partition))
             session = self._session
-            if checker is None or session is None:
+            if part is None or session is None:
                 return -1
-            return checker.last_sequence(session.producer_id)
+            return part.checker.last_sequence(session.producer_id)
 
     def stats(self, topic: str | None = None) -> list[PartitionStats]:
         """This producer's state on every partition it wrote (of one topic)."""
@@ -779,9 +889,10 @@ class DirectBroker(ProduceShortcuts):
         out = []
         with self._lock:
             session = self._session
-            for tp, checker in sorted(self._checkers.items()):
+            for tp, part in sorted(self._parts.items(), key=lambda item: item[0]):
                 if wanted is not None and tp.topic != wanted:
                     continue
+                checker = part.checker
                 producers = tuple(
                     ProducerStats(
                         pid,
@@ -888,7 +999,8 @@ class DirectBroker(ProduceShortcuts):
             now = time.time()
             with self._checker_lock:
                 states = [
-                    (tp.topic, tp.partition, self._checkers[tp].snapshot(now)) for tp in sorted(self._txn_touched or ())
+                    (tp.topic, tp.partition, self._parts[tp].core.stored_state(now))
+                    for tp in sorted(self._txn_touched or ())
                 ]
             try:
                 log.commit_transaction(states, positions)  # type: ignore[attr-defined]
@@ -948,10 +1060,14 @@ class DirectBroker(ProduceShortcuts):
             before, self._txn_before = self._txn_before, {}
             now = time.time()
             rewound: dict[TopicPartition, int] = {}
+            own = self._own
+            assert own is not None  # (set with the session)
             with self._checker_lock:
                 for tp, snapshot in before.items():
-                    checker = self._checkers[tp] = PartitionChecker.restore(snapshot, self.config.checker, now=now)
-                    rewound[tp] = checker.last_sequence(session.producer_id)
+                    # a new core over the state from before: the appends of the old one (and
+                    # their tickets) are left behind with it
+                    part = self._parts[tp] = _OwnPartition(tp, self.config.checker, own, snapshot)
+                    rewound[tp] = part.ready(now).last_sequence(session.producer_id)
             try:
                 log.abort_transaction()  # type: ignore[attr-defined]
             except OwnershipLostError as exc:

@@ -7,9 +7,9 @@ and the bookkeeping around it: how many appends are in flight, whether one of th
 (the partition must then be rebuilt from its log), and the numbers ``stats`` reports. It
 decides; the shell takes the partition's lock, does the I/O the core asks for and reports
 back, through the one loop that carries out these actions for every shell
-(``idempotent/broker/decisions.py``, called by ``Broker`` and by the simulator). No threads,
-locks, clock or I/O here: every method that needs the time takes ``now`` (wall-clock
-seconds, as stored with batches and snapshots).
+(``idempotent/broker/decisions.py``, called by ``Broker``, ``DirectBroker`` and the
+simulator). No threads, locks, clock or I/O here: every method that needs the time takes
+``now`` (wall-clock seconds, as stored with batches and snapshots).
 
 The shell's side of one produce request, under the partition's lock::
 
@@ -20,7 +20,7 @@ The shell's side of one produce request, under the partition's lock::
                               |  Accept           note the partition (first write), then:
     append(header, now)       -> Append           store the batch (with the snapshot, if any)
     ... later, in append order ...
-    completed(append, base_offset | error, now)
+    completed(append, base_offset | error | NotStored, now)
                               -> [Reply | Fail, WriteSnapshot?]
 
 Decisions made here:
@@ -49,18 +49,29 @@ Decisions made here:
   marked failed, requests get :class:`~idempotent.errors.PartitionRecoveringError` until the
   outstanding appends have drained, and then it is rebuilt from the log (:class:`Recover`).
   Appends completing after a failure no longer change the state (their tickets are stale),
-  whatever the backend answers them.
+  whatever the backend answers them. An outcome the shell knows for certain to be "nothing
+  stored" (:class:`NotStored`: a producer's own log whose write failed or whose transaction
+  aborted) forgets the partition's pending batches and leaves the stored state in force: no
+  rebuild.
+* **Producer scope.** A producer's own broker
+  (:class:`~idempotent.broker.direct.DirectBroker`) holds a core per partition for its one
+  producer (``producer_scoped=True``). It stores the producer's state with each of its writes
+  (:meth:`state_after`), so the core schedules no snapshot, and it never expires or evicts
+  the producer's state (no sweep, no eviction on a first write): that state is the only one
+  it tracks. The shell asks for the state it stores (:meth:`stored_state`,
+  :meth:`state_after`) and rewinds an aborted transaction by installing a new core.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import final
 
 import attrs
 
 from idempotent.core.checker import CheckerConfig, PartitionChecker, Policy, Ticket
 from idempotent.core.outcomes import Outcome, ProduceResult
-from idempotent.core.records import BatchHeader, Snapshot
+from idempotent.core.records import BatchHeader, Snapshot, StoredBatch
 from idempotent.core.registry import Admission
 from idempotent.core.types import ProducerId, TopicPartition
 from idempotent.errors import InvalidBatchError, PartitionRecoveringError
@@ -69,6 +80,7 @@ __all__ = [
     "Accept",
     "Append",
     "Fail",
+    "NotStored",
     "PartitionCore",
     "Recover",
     "RefreshProducers",
@@ -150,6 +162,18 @@ class Append:
         return self.snapshot is not None
 
 
+@final
+@attrs.frozen
+class NotStored:
+    """An append's outcome, known for certain: the backend stored nothing of it (a producer's
+    own log whose write failed before anything was stored, or whose transaction aborted).
+    Every batch still pending on the partition is forgotten with it (the shell reports this
+    only when the storage kept nothing after it either), and the stored state stays in force:
+    the partition needs no rebuild. ``error`` is what the request fails with."""
+
+    error: BaseException
+
+
 Offered = Reply | RefreshProducers | WriteSnapshot | Accept
 Completed = Reply | Fail | WriteSnapshot
 
@@ -161,12 +185,20 @@ _NEXT_WRITE = Accept(first_write=False)
 class PartitionCore:
     """One partition's checker and the decisions around it (see the module docstring).
 
+    Args:
+        tp: the partition.
+        config: the checker's config.
+        producer_scoped: the core of a producer's own broker (see "Producer scope" in the
+            module docstring): no snapshot scheduled, no expiry, no eviction.
+
     Not thread-safe: the shell calls it under the partition's lock.
     """
 
-    def __init__(self, tp: TopicPartition, config: CheckerConfig) -> None:
+    def __init__(self, tp: TopicPartition, config: CheckerConfig, *, producer_scoped: bool = False) -> None:
         self.tp = tp
         self.config = config
+        #: a producer's own broker's core: it stores the state itself, and never sweeps
+        self.producer_scoped = producer_scoped
         #: the checker, or None until recovered (and after it was dropped)
         self.checker: PartitionChecker | None = None
         #: an append failed: the state is rebuilt once ``outstanding`` drops to 0
@@ -199,10 +231,11 @@ class PartitionCore:
 
     def recovered(self, checker: PartitionChecker, replayed: int, seconds: float, now: float) -> WriteSnapshot | None:
         """Install the checker the shell rebuilt, and sweep it (:meth:`maintain`'s expiry
-        and capacity rule). Returns the eviction snapshot to write, if any."""
+        and capacity rule; not for a producer-scoped core). Returns the eviction snapshot to
+        write, if any."""
         self.checker, self.failed = checker, False
         self.recovery_seconds, self.replayed = seconds, replayed
-        return self._sweep(checker, now)
+        return None if self.producer_scoped else self._sweep(checker, now)
 
     def forget(self) -> None:
         """Drop the checker: what this broker knew may be stale (it just became the writer or
@@ -255,7 +288,7 @@ class PartitionCore:
             return Reply(result)
         if checker.tracks(header.producer_id):
             return _NEXT_WRITE
-        if checker.producer_count >= self.config.max_producers:
+        if checker.producer_count >= self.config.max_producers and not self.producer_scoped:
             # room for a margin of new producers at once: one snapshot covers all of them
             evicted = checker.evict_over_capacity(room_for=self.config.room_made)
             if evicted:
@@ -264,27 +297,39 @@ class PartitionCore:
 
     def append(self, header: BatchHeader, now: float) -> Append:
         """Start the append of a batch :meth:`offer` accepted: the checker records it as
-        pushed, and a due snapshot rides along when nothing else is in flight.
+        pushed, and a due snapshot rides along when nothing else is in flight (never for a
+        producer-scoped core).
 
         Raises:
             PartitionRecoveringError: the checker is not ready; nothing changed.
         """
         checker = self._ready_checker()
-        snapshot = checker.snapshot(now) if checker.pending == 0 and checker.snapshot_due(now) else None
+        snapshot = (
+            checker.snapshot(now)
+            if checker.pending == 0 and not self.producer_scoped and checker.snapshot_due(now)
+            else None
+        )
         append = Append(checker.push(header, now), snapshot)
         self.outstanding += 1
         return append
 
-    def completed(self, append: Append, outcome: int | BaseException, now: float) -> list[Completed]:
-        """Take an append's outcome: its base offset, or the error it failed with. Call it
-        for every :class:`Append`, in the order the backend completes them.
+    def completed(self, append: Append, outcome: int | BaseException | NotStored, now: float) -> list[Completed]:
+        """Take an append's outcome: its base offset, the error it failed with (its outcome
+        unknown, unless it is an InvalidBatchError), or :class:`NotStored`. Call it once for
+        every :class:`Append`, in the order the backend completes them.
 
         Returns:
             :class:`Reply` (ACCEPTED at the offset) or :class:`Fail` for the request, then a
-            :class:`WriteSnapshot` when one is overdue.
+            :class:`WriteSnapshot` when one is overdue (never for a producer-scoped core).
         """
         self.outstanding -= 1
         checker = self.checker
+        if isinstance(outcome, NotStored):
+            # nothing stored of it nor after it, for certain: every pending batch is
+            # forgotten (their tickets become stale), the stored state stays
+            if checker is not None:
+                checker.discard_pending()
+            return [Fail(outcome.error)]
         if isinstance(outcome, BaseException):
             if isinstance(outcome, InvalidBatchError):
                 # the backend refused it and stored nothing, for certain (EntryTooLargeError):
@@ -299,7 +344,7 @@ class PartitionCore:
         actions: list[Completed] = [Reply(ProduceResult(Outcome.ACCEPTED, base_offset=outcome))]
         if checker is not None:
             checker.commit(append.push, outcome)
-            if checker.snapshot_overdue():
+            if not self.producer_scoped and checker.snapshot_overdue():
                 actions.append(WriteSnapshot(checker.snapshot(now)))
         return actions
 
@@ -310,6 +355,34 @@ class PartitionCore:
             return True
         checker = self.checker
         return checker is None or checker.pending_batches(producer_id) == 0
+
+    # -- the state a producer-scoped shell stores -----------------------------------------------
+
+    def stored_state(self, now: float) -> Snapshot:
+        """A snapshot of the stored state (the batches pending are not in it): what a
+        producer's own broker keeps to rewind an aborted transaction, or stores with a
+        transaction's commit.
+
+        Raises:
+            PartitionRecoveringError: the checker is not ready; nothing changed.
+        """
+        return self._ready_checker().snapshot(now)
+
+    def state_after(self, batches: Iterable[StoredBatch], now: float) -> Snapshot:
+        """A snapshot of the stored state with ``batches`` applied after it, in order, as a
+        replay of the log would apply them: the state to store with the write of those
+        batches. The core's own state is not changed (the batches stay pending until their
+        completion).
+
+        Raises:
+            PartitionRecoveringError: the checker is not ready; nothing changed.
+            CorruptDataError: a batch is not one a producer can send (see
+                :meth:`PartitionChecker.apply`); nothing changed.
+        """
+        after = PartitionChecker.restore(self.stored_state(now), self.config, now=now)
+        for batch in batches:
+            after.apply(batch)
+        return after.snapshot(now)
 
     # -- snapshots and maintenance ------------------------------------------------------------
 
@@ -332,9 +405,10 @@ class PartitionCore:
 
     def maintain(self, now: float) -> WriteSnapshot | None:
         """The periodic step of a ready partition: expire idle producers, enforce
-        ``max_producers``, and write a due snapshot (with the evictions, if any)."""
+        ``max_producers``, and write a due snapshot (with the evictions, if any). Nothing for
+        a producer-scoped core."""
         checker = self.checker
-        if checker is None or self.failed:
+        if checker is None or self.failed or self.producer_scoped:
             return None
         swept = self._sweep(checker, now)
         if swept is not None:
@@ -343,9 +417,11 @@ class PartitionCore:
 
     def final_snapshot(self, now: float) -> WriteSnapshot | None:
         """The snapshot ``close`` writes: when the partition is ready, idle, and has
-        entries since its last snapshot."""
+        entries since its last snapshot (never for a producer-scoped core)."""
         checker = self.checker
-        if checker is None or self.failed or checker.pending or not checker.entries_since_snapshot:
+        if checker is None or self.failed or self.producer_scoped:
+            return None
+        if checker.pending or not checker.entries_since_snapshot:
             return None
         return WriteSnapshot(checker.snapshot(now))
 

@@ -21,12 +21,17 @@ docs/semantics.md, section 2.6.
 epoch, also when the name moves to a fresh id. ``None`` means unowned (created by a broker
 without authentication). The registry stores what the caller decides; the access rules live
 in :class:`idempotent.net.auth.AccessPolicy`.
+
+Admission is asked through :class:`Admissions`: a broker's :class:`ProducerRegistry` admits
+every producer it initialised; :class:`OwnProducer`, the admission of a producer's own broker
+(:class:`~idempotent.broker.direct.DirectBroker`), admits its one producer.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 import attrs
 
@@ -266,3 +271,38 @@ class ProducerRegistry:
             name = record.producer_name if record is not None else None
             if name is not None and self._by_name.get(name) is record:
                 del self._by_name[name]
+
+
+class Admissions(Protocol):
+    """What the decision loop (``idempotent/broker/decisions.py``) asks of a producer's
+    admission, once per batch: :class:`ProducerRegistry` and :class:`OwnProducer`."""
+
+    def admit(self, producer_id: int, producer_epoch: int) -> Admission:
+        """Decide whether a producer may write, before sequences are looked at."""
+        ...
+
+    def lookup(self, producer_id: int) -> ProducerRecord | None:
+        """The record of a producer id (its registered epoch is told to a FENCED one), or None."""
+        ...
+
+
+class OwnProducer:
+    """The admission of a producer's own broker: it serves the one producer it initialised.
+
+    Its batches are admitted whatever their epoch (the checker fences an epoch older than the
+    partition's; an older instance of a named producer is fenced by its log, not here); any
+    other producer id is unknown.
+    """
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: ProducerRecord) -> None:
+        self.record = record
+
+    def admit(self, producer_id: int, producer_epoch: int) -> Admission:
+        """ADMITTED for the broker's producer, else UNKNOWN."""
+        return Admission.ADMITTED if producer_id == self.record.producer_id else Admission.UNKNOWN
+
+    def lookup(self, producer_id: int) -> ProducerRecord | None:
+        """The broker's producer's record, or None for another id."""
+        return self.record if producer_id == self.record.producer_id else None

@@ -14,6 +14,7 @@ from idempotent.core.partition import (
     Accept,
     Append,
     Fail,
+    NotStored,
     PartitionCore,
     Recover,
     RefreshProducers,
@@ -331,3 +332,67 @@ def test_forget_drops_the_state_for_a_rebuild() -> None:
     store(core, header(1, 0), 0)
     core.forget()
     assert core.ensure_ready() == Recover()
+
+
+def test_an_append_known_not_stored_forgets_the_pending_batches_and_needs_no_rebuild() -> None:
+    core = ready_core()
+    store(core, header(1, 0), 0)
+    appends = [start(core, header(1, seq)) for seq in (1, 2)]
+    error = BackendUnavailableError("the write failed; nothing stored")
+    assert core.completed(appends[0], NotStored(error), T0) == [Fail(error)]
+    # the later one was not stored either: its completion is stale
+    assert core.completed(appends[1], NotStored(error), T0) == [Fail(error)]
+    assert core.ready and not core.failed and core.outstanding == 0
+    assert core.checker is not None and core.checker.last_sequence(1) == 0 and core.checker.pending == 0
+    assert offer(core, header(1, 1)) == Accept(first_write=False)  # resent as new
+
+
+# -- producer scope (a producer's own broker) ----------------------------------------------------
+
+
+def producer_core(**config: float) -> PartitionCore:
+    """A producer-scoped core recovered from an empty state at T0."""
+    core = PartitionCore(TP, CheckerConfig(**config), producer_scoped=True)  # type: ignore[arg-type]
+    assert core.ensure_ready() == Recover()
+    assert core.recovered(PartitionChecker(core.config), 0, 0.0, T0) is None
+    return core
+
+
+def test_a_producer_scoped_core_schedules_no_snapshot() -> None:
+    core = producer_core(snapshot_entries=1, snapshot_seconds=1)
+    for seq in range(4):
+        append = start(core, header(1, seq), T0 + seq * 10)
+        assert append.snapshot is None
+        assert core.completed(append, seq, T0 + seq * 10) == [Reply(ProduceResult(Outcome.ACCEPTED, base_offset=seq))]
+    assert core.maintain(T0 + 100) is None
+    assert core.final_snapshot(T0 + 100) is None
+
+
+def test_a_producer_scoped_core_never_expires_nor_evicts_its_producer() -> None:
+    core = PartitionCore(TP, CheckerConfig(producer_expiry=60, max_producers=1), producer_scoped=True)
+    checker = PartitionChecker.restore(None, core.config, now=T0)
+    checker.apply(StoredBatch(0, 1, 0, 0, 1, T0))  # type: ignore[arg-type]
+    assert core.recovered(checker, 1, 0.0, T0 + 3600) is None  # no sweep
+    assert core.maintain(T0 + 3600) is None
+    assert core.checker is not None and core.checker.last_sequence(1) == 0
+    # a producer new to the full partition is not made room for by an eviction
+    assert offer(core, header(2, 0)) == Accept(first_write=True)
+
+
+def test_state_after_applies_batches_to_the_stored_state_and_changes_nothing() -> None:
+    core = producer_core()
+    store(core, header(1, 0, 2), 0)
+    pending = start(core, header(1, 2, 3))
+    after = core.state_after([StoredBatch(2, 1, 0, 2, 3, T0)], T0)  # type: ignore[arg-type]
+    restored = PartitionChecker.restore(after, core.config)
+    assert restored.last_sequence(1) == 4 and restored.position == 5
+    assert core.checker is not None and core.checker.last_sequence(1) == 1 and core.checker.pending == 1
+    assert PartitionChecker.restore(core.stored_state(T0), core.config).last_sequence(1) == 1
+    core.completed(pending, 2, T0)
+    assert core.checker.last_sequence(1) == 4
+
+
+def test_the_stored_state_of_a_core_not_ready_is_refused() -> None:
+    core = PartitionCore(TP, CheckerConfig(), producer_scoped=True)
+    with pytest.raises(PartitionRecoveringError):
+        core.stored_state(T0)

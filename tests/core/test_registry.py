@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from idempotent.core.registry import Admission, ProducerRegistry
+from idempotent.core.registry import Admission, OwnProducer, ProducerRegistry
 from idempotent.core.types import MAX_EPOCH
 from idempotent.errors import ConfigError, InternalError
 
@@ -135,3 +135,13 @@ def test_merge_keeps_the_latest_last_used() -> None:
     assert merge_record(a, b) == b
     assert merge_record(b, a) is b
     assert merge_record(b, attrs.evolve(a, producer_epoch=Epoch(1), last_used=99.0)) is b  # older epoch ignored
+
+
+def test_a_producers_own_broker_admits_its_producer_at_any_epoch_and_no_other() -> None:
+    record = registry().init("job")
+    own = OwnProducer(record)
+    assert own.admit(record.producer_id, record.producer_epoch) is Admission.ADMITTED
+    assert own.admit(record.producer_id, record.producer_epoch + 1) is Admission.ADMITTED
+    assert own.admit(record.producer_id + 1, record.producer_epoch) is Admission.UNKNOWN
+    assert own.lookup(record.producer_id) is record
+    assert own.lookup(record.producer_id + 1) is None
