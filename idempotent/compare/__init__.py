@@ -15,11 +15,12 @@ to run (``--long``: every fault on every system, many schedules) and
 continues where it stopped.
 """
 
+from .catalogue import NATIVE, OURS_IN_PROCESS, OURS_SERVER, SYSTEMS, is_ours
 from .check import Ledger, State, Verdict, check
 from .config import LONG, CompareConfig, PlannedRun
 from .runner import run_compare, run_one
 from .schedule import FAULTS, FaultEvent, schedule
-from .systems import NATIVE, OURS_IN_PROCESS, OURS_SERVER, SYSTEMS, Environment, is_ours
+from .systems import Environment
 from .workload import Workload, record_id
 
 __all__ = [

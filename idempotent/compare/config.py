@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import attrs
 
+from .catalogue import SYSTEMS, is_ours
 from .schedule import FAULTS
-from .systems import SYSTEMS, is_ours
 from .workload import WORKLOADS
 
 #: ``idempotent compare --long``: every fault on every system, 50 seeded schedules each for

@@ -19,10 +19,10 @@ from typing import Any
 
 import attrs
 
+from .catalogue import SYSTEMS
 from .charts import bar_chart, timeline_chart
 from .config import CompareConfig
 from .schedule import FAULTS
-from .systems import SYSTEMS
 
 COUNTS = ("injected", "sent", "acknowledged", "failed", "ambiguous", "stored", "duplicates", "lost", "reordered")
 ANOMALIES = ("duplicates", "lost", "reordered", "ambiguous")

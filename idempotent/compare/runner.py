@@ -34,12 +34,13 @@ from typing import IO, Any
 import attrs
 
 from ..errors import TransportError
+from .catalogue import is_ours, unsupported
 from .check import Ledger, check
 from .config import CompareConfig, PlannedRun
 from .report import write_report
 from .results import Results
 from .schedule import FaultEvent, schedule
-from .systems import Environment, SystemRun, is_ours, unsupported
+from .systems import Environment, SystemRun
 from .workload import copied_id, record_id
 
 #: What makes one run fail without ending the comparison: a broker, server or producing process

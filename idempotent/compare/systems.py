@@ -1,20 +1,14 @@
 """The systems under comparison, the brokers they run on, and how each one suffers a fault.
 
-Systems (``SYSTEMS``):
-
-* ours, in process over each backend: ``memory``, ``sqlite``, ``kafka``, ``pulsar``;
-* ours through a broker server (``idempotent broker``): ``idem+sqlite``, ``idem+kafka``,
-  ``idem+pulsar``;
-* the native clients: ``kafka-native``, ``kafka-native-idempotent``,
-  ``kafka-native-transactional``, ``pulsar-native``, ``pulsar-native-dedup``.
+The systems' names, and which faults apply to which, are in
+:mod:`idempotent.compare.catalogue`.
 
 Kafka and Pulsar are **private** to the comparison: :class:`Environment` starts its own
 single-node brokers under a private ``IDEMPOTENT_CACHE`` that links the installed jars, so
 ``broker-kill`` and ``broker-restart`` never touch brokers someone else uses. One pair serves
 every run of an invocation (each run has its own topic) and is stopped at the end.
 
-How each fault reaches each system is in :func:`unsupported` (what cannot apply, and why)
-and :class:`SystemRun` (the mechanism); see docs/comparison.md for the table.
+How each fault reaches each system is in :class:`SystemRun`; see docs/comparison.md for the table.
 """
 
 from __future__ import annotations
@@ -36,76 +30,15 @@ from typing import Any
 from ..testing import services
 from ..testing.native_proxy import CutProxy, kafka_produce, pulsar_rewrite, pulsar_send
 from ..testing.proxy import FaultyProxy
+from .catalogue import OURS_SERVER, backend_of
 from .producers import Target
 from .workload import record_id
-
-OURS_IN_PROCESS = ("memory", "sqlite", "kafka", "pulsar")
-OURS_SERVER = ("idem+sqlite", "idem+kafka", "idem+pulsar")
-NATIVE = (
-    "kafka-native",
-    "kafka-native-idempotent",
-    "kafka-native-transactional",
-    "pulsar-native",
-    "pulsar-native-dedup",
-)
-SYSTEMS = OURS_IN_PROCESS + OURS_SERVER + NATIVE
 
 #: Reads a record id from a stored value (None: a value the workload did not write).
 Identify = Callable[[bytes | None], int | None]
 
-#: The systems that run the ctp workload: those whose client commits a transaction's output
-#: with the copy job's input position (see :func:`unsupported` for the others).
-TRANSACTIONAL = ("memory", "sqlite", "kafka", "idem+sqlite", "kafka-native-transactional")
-#: The faults of the ctp workload: the ones that end or restart a process.
-CTP_FAULTS = ("none", "broker-kill", "producer-restart")
-
 #: Namespace with Pulsar deduplication enabled (pulsar-native-dedup).
 DEDUP_NAMESPACE = "public/compare-dedup"
-
-
-def is_ours(system: str) -> bool:
-    """True for this project's systems (the ones whose anomalies must be 0)."""
-    return system in OURS_IN_PROCESS or system in OURS_SERVER
-
-
-def backend_of(system: str) -> str:
-    """``memory``, ``sqlite``, ``kafka`` or ``pulsar``: what stores the records.
-
-    Raises:
-        ValueError: unknown system.
-    """
-    if system not in SYSTEMS:
-        raise ValueError(f"unknown system {system!r}; expected one of {', '.join(SYSTEMS)}")
-    return system.removeprefix("idem+").split("-")[0]
-
-
-def unsupported(system: str, fault: str, workload: str = "produce") -> str | None:
-    """Why ``fault`` cannot happen to ``system`` in ``workload``, or None when it can."""
-    if workload == "ctp":
-        reason = _no_ctp(system, fault)
-        if reason is not None:
-            return reason
-    in_process = system in ("memory", "sqlite")
-    if in_process and fault in ("cut", "broker-restart"):
-        return "the broker runs inside the producing process: there is no connection to cut or broker to restart"
-    if fault == "duplicate-request" and backend_of(system) in ("kafka", "pulsar") and system not in OURS_SERVER:
-        return "the Kafka/Pulsar proxy cannot duplicate a request without confusing the client's correlation"
-    return None
-
-
-def _no_ctp(system: str, fault: str) -> str | None:
-    if system in TRANSACTIONAL:
-        if fault in CTP_FAULTS:
-            return None
-        return (
-            f"the ctp workload runs the process faults ({', '.join(CTP_FAULTS[1:])}); "
-            f"{fault} is measured by the produce workload"
-        )
-    if backend_of(system) == "pulsar":
-        return "ctp needs transactions: pulsar-client-python has none (pulsar:// refuses them)"
-    if system in OURS_SERVER:
-        return "ctp needs transactions: a broker server over Kafka cannot store a group atomically"
-    return "ctp needs transactions: this client cannot commit its output with the input position"
 
 
 def _port_open(port: int) -> bool:
@@ -508,16 +441,7 @@ def _read_pulsar(url: str, topic: str, timeout: float, identify: Identify) -> li
 
 
 __all__ = [
-    "CTP_FAULTS",
-    "NATIVE",
-    "OURS_IN_PROCESS",
-    "OURS_SERVER",
-    "SYSTEMS",
-    "TRANSACTIONAL",
     "BrokerServer",
     "Environment",
     "SystemRun",
-    "backend_of",
-    "is_ours",
-    "unsupported",
 ]

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from idempotent.compare import FAULTS, SYSTEMS, CompareConfig, Environment, is_ours, run_compare, run_one, schedule
+from idempotent.compare.catalogue import backend_of
 from idempotent.compare.report import write_report
-from idempotent.compare.systems import backend_of
 from idempotent.testing import browser
 
 from .test_compare_report import report_entries

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from idempotent.compare import FAULTS, LONG, NATIVE, SYSTEMS, CompareConfig, is_ours
-from idempotent.compare.systems import unsupported
+from idempotent.compare.catalogue import unsupported
 
 
 def test_plan_goes_schedule_by_schedule_and_runs_the_natives_fewer_times() -> None:
@@ -65,7 +65,7 @@ def test_bad_configurations_are_refused(changes: dict[str, object]) -> None:
 
 
 def test_ctp_runs_on_the_transactional_systems_under_the_process_faults() -> None:
-    from idempotent.compare.systems import CTP_FAULTS, TRANSACTIONAL
+    from idempotent.compare.catalogue import CTP_FAULTS, TRANSACTIONAL
 
     for system in SYSTEMS:
         for fault in FAULTS:

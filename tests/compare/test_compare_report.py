@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from idempotent.compare import FAULTS, SYSTEMS, CompareConfig, is_ours
+from idempotent.compare.catalogue import unsupported
 from idempotent.compare.charts import linear_scale, log_scale, nice_step, text_width, tick_label
 from idempotent.compare.report import seeds_text, summarise, write_report
-from idempotent.compare.systems import unsupported
 
 ROUND_MANTISSAS = (1.0, 2.0, 2.5, 5.0)
 
