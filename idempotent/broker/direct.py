@@ -47,21 +47,14 @@ from idempotent.api import ProduceShortcuts
 from idempotent.backend import AppendBatch, LogBackend, ProducerLog
 from idempotent.broker import decisions
 from idempotent.broker.config import BrokerConfig
+from idempotent.broker.settings import BrokerSettings
 from idempotent.core.checker import CheckerConfig, PartitionChecker
 from idempotent.core.outcomes import Outcome, ProduceResult
 from idempotent.core.partition import Append, NotStored, PartitionCore, Reply
 from idempotent.core.records import Snapshot, StoredBatch, StoredRecord
 from idempotent.core.registry import OwnProducer, ProducerRecord, ProducerRegistry, validate_name
 from idempotent.core.request import ProduceRequest
-from idempotent.core.settings import (
-    DEDUP,
-    POLICY,
-    dedup_value,
-    deduplication_in_force,
-    policy_in_force,
-    policy_value,
-    setting_key,
-)
+from idempotent.core.settings import DEDUP, POLICY, dedup_value, policy_value
 from idempotent.core.topics import canonical_topic
 from idempotent.core.types import Epoch, ProducerId, TopicPartition
 from idempotent.core.values import MAX_PARTITIONS, LastSequences, PartitionStats, ProducerSession, ProducerStats
@@ -271,7 +264,8 @@ class DirectBroker(ProduceShortcuts):
         self._unsettled: list[tuple[_OwnPartition, Append, ProduceRequest, Any]] = []
         self._failure: ProducerError | None = None
         self._closed = False
-        self._settings = dict(self.backend.load_settings())
+        #: with a lock of its own, held while a setting is stored (the checkers' lock is not)
+        self._settings = BrokerSettings(self.backend, threading.RLock(), self.config.deduplication, self.config.policy)
         self._settings_at = time.monotonic()
         #: topic -> (partition count, when it was looked up)
         self._topics: dict[str, tuple[int, float]] = {}
@@ -314,11 +308,7 @@ class DirectBroker(ProduceShortcuts):
         if name not in self.backend.list_topics():
             raise InvalidTopicError(f"unknown topic {name!r}")
         with self._lock:
-            for kind in (DEDUP, POLICY):
-                key = setting_key(kind, name, None)
-                if key in self._settings:
-                    self.backend.save_setting(key, None)
-                    self._settings.pop(key, None)
+            self._settings.clear_topic(name)
             self.backend.delete_topic(name)
             self._topics.pop(name, None)
             for tp in [tp for tp in self._parts if tp.topic == name]:
@@ -384,13 +374,7 @@ class DirectBroker(ProduceShortcuts):
         self._set(POLICY, policy_value(policy), topic, namespace)
 
     def _set(self, kind: str, value: str | None, topic: str | None, namespace: str | None) -> None:
-        key = setting_key(kind, topic, namespace)
-        self.backend.save_setting(key, value)
-        with self._lock:
-            if value is None:
-                self._settings.pop(key, None)
-            else:
-                self._settings[key] = value
+        self._settings.set(kind, value, topic, namespace)
 
     def _refresh_settings(self, now: float) -> None:
         """Follow settings changed by other processes, at most every ``maintenance_interval``."""
@@ -398,10 +382,9 @@ class DirectBroker(ProduceShortcuts):
         if interval <= 0 or now - self._settings_at < interval:
             return
         self._settings_at = now
-        try:
-            self._settings = dict(self.backend.load_settings())
-        except ProducerError as exc:  # keep the settings in force; try again next interval
-            _LOG.warning("could not reload the settings from %s: %s", self._url, exc)
+        error = self._settings.reload()
+        if error is not None:  # the settings in force are kept; tried again next interval
+            _LOG.warning("could not reload the settings from %s: %s", self._url, error)
 
     # -- the producer ----------------------------------------------------------------------
 
@@ -616,8 +599,8 @@ class DirectBroker(ProduceShortcuts):
                 part,
                 header,
                 now,
-                policy=policy_in_force(self._settings, topic, self.config.policy),
-                enabled=deduplication_in_force(self._settings, topic, self.config.deduplication),
+                policy=self._settings.policy(topic),
+                enabled=self._settings.deduplication(topic),
                 refreshable=False,
             )
             if isinstance(decision, Append):
@@ -909,8 +892,8 @@ class DirectBroker(ProduceShortcuts):
                         tp.topic,
                         tp.partition,
                         "ready",
-                        deduplication_in_force(self._settings, tp.topic, self.config.deduplication),
-                        policy_in_force(self._settings, tp.topic, self.config.policy).value,
+                        self._settings.deduplication(tp.topic),
+                        self._settings.policy(tp.topic).value,
                         checker.position,
                         checker.pending,
                         -1,

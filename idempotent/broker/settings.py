@@ -7,8 +7,12 @@ then broker, then the broker's config). A change made here is stored first, then
 reload (:meth:`BrokerSettings.refresh`, every maintenance interval) adopts changes other
 processes stored, unless a change was made here meanwhile.
 
-Lock: the broker's lock (``Broker._lock``), given in, is held around every change and
-around the backend call of ``set``; reads of the copy take no lock (one dict read).
+A :class:`~idempotent.broker.broker.Broker` and a producer's own
+:class:`~idempotent.broker.direct.DirectBroker` each keep theirs in one.
+
+Lock: the lock given in (``Broker._lock``; a DirectBroker gives one of the settings' own) is
+held around every change and around the backend call of ``set``; reads of the copy take no
+lock (one dict read).
 """
 
 from __future__ import annotations
@@ -82,16 +86,21 @@ class BrokerSettings:
         Returns:
             False when the backend could not be read; the settings in force are kept.
         """
+        return self.reload() is None
+
+    def reload(self) -> ProducerError | None:
+        """:meth:`refresh`, returning the error that kept the backend from being read (None
+        when the settings were read)."""
         with self._lock:
             changes = self._changes
         try:
             loaded = dict(self._store.load_settings())
-        except ProducerError:
-            return False
+        except ProducerError as exc:
+            return exc
         with self._lock:
             if changes == self._changes:  # else a change made here meanwhile is newer: keep it
                 self._settings = loaded
-        return True
+        return None
 
     def replace(self, settings: Mapping[str, str]) -> None:
         """Use ``settings``, read from the backend just now (the broker became its writer)."""

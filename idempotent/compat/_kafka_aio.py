@@ -298,12 +298,7 @@ class AIOProducer:
 
 def __getattr__(name: str) -> Any:
     """The rest of confluent-kafka's ``aio`` (``AIOConsumer``, ...), passed through."""
-    if name.startswith("__"):
-        raise AttributeError(name)
-    module = _shared.native(_NATIVE)
-    if module is None:
-        raise _shared.missing_native("confluent_kafka", f"confluent_kafka.aio.{name} (passed through)")
-    value = getattr(module, name)
+    value = _shared.passed_through(_NATIVE, name)
     if name == "AsyncSerializingProducer":
         _shared.warn_passed_through(_LOG.name, "confluent_kafka.aio.AsyncSerializingProducer", "confluent-kafka")
     return clientlogs.route_kafka_attribute(value)

@@ -47,23 +47,15 @@ def without_identity(message: Any) -> Any:
 
 
 @functools.cache
-def _native_consumer() -> type | None:
+def _native_class(name: str) -> type | None:
+    """confluent-kafka's client class ``name`` (``Consumer``, ``Producer``), or None when it
+    is not installed."""
     try:
         from confluent_kafka import cimpl
     except ImportError:
         return None
-    consumer: type = cimpl.Consumer
-    return consumer
-
-
-@functools.cache
-def _native_producer() -> type | None:
-    try:
-        from confluent_kafka import cimpl
-    except ImportError:
-        return None
-    producer: type = cimpl.Producer
-    return producer
+    kind: type = getattr(cimpl, name)
+    return kind
 
 
 @functools.cache
@@ -121,7 +113,7 @@ def route_consumer_attribute(value: Any) -> Any:
     :func:`~idempotent.runtime.native_logs.route_kafka_attribute` does, and a consumer class (a subclass
     of confluent-kafka's ``Consumer``) also as its :func:`wakeable_consumer_class`."""
     routed: Any = route_kafka_attribute(value)
-    producer = _native_producer()
+    producer = _native_class("Producer")
     if producer is not None and isinstance(routed, type) and issubclass(routed, producer):
         # a native producer reached through a submodule (cimpl.Producer, avro.AvroProducer,
         # serializing_producer.SerializingProducer): no exactly-once, said once
@@ -130,7 +122,7 @@ def route_consumer_attribute(value: Any) -> Any:
         warn_passed_through(
             "idempotent.compat.confluent_kafka", f"{routed.__module__}.{routed.__name__}", "confluent-kafka"
         )
-    consumer = _native_consumer()
+    consumer = _native_class("Consumer")
     if consumer is not None and isinstance(routed, type) and issubclass(routed, consumer):
         native: Any = routed
         return wakeable_consumer_class(native)

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from idempotent.core.outcomes import DeliveryStatus
 
 from ..errors import (
-    DeliveryFailed,
     DeliveryTimeoutError,
     EntryTooLargeError,
     InvalidBatchError,
@@ -30,6 +29,7 @@ from ..errors import (
     UsageError,
 )
 from . import _shared
+from ._causes import unwrap
 from ._rdkafka import ERRORS
 
 _NATIVE = "confluent_kafka"
@@ -212,13 +212,8 @@ def kafka_error_for(error: BaseException, stopped: bool | None = None) -> KafkaE
     producer), else true for the errors that stop a producer when they end a sent batch (a
     message past ``message.timeout.ms`` is not one: it fails alone and the producer goes on).
     """
-    status = None
-    cause: BaseException = error
-    if isinstance(error, DeliveryFailed):
-        status = _STATUS[error.status]
-        if error.__cause__ is not None:
-            cause = error.__cause__
-    return _kafka_error(cause, status, stopped, error)
+    cause, status = unwrap(error)
+    return _kafka_error(cause, None if status is None else _STATUS[status], stopped, error)
 
 
 def kafka_error_of(cause: BaseException, status: DeliveryStatus | None, stopped: bool | None) -> KafkaError:

@@ -78,13 +78,8 @@ def _header_tuple(headers: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Hea
         name, data = item
         if not isinstance(name, str):
             raise TypeError(f"header names must be str, not {type(name).__name__}")
-        if data is None:
-            data = b""
-        elif isinstance(data, str):
-            data = data.encode()
-        elif not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"header {name!r}: value must be bytes, str or None, not {type(data).__name__}")
-        out.append((name, bytes(data)))
+        value = optional_bytes(data, f"header {name!r}: value", TypeError)
+        out.append((name, b"" if value is None else value))
     return tuple(out)
 
 

@@ -115,6 +115,22 @@ def native(name: str) -> types.ModuleType | None:
         return None
 
 
+def passed_through(native_module: str, name: str) -> Any:
+    """``name`` of the installed native module ``native_module`` (``confluent_kafka.aio``,
+    ``pulsar.asyncio``), for the ``__getattr__`` of a drop-in module that replaces part of it.
+
+    Raises:
+        AttributeError: a name that starts with ``__``, or one the native module does not have.
+        ImportError: the native module is not installed (the message names the extra).
+    """
+    if name.startswith("__"):
+        raise AttributeError(name)
+    module = native(native_module)
+    if module is None:
+        raise missing_native(native_module, f"{native_module}.{name} (passed through)")
+    return getattr(module, name)
+
+
 class _Alias(importlib.abc.Loader):
     """Loads a submodule of a drop-in as the native module's submodule itself."""
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
 import attrs
 import msgpack
@@ -166,10 +166,21 @@ def _int(lo: int, hi: int) -> Check:
     return check
 
 
-def _str(name: str, value: Any) -> str:
-    if type(value) is not str or len(value) > MAX_STRING:
-        raise _bad(name, value, f"a string of at most {MAX_STRING} characters")
-    return value
+_Sized = TypeVar("_Sized", str, bytes)
+
+
+def _sized(kind: type[_Sized], limit: int, want: str) -> Callable[[str, Any], _Sized]:
+    """The check of a value of exactly type ``kind`` whose length is at most ``limit``."""
+
+    def check(name: str, value: Any) -> _Sized:
+        if type(value) is not kind or len(value) > limit:
+            raise _bad(name, value, want)
+        return value
+
+    return check
+
+
+_str = _sized(str, MAX_STRING, f"a string of at most {MAX_STRING} characters")
 
 
 def _token(name: str, value: Any) -> str:
@@ -197,10 +208,7 @@ def _bool(name: str, value: Any) -> bool:
     return value
 
 
-def _blob(name: str, value: Any) -> bytes:
-    if type(value) is not bytes or len(value) > MAX_POSITIONS:
-        raise _bad(name, value, f"bin of at most {MAX_POSITIONS} bytes")
-    return value
+_blob = _sized(bytes, MAX_POSITIONS, f"bin of at most {MAX_POSITIONS} bytes")
 
 
 def _timeout(name: str, value: Any) -> float:

@@ -11,7 +11,6 @@ from ... import errors
 from ...errors import (
     BackendUnavailableError,
     ConfigError,
-    DeliveryFailed,
     DeliveryTimeoutError,
     EntryTooLargeError,
     InvalidBatchError,
@@ -25,6 +24,7 @@ from ...errors import (
     UnknownProducerError,
     UsageError,
 )
+from .._causes import unwrap
 
 
 class _Absent:
@@ -243,12 +243,7 @@ _EXCEPTIONS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], 
 
 def _exception_for(error: BaseException) -> PulsarException:
     """The pulsar-style exception for an idempotent error (a DeliveryFailed through its cause)."""
-    status = None
-    cause: BaseException = error
-    if isinstance(error, DeliveryFailed):
-        status = error.status
-        if error.__cause__ is not None:
-            cause = error.__cause__
+    cause, status = unwrap(error)
     kind: type[PulsarException]
     if isinstance(cause, BackendUnavailableError):
         # nothing answered at the service's address within the connect timeout

@@ -337,12 +337,7 @@ class Client:
 
 def __getattr__(name: str) -> Any:
     """The rest of pulsar-client's ``pulsar.asyncio`` (``Consumer``, ``Reader``, ...)."""
-    if name.startswith("__"):
-        raise AttributeError(name)
-    module = _shared.native(_NATIVE)
-    if module is None:
-        raise _shared.missing_native("pulsar", f"pulsar.asyncio.{name} (passed through)")
-    return getattr(module, name)
+    return _shared.passed_through(_NATIVE, name)
 
 
 __all__ = ["Client", "Producer", "PulsarException"]
