@@ -9,7 +9,13 @@ import pytest
 
 from idempotent import Outcome, Record
 from idempotent.broker.observer import BrokerObserver
-from idempotent.testing.conformance import BackendConformance, check_stale_owner_is_fenced, small_config, topic_name
+from idempotent.testing.conformance import (
+    NETWORKED_LEASE,
+    BackendConformance,
+    check_stale_owner_is_fenced,
+    small_config,
+    topic_name,
+)
 
 from ...conftest import ServiceHarness
 
@@ -22,7 +28,7 @@ def harness(kafka_service: Any) -> ServiceHarness:
 
 
 class TestKafkaConformance(BackendConformance):
-    pass
+    lease = NETWORKED_LEASE
 
 
 def test_plain_kafka_consumer_reads_records_unchanged(harness: ServiceHarness, kafka_service: Any) -> None:

@@ -13,7 +13,13 @@ import pytest
 
 from idempotent import Outcome, Record
 from idempotent.errors import BackendUnavailableError
-from idempotent.testing.conformance import BackendConformance, check_stale_owner_is_fenced, small_config, topic_name
+from idempotent.testing.conformance import (
+    NETWORKED_LEASE,
+    BackendConformance,
+    check_stale_owner_is_fenced,
+    small_config,
+    topic_name,
+)
 
 from ...conftest import ServiceHarness
 
@@ -31,7 +37,7 @@ def harness(pulsar_service: Any) -> ServiceHarness:
 
 
 class TestPulsarConformance(BackendConformance):
-    pass
+    lease = NETWORKED_LEASE
 
 
 def _client(service: Any) -> Any:
