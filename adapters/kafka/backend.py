@@ -91,9 +91,9 @@ from idempotent.runtime.native_logs import LIBRDKAFKA_LOG
 
 try:
     import confluent_kafka
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+    from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
     from idempotent.adapters.kafka.errors import CLIENT_STATE_CODES, unseen
     from idempotent.adapters.kafka.errors import map_errors as _map_errors
@@ -416,7 +416,14 @@ class KafkaBackend(MetadataDelegate):
                 index.note_foreign(lo, hi)
 
     def _read_range(
-        self, kafka_topic: str, partition: int, start: int, stop: int | None, limit: int | None = None
+        self,
+        kafka_topic: str,
+        partition: int,
+        start: int,
+        stop: int | None,
+        limit: int | None = None,
+        *,
+        settled: bool = False,
     ) -> Iterator[Any]:
         """Messages of one partition from ``start`` up to its end (or ``stop``, or ``limit``
         messages), committed only. Holds the backend lock until exhausted: consume it fully.
@@ -425,15 +432,31 @@ class KafkaBackend(MetadataDelegate):
         partitions' commit markers after that: for a moment a read_committed consumer still
         ends before the records just committed. The end reported then is passed over while
         it is below the end this backend's own writer committed, so a read after an
-        acknowledged send sees that send."""
+        acknowledged send sees that send.
+
+        A read_committed consumer also ends at the partition's last stable offset: the first
+        record of the oldest transaction still open there, whoever writes it. ``settled``
+        reads on to the high watermark as of the call, waiting (up to ``timeout`` without
+        progress) for such a transaction to end: a partition shared by several producers (the
+        state topic's) then never answers with a record older than one committed before the
+        call because another producer's transaction is open below it.
+
+        Raises:
+            BackendUnavailableError: nothing arrived for ``timeout`` (with ``settled``: a
+                transaction open below the high watermark that long), or the partition has no
+                leader now.
+        """
         count = 0
         written = self._written.get((kafka_topic, partition), -1)
+        if settled:
+            written = max(written, self._high_watermark(kafka_topic, partition))
         with self._lock:
             consumer = self._reader
             self._know(kafka_topic)
             consumer.assign([KafkaTopicPartition(kafka_topic, partition, start)])
             try:
                 deadline = time.monotonic() + self.timeout
+                waiting = False
                 while True:
                     # take what is there without waiting; block (for one message) only when
                     # nothing is: consume(n, t) would wait t unless n messages arrive
@@ -443,12 +466,24 @@ class KafkaBackend(MetadataDelegate):
                         one = consumer.poll(0.5)
                         batch = [] if one is None else [one]
                     if not batch and time.monotonic() > deadline:
-                        raise BackendUnavailableError(f"kafka: reading {kafka_topic}[{partition}] timed out")
+                        raise BackendUnavailableError(
+                            f"kafka: reading {kafka_topic}[{partition}] timed out"
+                            + (f" (a transaction is open below offset {written})" if waiting else "")
+                        )
+                    progress = False
                     for message in batch:
                         error = message.error()
                         if error is not None:
                             if error.code() == KafkaError._PARTITION_EOF:
-                                if message.offset() < written:  # its commit markers are not yet written
+                                if message.offset() < written:  # commit markers not yet written, or settled
+                                    if settled and not waiting:
+                                        _LOG.info(
+                                            "kafka: reading %s[%d] waits for a transaction open at offset %d to end",
+                                            kafka_topic,
+                                            partition,
+                                            message.offset(),
+                                        )
+                                    waiting = True
                                     continue
                                 return
                             if unseen(error):  # missing, or only without a leader now?
@@ -459,10 +494,11 @@ class KafkaBackend(MetadataDelegate):
                         if stop is not None and message.offset() >= stop:
                             return
                         yield message
+                        progress = True
                         count += 1
                         if limit is not None and count >= limit:
                             return
-                    if batch:
+                    if progress:
                         deadline = time.monotonic() + self.timeout
             finally:
                 consumer.unassign()
@@ -474,6 +510,21 @@ class KafkaBackend(MetadataDelegate):
         if kafka_topic not in self._reader_topics:
             self._reader.list_topics(kafka_topic, timeout=self.timeout)
             self._reader_topics.add(kafka_topic)
+
+    def _high_watermark(self, kafka_topic: str, partition: int) -> int:
+        """The offset after a partition's newest record, counting the records of open
+        transactions (the reader's own watermarks end at the last stable offset).
+
+        Raises:
+            KafkaException: the cluster could not be asked (translated by the caller).
+        """
+        tp = KafkaTopicPartition(kafka_topic, partition)
+        futures = self._admin.list_offsets(
+            {tp: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
+            isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            request_timeout=self.timeout,
+        )
+        return int(next(iter(futures.values())).result().offset)
 
     def _end_of(self, kafka_topic: str, partition: int) -> int:
         """The high watermark of a partition (see :meth:`_watermarks`)."""

@@ -204,7 +204,7 @@ def recover_states(
     prefix = f"{producer_key}\0".encode()
     found: dict[tuple[str, int], bytes | None] = {}
     with backend._lock, map_errors(f"read the state of {producer_key!r}"):
-        for message in backend._read_range(name, state_partition(producer_key), 0, None):
+        for message in backend._read_range(name, state_partition(producer_key), 0, None, settled=True):
             key = message.key() or b""
             if not key.startswith(prefix):
                 continue
@@ -731,7 +731,7 @@ class KafkaProducerLog:
         wanted = positions_key(self.producer_key)
         found: bytes | None = None
         with self.backend._lock, map_errors(f"read the positions of {self.producer_key!r}"):
-            for message in self.backend._read_range(name, state_partition(self.producer_key), 0, None):
+            for message in self.backend._read_range(name, state_partition(self.producer_key), 0, None, settled=True):
                 if message.key() == wanted:
                     found = message.value()
         return found

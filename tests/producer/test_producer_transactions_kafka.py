@@ -6,6 +6,7 @@ the commit leaving all or nothing."""
 from __future__ import annotations
 
 import pickle
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -86,6 +87,39 @@ def test_a_committed_transaction_holds_every_topic_and_its_positions(kafka_servi
         assert _committed(kafka_service, topic) == [f"{topic}-{i}".encode() for i in range(3)]
     with idempotent.Producer(kafka_service.url, name) as restarted:  # read back after a restart
         assert restarted.committed_positions() == {"input": 42, "id": b"\x08\x01"}
+
+
+def test_positions_committed_behind_another_writers_open_transaction_are_read_back(kafka_service: Any) -> None:
+    """The state topic's partition is shared by many producers: a transaction of another one
+    open on it holds its last stable offset back. A restart reads past it (waiting for it to
+    end), never back to the positions committed before it opened."""
+    from idempotent.adapters.kafka.producer_log import STATE_TOPIC, state_partition
+
+    (topic,) = _topics(kafka_service, 1)
+    name = f"pt-{uuid.uuid4().hex[:6]}"
+    other = confluent_kafka.Producer(
+        {"bootstrap.servers": kafka_service.bootstrap, "transactional.id": f"other-{uuid.uuid4().hex[:8]}"}
+    )
+    other.init_transactions(30)
+    with idempotent.Producer(kafka_service.url, name) as producer:
+        with producer.transaction(positions={"round": 1}):
+            producer.send(topic, b"one")
+        other.begin_transaction()
+        other.produce(STATE_TOPIC, key=b"\x02open", value=b"", partition=state_partition(name))
+        assert other.flush(30) == 0
+        with producer.transaction(positions={"round": 2}):
+            producer.send(topic, b"two")
+    ended = threading.Timer(3.0, other.abort_transaction, args=(30,))
+    ended.start()
+    started = time.monotonic()
+    try:
+        with idempotent.Producer(kafka_service.url, name) as restarted:
+            assert restarted.committed_positions() == {"round": 2}
+            waited = time.monotonic() - started
+    finally:
+        ended.join()
+    assert waited >= 2.0, "the restart did not meet the open transaction: the test proves nothing"
+    assert _committed(kafka_service, topic) == [b"one", b"two"]
 
 
 def test_an_aborted_transaction_is_invisible_and_the_next_one_commits(kafka_service: Any) -> None:
