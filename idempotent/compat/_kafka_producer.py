@@ -35,6 +35,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
+from time import monotonic
 from typing import Any, final
 
 from idempotent.core.records import Headers, optional_bytes
@@ -270,10 +271,15 @@ class Producer(Connecting):
         route = self._routes.get(topic)
         if route is None:
             route = self._route(inner, topic)
+        sticky = self._sticky.get(route.topic) if partition == -1 and key is None and self._keyless_sticky else None
+        if sticky is not None and sticky[0] < len(route.buffers) and monotonic() < sticky[1]:
+            partition = sticky[0]  # (what _choose answers, without the calls)
+        else:
+            partition = self._place(route, partition, key)
         try:
             inner.add(
                 route,
-                self._place(route, partition, key),
+                partition,
                 value,
                 key,
                 report,

@@ -78,6 +78,10 @@ class RecordBuffer:
     one (then the earlier records' entries are None). ``first_at`` is the producer's clock
     when the first record arrived, ``created_ms`` the wall clock then.
     Outcomes are recorded per span by :meth:`ended`.
+
+    Records go in through :meth:`append`, or, while ``plain`` is true, a record with a value
+    only may be appended to ``values`` alone (the producers' per-record path); nothing else
+    starts a column.
     """
 
     __slots__ = (
@@ -90,6 +94,7 @@ class RecordBuffer:
         "headers",
         "keys",
         "partition",
+        "plain",
         "reports",
         "segments",
         "sequences",
@@ -113,6 +118,9 @@ class RecordBuffer:
         self.timestamps: list[int | None] | None = None
         #: whether headers or sequences are kept
         self.extra = False
+        #: whether every record so far has a value only (no optional column started): the
+        #: next such record may then go to ``values`` alone (the drop-ins' per-record path)
+        self.plain = True
         self.first_at = 0.0
         #: the wall clock when the first record arrived, in milliseconds
         self.created_ms = 0
@@ -143,21 +151,26 @@ class RecordBuffer:
         if key is not None or self.keys is not None:
             if self.keys is None:
                 self.keys = [None] * index
+                self.plain = False
             self.keys.append(key)
         if callback is not None or self.callbacks is not None:
             if self.callbacks is None:
                 self.callbacks = [None] * index
+                self.plain = False
             self.callbacks.append(callback)
         if report is not None or self.reports is not None:
             if self.reports is None:
                 self.reports = [None] * index
+                self.plain = False
             self.reports.append(report)
         if timestamp is not None or self.timestamps is not None:
             if self.timestamps is None:
                 self.timestamps = [None] * index
+                self.plain = False
             self.timestamps.append(timestamp)
         if headers is not None or sequence is not None or self.extra:
             self.extra = True
+            self.plain = False
             if headers is not None or self.headers is not None:
                 if self.headers is None:
                     self.headers = [None] * index

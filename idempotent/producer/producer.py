@@ -459,7 +459,12 @@ class Producer:
                 sender.outstanding -= 1
                 raise QueueFullError(f"{sender.outstanding} records are waiting; flush() or slow down")
             buffer = buffers[partition]
-            index = buffer.append(value, key, on_delivery, None, None, header_tuple, sequence)
+            if buffer.plain and key is None and on_delivery is None and header_tuple is None and sequence is None:
+                values = buffer.values  # a value only, into a buffer of values only
+                index = len(values)
+                values.append(value)
+            else:
+                index = buffer.append(value, key, on_delivery, None, None, header_tuple, sequence)
             if index == 0:
                 sender.first(route, partition, buffer)
         return None if on_delivery is not None else DeliveryFuture(buffer, index)

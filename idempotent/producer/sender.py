@@ -227,7 +227,19 @@ class Sender:
             self.outstanding += 1
             self.outstanding_bytes += size
             buffer = route.buffers[partition]
-            index = buffer.append(value, key, None, report, timestamp, headers, sequence)
+            if (
+                buffer.plain
+                and key is None
+                and report is None
+                and timestamp is None
+                and headers is None
+                and sequence is None
+            ):
+                values = buffer.values  # a value only, into a buffer of values only
+                index = len(values)
+                values.append(value)
+            else:
+                index = buffer.append(value, key, None, report, timestamp, headers, sequence)
             if index == 0:
                 self.first(route, partition, buffer)
             return buffer

@@ -1071,3 +1071,28 @@ def test_a_transaction_through_a_broker_server_reports_its_offsets_at_the_commit
         producer.close()
         with idempotent.connect(server.url) as client:
             assert [r.value for r in client.read("t", 0, 0, 10)] == [b"v0", b"v1", b"v2"]
+
+
+def test_records_with_only_a_value_and_records_with_more_share_a_batch_in_order(url: str) -> None:
+    """A value-only record takes the short per-record path while its partition's buffer holds
+    only such records; a keyed or timed one after them starts its column, and every record
+    keeps its own key and report, in the order produced."""
+    producer = _producer(url, **{"linger.ms": 200})
+    seen: list[Any] = []
+    producer.produce("mixed", b"a", partition=0)
+    producer.produce("mixed", b"b", partition=0)
+    producer.produce("mixed", b"c", key=b"kc", partition=0, timestamp=1_700_000_000_123)
+    producer.produce("mixed", b"d", partition=0, on_delivery=lambda err, msg: seen.append(msg))
+    producer.produce("mixed", b"e", partition=0)
+    assert producer.flush(10) == 0
+    producer.close()
+    assert [m.value() for m in seen] == [b"d"]
+    with idempotent.connect(url) as broker:
+        records = broker.read("mixed", 0)
+    assert [(r.value, r.key) for r in records] == [
+        (b"a", None),
+        (b"b", None),
+        (b"c", b"kc"),
+        (b"d", None),
+        (b"e", None),
+    ]

@@ -87,3 +87,24 @@ def test_done_callbacks_run_once_each_with_their_records_outcome_across_spans() 
     futures[4].add_done_callback(late.append)  # already ended: called at once
     assert late == [futures[4]] and isinstance(futures[4].exception(), DeliveryFailed)
     assert futures[9].result().offset == 202 and futures[9].exception() is None
+
+
+_OPTIONAL = st.tuples(st.none() | st.just(b"k"), st.none() | st.just("report"), st.none() | st.integers(0, 9))
+
+
+@given(st.lists(_OPTIONAL, max_size=30))
+def test_a_buffer_is_plain_until_a_record_has_more_than_a_value(records: list[tuple[Any, Any, Any]]) -> None:
+    """``plain`` says a value-only record may go to ``values`` alone (the producers' per-record
+    path); appended that way or through ``append``, the columns come out the same."""
+    fast, slow = RecordBuffer("t", 0), RecordBuffer("t", 0)
+    for i, (key, report, timestamp) in enumerate(records):
+        value = b"%d" % i
+        only_value = key is None and report is None and timestamp is None
+        assert fast.plain == all(r == (None, None, None) for r in records[:i])
+        if fast.plain and only_value:
+            fast.values.append(value)
+        else:
+            fast.append(value, key, None, report, timestamp, None, None)
+        slow.append(value, key, None, report, timestamp, None, None)
+    for column in ("values", "keys", "reports", "timestamps", "callbacks", "headers", "sequences"):
+        assert getattr(fast, column) == getattr(slow, column), column
