@@ -35,12 +35,12 @@ import gc
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
 from typing import Any
 
+from _child import run_json
 from _results import save_run
 
 VARIANTS = ("native", "drop-in", "send-cb")
@@ -137,11 +137,7 @@ def _child(variant: str, shape: str, records: int, size: int, partitions: int) -
 def _run(variant: str, shape: str, args: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", variant, shape, str(args.records), str(args.size)]
     command.append(str(args.partitions))
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode or not lines:
-        raise RuntimeError(f"{variant}/{shape} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(lines[-1])
+    result = run_json(command, f"{variant}/{shape}")
     if result["delivered"] != args.records or result["failed"]:
         raise RuntimeError(f"{variant}/{shape}: {result['delivered']} delivered, {result['failed']} failed")
     return result
