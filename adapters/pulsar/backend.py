@@ -218,7 +218,7 @@ class PulsarBackend(MetadataDelegate):
                     self._meta_producer = self._client.create_producer(
                         self.meta_topic, send_timeout_millis=int(self.timeout * 1000), block_if_queue_full=True
                     )
-                self._meta_reader = self._client.create_reader(
+                self._meta_reader = self._open_reader(
                     self.meta_topic, pulsar.MessageId.earliest, is_read_compacted=True
                 )
                 self.metadata.catch_up()
@@ -379,10 +379,33 @@ class PulsarBackend(MetadataDelegate):
 
     # -- readers -------------------------------------------------------------------------------
 
+    def _open_reader(self, topic: str, start: Any, **options: Any) -> Any:
+        """``create_reader``, tried again for up to ``timeout`` while Pulsar answers
+        ``ConsumerBusy``. Every reader has a subscription of its own, so that answer means the
+        broker still holds the client's own earlier attempt at this one (it timed out on the
+        client's side and was sent again, as under a loaded or moving broker); the broker lets
+        go of it once it sees the attempt abandoned.
+
+        Raises:
+            pulsar exceptions: anything else at once, and ``ConsumerBusy`` after ``timeout``
+                (translated by the caller: retriable).
+        """
+        deadline = time.monotonic() + self.timeout
+        pause = 0.05
+        while True:
+            try:
+                return self._client.create_reader(topic, start, **options)
+            except pulsar_errors.ConsumerBusy:
+                if time.monotonic() + pause > deadline:
+                    raise
+                _LOG.info("pulsar: opening a reader of %s: ConsumerBusy, trying again in %.2f s", topic, pause)
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
     def _read(self, topic: str, start: Any, limit: int | None = None) -> Iterator[Any]:
         """Messages of one Pulsar topic from ``start`` (inclusive) to its current end."""
         queue = 1000 if limit is None else max(1, min(limit, 1000))
-        reader = self._client.create_reader(topic, start, start_message_id_inclusive=True, receiver_queue_size=queue)
+        reader = self._open_reader(topic, start, start_message_id_inclusive=True, receiver_queue_size=queue)
         try:
             count = 0
             timeout_ms = int(self.timeout * 1000)
@@ -402,7 +425,7 @@ class PulsarBackend(MetadataDelegate):
         message id, about 100 ms, which every new producer's first delivery waited for."""
         if self._retains_no_entry(topic):
             return None
-        reader = self._client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
+        reader = self._open_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
         try:
             if not reader.has_message_available():
                 return None
@@ -689,7 +712,7 @@ class PulsarBackend(MetadataDelegate):
             from_offset = max(from_offset, origin.start(partition))
         batches: list[StoredBatch] = []
         with map_errors(f"replay {topic}[{partition}]"):
-            reader = self._client.create_reader(
+            reader = self._open_reader(
                 data_topic, start_id(from_offset), start_message_id_inclusive=True, receiver_queue_size=1000
             )
             try:

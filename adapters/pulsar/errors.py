@@ -90,7 +90,7 @@ def translate(exc: BaseException | Any, what: str) -> ProducerError:
     Fenced -> :class:`OwnershipLostError`; MessageTooBig -> :class:`EntryTooLargeError`; a
     missing, invalid or terminated topic -> :class:`InvalidTopicError`; credentials, settings
     or a refused operation -> :class:`ConfigError`; the transient failures of
-    :data:`_TRANSIENT`, admin HTTP 408/429/5xx and network errors ->
+    :data:`_TRANSIENT`, ProducerBusy and ConsumerBusy, admin HTTP 408/429/5xx and network errors ->
     :class:`BackendUnavailableError` (RETRY). Anything else (``UnknownError``, another HTTP
     status, an exception Pulsar does not document) is a logged FATAL :class:`InternalError`.
     """
@@ -109,6 +109,11 @@ def translate(exc: BaseException | Any, what: str) -> ProducerError:
         return ConfigError(f"pulsar: {what}: {type(exc).__name__}: {exc}")
     if isinstance(exc, pulsar_errors.ProducerBusy):
         return BackendUnavailableError(f"pulsar: {what}: the partition is still owned by another producer ({exc})")
+    if isinstance(exc, pulsar_errors.ConsumerBusy):
+        return BackendUnavailableError(
+            f"pulsar: {what}: the subscription still has a consumer ({exc}); for a reader of this "
+            "project, its own earlier attempt, which the broker has not let go of yet"
+        )
     if isinstance(exc, _TRANSIENT):
         return BackendUnavailableError(f"pulsar: {what}: {type(exc).__name__}: {exc}")
     if isinstance(exc, _HttpError):

@@ -273,6 +273,7 @@ _PULSAR_TRANSIENT = [
     "MemoryBufferIsFull",
     "ProducerBlockedQuotaExceededError",
     "ProducerBusy",
+    "ConsumerBusy",
     "AlreadyClosed",
 ]
 _PULSAR_FATAL = [
@@ -292,6 +293,32 @@ _PULSAR_FATAL = [
     ("InvalidMessage", "InternalError"),
     ("Interrupted", "InternalError"),
 ]
+
+
+def test_a_reader_refused_with_consumer_busy_is_opened_again_until_the_timeout() -> None:
+    """A reader's create attempt that timed out on the client's side and was sent again finds
+    the broker still holding the first one (ConsumerBusy): tried again, not a bug."""
+    from pulsar import exceptions
+
+    from idempotent.adapters.pulsar.backend import PulsarBackend
+
+    class Client:
+        def __init__(self, refusals: int) -> None:
+            self.refusals, self.calls = refusals, 0
+
+        def create_reader(self, topic: str, start: Any, **options: Any) -> str:
+            self.calls += 1
+            if self.calls <= self.refusals:
+                raise exceptions.ConsumerBusy("Pulsar error: ConsumerBusy")
+            return f"reader of {topic}"
+
+    backend = PulsarBackend.__new__(PulsarBackend)
+    backend.timeout, backend._client = 5.0, Client(2)
+    assert backend._open_reader("t", None) == "reader of t" and backend._client.calls == 3
+    backend.timeout, backend._client = 0.2, Client(1000)
+    with pytest.raises(exceptions.ConsumerBusy):
+        backend._open_reader("t", None)
+    assert 1 < backend._client.calls < 10
 
 
 @pytest.mark.parametrize("name", _PULSAR_TRANSIENT)
