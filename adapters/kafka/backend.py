@@ -868,13 +868,14 @@ class KafkaBackend(MetadataDelegate):
         return self.stored_batches(topic, partition, from_offset)
 
     def stored_batches(
-        self, topic: str, partition: int, from_offset: int, producer_id: int | None = None
+        self, topic: str, partition: int, from_offset: int, producer_id: int | None = None, *, settled: bool = False
     ) -> Iterator[StoredBatch]:
         """The batches stored in a partition from ``from_offset`` to its end, read from their
         heads (a record written without the checker is a batch of one without a producer), as
         :meth:`replay` reads them but without taking the partition over: what a producer
         writing the partition itself (``idempotent.adapters.kafka.producer_log``) reads back to recover its
-        state. ``producer_id``: only that producer's batches.
+        state. ``producer_id``: only that producer's batches. ``settled``: to the high
+        watermark, past other producers' open transactions (:meth:`_read_range`).
 
         Raises:
             BackendUnavailableError: the partition could not be read.
@@ -887,12 +888,12 @@ class KafkaBackend(MetadataDelegate):
         inside_until = -1
         with _map_errors(f"replay {topic}[{partition}]"):
             if from_offset > 0:  # a replay that begins inside a batch passes over its rest
-                first = list(self._read_range(name, partition, from_offset, None, 1))
+                first = list(self._read_range(name, partition, from_offset, None, 1, settled=settled))
                 if first and _identity(first[0].headers()) is None:
                     started_in = self._head_of(name, partition, first[0].offset())
                     if started_in is not None:
                         inside_until = started_in.first_offset + started_in.record_count
-            for message in self._read_range(name, partition, from_offset, None):
+            for message in self._read_range(name, partition, from_offset, None, settled=settled):
                 if message.offset() < inside_until:
                     continue
                 identity = _identity(message.headers())
@@ -915,8 +916,10 @@ class KafkaBackend(MetadataDelegate):
             self.note_heads(name, partition, heads)
         return iter(batches)
 
-    def bounds(self, topic: str, partition: int) -> tuple[int, int]:
-        """The first retained offset of a partition and its end.
+    def bounds(self, topic: str, partition: int, *, settled: bool = False) -> tuple[int, int]:
+        """The first retained offset of a partition and its end: its last stable offset (where
+        ``read_committed`` readers end), or with ``settled`` its high watermark (the records
+        of open transactions counted).
 
         Raises:
             BackendUnavailableError: the partition could not be asked.
@@ -927,6 +930,8 @@ class KafkaBackend(MetadataDelegate):
             low, high = self._reader.get_watermark_offsets(
                 KafkaTopicPartition(name, partition), timeout=self.timeout, cached=False
             )
+            if settled:
+                high = self._high_watermark(name, partition)
         return int(low), int(high)
 
     def end_offset(self, topic: str, partition: int) -> int:

@@ -225,6 +225,9 @@ def recover_states(
             if stored is not None:
                 states[(topic, partition)] = stored
             continue
+        # a state to rebuild is read to the partition's high watermark: the producer's own
+        # batches may sit behind another producer's transaction still open there
+        settled = trouble is not None
         state = recover_state(
             producer_key,
             producer_id,
@@ -232,9 +235,9 @@ def recover_states(
             partition,
             stored,
             trouble,
-            backend.bounds(topic, partition),
+            backend.bounds(topic, partition, settled=settled),
             window,
-            partial(_replay, backend, topic, partition, producer_id),
+            partial(_replay, backend, topic, partition, producer_id, settled),
             config=config,
             now=now,
         )
@@ -264,8 +267,10 @@ def _view(snapshot: Snapshot, config: CheckerConfig | None, now: float) -> dict[
     return PartitionChecker.restore(snapshot, config, now=now).state()
 
 
-def _replay(backend: KafkaBackend, topic: str, partition: int, producer_id: int, start: int) -> list[StoredBatch]:
-    return list(backend.stored_batches(topic, partition, start, producer_id))
+def _replay(
+    backend: KafkaBackend, topic: str, partition: int, producer_id: int, settled: bool, start: int
+) -> list[StoredBatch]:
+    return list(backend.stored_batches(topic, partition, start, producer_id, settled=settled))
 
 
 def _decode_state(value: bytes | None, config: CheckerConfig | None, now: float) -> tuple[Snapshot | None, str | None]:
