@@ -527,11 +527,13 @@ class KafkaBackend(MetadataDelegate):
         return int(next(iter(futures.values())).result().offset)
 
     def _end_of(self, kafka_topic: str, partition: int) -> int:
-        """The high watermark of a partition (see :meth:`_watermarks`)."""
+        """The end of a partition as the read_committed reader sees it, its last stable offset
+        (see :meth:`_watermarks`; :meth:`_high_watermark` counts open transactions too)."""
         return self._watermarks(kafka_topic, partition)[1]
 
     def _watermarks(self, kafka_topic: str, partition: int) -> tuple[int, int]:
-        """The low and high watermarks of a partition, asked of its leader.
+        """The low watermark of a partition and its last stable offset (the high watermark
+        unless a transaction is open on it), asked of its leader by the read_committed reader.
 
         Raises:
             BackendUnavailableError: the partition exists (the cluster lists it) but has no
